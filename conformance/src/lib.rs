@@ -1,0 +1,1 @@
+//! Model checking, TLC parity, trace replay and end-to-end suites.

@@ -1,0 +1,1 @@
+//! Everything in Lazaret that touches the operating system.

@@ -1,0 +1,1 @@
+//! Rust produced from `protocol/*.tla`.

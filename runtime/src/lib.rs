@@ -1,0 +1,1 @@
+//! The sans-IO core of Lazaret. No syscalls, clocks or randomness.
