@@ -1,0 +1,162 @@
+//! Architecture invariants that are easiest to state as what is absent
+//! (ARCHITECTURE.md "Top level"; STYLE.md "rust-analyzer").
+//!
+//! - Dependencies point one way: cli -> effects -> runtime -> generated.
+//!   Nothing depends on cli; runtime never depends on effects.
+//! - runtime/ and generated/ do no I/O: no syscalls, clocks, environment or
+//!   randomness.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace crates in dependency order; a crate may depend only on
+/// crates to its right (conformance, the checker, may depend on all).
+const LAYERS: &[&str] = &[
+    "lazaret-cli",
+    "lazaret-effects",
+    "lazaret-runtime",
+    "lazaret-generated",
+];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// Internal (workspace) normal dependencies of every workspace package, as
+/// cargo resolves them.
+fn internal_dependencies() -> BTreeMap<String, Vec<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(workspace_root())
+        .output();
+    let out = match out {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => panic!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!("cannot run cargo metadata: {e}"),
+    };
+    let meta: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+        Ok(v) => v,
+        Err(e) => panic!("cargo metadata printed invalid JSON: {e}"),
+    };
+    let mut deps = BTreeMap::new();
+    let packages = meta["packages"].as_array().cloned().unwrap_or_default();
+    assert!(!packages.is_empty(), "cargo metadata listed no packages");
+    for pkg in packages {
+        let name = pkg["name"].as_str().unwrap_or_default().to_owned();
+        let internal: Vec<String> = pkg["dependencies"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            // kind null = normal dependency; dev and build deps do not ship.
+            .filter(|d| d["kind"].is_null())
+            .filter_map(|d| d["name"].as_str())
+            .filter(|n| n.starts_with("lazaret-"))
+            .map(str::to_owned)
+            .collect();
+        deps.insert(name, internal);
+    }
+    deps
+}
+
+#[test]
+fn dependencies_point_one_way() {
+    let deps = internal_dependencies();
+    for layer in LAYERS {
+        assert!(deps.contains_key(*layer), "workspace lacks crate {layer}");
+    }
+    for (pkg, internal) in &deps {
+        for dep in internal {
+            assert_ne!(dep, "lazaret-cli", "{pkg} depends on lazaret-cli");
+            assert_ne!(
+                dep, "lazaret-conformance",
+                "{pkg} depends on lazaret-conformance"
+            );
+            if let (Some(from), Some(to)) = (
+                LAYERS.iter().position(|l| l == pkg),
+                LAYERS.iter().position(|l| l == dep),
+            ) {
+                assert!(
+                    to > from,
+                    "{pkg} depends on {dep}: dependencies point cli -> effects -> runtime -> generated"
+                );
+            }
+        }
+    }
+}
+
+/// Source tokens that mean I/O, a clock, the environment or randomness.
+const FORBIDDEN_IN_PURE_CORE: &[&str] = &[
+    "std::fs",
+    "std::net",
+    "std::process",
+    "std::env",
+    "std::os::",
+    "std::thread",
+    "std::io::stdin",
+    "SystemTime",
+    "Instant::now",
+    "rustix",
+    "libc",
+    "tokio",
+    "rand::",
+    "getrandom",
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn runtime_and_generated_do_no_io() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for crate_dir in ["runtime/src", "generated/src"] {
+        rust_files(&root.join(crate_dir), &mut files);
+    }
+    assert!(
+        !files.is_empty(),
+        "found no sources under runtime/ or generated/"
+    );
+    let mut offences = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for token in FORBIDDEN_IN_PURE_CORE {
+                if code.contains(token) {
+                    offences.push(format!("{}:{}: {token}", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "the pure core must not do I/O (ARCHITECTURE.md); move this to effects/:\n{}",
+        offences.join("\n")
+    );
+}
