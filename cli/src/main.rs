@@ -16,7 +16,7 @@ struct Cli {
 enum Command {
     /// Internal: the launch-barrier wrapper every Lazaret-owned child is
     /// spawned through (spec 3.3 step 3). Not for direct use.
-    #[command(name = "__wrapper", hide = true)]
+    #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
     InternalWrapper(cmd_internal_wrapper::WrapperCommand),
 }
 

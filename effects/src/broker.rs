@@ -11,10 +11,10 @@ pub mod wrapper;
 use crate::process_identity::{
     identity_of, pidfs_authority, ChildState, IdentityError, ProcessHandle, Signal,
 };
-use ledger::{AcquisitionLedger, LedgerError};
 use lazaret_runtime::records::process::{
     HostPid, PidfsProcessAuthorityV1, ProcessOwnershipMessageVersion, StagedProcessOwnership,
 };
+use ledger::{AcquisitionLedger, LedgerError};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,7 +42,9 @@ pub enum BrokerError {
     PidfdOpen { pid: u32, source: io::Error },
     #[error("step 4 (waitid WNOWAIT on wrapper PID {pid}) failed: {source}")]
     Waitid { pid: u32, source: io::Error },
-    #[error("step 4: the wrapper PID {pid} already exited ({state:?}) before its identity was taken")]
+    #[error(
+        "step 4: the wrapper PID {pid} already exited ({state:?}) before its identity was taken"
+    )]
     ChildExited { pid: u32, state: ChildState },
     #[error("step 5 (pidfs identity) refused: {0}")]
     Identity(#[from] IdentityError),
@@ -109,6 +111,7 @@ pub struct Broker<S: SpawnSys> {
     sys: S,
     program: PathBuf,
     own: PidfsProcessAuthorityV1,
+    last_refused: Option<ChildState>,
 }
 
 impl<S: SpawnSys> Drop for Broker<S> {
@@ -139,7 +142,12 @@ impl<S: SpawnSys> Broker<S> {
             pidfs_authority(&sys, &pidfd, boot).map_err(|e| e.to_string())
         })()
         .map_err(|e| release(BrokerError::OwnIdentity(e)))?;
-        Ok(Self { sys, program, own })
+        Ok(Self {
+            sys,
+            program,
+            own,
+            last_refused: None,
+        })
     }
 
     pub fn sys(&self) -> &S {
@@ -188,7 +196,10 @@ impl<S: SpawnSys> Broker<S> {
             }
         };
         let staged = (|| {
-            match self.sys.waitid(&pidfd, crate::process_identity::WaitMode::Peek) {
+            match self
+                .sys
+                .waitid(&pidfd, crate::process_identity::WaitMode::Peek)
+            {
                 Ok(ChildState::Running) => {}
                 Ok(state) => return Err(BrokerError::ChildExited { pid: pid.0, state }),
                 Err(source) => return Err(BrokerError::Waitid { pid: pid.0, source }),
@@ -202,7 +213,9 @@ impl<S: SpawnSys> Broker<S> {
                 slot: context.slot,
                 identity,
             };
-            let confirmed = ledger.persist_staged(&staged).map_err(BrokerError::Staged)?;
+            let confirmed = ledger
+                .persist_staged(&staged)
+                .map_err(BrokerError::Staged)?;
             if *confirmed.staged() != staged {
                 return Err(BrokerError::StagedMismatch {
                     staged: Box::new(staged),
@@ -230,11 +243,23 @@ impl<S: SpawnSys> Broker<S> {
         })
     }
 
-    fn reap_refused(&self, pid: HostPid, pidfd: &crate::process_identity::Pidfd) {
+    fn reap_refused(&mut self, pid: HostPid, pidfd: &crate::process_identity::Pidfd) {
         // The barrier is closed, so the wrapper exits without exec.
-        if let Err(e) = self.sys.waitid(pidfd, crate::process_identity::WaitMode::Block) {
-            tracing::warn!(pid = pid.0, error = %e, "cannot reap the refused wrapper");
+        match self
+            .sys
+            .waitid(pidfd, crate::process_identity::WaitMode::Block)
+        {
+            Ok(state) => {
+                tracing::info!(pid = pid.0, ?state, "refused wrapper reaped");
+                self.last_refused = Some(state);
+            }
+            Err(e) => tracing::warn!(pid = pid.0, error = %e, "cannot reap the refused wrapper"),
         }
+    }
+
+    /// How the last refused wrapper ended (diagnostics: 121 is barrier EOF).
+    pub fn last_refused_wrapper(&self) -> Option<ChildState> {
+        self.last_refused
     }
 
     /// Step 9: after the caller's target-specific readiness check, promotes
@@ -244,23 +269,23 @@ impl<S: SpawnSys> Broker<S> {
         child: StagedChild,
         ledger: &mut L,
         readiness: R,
-    ) -> Result<CommittedChild, CommitFailure>
+    ) -> Result<CommittedChild, Box<CommitFailure>>
     where
         L: AcquisitionLedger,
         R: FnOnce(&S, &ProcessHandle) -> Result<(), String>,
     {
         let _span = tracing::info_span!("CommitOwnership", slot = ?child.staged.slot).entered();
         if let Err(e) = readiness(&self.sys, &child.handle) {
-            return Err(CommitFailure {
+            return Err(Box::new(CommitFailure {
                 error: BrokerError::Readiness(e),
                 child,
-            });
+            }));
         }
         if let Err(e) = ledger.persist_committed(&child.staged) {
-            return Err(CommitFailure {
+            return Err(Box::new(CommitFailure {
                 error: BrokerError::Committed(e),
                 child,
-            });
+            }));
         }
         Ok(CommittedChild {
             handle: child.handle,

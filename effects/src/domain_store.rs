@@ -62,10 +62,12 @@ impl<'lock> DomainStore<'lock> {
             .create_file(file)
             .map_err(|source| StoreError::Open {
                 path: path.to_owned(),
-                source,
+                source: Box::new(source),
             })?;
         let metadata = codec::encode("store metadata", &StoreMetadata::domain_store_v1())?;
-        let txn = db.begin_write().map_err(StoreError::redb("begin metadata write"))?;
+        let txn = db
+            .begin_write()
+            .map_err(StoreError::redb("begin metadata write"))?;
         {
             let mut table = txn
                 .open_table(tables::METADATA)
@@ -97,7 +99,7 @@ impl<'lock> DomainStore<'lock> {
         }
         let db = Database::open(path).map_err(|source| StoreError::Open {
             path: path.to_owned(),
-            source,
+            source: Box::new(source),
         })?;
         check_metadata(&db, path)?;
         Ok(Self {
@@ -119,10 +121,14 @@ impl<'lock> DomainStore<'lock> {
 
 fn check_metadata(db: &Database, path: &Path) -> Result<(), StoreError> {
     let path = path.to_owned();
-    let txn = db.begin_read().map_err(StoreError::redb("begin metadata read"))?;
+    let txn = db
+        .begin_read()
+        .map_err(StoreError::redb("begin metadata read"))?;
     let table = match txn.open_table(tables::METADATA) {
         Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Err(StoreError::Unversioned { path }),
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            return Err(StoreError::Unversioned { path })
+        }
         Err(e) => return Err(StoreError::redb("open metadata table")(e)),
     };
     let Some(bytes) = table
@@ -131,10 +137,12 @@ fn check_metadata(db: &Database, path: &Path) -> Result<(), StoreError> {
     else {
         return Err(StoreError::Unversioned { path });
     };
-    let metadata: StoreMetadata = codec::decode("store metadata", bytes.value())
-        .map_err(|source| StoreError::MetadataMalformed {
-            path: path.clone(),
-            source,
+    let metadata: StoreMetadata =
+        codec::decode("store metadata", bytes.value()).map_err(|source| {
+            StoreError::MetadataMalformed {
+                path: path.clone(),
+                source,
+            }
         })?;
     if metadata.schema_id != DOMAIN_STORE_SCHEMA_ID {
         return Err(StoreError::UnknownIdentity {

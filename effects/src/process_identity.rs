@@ -71,7 +71,10 @@ pub enum WaitMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChildState {
     Running,
-    Exited { code: Option<i32>, signal: Option<i32> },
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 /// Every kernel call process identity needs, behind one trait (youki style);
@@ -175,7 +178,9 @@ impl ProcessHandle {
     /// Signals through the retained descriptor; `ESRCH` and every other error
     /// are returned, never retried by PID.
     pub fn signal<S: ProcessSys>(&self, sys: &S, signal: Signal) -> io::Result<()> {
-        let _span = tracing::debug_span!("pidfd_send_signal", pid = self.identity.host_pid.0, ?signal).entered();
+        let _span =
+            tracing::debug_span!("pidfd_send_signal", pid = self.identity.host_pid.0, ?signal)
+                .entered();
         sys.pidfd_send_signal(&self.pidfd, signal)
     }
 

@@ -8,13 +8,25 @@ use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessO
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("Domain Store: {0}")]
-    Store(#[from] StoreError),
+    Store(Box<StoreError>),
     #[error("staged ownership acknowledgement: {0}")]
-    Ack(#[from] AckRefusal),
+    Ack(Box<AckRefusal>),
     #[error("coordinator link: {0}")]
     Link(String),
     #[error("cannot encode the staged ownership message: {0}")]
     Message(#[from] lazaret_runtime::records::process::MessageError),
+}
+
+impl From<StoreError> for LedgerError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(Box::new(e))
+    }
+}
+
+impl From<AckRefusal> for LedgerError {
+    fn from(e: AckRefusal) -> Self {
+        Self::Ack(Box::new(e))
+    }
 }
 
 /// Proof that the exact staged tuple is durable (HC store commit, or HC's

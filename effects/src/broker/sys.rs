@@ -63,8 +63,8 @@ pub(crate) fn sigchld_ignored_in(status: &str) -> io::Result<bool> {
         .find_map(|l| l.strip_prefix("SigIgn:"))
         .map(str::trim)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no SigIgn line"))?;
-    let mask = u64::from_str_radix(mask, 16)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mask =
+        u64::from_str_radix(mask, 16).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     // Signal n is bit n-1; SIGCHLD is 17 on x86-64.
     Ok(mask & (1 << 16) != 0)
 }
@@ -81,6 +81,7 @@ impl SpawnSys for RealProcessSys {
     fn spawn_wrapper(&self, spawn: &WrapperSpawn<'_>) -> io::Result<HostPid> {
         let fd = spawn.barrier.as_raw_fd();
         let mut command = Command::new(spawn.program);
+        command.arg(super::wrapper::WRAPPER_SUBCOMMAND);
         command.args(super::wrapper::WrapperArgs::to_argv(
             fd,
             &spawn.parent,

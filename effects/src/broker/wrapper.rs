@@ -12,6 +12,9 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::RawFd;
 
+/// The hidden `lazaret` subcommand that runs [`run_wrapper`].
+pub const WRAPPER_SUBCOMMAND: &str = "__wrapper";
+
 const RELEASE_MAGIC: &[u8] = b"lazaret-launch-barrier-release-v1\0";
 const RELEASE_LEN: usize = RELEASE_MAGIC.len() + 16 + 8 + 8;
 
@@ -84,7 +87,12 @@ impl WrapperArgs {
             argument,
             problem: problem.to_owned(),
         };
-        let names = ["--barrier-fd", "--parent-boot", "--parent-dev", "--parent-ino"];
+        let names = [
+            "--barrier-fd",
+            "--parent-boot",
+            "--parent-dev",
+            "--parent-ino",
+        ];
         let mut values = [None, None, None, None];
         let mut i = 0;
         loop {

@@ -11,7 +11,7 @@ pub enum StoreError {
     #[error("cannot open the Domain Store {path}: {source}")]
     Open {
         path: PathBuf,
-        source: redb::DatabaseError,
+        source: Box<redb::DatabaseError>,
     },
     #[error("Domain Store {path} has no store metadata (unversioned); refusing to read it")]
     Unversioned { path: PathBuf },
@@ -26,7 +26,7 @@ pub enum StoreError {
     #[error("Domain Store {step} failed: {source}")]
     Redb {
         step: &'static str,
-        source: redb::Error,
+        source: Box<redb::Error>,
     },
     #[error(transparent)]
     Codec(#[from] CodecError),
@@ -42,13 +42,13 @@ pub enum StoreError {
     IllegalRow {
         table: &'static str,
         key: String,
-        source: OwnershipError,
+        source: Box<OwnershipError>,
     },
     #[error("{operation} on {target} refused: {source}")]
     Rule {
         operation: &'static str,
         target: String,
-        source: OwnershipError,
+        source: Box<OwnershipError>,
     },
     #[error("{what} does not exist")]
     Missing { what: String },
@@ -64,7 +64,7 @@ impl StoreError {
     pub(crate) fn redb<E: Into<redb::Error>>(step: &'static str) -> impl FnOnce(E) -> Self {
         move |e| Self::Redb {
             step,
-            source: e.into(),
+            source: Box::new(e.into()),
         }
     }
 }

@@ -19,11 +19,12 @@ pub struct StoreLedger<'s, 'l> {
 impl<'s, 'l> StoreLedger<'s, 'l> {
     pub fn new(store: &'s DomainStore<'l>, target: SlotTarget) -> Result<Self, StoreError> {
         let generation = target.generation();
-        let document = store
-            .generation_document(generation)?
-            .ok_or_else(|| StoreError::Missing {
-                what: format!("generation {generation}"),
-            })?;
+        let document =
+            store
+                .generation_document(generation)?
+                .ok_or_else(|| StoreError::Missing {
+                    what: format!("generation {generation}"),
+                })?;
         let g = document.generation;
         Ok(Self {
             store,
@@ -37,11 +38,18 @@ impl<'s, 'l> StoreLedger<'s, 'l> {
         })
     }
 
-    fn check_unassigned(&self, phase: Option<&PersistedHostProcessOwnership>) -> Result<(), StoreError> {
+    fn check_unassigned(
+        &self,
+        phase: Option<&PersistedHostProcessOwnership>,
+    ) -> Result<(), StoreError> {
         match phase {
             None | Some(PersistedHostProcessOwnership::Unassigned) => Ok(()),
             Some(other) => Err(StoreError::Exists {
-                what: format!("{} ownership in slot {:?}", other.phase_name(), self.target.slot()),
+                what: format!(
+                    "{} ownership in slot {:?}",
+                    other.phase_name(),
+                    self.target.slot()
+                ),
             }),
         }
     }
@@ -55,9 +63,11 @@ impl AcquisitionLedger for StoreLedger<'_, '_> {
     fn persist_intent(&mut self) -> Result<(), LedgerError> {
         match self.target {
             SlotTarget::Participant { generation, slot } => {
-                let role = slot.participant_role().ok_or_else(|| StoreError::Mismatch {
-                    what: format!("slot {slot:?} (not a participant slot)"),
-                })?;
+                let role = slot
+                    .participant_role()
+                    .ok_or_else(|| StoreError::Mismatch {
+                        what: format!("slot {slot:?} (not a participant slot)"),
+                    })?;
                 match self.store.participant(generation, role)? {
                     None => self
                         .store
@@ -67,7 +77,10 @@ impl AcquisitionLedger for StoreLedger<'_, '_> {
                     }
                     Some(p) => {
                         return Err(StoreError::Mismatch {
-                            what: format!("participant {role:?} in state {:?} (not Intent)", p.state),
+                            what: format!(
+                                "participant {role:?} in state {:?} (not Intent)",
+                                p.state
+                            ),
                         }
                         .into())
                     }
@@ -78,9 +91,10 @@ impl AcquisitionLedger for StoreLedger<'_, '_> {
                 session,
                 slot,
             } => match self.store.terminal(generation, session)? {
-                None => self
-                    .store
-                    .apply(&[StoreOp::InsertTerminalIntent { generation, session }])?,
+                None => self.store.apply(&[StoreOp::InsertTerminalIntent {
+                    generation,
+                    session,
+                }])?,
                 Some(t) if t.state == SessionTerminalState::Intent => {
                     let phase = match slot {
                         lazaret_runtime::records::process::HostProcessOwnershipSlot::SessionTerminalHostCoordinator => &t.snapshot.host_coordinator,
@@ -90,7 +104,10 @@ impl AcquisitionLedger for StoreLedger<'_, '_> {
                 }
                 Some(t) => {
                     return Err(StoreError::Mismatch {
-                        what: format!("session terminal {session} in state {:?} (not Intent)", t.state),
+                        what: format!(
+                            "session terminal {session} in state {:?} (not Intent)",
+                            t.state
+                        ),
                     }
                     .into())
                 }

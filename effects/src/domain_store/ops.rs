@@ -141,7 +141,9 @@ pub(crate) fn get<K: redb::Key + 'static, T: DeserializeOwned>(
     key: K::SelfType<'_>,
     key_text: &dyn Fn() -> String,
 ) -> Result<Option<T>, StoreError> {
-    let table = txn.open_table(def).map_err(StoreError::redb("open table"))?;
+    let table = txn
+        .open_table(def)
+        .map_err(StoreError::redb("open table"))?;
     let Some(bytes) = table.get(key).map_err(StoreError::redb("read row"))? else {
         return Ok(None);
     };
@@ -162,7 +164,9 @@ fn put<K: redb::Key + 'static, T: Serialize>(
     value: &T,
 ) -> Result<(), StoreError> {
     let bytes = codec::encode(name, value)?;
-    let mut table = txn.open_table(def).map_err(StoreError::redb("open table"))?;
+    let mut table = txn
+        .open_table(def)
+        .map_err(StoreError::redb("open table"))?;
     table
         .insert(key, bytes.as_slice())
         .map_err(StoreError::redb("write row"))?;
@@ -170,10 +174,11 @@ fn put<K: redb::Key + 'static, T: Serialize>(
 }
 
 fn generation(txn: &WriteTransaction, id: GenerationId) -> Result<Generation, StoreError> {
-    get(txn, tables::GENERATIONS, "generation", id.0, &|| id.to_string())?.ok_or_else(|| {
-        StoreError::Missing {
-            what: format!("generation {id}"),
-        }
+    get(txn, tables::GENERATIONS, "generation", id.0, &|| {
+        id.to_string()
+    })?
+    .ok_or_else(|| StoreError::Missing {
+        what: format!("generation {id}"),
     })
 }
 
@@ -215,14 +220,11 @@ fn rule(op: &StoreOp, target: String) -> impl FnOnce(OwnershipError) -> StoreErr
     move |source| StoreError::Rule {
         operation: op.name(),
         target,
-        source,
+        source: Box::new(source),
     }
 }
 
-fn slot_phase(
-    identity: PidfsProcessIdentityV1,
-    commit: bool,
-) -> PersistedHostProcessOwnership {
+fn slot_phase(identity: PidfsProcessIdentityV1, commit: bool) -> PersistedHostProcessOwnership {
     if commit {
         PersistedHostProcessOwnership::Committed(HostProcessIdentity { identity })
     } else {
@@ -241,11 +243,16 @@ fn set_slot(
     let phase = slot_phase(identity, commit);
     match target {
         SlotTarget::Participant { generation, slot } => {
-            let role = slot.participant_role().ok_or_else(|| StoreError::Mismatch {
-                what: format!("slot {slot:?} (not a participant slot)"),
-            })?;
+            let role = slot
+                .participant_role()
+                .ok_or_else(|| StoreError::Mismatch {
+                    what: format!("slot {slot:?} (not a participant slot)"),
+                })?;
             let row = participant_row(txn, generation, role)?;
-            let mut snapshot = row.ownership.clone().unwrap_or_else(|| role.empty_snapshot());
+            let mut snapshot = row
+                .ownership
+                .clone()
+                .unwrap_or_else(|| role.empty_snapshot());
             let Some(cell) = snapshot.slot_mut(slot) else {
                 return Err(StoreError::Mismatch {
                     what: format!("slot {slot:?} of role {role:?}"),
@@ -254,7 +261,13 @@ fn set_slot(
             *cell = phase;
             let next = participant::apply(&row, &ParticipantOp::Acquire(snapshot), ctx)
                 .map_err(rule(op, format!("{generation}/{role:?}/{slot:?}")))?;
-            put(txn, tables::PARTICIPANTS, "participant", (generation.0, role.key()), &next)
+            put(
+                txn,
+                tables::PARTICIPANTS,
+                "participant",
+                (generation.0, role.key()),
+                &next,
+            )
         }
         SlotTarget::Terminal {
             generation,
@@ -291,7 +304,10 @@ impl DomainStore<'_> {
     /// Applies `ops` in one atomic write transaction: all or nothing.
     pub fn apply(&self, ops: &[StoreOp]) -> Result<(), StoreError> {
         let _span = tracing::debug_span!("domain_store_transaction", ops = ops.len()).entered();
-        let txn = self.db.begin_write().map_err(StoreError::redb("begin write"))?;
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(StoreError::redb("begin write"))?;
         for op in ops {
             self.apply_one(&txn, op)?;
         }
@@ -302,7 +318,9 @@ impl DomainStore<'_> {
         let boot = self.current_boot;
         match op {
             StoreOp::PutDomain(domain) => {
-                match get::<u8, Domain>(txn, tables::DOMAIN, "domain", DOMAIN_KEY, &|| "domain".into())? {
+                match get::<u8, Domain>(txn, tables::DOMAIN, "domain", DOMAIN_KEY, &|| {
+                    "domain".into()
+                })? {
                     Some(stored) if stored == *domain => Ok(()),
                     Some(_) => Err(StoreError::Mismatch {
                         what: format!("Domain {}", domain.domain_id),
@@ -311,80 +329,196 @@ impl DomainStore<'_> {
                 }
             }
             StoreOp::InsertGeneration(g) => {
-                let domain: Domain = get(txn, tables::DOMAIN, "domain", DOMAIN_KEY, &|| "domain".into())?
-                    .ok_or_else(|| StoreError::Missing { what: "the Domain record".into() })?;
+                let domain: Domain = get(txn, tables::DOMAIN, "domain", DOMAIN_KEY, &|| {
+                    "domain".into()
+                })?
+                .ok_or_else(|| StoreError::Missing {
+                    what: "the Domain record".into(),
+                })?;
                 if domain.domain_id != g.domain_id {
                     return Err(StoreError::Mismatch {
                         what: format!("generation {} Domain ID", g.generation_id),
                     });
                 }
-                if get::<u64, Generation>(txn, tables::GENERATIONS, "generation", g.generation_id.0, &|| g.generation_id.to_string())?.is_some() {
-                    return Err(StoreError::Exists { what: format!("generation {}", g.generation_id) });
+                if get::<u64, Generation>(
+                    txn,
+                    tables::GENERATIONS,
+                    "generation",
+                    g.generation_id.0,
+                    &|| g.generation_id.to_string(),
+                )?
+                .is_some()
+                {
+                    return Err(StoreError::Exists {
+                        what: format!("generation {}", g.generation_id),
+                    });
                 }
                 put(txn, tables::GENERATIONS, "generation", g.generation_id.0, g)
             }
-            StoreOp::SetDurableDecision { generation: id, decision } => {
+            StoreOp::SetDurableDecision {
+                generation: id,
+                decision,
+            } => {
                 let mut g = generation(txn, *id)?;
                 g.durable_decision = decision.clone();
                 put(txn, tables::GENERATIONS, "generation", id.0, &g)
             }
-            StoreOp::InsertParticipantIntent { generation: id, role } => {
+            StoreOp::InsertParticipantIntent {
+                generation: id,
+                role,
+            } => {
                 generation(txn, *id)?;
                 let key = (id.0, role.key());
-                if get::<(u64, u8), Participant>(txn, tables::PARTICIPANTS, "participant", key, &|| format!("{id}/{role:?}"))?.is_some() {
-                    return Err(StoreError::Exists { what: format!("participant {role:?} of generation {id}") });
+                if get::<(u64, u8), Participant>(
+                    txn,
+                    tables::PARTICIPANTS,
+                    "participant",
+                    key,
+                    &|| format!("{id}/{role:?}"),
+                )?
+                .is_some()
+                {
+                    return Err(StoreError::Exists {
+                        what: format!("participant {role:?} of generation {id}"),
+                    });
                 }
-                put(txn, tables::PARTICIPANTS, "participant", key, &participant::bare_intent(*id, *role))
+                put(
+                    txn,
+                    tables::PARTICIPANTS,
+                    "participant",
+                    key,
+                    &participant::bare_intent(*id, *role),
+                )
             }
-            StoreOp::Participant { generation: id, role, op: pop } => {
+            StoreOp::Participant {
+                generation: id,
+                role,
+                op: pop,
+            } => {
                 let g = generation(txn, *id)?;
-                let ctx = RuleContext { current_boot: boot, generation: &g };
+                let ctx = RuleContext {
+                    current_boot: boot,
+                    generation: &g,
+                };
                 let row = participant_row(txn, *id, *role)?;
-                let next = participant::apply(&row, pop, &ctx).map_err(rule(op, format!("{id}/{role:?}")))?;
-                put(txn, tables::PARTICIPANTS, "participant", (id.0, role.key()), &next)
+                let next = participant::apply(&row, pop, &ctx)
+                    .map_err(rule(op, format!("{id}/{role:?}")))?;
+                put(
+                    txn,
+                    tables::PARTICIPANTS,
+                    "participant",
+                    (id.0, role.key()),
+                    &next,
+                )
             }
-            StoreOp::StageProcess { target, identity } | StoreOp::CommitProcess { target, identity } => {
+            StoreOp::StageProcess { target, identity }
+            | StoreOp::CommitProcess { target, identity } => {
                 let g = generation(txn, target.generation())?;
-                let ctx = RuleContext { current_boot: boot, generation: &g };
+                let ctx = RuleContext {
+                    current_boot: boot,
+                    generation: &g,
+                };
                 let commit = matches!(op, StoreOp::CommitProcess { .. });
                 set_slot(txn, op, *target, *identity, commit, &ctx)
             }
             StoreOp::InsertSession(s) => {
                 generation(txn, s.generation_id)?;
                 let key = (s.generation_id.0, session_key(s.session_id));
-                if get::<(u64, u128), Session>(txn, tables::SESSIONS, "session", key, &|| s.session_id.to_string())?.is_some() {
-                    return Err(StoreError::Exists { what: format!("session {}", s.session_id) });
+                if get::<(u64, u128), Session>(txn, tables::SESSIONS, "session", key, &|| {
+                    s.session_id.to_string()
+                })?
+                .is_some()
+                {
+                    return Err(StoreError::Exists {
+                        what: format!("session {}", s.session_id),
+                    });
                 }
                 put(txn, tables::SESSIONS, "session", key, s)
             }
-            StoreOp::SetSessionPhase { generation: id, session, phase } => {
+            StoreOp::SetSessionPhase {
+                generation: id,
+                session,
+                phase,
+            } => {
                 let key = (id.0, session_key(*session));
-                let mut s: Session = get(txn, tables::SESSIONS, "session", key, &|| session.to_string())?
-                    .ok_or_else(|| StoreError::Missing { what: format!("session {session} of generation {id}") })?;
+                let mut s: Session = get(txn, tables::SESSIONS, "session", key, &|| {
+                    session.to_string()
+                })?
+                .ok_or_else(|| StoreError::Missing {
+                    what: format!("session {session} of generation {id}"),
+                })?;
                 s.session_phase = phase.clone();
                 put(txn, tables::SESSIONS, "session", key, &s)
             }
-            StoreOp::InsertTerminalIntent { generation: id, session } => {
+            StoreOp::InsertTerminalIntent {
+                generation: id,
+                session,
+            } => {
                 let key = (id.0, session_key(*session));
-                if get::<(u64, u128), Session>(txn, tables::SESSIONS, "session", key, &|| session.to_string())?.is_none() {
-                    return Err(StoreError::Missing { what: format!("session {session} of generation {id}") });
+                if get::<(u64, u128), Session>(txn, tables::SESSIONS, "session", key, &|| {
+                    session.to_string()
+                })?
+                .is_none()
+                {
+                    return Err(StoreError::Missing {
+                        what: format!("session {session} of generation {id}"),
+                    });
                 }
-                if get::<(u64, u128), SessionTerminal>(txn, tables::TERMINALS, "session terminal", key, &|| session.to_string())?.is_some() {
-                    return Err(StoreError::Exists { what: format!("session terminal {session}") });
+                if get::<(u64, u128), SessionTerminal>(
+                    txn,
+                    tables::TERMINALS,
+                    "session terminal",
+                    key,
+                    &|| session.to_string(),
+                )?
+                .is_some()
+                {
+                    return Err(StoreError::Exists {
+                        what: format!("session terminal {session}"),
+                    });
                 }
-                put(txn, tables::TERMINALS, "session terminal", key, &terminal::bare_intent(*id, *session))
+                put(
+                    txn,
+                    tables::TERMINALS,
+                    "session terminal",
+                    key,
+                    &terminal::bare_intent(*id, *session),
+                )
             }
-            StoreOp::Terminal { generation: id, session, op: top } => {
+            StoreOp::Terminal {
+                generation: id,
+                session,
+                op: top,
+            } => {
                 let g = generation(txn, *id)?;
-                let ctx = RuleContext { current_boot: boot, generation: &g };
+                let ctx = RuleContext {
+                    current_boot: boot,
+                    generation: &g,
+                };
                 let row = terminal_row(txn, *id, *session)?;
-                let next = terminal::apply(&row, top, &ctx).map_err(rule(op, format!("{id}/{session}")))?;
-                put(txn, tables::TERMINALS, "session terminal", (id.0, session_key(*session)), &next)
+                let next = terminal::apply(&row, top, &ctx)
+                    .map_err(rule(op, format!("{id}/{session}")))?;
+                put(
+                    txn,
+                    tables::TERMINALS,
+                    "session terminal",
+                    (id.0, session_key(*session)),
+                    &next,
+                )
             }
-            StoreOp::InsertMailbox { generation: id, identity_path, inbox_path, outbox_path } => {
+            StoreOp::InsertMailbox {
+                generation: id,
+                identity_path,
+                inbox_path,
+                outbox_path,
+            } => {
                 generation(txn, *id)?;
-                if get::<u64, Mailbox>(txn, tables::MAILBOXES, "mailbox", id.0, &|| id.to_string())?.is_some() {
-                    return Err(StoreError::Exists { what: format!("mailbox of generation {id}") });
+                if get::<u64, Mailbox>(txn, tables::MAILBOXES, "mailbox", id.0, &|| id.to_string())?
+                    .is_some()
+                {
+                    return Err(StoreError::Exists {
+                        what: format!("mailbox of generation {id}"),
+                    });
                 }
                 let m = Mailbox {
                     generation_id: *id,
@@ -395,9 +529,14 @@ impl DomainStore<'_> {
                 };
                 put(txn, tables::MAILBOXES, "mailbox", id.0, &m)
             }
-            StoreOp::Mailbox { generation: id, op: mop } => {
+            StoreOp::Mailbox {
+                generation: id,
+                op: mop,
+            } => {
                 let m: Mailbox = get(txn, tables::MAILBOXES, "mailbox", id.0, &|| id.to_string())?
-                    .ok_or_else(|| StoreError::Missing { what: format!("mailbox of generation {id}") })?;
+                    .ok_or_else(|| StoreError::Missing {
+                        what: format!("mailbox of generation {id}"),
+                    })?;
                 let next = mailbox::apply(&m, *mop).map_err(rule(op, format!("mailbox {id}")))?;
                 put(txn, tables::MAILBOXES, "mailbox", id.0, &next)
             }

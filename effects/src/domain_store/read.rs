@@ -71,14 +71,21 @@ fn key_check(ok: bool, table: &'static str, key: &str) -> Result<(), StoreError>
 impl DomainStore<'_> {
     /// Reads and validates the whole durable document in one snapshot.
     pub fn document(&self) -> Result<DomainDocument, StoreError> {
-        let txn = self.db.begin_read().map_err(StoreError::redb("begin read"))?;
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(StoreError::redb("begin read"))?;
         let domain = rows::<u8, Domain>(&txn, tables::DOMAIN, "domain")?
             .into_iter()
             .find(|(k, _)| *k == format!("{DOMAIN_KEY:?}"))
             .map(|(_, d)| d);
         let mut generations = Vec::new();
         for (key, generation) in rows::<u64, Generation>(&txn, tables::GENERATIONS, "generation")? {
-            key_check(key == format!("{:?}", generation.generation_id.0), "generations", &key)?;
+            key_check(
+                key == format!("{:?}", generation.generation_id.0),
+                "generations",
+                &key,
+            )?;
             if domain.as_ref().map(|d| d.domain_id) != Some(generation.domain_id) {
                 return Err(StoreError::Mismatch {
                     what: format!("generation {} Domain ID", generation.generation_id),
@@ -100,26 +107,46 @@ impl DomainStore<'_> {
             })
         };
         for (key, p) in rows::<(u64, u8), Participant>(&txn, tables::PARTICIPANTS, "participant")? {
-            key_check(key == format!("{:?}", (p.generation_id.0, p.role.key())), "participants", &key)?;
+            key_check(
+                key == format!("{:?}", (p.generation_id.0, p.role.key())),
+                "participants",
+                &key,
+            )?;
             participant::check_wellformed(&p).map_err(|source| StoreError::IllegalRow {
                 table: "participants",
                 key: key.clone(),
-                source,
+                source: Box::new(source),
             })?;
             let i = find(&mut generations, p.generation_id, "participants", &key)?;
             generations[i].participants.push(p);
         }
         for (key, s) in rows::<(u64, u128), Session>(&txn, tables::SESSIONS, "session")? {
-            key_check(key == format!("{:?}", (s.generation_id.0, super::ops::session_key(s.session_id))), "sessions", &key)?;
+            key_check(
+                key == format!(
+                    "{:?}",
+                    (s.generation_id.0, super::ops::session_key(s.session_id))
+                ),
+                "sessions",
+                &key,
+            )?;
             let i = find(&mut generations, s.generation_id, "sessions", &key)?;
             generations[i].sessions.push(s);
         }
-        for (key, t) in rows::<(u64, u128), SessionTerminal>(&txn, tables::TERMINALS, "session terminal")? {
-            key_check(key == format!("{:?}", (t.generation_id.0, super::ops::session_key(t.session_id))), "session_terminals", &key)?;
+        for (key, t) in
+            rows::<(u64, u128), SessionTerminal>(&txn, tables::TERMINALS, "session terminal")?
+        {
+            key_check(
+                key == format!(
+                    "{:?}",
+                    (t.generation_id.0, super::ops::session_key(t.session_id))
+                ),
+                "session_terminals",
+                &key,
+            )?;
             terminal::check_wellformed(&t).map_err(|source| StoreError::IllegalRow {
                 table: "session_terminals",
                 key: key.clone(),
-                source,
+                source: Box::new(source),
             })?;
             let i = find(&mut generations, t.generation_id, "session_terminals", &key)?;
             generations[i].terminals.push(t);
@@ -129,7 +156,10 @@ impl DomainStore<'_> {
             let i = find(&mut generations, m.generation_id, "mailboxes", &key)?;
             generations[i].mailbox = Some(m);
         }
-        Ok(DomainDocument { domain, generations })
+        Ok(DomainDocument {
+            domain,
+            generations,
+        })
     }
 
     /// One participant row (validated), if present.

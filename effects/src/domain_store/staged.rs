@@ -9,7 +9,10 @@ use lazaret_runtime::records::process::{
 
 /// Decodes (version first), checks the tuple names this Domain, generation
 /// and coordinator, stages it durably and returns the acknowledgement bytes.
-pub fn accept_staged_ownership(store: &DomainStore<'_>, message: &[u8]) -> Result<Vec<u8>, StoreError> {
+pub fn accept_staged_ownership(
+    store: &DomainStore<'_>,
+    message: &[u8],
+) -> Result<Vec<u8>, StoreError> {
     let staged = StagedProcessOwnership::decode(message)?;
     let document = store
         .generation_document(staged.generation_id)?
@@ -27,7 +30,10 @@ pub fn accept_staged_ownership(store: &DomainStore<'_>, message: &[u8]) -> Resul
     }
     if staged.slot.participant_role().is_none() {
         return Err(StoreError::Mismatch {
-            what: format!("slot {:?} (RS-launched children fill participant slots)", staged.slot),
+            what: format!(
+                "slot {:?} (RS-launched children fill participant slots)",
+                staged.slot
+            ),
         });
     }
     store.apply(&[StoreOp::StageProcess {

@@ -1,12 +1,12 @@
 //! A recording fake of [`ProcessSys`] with a scripted process table.
 use super::{ChildState, Pidfd, ProcessSys, Signal, WaitMode};
 use crate::broker::sys::{SpawnSys, WrapperSpawn, WrapperSys};
-use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use lazaret_runtime::records::process::{BootId, HostPid, PidfsDev, PidfsIno};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// One recorded call with its typed arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]

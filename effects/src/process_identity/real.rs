@@ -53,7 +53,12 @@ impl ProcessSys for RealProcessSys {
     }
 
     fn own_pid(&self) -> HostPid {
-        HostPid(rustix::process::getpid().as_raw_nonzero().get().unsigned_abs())
+        HostPid(
+            rustix::process::getpid()
+                .as_raw_nonzero()
+                .get()
+                .unsigned_abs(),
+        )
     }
 
     fn pidfd_open(&self, pid: HostPid) -> io::Result<Pidfd> {

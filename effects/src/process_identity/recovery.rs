@@ -31,7 +31,11 @@ pub enum RecoveryRefusal {
         observed: PidfsProcessAuthorityV1,
     },
     #[error("start time of PID {pid} is {observed}, recorded {recorded}")]
-    StartTimeMismatch { pid: u32, recorded: u64, observed: u64 },
+    StartTimeMismatch {
+        pid: u32,
+        recorded: u64,
+        observed: u64,
+    },
     #[error("cannot read the start time of PID {pid}: {source}")]
     StartTimeUnreadable { pid: u32, source: io::Error },
 }
