@@ -150,3 +150,21 @@ impl WrapperSys for RealProcessSys {
         Command::new(program).args(args).exec()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::sigchld_ignored_in;
+
+    #[test]
+    fn sigchld_is_bit_sixteen_of_sigign() {
+        assert!(matches!(
+            sigchld_ignored_in("SigQ:\t0/1\nSigIgn:\t0000000000010000\n"),
+            Ok(true)
+        ));
+        assert!(matches!(
+            sigchld_ignored_in("SigIgn:\t0000000000001000\n"),
+            Ok(false)
+        ));
+        assert!(sigchld_ignored_in("SigBlk:\t0\n").is_err());
+    }
+}
