@@ -41,6 +41,18 @@ pub struct DomainStore<'lock> {
     _lock: &'lock DomainLock,
 }
 
+/// The store lives in the Domain Root beside the lock file it is opened under.
+fn check_lock_pairing(lock: &DomainLock, path: &Path) -> Result<(), StoreError> {
+    if lock.path().parent() == path.parent() {
+        Ok(())
+    } else {
+        Err(StoreError::LockElsewhere {
+            path: path.to_owned(),
+            lock: lock.path().to_owned(),
+        })
+    }
+}
+
 impl<'lock> DomainStore<'lock> {
     /// Creates a new store file with v1 metadata (refuses an existing file).
     pub fn create(
@@ -48,6 +60,7 @@ impl<'lock> DomainStore<'lock> {
         path: &Path,
         current_boot: BootId,
     ) -> Result<Self, StoreError> {
+        check_lock_pairing(lock, path)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -92,6 +105,7 @@ impl<'lock> DomainStore<'lock> {
         path: &Path,
         current_boot: BootId,
     ) -> Result<Self, StoreError> {
+        check_lock_pairing(lock, path)?;
         if !path.is_file() {
             return Err(StoreError::Missing {
                 what: format!("Domain Store file {}", path.display()),

@@ -97,8 +97,11 @@ pub trait ProcessSys {
     fn start_time(&self, pid: HostPid) -> io::Result<u64>;
     /// `waitid(P_PIDFD, pidfd, ...)`.
     fn waitid(&self, pidfd: &Pidfd, mode: WaitMode) -> io::Result<ChildState>;
-    /// `pidfd_send_signal(pidfd, signal, NULL, 0)`.
-    fn pidfd_send_signal(&self, pidfd: &Pidfd, signal: Signal) -> io::Result<()>;
+    /// `pidfd_send_signal(pidfd, signal, NULL, 0)` on the retained pidfd of
+    /// an exactly acquired or exactly matched process. Taking a
+    /// [`ProcessHandle`] (not a bare [`Pidfd`]) makes reopen-and-signal by
+    /// PID impossible: `pidfd_open` alone never yields a handle.
+    fn pidfd_send_signal(&self, target: &ProcessHandle, signal: Signal) -> io::Result<()>;
 }
 
 /// Why a pidfs identity could not be formed from a descriptor.
@@ -175,13 +178,18 @@ impl ProcessHandle {
         &self.identity
     }
 
+    /// The retained descriptor (for [`ProcessSys`] implementations).
+    pub fn pidfd(&self) -> &Pidfd {
+        &self.pidfd
+    }
+
     /// Signals through the retained descriptor; `ESRCH` and every other error
     /// are returned, never retried by PID.
     pub fn signal<S: ProcessSys>(&self, sys: &S, signal: Signal) -> io::Result<()> {
         let _span =
             tracing::debug_span!("pidfd_send_signal", pid = self.identity.host_pid.0, ?signal)
                 .entered();
-        sys.pidfd_send_signal(&self.pidfd, signal)
+        sys.pidfd_send_signal(self, signal)
     }
 
     /// Observes without reaping.

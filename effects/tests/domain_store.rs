@@ -154,6 +154,13 @@ fn a_store_round_trip_survives_reopen() {
         after.generations[0].mailbox.as_ref().unwrap().state,
         ParticipantState::Committed
     );
+    // A lock held for another directory does not open this store.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other_lock = DomainLock::try_acquire(&elsewhere.path().join("domain.lock")).unwrap();
+    assert!(matches!(
+        DomainStore::open(&other_lock, &path, BOOT),
+        Err(StoreError::LockElsewhere { .. })
+    ));
     // Creating over an existing file is refused, never truncating it.
     assert!(matches!(
         DomainStore::create(&lock, &path, BOOT),

@@ -48,9 +48,15 @@ impl<L: CoordinatorLink> AcquisitionLedger for RemoteLedger<L> {
         staged: &StagedProcessOwnership,
     ) -> Result<DurablyStaged, LedgerError> {
         self.gate.arm(*staged)?;
-        self.link
-            .send_staged(&staged.encode()?)
-            .map_err(LedgerError::Link)?;
+        let sent = staged
+            .encode()
+            .map_err(LedgerError::from)
+            .and_then(|m| self.link.send_staged(&m).map_err(LedgerError::Link));
+        if let Err(e) = sent {
+            // Nothing can acknowledge this barrier any more.
+            self.gate.lost();
+            return Err(e);
+        }
         match self.link.receive_ack().map_err(LedgerError::Link)? {
             None => Err(self.gate.lost().into()),
             Some(bytes) => Ok(DurablyStaged::new(self.gate.receive(&bytes)?)),

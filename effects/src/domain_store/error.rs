@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    #[error("Domain Store {path} is not in the directory of the held Domain lock {lock}")]
+    LockElsewhere { path: PathBuf, lock: PathBuf },
     #[error("cannot create the Domain Store file {path}: {source}")]
     CreateFile { path: PathBuf, source: io::Error },
     #[error("cannot open the Domain Store {path}: {source}")]

@@ -5,7 +5,9 @@ use super::ops::SlotTarget;
 use super::{DomainStore, StoreError, StoreOp};
 use crate::broker::ledger::{AcquisitionLedger, DurablyStaged, LedgerError, StagingContext};
 use lazaret_runtime::records::participant::ParticipantState;
-use lazaret_runtime::records::process::{PersistedHostProcessOwnership, StagedProcessOwnership};
+use lazaret_runtime::records::process::{
+    HostProcessOwnershipSlot, PersistedHostProcessOwnership, StagedProcessOwnership,
+};
 use lazaret_runtime::records::terminal::SessionTerminalState;
 
 /// Stages one acquisition into one slot of the store.
@@ -97,8 +99,18 @@ impl AcquisitionLedger for StoreLedger<'_, '_> {
                 }])?,
                 Some(t) if t.state == SessionTerminalState::Intent => {
                     let phase = match slot {
-                        lazaret_runtime::records::process::HostProcessOwnershipSlot::SessionTerminalHostCoordinator => &t.snapshot.host_coordinator,
-                        _ => &t.snapshot.exec_client,
+                        HostProcessOwnershipSlot::SessionTerminalHostCoordinator => {
+                            &t.snapshot.host_coordinator
+                        }
+                        HostProcessOwnershipSlot::SessionTerminalExecClient => {
+                            &t.snapshot.exec_client
+                        }
+                        other => {
+                            return Err(StoreError::Mismatch {
+                                what: format!("slot {other:?} (not a session terminal slot)"),
+                            }
+                            .into())
+                        }
                     };
                     self.check_unassigned(Some(phase))?
                 }

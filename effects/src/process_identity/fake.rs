@@ -1,5 +1,5 @@
 //! A recording fake of [`ProcessSys`] with a scripted process table.
-use super::{ChildState, Pidfd, ProcessSys, Signal, WaitMode};
+use super::{ChildState, Pidfd, ProcessHandle, ProcessSys, Signal, WaitMode};
 use crate::broker::sys::{SpawnSys, WrapperSpawn, WrapperSys};
 use lazaret_runtime::records::process::{BootId, HostPid, PidfsDev, PidfsIno};
 use std::cell::RefCell;
@@ -138,9 +138,10 @@ impl ProcessSys for FakeProcessSys {
         Ok(self.lookup(pidfd.locator())?.state)
     }
 
-    fn pidfd_send_signal(&self, pidfd: &Pidfd, signal: Signal) -> io::Result<()> {
-        self.record(Call::Signal(pidfd.locator(), signal));
-        self.lookup(pidfd.locator()).map(|_| ())
+    fn pidfd_send_signal(&self, target: &ProcessHandle, signal: Signal) -> io::Result<()> {
+        let pid = target.pidfd().locator();
+        self.record(Call::Signal(pid, signal));
+        self.lookup(pid).map(|_| ())
     }
 }
 

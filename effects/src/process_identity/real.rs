@@ -1,5 +1,5 @@
 //! The kernel implementation of [`ProcessSys`].
-use super::{ChildState, Pidfd, ProcessSys, Signal, WaitMode};
+use super::{ChildState, Pidfd, ProcessHandle, ProcessSys, Signal, WaitMode};
 use lazaret_runtime::records::process::{BootId, HostPid, PidfsDev, PidfsIno};
 use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions};
 use std::io;
@@ -98,8 +98,8 @@ impl ProcessSys for RealProcessSys {
         }
     }
 
-    fn pidfd_send_signal(&self, pidfd: &Pidfd, signal: Signal) -> io::Result<()> {
-        rustix::process::pidfd_send_signal(pidfd, rustix_signal(signal))?;
+    fn pidfd_send_signal(&self, target: &ProcessHandle, signal: Signal) -> io::Result<()> {
+        rustix::process::pidfd_send_signal(target.pidfd(), rustix_signal(signal))?;
         Ok(())
     }
 }
