@@ -1,11 +1,40 @@
 //! The `lazaret` command.
-use clap::Parser;
+mod cmd_internal_wrapper;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 /// Lazaret: a rootless gVisor sandbox for AI coding agents.
 #[derive(Debug, Parser)]
 #[command(name = "lazaret", version)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
 
-fn main() {
-    let _cli = Cli::parse();
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Internal: the launch-barrier wrapper every Lazaret-owned child is
+    /// spawned through (spec 3.3 step 3). Not for direct use.
+    #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
+    InternalWrapper(cmd_internal_wrapper::WrapperCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::InternalWrapper(args)) => cmd_internal_wrapper::run(args),
+        None => ExitCode::SUCCESS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

@@ -1,1 +1,3 @@
 //! The sans-IO core of Lazaret. No syscalls, clocks or randomness.
+pub mod ownership;
+pub mod records;

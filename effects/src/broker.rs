@@ -1,0 +1,310 @@
+//! The causal child acquisition broker (spec 3.3, the nine steps; spec 3.4
+//! terminal acquisition step 2). One broker per process owns every spawn and
+//! reap of Lazaret-owned children; acquisition takes `&mut self`, which is the
+//! process-wide spawn/reap exclusion, and children are reaped only through
+//! their retained pidfds.
+pub mod ledger;
+pub mod remote;
+pub mod sys;
+pub mod wrapper;
+
+use crate::process_identity::{
+    identity_of, pidfs_authority, ChildState, IdentityError, ProcessHandle, Signal,
+};
+use lazaret_runtime::records::process::{
+    HostPid, PidfsProcessAuthorityV1, ProcessOwnershipMessageVersion, StagedProcessOwnership,
+};
+use ledger::{AcquisitionLedger, LedgerError};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use sys::{SpawnSys, TargetCommand, WrapperSpawn};
+
+static CLAIMED: AtomicBool = AtomicBool::new(false);
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("this process already has its child acquisition broker")]
+    AlreadyClaimed,
+    #[error("SIGCHLD is ignored in this process, so the kernel would auto-reap children; the broker requires the default disposition")]
+    SigchldIgnored,
+    #[error("cannot read this process's SIGCHLD disposition: {0}")]
+    SigchldUnreadable(io::Error),
+    #[error("cannot establish this process's own pidfs authority: {0}")]
+    OwnIdentity(String),
+    #[error("step 1 (durable intent) refused: {0}")]
+    Intent(LedgerError),
+    #[error("step 2 (launch barrier pipe) failed: {0}")]
+    BarrierPipe(io::Error),
+    #[error("step 3 (spawn the wrapper {program}) failed: {source}")]
+    Spawn { program: PathBuf, source: io::Error },
+    #[error("step 4 (pidfd_open of wrapper PID {pid}) failed: {source}")]
+    PidfdOpen { pid: u32, source: io::Error },
+    #[error("step 4 (waitid WNOWAIT on wrapper PID {pid}) failed: {source}")]
+    Waitid { pid: u32, source: io::Error },
+    #[error(
+        "step 4: the wrapper PID {pid} already exited ({state:?}) before its identity was taken"
+    )]
+    ChildExited { pid: u32, state: ChildState },
+    #[error("step 5 (pidfs identity) refused: {0}")]
+    Identity(#[from] IdentityError),
+    #[error("step 6 (staged ownership) refused; the barrier was closed: {0}")]
+    Staged(LedgerError),
+    #[error("step 6: the ledger confirmed {confirmed:?}, not the staged tuple {staged:?}")]
+    StagedMismatch {
+        staged: Box<StagedProcessOwnership>,
+        confirmed: Box<StagedProcessOwnership>,
+    },
+    #[error("step 7 (release the barrier) failed: {0}")]
+    Release(io::Error),
+    #[error("step 9: target readiness failed: {0}")]
+    Readiness(String),
+    #[error("step 9 (committed ownership) refused: {0}")]
+    Committed(LedgerError),
+}
+
+/// A child whose exact staged ownership is durable and whose barrier was
+/// released. Staged ownership authorizes exact cleanup only.
+#[derive(Debug)]
+pub struct StagedChild {
+    handle: ProcessHandle,
+    staged: StagedProcessOwnership,
+}
+
+impl StagedChild {
+    pub fn handle(&self) -> &ProcessHandle {
+        &self.handle
+    }
+
+    pub fn staged(&self) -> &StagedProcessOwnership {
+        &self.staged
+    }
+}
+
+/// A child whose ownership is committed after target readiness.
+#[derive(Debug)]
+pub struct CommittedChild {
+    handle: ProcessHandle,
+    staged: StagedProcessOwnership,
+}
+
+impl CommittedChild {
+    pub fn handle(&self) -> &ProcessHandle {
+        &self.handle
+    }
+
+    pub fn ownership(&self) -> &StagedProcessOwnership {
+        &self.staged
+    }
+}
+
+/// Step 9 failed; the still-staged child comes back for exact cleanup.
+#[derive(Debug)]
+pub struct CommitFailure {
+    pub error: BrokerError,
+    pub child: StagedChild,
+}
+
+/// The per-process broker.
+#[derive(Debug)]
+pub struct Broker<S: SpawnSys> {
+    sys: S,
+    program: PathBuf,
+    own: PidfsProcessAuthorityV1,
+    last_refused: Option<ChildState>,
+}
+
+impl<S: SpawnSys> Drop for Broker<S> {
+    fn drop(&mut self) {
+        CLAIMED.store(false, Ordering::SeqCst);
+    }
+}
+
+impl<S: SpawnSys> Broker<S> {
+    /// Claims this process's single broker. `program` is the `lazaret` binary
+    /// whose hidden wrapper subcommand every child is spawned through.
+    pub fn claim(sys: S, program: PathBuf) -> Result<Self, BrokerError> {
+        if CLAIMED.swap(true, Ordering::SeqCst) {
+            return Err(BrokerError::AlreadyClaimed);
+        }
+        let release = |e| {
+            CLAIMED.store(false, Ordering::SeqCst);
+            e
+        };
+        match sys.sigchld_ignored() {
+            Ok(false) => {}
+            Ok(true) => return Err(release(BrokerError::SigchldIgnored)),
+            Err(e) => return Err(release(BrokerError::SigchldUnreadable(e))),
+        }
+        let own = (|| {
+            let boot = sys.boot_id().map_err(|e| e.to_string())?;
+            let pidfd = sys.pidfd_open(sys.own_pid()).map_err(|e| e.to_string())?;
+            pidfs_authority(&sys, &pidfd, boot).map_err(|e| e.to_string())
+        })()
+        .map_err(|e| release(BrokerError::OwnIdentity(e)))?;
+        Ok(Self {
+            sys,
+            program,
+            own,
+            last_refused: None,
+        })
+    }
+
+    pub fn sys(&self) -> &S {
+        &self.sys
+    }
+
+    /// This process's pidfs authority (what its wrappers recheck).
+    pub fn own_authority(&self) -> PidfsProcessAuthorityV1 {
+        self.own
+    }
+
+    /// Steps 1-7: returns once the child's exact staged ownership is durable
+    /// and its barrier released. On any refusal the barrier is closed (the
+    /// wrapper exits without exec) and the wrapper is reaped.
+    pub fn acquire<L: AcquisitionLedger>(
+        &mut self,
+        target: &TargetCommand,
+        ledger: &mut L,
+    ) -> Result<StagedChild, BrokerError> {
+        let context = ledger.context();
+        let _span = tracing::info_span!("CausalAcquire", slot = ?context.slot, generation = context.generation_id.0).entered();
+        ledger.persist_intent().map_err(BrokerError::Intent)?;
+        let (read, write) = self.sys.barrier_pipe().map_err(BrokerError::BarrierPipe)?;
+        let pid = self
+            .sys
+            .spawn_wrapper(&WrapperSpawn {
+                program: &self.program,
+                barrier: &read,
+                parent: self.own,
+                target,
+            })
+            .map_err(|source| BrokerError::Spawn {
+                program: self.program.clone(),
+                source,
+            })?;
+        // Only the wrapper holds the read end now.
+        drop(read);
+        let pidfd = match self.sys.pidfd_open(pid) {
+            Ok(pidfd) => pidfd,
+            Err(source) => {
+                drop(write);
+                if let Err(e) = self.sys.reap_unopened(pid) {
+                    tracing::warn!(pid = pid.0, error = %e, "cannot reap the refused wrapper");
+                }
+                return Err(BrokerError::PidfdOpen { pid: pid.0, source });
+            }
+        };
+        let staged = (|| {
+            match self
+                .sys
+                .waitid(&pidfd, crate::process_identity::WaitMode::Peek)
+            {
+                Ok(ChildState::Running) => {}
+                Ok(state) => return Err(BrokerError::ChildExited { pid: pid.0, state }),
+                Err(source) => return Err(BrokerError::Waitid { pid: pid.0, source }),
+            }
+            let identity = identity_of(&self.sys, &pidfd)?;
+            let staged = StagedProcessOwnership {
+                version: ProcessOwnershipMessageVersion::V1,
+                domain_id: context.domain_id,
+                generation_id: context.generation_id,
+                coordinator_id: context.coordinator_id,
+                slot: context.slot,
+                identity,
+            };
+            let confirmed = ledger
+                .persist_staged(&staged)
+                .map_err(BrokerError::Staged)?;
+            if *confirmed.staged() != staged {
+                return Err(BrokerError::StagedMismatch {
+                    staged: Box::new(staged),
+                    confirmed: Box::new(*confirmed.staged()),
+                });
+            }
+            Ok(staged)
+        })();
+        let staged = match staged {
+            Ok(staged) => staged,
+            Err(e) => {
+                drop(write);
+                self.reap_refused(pid, &pidfd);
+                return Err(e);
+            }
+        };
+        let message = wrapper::release_message(&staged.identity.authority);
+        if let Err(e) = self.sys.write_release(write, &message) {
+            self.reap_refused(pid, &pidfd);
+            return Err(BrokerError::Release(e));
+        }
+        Ok(StagedChild {
+            handle: ProcessHandle::new(pidfd, staged.identity),
+            staged,
+        })
+    }
+
+    fn reap_refused(&mut self, pid: HostPid, pidfd: &crate::process_identity::Pidfd) {
+        // The barrier is closed, so the wrapper exits without exec.
+        match self
+            .sys
+            .waitid(pidfd, crate::process_identity::WaitMode::Block)
+        {
+            Ok(state) => {
+                tracing::info!(pid = pid.0, ?state, "refused wrapper reaped");
+                self.last_refused = Some(state);
+            }
+            Err(e) => tracing::warn!(pid = pid.0, error = %e, "cannot reap the refused wrapper"),
+        }
+    }
+
+    /// How the last refused wrapper ended (diagnostics: 121 is barrier EOF).
+    pub fn last_refused_wrapper(&self) -> Option<ChildState> {
+        self.last_refused
+    }
+
+    /// Step 9: after the caller's target-specific readiness check, promotes
+    /// the exact staged identity to committed.
+    pub fn commit<L, R>(
+        &mut self,
+        child: StagedChild,
+        ledger: &mut L,
+        readiness: R,
+    ) -> Result<CommittedChild, Box<CommitFailure>>
+    where
+        L: AcquisitionLedger,
+        R: FnOnce(&S, &ProcessHandle) -> Result<(), String>,
+    {
+        let _span = tracing::info_span!("CommitOwnership", slot = ?child.staged.slot).entered();
+        if let Err(e) = readiness(&self.sys, &child.handle) {
+            return Err(Box::new(CommitFailure {
+                error: BrokerError::Readiness(e),
+                child,
+            }));
+        }
+        if let Err(e) = ledger.persist_committed(&child.staged) {
+            return Err(Box::new(CommitFailure {
+                error: BrokerError::Committed(e),
+                child,
+            }));
+        }
+        Ok(CommittedChild {
+            handle: child.handle,
+            staged: child.staged,
+        })
+    }
+
+    /// Signals through the retained pidfd only.
+    pub fn signal(&self, handle: &ProcessHandle, signal: Signal) -> io::Result<()> {
+        handle.signal(&self.sys, signal)
+    }
+
+    /// Blocks until the child exits and reaps it through its pidfd.
+    pub fn wait(&self, handle: &ProcessHandle) -> io::Result<ChildState> {
+        handle.wait(&self.sys)
+    }
+
+    /// Reaps the child if it has exited.
+    pub fn poll(&self, handle: &ProcessHandle) -> io::Result<ChildState> {
+        handle.poll(&self.sys)
+    }
+}

@@ -1,0 +1,71 @@
+//! The Runtime Supervisor side of step 6: staged ownership goes to HC, and
+//! the barrier may be released only by HC's exact echoed acknowledgement.
+use super::ledger::{AcquisitionLedger, DurablyStaged, LedgerError, StagingContext};
+use lazaret_runtime::ownership::ack::AckGate;
+use lazaret_runtime::records::process::StagedProcessOwnership;
+
+/// The authenticated generation channel from RS to HC (the transport arrives
+/// with the launch path). `receive_ack` returns `Ok(None)` when the deadline
+/// passes without an answer.
+pub trait CoordinatorLink {
+    fn confirm_intent(&mut self, context: &StagingContext) -> Result<(), String>;
+    fn send_staged(&mut self, message: &[u8]) -> Result<(), String>;
+    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String>;
+    fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), String>;
+}
+
+/// An [`AcquisitionLedger`] that stages through HC and its acknowledgement.
+#[derive(Debug)]
+pub struct RemoteLedger<L> {
+    link: L,
+    gate: AckGate,
+    context: StagingContext,
+}
+
+impl<L: CoordinatorLink> RemoteLedger<L> {
+    pub fn new(link: L, context: StagingContext) -> Self {
+        Self {
+            link,
+            gate: AckGate::new(),
+            context,
+        }
+    }
+}
+
+impl<L: CoordinatorLink> AcquisitionLedger for RemoteLedger<L> {
+    fn context(&self) -> StagingContext {
+        self.context
+    }
+
+    fn persist_intent(&mut self) -> Result<(), LedgerError> {
+        self.link
+            .confirm_intent(&self.context)
+            .map_err(LedgerError::Link)
+    }
+
+    fn persist_staged(
+        &mut self,
+        staged: &StagedProcessOwnership,
+    ) -> Result<DurablyStaged, LedgerError> {
+        self.gate.arm(*staged)?;
+        let sent = staged
+            .encode()
+            .map_err(LedgerError::from)
+            .and_then(|m| self.link.send_staged(&m).map_err(LedgerError::Link));
+        if let Err(e) = sent {
+            // Nothing can acknowledge this barrier any more.
+            self.gate.lost();
+            return Err(e);
+        }
+        match self.link.receive_ack().map_err(LedgerError::Link)? {
+            None => Err(self.gate.lost().into()),
+            Some(bytes) => Ok(DurablyStaged::new(self.gate.receive(&bytes)?)),
+        }
+    }
+
+    fn persist_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), LedgerError> {
+        self.link
+            .report_committed(staged)
+            .map_err(LedgerError::Link)
+    }
+}

@@ -1,0 +1,232 @@
+//! The repository-owned wrapper (spec 3.3 steps 3 and 8): a hidden subcommand
+//! of the `lazaret` binary that blocks on the inherited launch barrier before
+//! any target work. EOF or a malformed release exits without exec. After a
+//! valid release it arms parent death, rechecks its parent's pidfs authority
+//! and execs the target in place.
+use super::sys::WrapperSys;
+use crate::process_identity::{pidfs_authority, IdentityError};
+use lazaret_runtime::records::process::{
+    BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1,
+};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::RawFd;
+
+/// The hidden `lazaret` subcommand that runs [`run_wrapper`].
+pub const WRAPPER_SUBCOMMAND: &str = "__wrapper";
+
+const RELEASE_MAGIC: &[u8] = b"lazaret-launch-barrier-release-v1\0";
+const RELEASE_LEN: usize = RELEASE_MAGIC.len() + 16 + 8 + 8;
+
+/// The release message names the wrapper's own pidfs authority, so a release
+/// meant for another acquisition is malformed here.
+pub fn release_message(child: &PidfsProcessAuthorityV1) -> Vec<u8> {
+    let mut out = Vec::with_capacity(RELEASE_LEN);
+    out.extend_from_slice(RELEASE_MAGIC);
+    out.extend_from_slice(&child.boot_id.0);
+    out.extend_from_slice(&child.pidfs_st_dev.0.to_be_bytes());
+    out.extend_from_slice(&child.pidfs_st_ino.0.to_be_bytes());
+    out
+}
+
+fn parse_release(bytes: &[u8]) -> Option<PidfsProcessAuthorityV1> {
+    if bytes.len() != RELEASE_LEN {
+        return None;
+    }
+    let rest = bytes.strip_prefix(RELEASE_MAGIC)?;
+    let (boot, rest) = rest.split_at(16);
+    let (dev, ino) = rest.split_at(8);
+    Some(PidfsProcessAuthorityV1 {
+        boot_id: BootId(boot.try_into().ok()?),
+        pidfs_st_dev: PidfsDev(u64::from_be_bytes(dev.try_into().ok()?)),
+        pidfs_st_ino: PidfsIno(u64::from_be_bytes(ino.try_into().ok()?)),
+    })
+}
+
+/// The wrapper's command line after the hidden subcommand name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrapperArgs {
+    pub barrier_fd: RawFd,
+    pub parent: PidfsProcessAuthorityV1,
+    pub target: Vec<OsString>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("wrapper argument {argument}: {problem} (usage: --barrier-fd N --parent-boot UUID --parent-dev N --parent-ino N -- TARGET...)")]
+pub struct WrapperArgsError {
+    pub argument: &'static str,
+    pub problem: String,
+}
+
+impl WrapperArgs {
+    pub fn to_argv(
+        barrier_fd: RawFd,
+        parent: &PidfsProcessAuthorityV1,
+        target: &[OsString],
+    ) -> Vec<OsString> {
+        let mut argv: Vec<OsString> = [
+            "--barrier-fd".to_owned(),
+            barrier_fd.to_string(),
+            "--parent-boot".to_owned(),
+            parent.boot_id.to_string(),
+            "--parent-dev".to_owned(),
+            parent.pidfs_st_dev.0.to_string(),
+            "--parent-ino".to_owned(),
+            parent.pidfs_st_ino.0.to_string(),
+            "--".to_owned(),
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        argv.extend(target.iter().cloned());
+        argv
+    }
+
+    pub fn parse(argv: &[OsString]) -> Result<Self, WrapperArgsError> {
+        let fail = |argument, problem: &str| WrapperArgsError {
+            argument,
+            problem: problem.to_owned(),
+        };
+        let names = [
+            "--barrier-fd",
+            "--parent-boot",
+            "--parent-dev",
+            "--parent-ino",
+        ];
+        let mut values = [None, None, None, None];
+        let mut i = 0;
+        loop {
+            let Some(arg) = argv.get(i) else {
+                return Err(fail("--", "missing before the target command"));
+            };
+            if arg == "--" {
+                break;
+            }
+            let Some(slot) = names.iter().position(|n| arg == n) else {
+                return Err(fail("(unknown)", &format!("unexpected {arg:?}")));
+            };
+            let value = argv
+                .get(i + 1)
+                .and_then(|v| v.to_str())
+                .ok_or_else(|| fail(names[slot], "missing or non-UTF-8 value"))?;
+            values[slot] = Some(value.to_owned());
+            i += 2;
+        }
+        let target = argv[i + 1..].to_vec();
+        if target.is_empty() {
+            return Err(fail("TARGET", "the target command is empty"));
+        }
+        let get = |k: usize| {
+            values[k]
+                .clone()
+                .ok_or_else(|| fail(names[k], "is required"))
+        };
+        let number = |k: usize| -> Result<u64, WrapperArgsError> {
+            get(k)?
+                .parse()
+                .map_err(|e| fail(names[k], &format!("not an unsigned integer: {e}")))
+        };
+        let barrier_fd = get(0)?
+            .parse::<RawFd>()
+            .ok()
+            .filter(|fd| *fd >= 0)
+            .ok_or_else(|| fail(names[0], "not a descriptor number"))?;
+        let boot = BootId::parse(&get(1)?).map_err(|e| fail(names[1], &e.to_string()))?;
+        Ok(Self {
+            barrier_fd,
+            parent: PidfsProcessAuthorityV1 {
+                boot_id: boot,
+                pidfs_st_dev: PidfsDev(number(2)?),
+                pidfs_st_ino: PidfsIno(number(3)?),
+            },
+            target,
+        })
+    }
+}
+
+/// Why the wrapper exits without executing its target.
+#[derive(Debug, thiserror::Error)]
+pub enum WrapperFailure {
+    #[error("cannot read the launch barrier: {0}")]
+    BarrierRead(io::Error),
+    #[error("the launch barrier closed without a release")]
+    BarrierClosed,
+    #[error("the launch barrier release is malformed ({len} bytes)")]
+    MalformedRelease { len: usize },
+    #[error("cannot establish this wrapper's own pidfs identity: {0}")]
+    OwnIdentity(String),
+    #[error("the release names {named:?}, not this wrapper ({own:?})")]
+    ReleaseForAnotherProcess {
+        named: PidfsProcessAuthorityV1,
+        own: PidfsProcessAuthorityV1,
+    },
+    #[error("cannot arm the parent-death signal: {0}")]
+    ArmParentDeath(io::Error),
+    #[error("the parent is not the expected owner: {0}")]
+    ParentMismatch(String),
+    #[error("exec of the target failed: {0}")]
+    Exec(io::Error),
+}
+
+impl WrapperFailure {
+    /// Distinct exit statuses, so the broker's `waitid` tells them apart.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::BarrierRead(_) | Self::BarrierClosed => 121,
+            Self::MalformedRelease { .. } => 122,
+            Self::OwnIdentity(_) | Self::ReleaseForAnotherProcess { .. } => 123,
+            Self::ArmParentDeath(_) => 124,
+            Self::ParentMismatch(_) => 125,
+            Self::Exec(_) => 127,
+        }
+    }
+}
+
+fn authority_of<S: WrapperSys>(sys: &S, pid: HostPid) -> Result<PidfsProcessAuthorityV1, String> {
+    let boot = sys.boot_id().map_err(|e| format!("boot id: {e}"))?;
+    let pidfd = sys
+        .pidfd_open(pid)
+        .map_err(|e| format!("pidfd_open({}): {e}", pid.0))?;
+    pidfs_authority(sys, &pidfd, boot).map_err(|e: IdentityError| e.to_string())
+}
+
+/// Runs the wrapper. Returns only when the target must not run.
+pub fn run_wrapper<S: WrapperSys>(sys: &S, args: &WrapperArgs) -> WrapperFailure {
+    // Block before any target work until the broker releases or closes.
+    let bytes = match sys.read_barrier(args.barrier_fd, RELEASE_LEN + 1) {
+        Ok(bytes) => bytes,
+        Err(e) => return WrapperFailure::BarrierRead(e),
+    };
+    if bytes.is_empty() {
+        return WrapperFailure::BarrierClosed;
+    }
+    let Some(named) = parse_release(&bytes) else {
+        return WrapperFailure::MalformedRelease { len: bytes.len() };
+    };
+    let own = match authority_of(sys, sys.own_pid()) {
+        Ok(own) => own,
+        Err(e) => return WrapperFailure::OwnIdentity(e),
+    };
+    if named != own {
+        return WrapperFailure::ReleaseForAnotherProcess { named, own };
+    }
+    if let Err(e) = sys.arm_parent_death() {
+        return WrapperFailure::ArmParentDeath(e);
+    }
+    // Recheck after arming: if the parent died before the prctl, getppid now
+    // names a reaper whose pidfs authority differs.
+    let Some(parent) = sys.parent_pid() else {
+        return WrapperFailure::ParentMismatch("no parent in this PID namespace".to_owned());
+    };
+    match authority_of(sys, parent) {
+        Ok(observed) if observed == args.parent => {}
+        Ok(observed) => {
+            return WrapperFailure::ParentMismatch(format!(
+                "PID {} has authority {observed:?}, expected {:?}",
+                parent.0, args.parent
+            ))
+        }
+        Err(e) => return WrapperFailure::ParentMismatch(e),
+    }
+    WrapperFailure::Exec(sys.exec(&args.target))
+}

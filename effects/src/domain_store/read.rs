@@ -1,0 +1,197 @@
+//! Reading the durable document. Every row is decoded, checked against its
+//! key and checked for structural well-formedness before it is returned.
+use super::tables::{self, DOMAIN_KEY};
+use super::{DomainStore, StoreError};
+use lazaret_runtime::ownership::{participant, terminal};
+use lazaret_runtime::records::codec;
+use lazaret_runtime::records::domain::{Domain, Generation, Mailbox, Session};
+use lazaret_runtime::records::ids::{GenerationId, SessionId};
+use lazaret_runtime::records::participant::{Participant, ParticipantRole};
+use lazaret_runtime::records::terminal::SessionTerminal;
+use redb::{ReadTransaction, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+
+/// One generation and everything recorded under it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenerationDocument {
+    pub generation: Generation,
+    pub participants: Vec<Participant>,
+    pub sessions: Vec<Session>,
+    pub terminals: Vec<SessionTerminal>,
+    pub mailbox: Option<Mailbox>,
+}
+
+/// Everything a Domain holds durably (for recovery and `lazaret state`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainDocument {
+    pub domain: Option<Domain>,
+    pub generations: Vec<GenerationDocument>,
+}
+
+fn rows<K, T>(
+    txn: &ReadTransaction,
+    def: TableDefinition<'_, K, &[u8]>,
+    name: &'static str,
+) -> Result<Vec<(String, T)>, StoreError>
+where
+    K: redb::Key + 'static,
+    for<'a> K::SelfType<'a>: std::fmt::Debug,
+    T: DeserializeOwned,
+{
+    let table = match txn.open_table(def) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(StoreError::redb("open table")(e)),
+    };
+    let mut out = Vec::new();
+    for entry in table.iter().map_err(StoreError::redb("iterate table"))? {
+        let (key, value) = entry.map_err(StoreError::redb("read row"))?;
+        let key_text = format!("{:?}", key.value());
+        let record = codec::decode(name, value.value()).map_err(|source| StoreError::Row {
+            table: name,
+            key: key_text.clone(),
+            source,
+        })?;
+        out.push((key_text, record));
+    }
+    Ok(out)
+}
+
+fn key_check(ok: bool, table: &'static str, key: &str) -> Result<(), StoreError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::RowKey {
+            table,
+            key: key.to_owned(),
+        })
+    }
+}
+
+impl DomainStore<'_> {
+    /// Reads and validates the whole durable document in one snapshot.
+    pub fn document(&self) -> Result<DomainDocument, StoreError> {
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(StoreError::redb("begin read"))?;
+        let domain = rows::<u8, Domain>(&txn, tables::DOMAIN, "domain")?
+            .into_iter()
+            .find(|(k, _)| *k == format!("{DOMAIN_KEY:?}"))
+            .map(|(_, d)| d);
+        let mut generations = Vec::new();
+        for (key, generation) in rows::<u64, Generation>(&txn, tables::GENERATIONS, "generation")? {
+            key_check(
+                key == format!("{:?}", generation.generation_id.0),
+                "generations",
+                &key,
+            )?;
+            if domain.as_ref().map(|d| d.domain_id) != Some(generation.domain_id) {
+                return Err(StoreError::Mismatch {
+                    what: format!("generation {} Domain ID", generation.generation_id),
+                });
+            }
+            generations.push(GenerationDocument {
+                generation,
+                participants: Vec::new(),
+                sessions: Vec::new(),
+                terminals: Vec::new(),
+                mailbox: None,
+            });
+        }
+        let find = |gens: &mut Vec<GenerationDocument>, id: GenerationId, table, key: &str| {
+            let index = gens.iter().position(|g| g.generation.generation_id == id);
+            index.ok_or_else(|| StoreError::RowKey {
+                table,
+                key: key.to_owned(),
+            })
+        };
+        for (key, p) in rows::<(u64, u8), Participant>(&txn, tables::PARTICIPANTS, "participant")? {
+            key_check(
+                key == format!("{:?}", (p.generation_id.0, p.role.key())),
+                "participants",
+                &key,
+            )?;
+            participant::check_wellformed(&p).map_err(|source| StoreError::IllegalRow {
+                table: "participants",
+                key: key.clone(),
+                source: Box::new(source),
+            })?;
+            let i = find(&mut generations, p.generation_id, "participants", &key)?;
+            generations[i].participants.push(p);
+        }
+        for (key, s) in rows::<(u64, u128), Session>(&txn, tables::SESSIONS, "session")? {
+            key_check(
+                key == format!(
+                    "{:?}",
+                    (s.generation_id.0, super::ops::session_key(s.session_id))
+                ),
+                "sessions",
+                &key,
+            )?;
+            let i = find(&mut generations, s.generation_id, "sessions", &key)?;
+            generations[i].sessions.push(s);
+        }
+        for (key, t) in
+            rows::<(u64, u128), SessionTerminal>(&txn, tables::TERMINALS, "session terminal")?
+        {
+            key_check(
+                key == format!(
+                    "{:?}",
+                    (t.generation_id.0, super::ops::session_key(t.session_id))
+                ),
+                "session_terminals",
+                &key,
+            )?;
+            terminal::check_wellformed(&t).map_err(|source| StoreError::IllegalRow {
+                table: "session_terminals",
+                key: key.clone(),
+                source: Box::new(source),
+            })?;
+            let i = find(&mut generations, t.generation_id, "session_terminals", &key)?;
+            generations[i].terminals.push(t);
+        }
+        for (key, m) in rows::<u64, Mailbox>(&txn, tables::MAILBOXES, "mailbox")? {
+            key_check(key == format!("{:?}", m.generation_id.0), "mailboxes", &key)?;
+            let i = find(&mut generations, m.generation_id, "mailboxes", &key)?;
+            generations[i].mailbox = Some(m);
+        }
+        Ok(DomainDocument {
+            domain,
+            generations,
+        })
+    }
+
+    /// One participant row (validated), if present.
+    pub fn participant(
+        &self,
+        generation: GenerationId,
+        role: ParticipantRole,
+    ) -> Result<Option<Participant>, StoreError> {
+        Ok(self
+            .generation_document(generation)?
+            .and_then(|g| g.participants.into_iter().find(|p| p.role == role)))
+    }
+
+    /// One session terminal row (validated), if present.
+    pub fn terminal(
+        &self,
+        generation: GenerationId,
+        session: SessionId,
+    ) -> Result<Option<SessionTerminal>, StoreError> {
+        Ok(self
+            .generation_document(generation)?
+            .and_then(|g| g.terminals.into_iter().find(|t| t.session_id == session)))
+    }
+
+    pub fn generation_document(
+        &self,
+        generation: GenerationId,
+    ) -> Result<Option<GenerationDocument>, StoreError> {
+        Ok(self
+            .document()?
+            .generations
+            .into_iter()
+            .find(|g| g.generation.generation_id == generation))
+    }
+}
