@@ -1,1 +1,6 @@
 //! Everything in Lazaret that touches the operating system.
+pub mod config_init;
+pub mod config_resolve;
+pub mod config_source;
+pub mod confined;
+pub mod process_env;
