@@ -198,6 +198,14 @@ fn identity(o: &OpenedObject) -> Option<(u32, u32, u64)> {
     Some((id.dev_major, id.dev_minor, id.ino))
 }
 
+/// Whether `path` exists as a directory (following symlinks, as the
+/// ancestors of a plan are resolved once).
+fn sys_is_dir(sys: &dyn ConfinedSys, path: &Path) -> bool {
+    sys.open_ambient(path, true)
+        .and_then(|fd| sys.stat(fd.as_fd()))
+        .is_ok_and(|st| st.kind() == FileKind::Directory)
+}
+
 fn label_key(text: &str) -> KeyPath {
     KeyPath::label(text.to_owned())
 }
@@ -418,6 +426,19 @@ pub fn load_configuration(
     let runtime_path = runtime_root_path(env).map_err(&cfg)?;
     let storage_label = loader.planned_label(&storage_key, &storage_path)?;
     let runtime_label = loader.planned_label(&runtime_key, &runtime_path)?;
+    // $XDG_RUNTIME_DIR itself belongs to the login session: it must exist;
+    // only its `lazaret` child is Lazaret's to create.
+    let runtime_base = runtime_path.parent().unwrap_or(Path::new("/"));
+    if !sys_is_dir(sys, runtime_base) {
+        return Err(LoadError::Path {
+            file: loader.file.clone(),
+            key: runtime_key,
+            source: ConfinedError::Open {
+                path: runtime_base.to_owned(),
+                problem: "$XDG_RUNTIME_DIR does not exist; expected the session's existing runtime directory".to_owned(),
+            },
+        });
+    }
     let profile_label = storage_label.join(&profile_rel);
     let home = || home_dir(env).map_err(&cfg);
 

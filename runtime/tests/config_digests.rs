@@ -4,6 +4,7 @@
 //! Postcard bytes are written out by hand from the schema's rules and hashed
 //! with sha2 — and must also equal the hex published in
 //! docs/config-test-vectors.md.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking
 use lazaret_runtime::config::KeyPath;
 use lazaret_runtime::config::{
     decode_document, ConfigurationFingerprintRecordV1, DomainIdV1, ProfileName,
@@ -30,7 +31,10 @@ fn sha_hex(bytes: &[u8]) -> String {
 
 /// bytes(x) = u32be(len) || x
 fn b(x: &[u8]) -> Vec<u8> {
-    let mut v = (x.len() as u32).to_be_bytes().to_vec();
+    let mut v = u32::try_from(x.len())
+        .expect("u32 length")
+        .to_be_bytes()
+        .to_vec();
     v.extend_from_slice(x);
     v
 }
@@ -42,7 +46,10 @@ fn sorted_list(mut items: Vec<Vec<u8>>) -> Vec<u8> {
 }
 
 fn ordered_list(items: Vec<Vec<u8>>) -> Vec<u8> {
-    let mut v = (items.len() as u32).to_be_bytes().to_vec();
+    let mut v = u32::try_from(items.len())
+        .expect("u32 count")
+        .to_be_bytes()
+        .to_vec();
     for i in items {
         v.extend(b(&i));
     }
@@ -349,11 +356,11 @@ dns = [{ resolver = "10.137.54.3", query = "example.com" }]
 /// Postcard varints below 128 are one byte; the hand encoding relies on it.
 fn postcard_policy(rules: &[([u8; 4], u8, u8)]) -> Vec<u8> {
     let id = b"lazaret-derived-network-policy-v1";
-    let mut v = vec![id.len() as u8];
+    let mut v = vec![u8::try_from(id.len()).expect("one-byte varint")];
     v.extend_from_slice(id);
     v.extend([2, 0, 0, 1, 1]); // [IPv4 Enabled, IPv6 Disabled]
     v.extend([1, 0, 0]); // [IPv4 Allow]
-    v.push(rules.len() as u8);
+    v.push(u8::try_from(rules.len()).expect("one-byte varint"));
     for (a, len, action) in rules {
         v.extend([0, 4, a[0], a[1], a[2], a[3], *len, *action]);
     }
