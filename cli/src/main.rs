@@ -38,11 +38,41 @@ fn main() -> ExitCode {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)] // tests fail by panicking
 mod tests {
     use clap::CommandFactory;
 
     #[test]
     fn clap_definition_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    /// SR-1: a command acting for a user refuses uid 0, decided through the
+    /// kernel-call trait so it holds whoever runs the test.
+    #[test]
+    fn config_commands_refuse_uid_zero() {
+        use clap::Parser;
+        use lazaret_effects::confined::{RealSys, RecordingSys, UserIds};
+        let env = std::collections::BTreeMap::new();
+        for argv in [
+            &["lazaret", "config", "check", "dev"][..],
+            &["lazaret", "config", "init"][..],
+        ] {
+            let cli = super::Cli::try_parse_from(argv).expect("parse");
+            let super::Command::Config(args) = cli.command;
+            let sys = RecordingSys::new(RealSys);
+            sys.impersonate(UserIds {
+                uid: 0,
+                gid: 0,
+                groups: vec![],
+            });
+            let err = super::cmd_config::run(&args, &sys, &env).expect_err("root");
+            assert!(
+                matches!(err, super::cmd_config::ConfigCommandError::Root),
+                "{err}"
+            );
+            // Nothing but the identity query happened.
+            assert_eq!(sys.calls().len(), 1, "{:?}", sys.calls());
+        }
     }
 }

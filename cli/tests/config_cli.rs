@@ -240,12 +240,7 @@ fn unsafe_sources_are_refused_for_the_real_user() {
     let ok = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n";
     // Owned by another, unprivileged uid: refused.
     h.write_config(ok, 0o600);
-    rustix::fs::chown(
-        &h.config_path(),
-        Some(rustix::fs::Uid::from_raw(4242)),
-        None,
-    )
-    .expect("chown");
+    rustix::fs::chown(h.config_path(), Some(rustix::fs::Uid::from_raw(4242)), None).expect("chown");
     let out = h.run(&["config", "check", "dev"]);
     assert!(!out.status.success());
     assert!(
@@ -255,7 +250,7 @@ fn unsafe_sources_are_refused_for_the_real_user() {
     );
     // Owned by root (readable): accepted.
     rustix::fs::chown(
-        &h.config_path(),
+        h.config_path(),
         Some(rustix::fs::Uid::from_raw(0)),
         Some(rustix::fs::Gid::from_raw(0)),
     )

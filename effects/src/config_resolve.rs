@@ -390,6 +390,7 @@ pub fn load_configuration(
     sys: &dyn ConfinedSys,
     request: &LoadRequest<'_>,
 ) -> Result<ResolvedDomainConfiguration, LoadError> {
+    let _span = tracing::info_span!("ResolveConfiguration", profile = request.profile).entered();
     let user = sys
         .user_ids()
         .map_err(|source| LoadError::User(ConfinedError::UserIds { source }))?;

@@ -184,6 +184,10 @@ const ROWS: &[Row] = &[
     // strict TOML: duplicates and redefinitions
     row("duplicate key", "", "isolate_gitignored = true\nisolate_gitignored = true", Refused(&["duplicate key"])),
     row("duplicate table", "", "[profiles.dev.escalation]\nenabled = true\n[profiles.dev.escalation]\nenabled = true", Refused(&["duplicate key"])),
+    row("duplicate inline key", "", "env = { A = \"env:X\", A = \"env:Y\" }", Refused(&["duplicate key"])),
+    row("array redefined as array of tables", "", "volumes = []\n[[profiles.dev.volumes]]\nhost = \"/srv\"\ncontainer = \"/root/x\"\nkind = \"directory\"", Refused(&["duplicate key"])),
+    row("no alias for a field", "", "isolate-gitignored = false", Refused(&["profiles.dev", "unknown field `isolate-gitignored`"])),
+    row("no alias for an enum value", "", "[[profiles.dev.volumes]]\nhost = \"/srv\"\ncontainer = \"/root/x\"\nkind = \"Directory\"", Refused(&["profiles.dev.volumes[0].kind", "unknown variant `Directory`"])),
     row("table redefines inline", "", "escalation = { enabled = true }\n[profiles.dev.escalation]\nenabled = true", Refused(&["duplicate key"])),
 ];
 
@@ -394,4 +398,16 @@ fn syntax_errors_carry_a_position() {
         .expect_err("syntax")
         .to_string();
     assert!(m.contains("line 2"), "{m}");
+}
+
+#[test]
+fn the_user_guide_example_is_valid() {
+    let guide = include_str!("../../docs/config.md");
+    let start = guide.find("```toml\n").expect("example") + "```toml\n".len();
+    let end = start + guide[start..].find("```").expect("fence");
+    assert!(
+        load(&guide[start..end]).is_ok(),
+        "{:?}",
+        load(&guide[start..end]).err()
+    );
 }
