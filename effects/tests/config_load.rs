@@ -365,3 +365,39 @@ fn a_runtime_directory_that_is_missing_refuses() {
     let m = f.load().expect_err("runtime");
     assert!(m.contains("runtime root"), "{m}");
 }
+
+#[test]
+fn a_replaced_object_fails_revalidation_through_its_plan() {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let r = f.load().expect("load");
+    r.workspace().revalidate(&RealSys).expect("unchanged");
+    r.runtime_root().revalidate(&RealSys).expect("unchanged");
+    // Swap the workspace for another directory of the same name.
+    std::fs::rename(f.path("ws"), f.path("ws-old")).expect("mv");
+    std::fs::create_dir(f.path("ws")).expect("mkdir");
+    let m = r
+        .workspace()
+        .revalidate(&RealSys)
+        .expect_err("replaced")
+        .to_string();
+    assert!(m.contains("changed identity"), "{m}");
+    // Swap the runtime root the same way (mode and owner match).
+    std::fs::rename(f.path("run/lazaret"), f.path("run/old")).expect("mv");
+    std::fs::create_dir(f.path("run/lazaret")).expect("mkdir");
+    std::fs::set_permissions(
+        f.path("run/lazaret"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .expect("chmod");
+    let m = r
+        .runtime_root()
+        .revalidate(&RealSys)
+        .expect_err("replaced")
+        .to_string();
+    assert!(m.contains("changed identity"), "{m}");
+    // A replaced ancestor is caught before the suffix is opened.
+    std::fs::rename(f.path("run"), f.path("run-old")).expect("mv");
+    std::fs::create_dir_all(f.path("run/lazaret")).expect("mkdir");
+    assert!(r.runtime_root().revalidate(&RealSys).is_err());
+}

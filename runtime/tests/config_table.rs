@@ -411,3 +411,23 @@ fn the_user_guide_example_is_valid() {
         load(&guide[start..end]).err()
     );
 }
+
+#[test]
+fn key_paths_quote_keys_that_are_not_bare() {
+    let text = format!("{SCHEMA}[profiles.\"my.dev\"]\nimage = \"a\"\nshell = 1\n");
+    let m = decode_document(text.as_bytes())
+        .expect_err("unknown")
+        .to_string();
+    assert!(
+        m.contains("key `profiles.\"my.dev\".shell`: unknown field `shell`") && !m.contains('\n'),
+        "{m}"
+    );
+    let text = format!("{SCHEMA}[profiles.\"my.dev\"]\nimage = \"a\"\nallow_egress = [\"x\"]\n");
+    let m = decode_document(text.as_bytes())
+        .expect_err("prefix")
+        .to_string();
+    assert!(
+        m.contains("key `profiles.\"my.dev\".allow_egress[0]`"),
+        "{m}"
+    );
+}

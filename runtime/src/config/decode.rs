@@ -32,7 +32,7 @@ pub fn decode_document(bytes: &[u8]) -> Result<TrustedHostConfigV1, ConfigError>
         serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
             ConfigError::Decode {
                 key: KeyPath::from_serde(e.path()),
-                message: e.inner().to_string(),
+                message: e.inner().message().to_owned(),
             }
         })?;
     TrustedHostConfigV1::from_raw(raw)

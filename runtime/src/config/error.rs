@@ -13,14 +13,16 @@ impl KeyPath {
         Self(String::new())
     }
 
-    /// A path parsed from the dotted form serde_path_to_error prints.
+    /// The path serde_path_to_error recorded, with non-bare keys quoted.
     pub(crate) fn from_serde(path: &serde_path_to_error::Path) -> Self {
-        let text = path.to_string();
-        if text == "." {
-            Self::root()
-        } else {
-            Self(text)
-        }
+        use serde_path_to_error::Segment;
+        path.iter()
+            .fold(Self::root(), |acc, segment| match segment {
+                Segment::Seq { index } => acc.index(*index),
+                Segment::Map { key } => acc.key(key),
+                Segment::Enum { variant } => acc.key(variant),
+                Segment::Unknown => acc.key("?"),
+            })
     }
 
     /// A label for something that is not a document key, such as a protected
