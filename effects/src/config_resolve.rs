@@ -4,8 +4,6 @@
 //! selection (layout, network, readiness), workspace, path plans, overlap
 //! rules on labels, root creation, overlap rules on identities, revalidation
 //! of every plan, digests, and only then environment references.
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use lazaret_runtime::config::{
@@ -14,11 +12,11 @@ use lazaret_runtime::config::{
     ConfigurationFingerprintRecordV1, ConfigurationFingerprintV1, DomainIdV1, HostEnvironment,
     HostPathDecl, KeyPath, PolicyDigest, ResolvedAutoApprovalRule, ResolvedEnvironment,
     ResolvedVolume, SandboxLayoutV1, SelectedProfileV1, TreeEntry, TreeRole, VolumeDecl,
-    VolumeKind,
 };
 
+use crate::config_objects::{bytes, identity, label_key, sys_is_dir, Loader};
 use crate::config_source::{read_config_source, ConfigSource, SourceError};
-use crate::confined::{ConfinedError, ConfinedSys, FileKind, OpenedObject, RootHandle, UserIds};
+use crate::confined::{ConfinedError, ConfinedSys, OpenedObject, RootHandle};
 
 /// What the caller asks to load.
 #[derive(Clone, Copy)]
@@ -189,200 +187,184 @@ impl ResolvedDomainConfiguration {
     }
 }
 
-fn bytes(p: &Path) -> Vec<u8> {
-    p.as_os_str().as_bytes().to_vec()
+/// The five Lazaret-owned roots of one load.
+struct Roots {
+    storage: RootHandle,
+    runtime: RootHandle,
+    profile_dir: RootHandle,
+    storage_domain: RootHandle,
+    runtime_domain: RootHandle,
 }
 
-fn identity(o: &OpenedObject) -> Option<(u32, u32, u64)> {
-    let id = o.stat().identity;
-    Some((id.dev_major, id.dev_minor, id.ino))
+/// Where the roots will be, before anything is created.
+struct RootPlan {
+    storage_key: KeyPath,
+    runtime_key: KeyPath,
+    storage_path: PathBuf,
+    runtime_path: PathBuf,
+    storage_label: PathBuf,
+    runtime_label: PathBuf,
+    profile_rel: PathBuf,
+    domain_rel: PathBuf,
 }
 
-/// Whether `path` exists as a directory (following symlinks, as the
-/// ancestors of a plan are resolved once).
-fn sys_is_dir(sys: &dyn ConfinedSys, path: &Path) -> bool {
-    sys.open_ambient(path, true)
-        .and_then(|fd| sys.stat(fd.as_fd()))
-        .is_ok_and(|st| st.kind() == FileKind::Directory)
-}
-
-fn label_key(text: &str) -> KeyPath {
-    KeyPath::label(text.to_owned())
-}
-
-/// The loader's context for one load.
-struct Loader<'a> {
-    sys: &'a dyn ConfinedSys,
-    file: PathBuf,
-    user: UserIds,
-}
-
-impl Loader<'_> {
-    fn path_err(&self, key: &KeyPath) -> impl Fn(ConfinedError) -> LoadError + '_ {
-        let key = key.clone();
-        move |source| LoadError::Path {
-            file: self.file.clone(),
-            key: key.clone(),
-            source,
+impl RootPlan {
+    fn new(
+        loader: &Loader<'_>,
+        selected: &SelectedProfileV1,
+        env: &dyn HostEnvironment,
+        domain_id: DomainIdV1,
+    ) -> Result<Self, LoadError> {
+        let cfg = loader.config_err();
+        let storage_key = selected
+            .data_root()
+            .map_or_else(|| label_key("(storage root)"), |(k, _)| k.clone());
+        let runtime_key = label_key("(runtime root $XDG_RUNTIME_DIR/lazaret)");
+        let storage_path =
+            storage_root_path(selected.data_root().map(|(_, d)| d), env).map_err(&cfg)?;
+        let runtime_path = runtime_root_path(env).map_err(&cfg)?;
+        // $XDG_RUNTIME_DIR itself belongs to the login session: it must
+        // exist; only its `lazaret` child is Lazaret's to create.
+        let runtime_base = runtime_path.parent().unwrap_or(Path::new("/"));
+        if !sys_is_dir(loader.sys, runtime_base) {
+            return Err(LoadError::Path {
+                file: loader.file.clone(),
+                key: runtime_key,
+                source: ConfinedError::Open {
+                    path: runtime_base.to_owned(),
+                    problem: "$XDG_RUNTIME_DIR does not exist; expected the session's existing runtime directory".to_owned(),
+                },
+            });
         }
+        Ok(Self {
+            storage_label: loader.planned_label(&storage_key, &storage_path)?,
+            runtime_label: loader.planned_label(&runtime_key, &runtime_path)?,
+            storage_key,
+            runtime_key,
+            storage_path,
+            runtime_path,
+            profile_rel: PathBuf::from("profiles").join(selected.name().as_str()),
+            domain_rel: PathBuf::from("domains").join(domain_id.to_string()),
+        })
     }
 
-    fn config_err(&self) -> impl Fn(ConfigError) -> LoadError + '_ {
-        |source| LoadError::Config {
-            file: self.file.clone(),
-            source,
-        }
+    fn profile_label(&self) -> PathBuf {
+        self.storage_label.join(&self.profile_rel)
     }
 
-    /// The canonical label a not-yet-created path will have.
-    fn planned_label(&self, key: &KeyPath, path: &Path) -> Result<PathBuf, LoadError> {
-        let (ancestor, rest) =
-            crate::confined::resolve_ancestors(self.sys, path).map_err(self.path_err(key))?;
-        Ok(rest.iter().fold(ancestor, |acc, c| acc.join(c)))
-    }
-
-    fn workspace(&self, path: &Path) -> Result<OpenedObject, LoadError> {
-        let err = |source| LoadError::Workspace {
-            file: self.file.clone(),
-            source,
+    /// Tree entries for the planned roots (no identities yet).
+    fn entries(&self) -> [TreeEntry; 5] {
+        let entry = |role, key: KeyPath, label: PathBuf| TreeEntry {
+            role,
+            key,
+            label,
+            identity: None,
         };
-        let ambient = self.sys.open_ambient(path, true).map_err(|e| {
-            err(ConfinedError::Open {
-                path: path.to_owned(),
-                problem: crate::confined::open_problem(&e),
+        [
+            entry(
+                TreeRole::StorageRoot,
+                self.storage_key.clone(),
+                self.storage_label.clone(),
+            ),
+            entry(
+                TreeRole::RuntimeRoot,
+                self.runtime_key.clone(),
+                self.runtime_label.clone(),
+            ),
+            entry(
+                TreeRole::ProfileDir,
+                label_key("(profile directory)"),
+                self.profile_label(),
+            ),
+            entry(
+                TreeRole::StorageDomain,
+                label_key("(persistent Domain root)"),
+                self.storage_label.join(&self.domain_rel),
+            ),
+            entry(
+                TreeRole::RuntimeDomain,
+                label_key("(runtime Domain root)"),
+                self.runtime_label.join(&self.domain_rel),
+            ),
+        ]
+    }
+
+    /// Creates or validates every root, one component at a time.
+    fn create(&self, loader: &Loader<'_>) -> Result<Roots, LoadError> {
+        let (sys, uid) = (loader.sys, loader.user.uid);
+        let storage = RootHandle::ensure(sys, &self.storage_path, uid)
+            .map_err(loader.path_err(&self.storage_key))?;
+        let runtime = RootHandle::ensure(sys, &self.runtime_path, uid)
+            .map_err(loader.path_err(&self.runtime_key))?;
+        let profile_dir = storage
+            .ensure_child(sys, &self.profile_rel, uid)
+            .map_err(loader.path_err(&label_key("(profile directory)")))?;
+        let storage_domain = storage
+            .ensure_child(sys, &self.domain_rel, uid)
+            .map_err(loader.path_err(&label_key("(persistent Domain root)")))?;
+        let runtime_domain = runtime
+            .ensure_child(sys, &self.domain_rel, uid)
+            .map_err(loader.path_err(&label_key("(runtime Domain root)")))?;
+        Ok(Roots {
+            storage,
+            runtime,
+            profile_dir,
+            storage_domain,
+            runtime_domain,
+        })
+    }
+}
+
+impl Roots {
+    /// Tree entries with the opened roots' labels and identities, keyed as in
+    /// `plan`.
+    fn entries(&self, plan: &RootPlan) -> Vec<TreeEntry> {
+        let handles = [
+            &self.storage,
+            &self.runtime,
+            &self.profile_dir,
+            &self.storage_domain,
+            &self.runtime_domain,
+        ];
+        plan.entries()
+            .into_iter()
+            .zip(handles)
+            .map(|(entry, root)| TreeEntry {
+                label: root.label(),
+                identity: identity(root.object()),
+                ..entry
             })
-        })?;
-        let canonical = self.sys.fd_path(ambient.as_fd()).map_err(|source| {
-            err(ConfinedError::FdPath {
-                path: path.to_owned(),
-                source,
-            })
-        })?;
-        let ambient_stat = self.sys.stat(ambient.as_fd()).map_err(|source| {
-            err(ConfinedError::Stat {
-                path: path.to_owned(),
-                source,
-            })
-        })?;
-        let object = OpenedObject::open_existing(self.sys, &canonical).map_err(err)?;
-        object
-            .require_kind(FileKind::Directory, "a directory")
-            .map_err(err)?;
-        if object.stat().identity != ambient_stat.identity {
-            return Err(err(ConfinedError::Changed { path: canonical }));
-        }
-        Ok(object)
+            .collect()
     }
 
-    fn volume(
-        &self,
-        decl: &VolumeDecl,
-        path: &Path,
-        profile_dir: &RootHandle,
-    ) -> Result<OpenedObject, LoadError> {
-        let key = decl.key.key("host");
-        if decl.create {
-            let HostPathDecl::ProfileDir(rest) = &decl.host else {
-                return Err(self.config_err()(ConfigError::Invalid {
-                    key: decl.key.key("create"),
-                    found: "true".to_owned(),
-                    expected: "create = true only beneath {profile_dir}/",
-                }));
-            };
-            let root = profile_dir
-                .ensure_child(self.sys, Path::new(rest), self.user.uid)
-                .map_err(self.path_err(&key))?;
-            return Ok(root.into_inner());
+    fn revalidate(&self, loader: &Loader<'_>, plan: &RootPlan) -> Result<(), LoadError> {
+        let handles = [
+            &self.storage,
+            &self.runtime,
+            &self.profile_dir,
+            &self.storage_domain,
+            &self.runtime_domain,
+        ];
+        for (entry, root) in plan.entries().iter().zip(handles) {
+            root.revalidate(loader.sys)
+                .map_err(loader.path_err(&entry.key))?;
         }
-        let object = OpenedObject::open_existing(self.sys, path).map_err(self.path_err(&key))?;
-        let (kind, expected) = match decl.kind {
-            VolumeKind::File => (FileKind::Regular, "a regular file (kind = \"file\")"),
-            VolumeKind::Directory => (FileKind::Directory, "a directory (kind = \"directory\")"),
-        };
-        object
-            .require_kind(kind, expected)
-            .map_err(self.path_err(&key))?;
-        Ok(object)
+        Ok(())
     }
+}
 
-    /// Resolves an auto-approval executable to its canonical object and
-    /// applies the load-time checks (spec 3.2).
-    fn executable(&self, key: &KeyPath, path: &Path) -> Result<OpenedObject, LoadError> {
-        let refuse = |path: &Path, problem: String| LoadError::Executable {
-            file: self.file.clone(),
-            key: key.clone(),
-            path: path.to_owned(),
-            problem,
-        };
-        let ambient = self
-            .sys
-            .open_ambient(path, true)
-            .map_err(|e| refuse(path, crate::confined::open_problem(&e)))?;
-        let canonical = self
-            .sys
-            .fd_path(ambient.as_fd())
-            .map_err(|e| refuse(path, e.to_string()))?;
-        let ambient_stat = self
-            .sys
-            .stat(ambient.as_fd())
-            .map_err(|e| refuse(path, e.to_string()))?;
-        let object =
-            OpenedObject::open_existing(self.sys, &canonical).map_err(self.path_err(key))?;
-        let st = object.stat();
-        if st.identity != ambient_stat.identity {
-            return Err(refuse(
-                &canonical,
-                "changed while being resolved; expected a stable object".to_owned(),
-            ));
-        }
-        if st.kind() != FileKind::Regular {
-            return Err(refuse(
-                &canonical,
-                format!("is {}; expected a regular file", st.kind().describe()),
-            ));
-        }
-        if st.nlink != 1 {
-            return Err(refuse(
-                &canonical,
-                format!("has {} hard links; expected exactly one", st.nlink),
-            ));
-        }
-        if st.uid != 0 && st.uid != self.user.uid {
-            return Err(refuse(
-                &canonical,
-                format!(
-                    "is owned by uid {}; expected root or the invoking user (uid {})",
-                    st.uid, self.user.uid
-                ),
-            ));
-        }
-        if st.permissions() & 0o022 != 0 {
-            return Err(refuse(
-                &canonical,
-                format!(
-                    "has mode {:04o}; expected no group or other write bit",
-                    st.permissions()
-                ),
-            ));
-        }
-        let exec_bit = if st.uid == self.user.uid {
-            0o100
-        } else if st.gid == self.user.gid || self.user.groups.contains(&st.gid) {
-            0o010
-        } else {
-            0o001
-        };
-        if st.permissions() & exec_bit == 0 {
-            return Err(refuse(
-                &canonical,
-                format!(
-                    "has mode {:04o}; expected it to be executable by the invoking user",
-                    st.permissions()
-                ),
-            ));
-        }
-        Ok(object)
-    }
+/// Expands a declared host path (`~/` against `$HOME`, `{profile_dir}/`
+/// against the planned profile directory).
+fn expand(
+    decl: &HostPathDecl,
+    env: &dyn HostEnvironment,
+    profile_dir: &Path,
+) -> Result<PathBuf, ConfigError> {
+    let home = match decl {
+        HostPathDecl::Home(_) => home_dir(env)?,
+        HostPathDecl::Absolute(_) | HostPathDecl::ProfileDir(_) => PathBuf::from("/"),
+    };
+    Ok(expand_host_path(decl, &home, profile_dir))
 }
 
 /// Loads and resolves the selected profile.
@@ -395,6 +377,8 @@ pub fn load_configuration(
         .user_ids()
         .map_err(|source| LoadError::User(ConfinedError::UserIds { source }))?;
     let env = request.env;
+
+    // 1. Source safety, strict decoding, selection (pure validation).
     let source_path = config_source_path(request.config, env).map_err(LoadError::Locate)?;
     let source =
         read_config_source(sys, &source_path, user.uid).map_err(|source| LoadError::Source {
@@ -412,57 +396,15 @@ pub fn load_configuration(
         .select(request.profile, request.layout)
         .map_err(&cfg)?;
 
+    // 2. Workspace, Domain ID and the planned roots.
     let workspace = loader.workspace(request.workspace)?;
     let domain_id =
         DomainIdV1::compute(selected.name(), &bytes(&workspace.label())).map_err(&cfg)?;
-    let domain_rel = PathBuf::from("domains").join(domain_id.to_string());
-    let profile_rel = PathBuf::from("profiles").join(selected.name().as_str());
+    let roots_plan = RootPlan::new(&loader, &selected, env, domain_id)?;
+    let profile_label = roots_plan.profile_label();
 
-    let storage_key = selected
-        .data_root()
-        .map_or_else(|| label_key("(storage root)"), |(k, _)| k.clone());
-    let runtime_key = label_key("(runtime root $XDG_RUNTIME_DIR/lazaret)");
-    let storage_path =
-        storage_root_path(selected.data_root().map(|(_, d)| d), env).map_err(&cfg)?;
-    let runtime_path = runtime_root_path(env).map_err(&cfg)?;
-    let storage_label = loader.planned_label(&storage_key, &storage_path)?;
-    let runtime_label = loader.planned_label(&runtime_key, &runtime_path)?;
-    // $XDG_RUNTIME_DIR itself belongs to the login session: it must exist;
-    // only its `lazaret` child is Lazaret's to create.
-    let runtime_base = runtime_path.parent().unwrap_or(Path::new("/"));
-    if !sys_is_dir(sys, runtime_base) {
-        return Err(LoadError::Path {
-            file: loader.file.clone(),
-            key: runtime_key,
-            source: ConfinedError::Open {
-                path: runtime_base.to_owned(),
-                problem: "$XDG_RUNTIME_DIR does not exist; expected the session's existing runtime directory".to_owned(),
-            },
-        });
-    }
-    let profile_label = storage_label.join(&profile_rel);
-    let home = || home_dir(env).map_err(&cfg);
-
-    // Declared volume and executable paths, expanded.
-    let mut volume_paths = Vec::with_capacity(selected.volumes().len());
-    for v in selected.volumes() {
-        let home_path = match v.host {
-            HostPathDecl::Home(_) => home()?,
-            _ => PathBuf::from("/"),
-        };
-        volume_paths.push(expand_host_path(&v.host, &home_path, &profile_label));
-    }
-    let mut exe_paths = Vec::with_capacity(selected.escalation().auto_approve.len());
-    for r in &selected.escalation().auto_approve {
-        let home_path = match r.executable {
-            HostPathDecl::Home(_) => home()?,
-            _ => PathBuf::from("/"),
-        };
-        exe_paths.push(expand_host_path(&r.executable, &home_path, Path::new("/")));
-    }
-
-    // Overlap rules on canonical labels, before anything is created.
-    let mut planned = vec![
+    // 3. Overlap rules on canonical labels, before anything is created.
+    let fixed = [
         TreeEntry {
             role: TreeRole::ConfigSource,
             key: label_key("(configuration source)"),
@@ -475,51 +417,27 @@ pub fn load_configuration(
             label: workspace.label(),
             identity: identity(&workspace),
         },
-        TreeEntry {
-            role: TreeRole::StorageRoot,
-            key: storage_key.clone(),
-            label: storage_label.clone(),
-            identity: None,
-        },
-        TreeEntry {
-            role: TreeRole::RuntimeRoot,
-            key: runtime_key.clone(),
-            label: runtime_label.clone(),
-            identity: None,
-        },
-        TreeEntry {
-            role: TreeRole::ProfileDir,
-            key: label_key("(profile directory)"),
-            label: profile_label.clone(),
-            identity: None,
-        },
-        TreeEntry {
-            role: TreeRole::StorageDomain,
-            key: label_key("(persistent Domain root)"),
-            label: storage_label.join(&domain_rel),
-            identity: None,
-        },
-        TreeEntry {
-            role: TreeRole::RuntimeDomain,
-            key: label_key("(runtime Domain root)"),
-            label: runtime_label.join(&domain_rel),
-            identity: None,
-        },
     ];
-    for (v, path) in selected.volumes().iter().zip(&volume_paths) {
+    let mut volume_paths = Vec::with_capacity(selected.volumes().len());
+    let mut planned_volumes = Vec::with_capacity(selected.volumes().len());
+    for v in selected.volumes() {
+        let path = expand(&v.host, env, &profile_label).map_err(&cfg)?;
         let key = v.key.key("host");
-        planned.push(TreeEntry {
+        planned_volumes.push(TreeEntry {
             role: TreeRole::Volume,
-            label: loader.planned_label(&key, path)?,
+            label: loader.planned_label(&key, &path)?,
             key,
             identity: None,
         });
+        volume_paths.push(path);
     }
-    let mut executables = Vec::with_capacity(exe_paths.len());
-    for (r, path) in selected.escalation().auto_approve.iter().zip(&exe_paths) {
+    let mut executables = Vec::with_capacity(selected.escalation().auto_approve.len());
+    let mut executable_entries = Vec::with_capacity(executables.capacity());
+    for r in &selected.escalation().auto_approve {
         let key = r.key.key("executable");
-        let object = loader.executable(&key, path)?;
-        planned.push(TreeEntry {
+        let path = expand(&r.executable, env, Path::new("/")).map_err(&cfg)?;
+        let object = loader.executable(&key, &path)?;
+        executable_entries.push(TreeEntry {
             role: TreeRole::Executable,
             key,
             label: object.label(),
@@ -527,60 +445,41 @@ pub fn load_configuration(
         });
         executables.push(object);
     }
+    let planned: Vec<TreeEntry> = fixed
+        .iter()
+        .cloned()
+        .chain(roots_plan.entries())
+        .chain(planned_volumes)
+        .chain(executable_entries.iter().cloned())
+        .collect();
     check_overlaps(&planned).map_err(&cfg)?;
 
-    // Roots, one component at a time.
-    let uid = loader.user.uid;
-    let storage_root =
-        RootHandle::ensure(sys, &storage_path, uid).map_err(loader.path_err(&storage_key))?;
-    let runtime_root =
-        RootHandle::ensure(sys, &runtime_path, uid).map_err(loader.path_err(&runtime_key))?;
-    let profile_dir = storage_root
-        .ensure_child(sys, &profile_rel, uid)
-        .map_err(loader.path_err(&label_key("(profile directory)")))?;
-    let storage_domain = storage_root
-        .ensure_child(sys, &domain_rel, uid)
-        .map_err(loader.path_err(&label_key("(persistent Domain root)")))?;
-    let runtime_domain = runtime_root
-        .ensure_child(sys, &domain_rel, uid)
-        .map_err(loader.path_err(&label_key("(runtime Domain root)")))?;
+    // 4. Roots and volume sources.
+    let roots = roots_plan.create(&loader)?;
     let mut volumes = Vec::with_capacity(volume_paths.len());
     for (v, path) in selected.volumes().iter().zip(&volume_paths) {
-        let source = loader.volume(v, path, &profile_dir)?;
+        let source = loader.volume(v, path, &roots.profile_dir)?;
         volumes.push(ResolvedVolumeSource {
             decl: v.clone(),
             source,
         });
     }
 
-    // Overlap rules again on the opened objects' labels and identities.
-    let mut opened: Vec<TreeEntry> = planned
+    // 5. Overlap rules again on the opened objects' labels and identities.
+    let opened: Vec<TreeEntry> = fixed
         .into_iter()
-        .filter(|e| !matches!(e.role, TreeRole::Volume))
-        .collect();
-    for (entry, root) in [
-        (TreeRole::StorageRoot, &storage_root),
-        (TreeRole::RuntimeRoot, &runtime_root),
-        (TreeRole::ProfileDir, &profile_dir),
-        (TreeRole::StorageDomain, &storage_domain),
-        (TreeRole::RuntimeDomain, &runtime_domain),
-    ] {
-        if let Some(e) = opened.iter_mut().find(|e| e.role == entry) {
-            e.label = root.label();
-            e.identity = identity(root.object());
-        }
-    }
-    for v in &volumes {
-        opened.push(TreeEntry {
+        .chain(roots.entries(&roots_plan))
+        .chain(volumes.iter().map(|v| TreeEntry {
             role: TreeRole::Volume,
             key: v.decl.key.key("host"),
             label: v.source.label(),
             identity: identity(&v.source),
-        });
-    }
+        }))
+        .chain(executable_entries)
+        .collect();
     check_overlaps(&opened).map_err(&cfg)?;
 
-    // Reopen every path through its plan after the comparisons.
+    // 6. Reopen every path through its plan after the comparisons.
     source
         .object()
         .revalidate(sys)
@@ -588,15 +487,7 @@ pub fn load_configuration(
     workspace
         .revalidate(sys)
         .map_err(loader.path_err(&label_key("(agent workspace)")))?;
-    for (key, root) in [
-        (&storage_key, &storage_root),
-        (&runtime_key, &runtime_root),
-        (&label_key("(profile directory)"), &profile_dir),
-        (&label_key("(persistent Domain root)"), &storage_domain),
-        (&label_key("(runtime Domain root)"), &runtime_domain),
-    ] {
-        root.revalidate(sys).map_err(loader.path_err(key))?;
-    }
+    roots.revalidate(&loader, &roots_plan)?;
     for v in &volumes {
         v.source
             .revalidate(sys)
@@ -622,10 +513,11 @@ pub fn load_configuration(
         rules.push(ResolvedExecutableRule { executable, rule });
     }
 
+    // 7. Digests, then environment references last.
     let record = ConfigurationFingerprintRecordV1::new(
         &selected,
-        bytes(&storage_root.label()),
-        bytes(&runtime_root.label()),
+        bytes(&roots.storage.label()),
+        bytes(&roots.runtime.label()),
         volumes
             .iter()
             .map(|v| ResolvedVolume {
@@ -645,11 +537,11 @@ pub fn load_configuration(
         selected,
         source,
         workspace,
-        storage_root,
-        runtime_root,
-        profile_dir,
-        storage_domain,
-        runtime_domain,
+        storage_root: roots.storage,
+        runtime_root: roots.runtime,
+        profile_dir: roots.profile_dir,
+        storage_domain: roots.storage_domain,
+        runtime_domain: roots.runtime_domain,
         volumes,
         rules,
         environment,
