@@ -431,3 +431,65 @@ fn key_paths_quote_keys_that_are_not_bare() {
         "{m}"
     );
 }
+
+fn list(n: usize, item: impl Fn(usize) -> String) -> String {
+    (0..n).map(item).collect::<Vec<_>>().join(", ")
+}
+
+#[test]
+fn lists_are_bounded_at_1024_entries() {
+    let dirs = |n| format!("persistent_dirs = [{}]", list(n, |i| format!("\"/p{i}\"")));
+    assert!(load(&doc("", &dirs(1024))).is_ok());
+    let m = refused(&doc("", &dirs(1025)));
+    assert!(
+        m.contains("profiles.dev.persistent_dirs") && m.contains("expected at most 1024 entries"),
+        "{m}"
+    );
+    let prefixes = |n| {
+        format!(
+            "deny_egress = [{}]",
+            list(n, |i| format!("\"1.{}.{}.0/24\"", i / 256, i % 256))
+        )
+    };
+    assert!(load(&doc("", &prefixes(1024))).is_ok());
+    assert!(refused(&doc("", &prefixes(1025))).contains("profiles.dev.deny_egress"));
+    let env = |n| {
+        format!(
+            "env = {{ {} }}",
+            list(n, |i| format!("V{i} = \"env:H{i}\""))
+        )
+    };
+    assert!(load(&doc("", &env(1024))).is_ok());
+    assert!(refused(&doc("", &env(1025))).contains("profiles.dev.env"));
+    let volumes = |n| {
+        format!(
+            "volumes = [{}]",
+            list(n, |i| format!(
+                "{{ host = \"/srv/{i}\", container = \"/root/{i}\", kind = \"directory\" }}"
+            ))
+        )
+    };
+    assert!(load(&doc("", &volumes(1024))).is_ok());
+    assert!(refused(&doc("", &volumes(1025))).contains("profiles.dev.volumes"));
+    let rules = |n| {
+        format!(
+            "escalation = {{ enabled = true, auto_approve = [{}] }}",
+            list(n, |i| format!(
+                "{{ executable = \"/bin/x\", args = [\"{i}\"] }}"
+            ))
+        )
+    };
+    assert!(load(&doc("", &rules(1024))).is_ok());
+    assert!(refused(&doc("", &rules(1025))).contains("profiles.dev.escalation.auto_approve"));
+    let args = |n| {
+        format!("escalation = {{ enabled = true, auto_approve = [{{ executable = \"/bin/x\", args = [{}] }}] }}", list(n, |i| format!("\"{i}\"")))
+    };
+    assert!(load(&doc("", &args(1024))).is_ok());
+    assert!(refused(&doc("", &args(1025))).contains("profiles.dev.escalation.auto_approve[0].args"));
+    // A 1 MiB document of 90,000 short entries is refused, not ground through.
+    let huge = dirs(90_000);
+    assert!(huge.len() < 1_048_576);
+    let started = std::time::Instant::now();
+    assert!(refused(&doc("", &huge)).contains("expected at most 1024 entries"));
+    eprintln!("90,000-entry refusal took {:?}", started.elapsed());
+}

@@ -18,6 +18,24 @@ pub const RUNSC_DCACHE_DEFAULT: u32 = 50_000;
 /// Largest `runtime.runsc_dcache` (spec 3.2).
 pub const RUNSC_DCACHE_MAX: u32 = 262_144;
 
+/// The most entries any configuration list or map may hold. The pairwise
+/// layout, overlap and duplicate rules are quadratic; this bound keeps a
+/// 1 MiB document's validation work bounded (issue 4; not a spec number).
+pub const LIST_ITEMS_MAX: usize = 1024;
+
+/// Refuses a list or map longer than [`LIST_ITEMS_MAX`].
+fn bounded(key: &KeyPath, len: usize) -> Result<(), ConfigError> {
+    if len <= LIST_ITEMS_MAX {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key: key.clone(),
+            found: format!("{len} entries"),
+            expected: "at most 1024 entries",
+        })
+    }
+}
+
 /// Persistent paths selected when `persistent_dirs` is omitted (spec 3.2).
 const DEFAULT_PERSISTENT_DIRS: [&str; 5] = ["/root", "/usr", "/var", "/etc", "/opt"];
 
@@ -74,6 +92,7 @@ pub struct AutoApprovalDecl {
 }
 
 fn prefixes(key: &KeyPath, raw: &[String]) -> Result<Vec<(KeyPath, Ipv4Prefix)>, ConfigError> {
+    bounded(key, raw.len())?;
     raw.iter()
         .enumerate()
         .map(|(i, s)| {
@@ -193,15 +212,17 @@ impl ProfileV1 {
         let image = ImageReference::parse(&image_key, &raw.image)?;
         let persistent_key = key.key("persistent_dirs");
         let persistent_dirs = match &raw.persistent_dirs {
-            Some(list) => list
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    let k = persistent_key.index(i);
-                    nul_free(&k, s)?;
-                    SandboxPath::parse(&k, s).map(|p| (k, p))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
+            Some(list) => {
+                bounded(&persistent_key, list.len())?;
+                list.iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let k = persistent_key.index(i);
+                        nul_free(&k, s)?;
+                        SandboxPath::parse(&k, s).map(|p| (k, p))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
             None => DEFAULT_PERSISTENT_DIRS
                 .iter()
                 .enumerate()
@@ -218,6 +239,8 @@ impl ProfileV1 {
             None => None,
         };
         let env_key = key.key("env");
+        bounded(&env_key, raw.env.len())?;
+        bounded(&key.key("volumes"), raw.volumes.len())?;
         let mut env = Vec::with_capacity(raw.env.len());
         for (name, value) in &raw.env {
             let k = env_key.key(name);
@@ -280,6 +303,7 @@ impl EscalationDecl {
     fn from_raw(key: &KeyPath, raw: &RawProfile) -> Result<Self, ConfigError> {
         let enabled = raw.escalation.enabled.unwrap_or(false);
         let rules_key = key.key("auto_approve");
+        bounded(&rules_key, raw.escalation.auto_approve.len())?;
         if !enabled && !raw.escalation.auto_approve.is_empty() {
             return Err(ConfigError::Invalid {
                 key: rules_key,
@@ -316,6 +340,7 @@ impl AutoApprovalDecl {
         let exe_key = key.key("executable");
         nul_free(&exe_key, &raw.executable)?;
         let executable = HostPathDecl::parse(&exe_key, &raw.executable)?;
+        bounded(&key.key("args"), raw.args.len())?;
         for (i, a) in raw.args.iter().enumerate() {
             nul_free(&key.key("args").index(i), a)?;
         }
