@@ -15,7 +15,7 @@ use lazaret_runtime::config::{
 };
 
 use crate::config_objects::{bytes, identity, label_key, sys_is_dir, Loader};
-use crate::config_source::{read_config_source, ConfigSource, SourceError};
+use crate::config_source::{read_config_source, SourceError};
 use crate::confined::{ConfinedError, ConfinedSys, OpenedObject, RootHandle};
 
 /// What the caller asks to load.
@@ -120,7 +120,7 @@ impl ResolvedExecutableRule {
 #[derive(Debug)]
 pub struct ResolvedDomainConfiguration {
     selected: SelectedProfileV1,
-    source: ConfigSource,
+    source: OpenedObject,
     workspace: OpenedObject,
     storage_root: RootHandle,
     runtime_root: RootHandle,
@@ -392,6 +392,7 @@ pub fn load_configuration(
     };
     let cfg = loader.config_err();
     let document = decode_document(source.bytes()).map_err(&cfg)?;
+    let source = source.into_object();
     let selected = document
         .select(request.profile, request.layout)
         .map_err(&cfg)?;
@@ -409,7 +410,7 @@ pub fn load_configuration(
             role: TreeRole::ConfigSource,
             key: label_key("(configuration source)"),
             label: source.label(),
-            identity: identity(source.object()),
+            identity: identity(&source),
         },
         TreeEntry {
             role: TreeRole::Workspace,
@@ -481,7 +482,6 @@ pub fn load_configuration(
 
     // 6. Reopen every path through its plan after the comparisons.
     source
-        .object()
         .revalidate(sys)
         .map_err(loader.path_err(&label_key("(configuration source)")))?;
     workspace

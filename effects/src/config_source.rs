@@ -57,6 +57,12 @@ impl ConfigSource {
     pub fn label(&self) -> PathBuf {
         self.object.label()
     }
+
+    /// Drops the bytes once decoded: configuration bytes are not retained as
+    /// runtime authority (spec 3.2).
+    pub fn into_object(self) -> OpenedObject {
+        self.object
+    }
 }
 
 fn check_metadata(path: &Path, st: &FileStat, uid: u32) -> Result<(), SourceError> {
