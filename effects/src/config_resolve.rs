@@ -49,7 +49,7 @@ pub enum LoadError {
     User(#[source] ConfinedError),
     #[error("locating the configuration source: {0}")]
     Locate(#[source] ConfigError),
-    #[error("{}: {source}", file.display())]
+    #[error("configuration source: {source}")]
     Source {
         file: PathBuf,
         #[source]
