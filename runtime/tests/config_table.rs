@@ -170,6 +170,11 @@ const ROWS: &[Row] = &[
     // profile.escalation and auto-approval rules
     row("escalation enabled with rules", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [{ executable = \"/usr/bin/git\", args = [\"fetch\"], allow_extra_args = true }, { executable = \"/usr/bin/git\", args = [\"status\"] }]", Accepted),
     row("escalation disabled", "", "[profiles.dev.escalation]\nenabled = false", Accepted),
+    row("escalation enabled not bool", "", "[profiles.dev.escalation]\nenabled = \"yes\"", Refused(&["profiles.dev.escalation.enabled", "invalid type"])),
+    row("escalation args not a list", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [{ executable = \"/bin/x\", args = \"a b\" }]", Refused(&["profiles.dev.escalation.auto_approve[0].args", "invalid type"])),
+    row("escalation allow_extra_args not bool", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [{ executable = \"/bin/x\", args = [\"a\"], allow_extra_args = 1 }]", Refused(&["profiles.dev.escalation.auto_approve[0].allow_extra_args", "invalid type"])),
+    row("escalation missing executable", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [{ args = [\"a\"] }]", Refused(&["profiles.dev.escalation.auto_approve[0]", "missing field `executable`"])),
+    row("escalation home executable", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [{ executable = \"~/bin/tool\" }]", Accepted),
     row("escalation rules while disabled", "", "[profiles.dev.escalation]\nauto_approve = [{ executable = \"/usr/bin/git\" }]", Refused(&["profiles.dev.escalation.auto_approve", "escalation.enabled = true"])),
     row("escalation extra args without args", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [{ executable = \"/usr/bin/git\", allow_extra_args = true }]", Refused(&["profiles.dev.escalation.auto_approve[0].allow_extra_args", "at least one"])),
     row("escalation duplicate rule", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [{ executable = \"/usr/bin/git\", args = [\"a\"] }, { executable = \"/usr/bin/git\", args = [\"a\"], allow_extra_args = false }]", Refused(&["profiles.dev.escalation.auto_approve[1]", "profiles.dev.escalation.auto_approve[0]", "duplicate"])),
