@@ -1,5 +1,11 @@
 //! Everything in Lazaret that touches the operating system.
 pub mod broker;
+pub mod config_init;
+mod config_objects;
+pub mod config_resolve;
+pub mod config_source;
+pub mod confined;
 pub mod domain_lock;
 pub mod domain_store;
+pub mod process_env;
 pub mod process_identity;

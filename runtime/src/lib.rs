@@ -1,3 +1,4 @@
 //! The sans-IO core of Lazaret. No syscalls, clocks or randomness.
+pub mod config;
 pub mod ownership;
 pub mod records;

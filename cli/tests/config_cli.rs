@@ -1,0 +1,299 @@
+//! `lazaret config check` and `lazaret config init` end to end, run as the
+//! unprivileged user `lazaret-test` (the harness runs as root and stages the
+//! files; ownership rules are exercised for real).
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::{Digest, Sha256};
+
+const TEST_USER: &str = "lazaret-test";
+
+fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+fn test_uid() -> u32 {
+    let out = Command::new("id")
+        .args(["-u", TEST_USER])
+        .output()
+        .expect("id");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("uid")
+}
+
+struct Home {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Home {
+    /// A HOME, XDG_RUNTIME_DIR and workspace owned by lazaret-test.
+    fn new() -> Self {
+        assert_eq!(
+            euid(),
+            0,
+            "these tests stage files for {TEST_USER} and must start as root"
+        );
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = dir.path().to_owned();
+        for d in ["home", "run", "ws"] {
+            std::fs::create_dir(root.join(d)).expect("mkdir");
+        }
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::set_permissions(root.join("run"), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        let h = Self { _dir: dir, root };
+        h.give(&h.root.clone());
+        h
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// Hands `path` and everything beneath it to lazaret-test.
+    fn give(&self, path: &Path) {
+        let status = Command::new("chown")
+            .args(["-R", &format!("{TEST_USER}:{TEST_USER}")])
+            .arg(path)
+            .status()
+            .expect("chown");
+        assert!(status.success());
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("runuser")
+            .args(["-u", TEST_USER, "--", "env", "-i"])
+            .arg(format!("HOME={}", self.path("home").display()))
+            .arg(format!("XDG_RUNTIME_DIR={}", self.path("run").display()))
+            .arg("PATH=/usr/bin:/bin")
+            .arg(env!("CARGO_BIN_EXE_lazaret"))
+            .args(args)
+            .current_dir(self.path("ws"))
+            .output()
+            .expect("runuser")
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.path("home/.config/lazaret/config.toml")
+    }
+
+    fn write_config(&self, text: &str, mode: u32) {
+        std::fs::create_dir_all(self.path("home/.config/lazaret")).expect("mkdir");
+        let p = self.config_path();
+        let _ = std::fs::remove_file(&p);
+        std::fs::write(&p, text).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        self.give(&self.path("home"));
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn framed(x: &[u8]) -> Vec<u8> {
+    let mut v = u32::try_from(x.len()).expect("len").to_be_bytes().to_vec();
+    v.extend_from_slice(x);
+    v
+}
+
+#[test]
+fn init_then_check_as_the_unprivileged_user() {
+    let h = Home::new();
+    let init = h.run(&["config", "init"]);
+    assert!(init.status.success(), "{}", stderr(&init));
+    let meta = std::fs::metadata(h.config_path()).expect("written");
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    assert_eq!(meta.uid(), test_uid());
+
+    let check = h.run(&["config", "check", "default"]);
+    assert!(check.status.success(), "{}", stderr(&check));
+    let text = String::from_utf8_lossy(&check.stdout);
+    for field in [
+        "profile:",
+        "image:",
+        "storage root:",
+        "runtime root:",
+        "persistent dirs:",
+        "allow:",
+        "deny:",
+        "domain id:",
+        "configuration fingerprint:",
+        "policy digest:",
+    ] {
+        assert!(text.contains(field), "{field} missing in\n{text}");
+    }
+
+    let json = h.run(&["config", "check", "default", "--json"]);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    let ws = h.path("ws");
+    assert_eq!(v["profile"], "default");
+    assert_eq!(v["workspace"], ws.display().to_string());
+    assert_eq!(
+        v["storage_root"],
+        h.path("home/.local/share/lazaret").display().to_string()
+    );
+    assert_eq!(
+        v["runtime_root"],
+        h.path("run/lazaret").display().to_string()
+    );
+    assert_eq!(
+        v["persistent_dirs"],
+        serde_json::json!(["/root", "/usr", "/var", "/etc", "/opt"])
+    );
+    assert_eq!(v["allow"], serde_json::json!([]));
+    assert_eq!(
+        v["deny"],
+        serde_json::json!(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"])
+    );
+    for key in ["domain_id", "configuration_fingerprint", "policy_digest"] {
+        let hex = v[key].as_str().expect(key);
+        assert!(
+            hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+            "{key}: {hex}"
+        );
+    }
+    // The Domain ID, computed independently from spec 3.2.
+    let mut pre = b"lazaret-domain-id-v1\0".to_vec();
+    pre.extend(framed(b"default"));
+    pre.extend(framed(ws.as_os_str().as_encoded_bytes()));
+    assert_eq!(v["domain_id"], hex::encode(Sha256::digest(&pre)));
+    // Created roots belong to the user and are 0700.
+    let storage = std::fs::metadata(h.path("home/.local/share/lazaret")).expect("storage");
+    assert_eq!(
+        (storage.uid(), storage.mode() & 0o7777),
+        (test_uid(), 0o700)
+    );
+
+    // init never overwrites.
+    let before = std::fs::read(h.config_path()).expect("read");
+    let again = h.run(&["config", "init"]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("already exists"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(std::fs::read(h.config_path()).expect("read"), before);
+}
+
+#[test]
+fn refusals_name_the_file_the_key_path_and_the_expectation() {
+    let h = Home::new();
+    h.write_config(
+        r#"schema = "lazaret-trusted-host-config-v1"
+[profiles.dev]
+image = "a"
+[[profiles.dev.volumes]]
+host = "/srv/a"
+container = "/root/a"
+kind = "directory"
+[[profiles.dev.volumes]]
+host = "srv/b"
+container = "/root/b"
+kind = "directory"
+"#,
+        0o600,
+    );
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.contains(&h.config_path().display().to_string()), "{e}");
+    assert!(e.contains("profiles.dev.volumes[1].host"), "{e}");
+    assert!(e.contains("expected"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+
+    h.write_config(
+        "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n",
+        0o600,
+    );
+    let out = h.run(&["config", "check", "nope"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("\"nope\" is not defined"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = h.run(&["config", "check", "dev", "--config", "relative.toml"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--config") && stderr(&out).contains("expected"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn unsafe_sources_are_refused_for_the_real_user() {
+    let h = Home::new();
+    let ok = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n";
+    // Owned by another, unprivileged uid: refused.
+    h.write_config(ok, 0o600);
+    rustix::fs::chown(h.config_path(), Some(rustix::fs::Uid::from_raw(4242)), None).expect("chown");
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("owned by uid 4242; expected root or the invoking user"),
+        "{}",
+        stderr(&out)
+    );
+    // Owned by root (readable): accepted.
+    rustix::fs::chown(
+        h.config_path(),
+        Some(rustix::fs::Uid::from_raw(0)),
+        Some(rustix::fs::Gid::from_raw(0)),
+    )
+    .expect("chown");
+    std::fs::set_permissions(h.config_path(), std::fs::Permissions::from_mode(0o644))
+        .expect("chmod");
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Group-writable: refused.
+    h.write_config(ok, 0o620);
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(
+        stderr(&out).contains("group or other write"),
+        "{}",
+        stderr(&out)
+    );
+    // A symlink: refused.
+    h.write_config(ok, 0o600);
+    std::fs::rename(h.config_path(), h.path("home/real.toml")).expect("mv");
+    std::os::unix::fs::symlink(h.path("home/real.toml"), h.config_path()).expect("symlink");
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+}
+
+#[test]
+fn root_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
+        .args(["config", "check", "dev"])
+        .output()
+        .expect("run");
+    if euid() == 0 {
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("refuses to run as root"),
+            "{}",
+            stderr(&out)
+        );
+    } else {
+        assert!(
+            !stderr(&out).contains("refuses to run as root"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

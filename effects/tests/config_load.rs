@@ -1,0 +1,403 @@
+//! The whole loader (spec 3.2): selected-profile resolution into one
+//! ResolvedDomainConfiguration, overlap rules, volume and executable checks,
+//! root creation, digests and environment references.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use lazaret_effects::config_resolve::{
+    load_configuration, LoadRequest, ResolvedDomainConfiguration,
+};
+use lazaret_effects::confined::RealSys;
+use lazaret_runtime::config::{ConfigurationFingerprintRecordV1, DomainIdV1, SandboxLayoutV1};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tmp");
+        let root = dir.path().to_owned();
+        for d in ["home/.config/lazaret", "run", "ws", "tools"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::set_permissions(root.join("run"), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        let tool = root.join("tools/tool");
+        std::fs::write(&tool, b"#!/bin/sh\n").expect("tool");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::write(root.join("home/.gitconfig"), b"[user]\n").expect("gitconfig");
+        Self { _dir: dir, root }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    fn write_config(&self, body: &str) -> PathBuf {
+        let p = self.path("home/.config/lazaret/config.toml");
+        let _ = std::fs::remove_file(&p);
+        std::fs::write(
+            &p,
+            format!("schema = \"lazaret-trusted-host-config-v1\"\n{body}"),
+        )
+        .expect("config");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        p
+    }
+
+    fn env(&self, extra: &[(&str, &str)]) -> BTreeMap<String, OsString> {
+        let mut e: BTreeMap<String, OsString> = BTreeMap::new();
+        e.insert("HOME".to_owned(), self.path("home").into_os_string());
+        e.insert(
+            "XDG_RUNTIME_DIR".to_owned(),
+            self.path("run").into_os_string(),
+        );
+        for (k, v) in extra {
+            e.insert((*k).to_owned(), OsString::from(v));
+        }
+        e
+    }
+
+    fn load_in(
+        &self,
+        workspace: &Path,
+        extra_env: &[(&str, &str)],
+    ) -> Result<ResolvedDomainConfiguration, String> {
+        let layout = SandboxLayoutV1::production().expect("layout");
+        let env = self.env(extra_env);
+        let request = LoadRequest {
+            profile: "dev",
+            config: None,
+            workspace,
+            env: &env,
+            layout: &layout,
+        };
+        load_configuration(&RealSys, &request).map_err(|e| e.to_string())
+    }
+
+    fn load(&self) -> Result<ResolvedDomainConfiguration, String> {
+        self.load_in(&self.path("ws"), &[("HOST_TOKEN", "s3cr3t")])
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p).expect("meta").mode() & 0o7777
+}
+
+#[test]
+fn a_full_profile_resolves_into_one_authority() {
+    let f = Fixture::new();
+    let tool = f.path("tools/tool");
+    f.write_config(&format!(
+        r#"[profiles.dev]
+image = "registry.example/dev:1"
+env = {{ TOKEN = "env:HOST_TOKEN" }}
+[[profiles.dev.volumes]]
+host = "{{profile_dir}}/cache/pip"
+container = "/root/.cache"
+kind = "directory"
+create = true
+[[profiles.dev.volumes]]
+host = "~/.gitconfig"
+container = "/root/.gitconfig"
+kind = "file"
+access = "read-only"
+[profiles.dev.escalation]
+enabled = true
+auto_approve = [{{ executable = "{}", args = ["x"] }}]
+"#,
+        tool.display()
+    ));
+    let r = f.load().expect("load");
+    let storage = f.path("home/.local/share/lazaret");
+    assert_eq!(r.storage_root().label(), storage);
+    assert_eq!(r.runtime_root().label(), f.path("run/lazaret"));
+    assert_eq!(r.profile_dir().label(), storage.join("profiles/dev"));
+    let domain =
+        DomainIdV1::compute(r.selected().name(), f.path("ws").as_os_str().as_bytes()).expect("id");
+    assert_eq!(r.domain_id(), domain);
+    assert_eq!(
+        r.storage_domain_root().label(),
+        storage.join("domains").join(domain.to_string())
+    );
+    assert_eq!(
+        r.runtime_domain_root().label(),
+        f.path("run/lazaret/domains").join(domain.to_string())
+    );
+    for d in [
+        "home/.local",
+        "home/.local/share",
+        "home/.local/share/lazaret",
+        "home/.local/share/lazaret/profiles/dev/cache/pip",
+        "run/lazaret",
+    ] {
+        assert_eq!(mode(&f.path(d)), 0o700, "{d}");
+    }
+    assert_eq!(
+        r.volumes()[0].source().label(),
+        storage.join("profiles/dev/cache/pip")
+    );
+    assert_eq!(r.volumes()[1].source().label(), f.path("home/.gitconfig"));
+    assert_eq!(r.auto_approval_rules()[0].executable().label(), tool);
+    // The fingerprint is the record of the resolved canonical inputs.
+    let record = ConfigurationFingerprintRecordV1::new(
+        r.selected(),
+        storage.as_os_str().as_bytes().to_vec(),
+        f.path("run/lazaret").as_os_str().as_bytes().to_vec(),
+        r.fingerprint_record().volumes.clone(),
+        r.fingerprint_record().auto_approval_rules.clone(),
+    );
+    assert_eq!(&record, r.fingerprint_record());
+    assert_eq!(record.fingerprint().expect("fp"), r.fingerprint());
+    assert_eq!(r.policy_digest(), r.selected().derived_policy().digest());
+    assert_eq!(r.runsc_dcache(), 50_000);
+    // Environment: resolved, redacted, and not part of the fingerprint.
+    let (_, _, value) = r.environment().entries().next().expect("env");
+    assert_eq!(value.expose(), "s3cr3t");
+    assert!(!format!("{r:?}").contains("s3cr3t"));
+    let other = f
+        .load_in(&f.path("ws"), &[("HOST_TOKEN", "different")])
+        .expect("reload");
+    assert_eq!(other.fingerprint(), r.fingerprint());
+    assert_eq!(other.domain_id(), r.domain_id());
+    // Everything still revalidates through its plan.
+    r.workspace().revalidate(&RealSys).expect("workspace");
+    r.storage_root().revalidate(&RealSys).expect("storage");
+}
+
+#[test]
+fn a_workspace_containing_the_storage_root_is_refused_before_anything_is_created() {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let m = f.load_in(&f.path("home"), &[]).expect_err("overlap");
+    assert!(
+        m.contains("config.toml")
+            && m.contains("(agent workspace)")
+            && m.contains("overlap; expected"),
+        "{m}"
+    );
+    assert!(
+        !f.path("home/.local").exists(),
+        "a refused load left a partial root"
+    );
+    assert!(!f.path("run/lazaret").exists());
+}
+
+#[test]
+fn a_workspace_inside_the_runtime_root_and_a_config_inside_the_workspace_are_refused() {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    std::fs::create_dir_all(f.path("run/lazaret/ws")).expect("mkdir");
+    let m = f
+        .load_in(&f.path("run/lazaret/ws"), &[])
+        .expect_err("overlap");
+    assert!(m.contains("overlap"), "{m}");
+    let m = f
+        .load_in(&f.path("home/.config"), &[])
+        .expect_err("config inside workspace");
+    assert!(
+        m.contains("(configuration source)") && m.contains("overlap"),
+        "{m}"
+    );
+}
+
+#[test]
+fn existing_roots_must_be_lazaret_owned_0700() {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    std::fs::create_dir_all(f.path("home/.local/share/lazaret")).expect("mkdir");
+    std::fs::set_permissions(
+        f.path("home/.local/share/lazaret"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    let m = f.load().expect_err("mode");
+    assert!(
+        m.contains("(storage root)") && m.contains("mode 0755; expected exactly 0700"),
+        "{m}"
+    );
+    // A symlinked root is refused, not followed.
+    std::fs::remove_dir(f.path("home/.local/share/lazaret")).expect("rmdir");
+    std::fs::create_dir(f.path("elsewhere")).expect("mkdir");
+    symlink(f.path("elsewhere"), f.path("home/.local/share/lazaret")).expect("symlink");
+    let m = f.load().expect_err("symlink");
+    assert!(m.contains("symbolic link"), "{m}");
+}
+
+fn volume(host: &str, kind: &str) -> String {
+    format!("[profiles.dev]\nimage = \"a\"\n[[profiles.dev.volumes]]\nhost = \"{host}\"\ncontainer = \"/root/v\"\nkind = \"{kind}\"\n")
+}
+
+#[test]
+fn volume_sources_must_exist_with_their_kind_and_no_special_files() {
+    let f = Fixture::new();
+    let dir = f.path("tools");
+    f.write_config(&volume(&dir.display().to_string(), "file"));
+    let m = f.load().expect_err("kind");
+    assert!(
+        m.contains("profiles.dev.volumes[0].host") && m.contains("expected a regular file"),
+        "{m}"
+    );
+    let fifo = f.path("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    f.write_config(&volume(&fifo.display().to_string(), "file"));
+    let m = f.load().expect_err("fifo");
+    assert!(
+        m.contains("profiles.dev.volumes[0].host") && m.contains("is a FIFO"),
+        "{m}"
+    );
+    symlink(f.path("home/.gitconfig"), f.path("link")).expect("symlink");
+    f.write_config(&volume(&f.path("link").display().to_string(), "file"));
+    let m = f.load().expect_err("symlink");
+    assert!(
+        m.contains("profiles.dev.volumes[0].host") && m.contains("symbolic link"),
+        "{m}"
+    );
+    f.write_config(&volume(
+        &f.path("absent").display().to_string(),
+        "directory",
+    ));
+    let m = f.load().expect_err("absent");
+    assert!(
+        m.contains("profiles.dev.volumes[0].host") && m.contains("does not exist"),
+        "{m}"
+    );
+    f.write_config(&volume(
+        &f.path("ws/sub").display().to_string(),
+        "directory",
+    ));
+    std::fs::create_dir(f.path("ws/sub")).expect("mkdir");
+    let m = f.load().expect_err("in workspace");
+    assert!(
+        m.contains("profiles.dev.volumes[0].host") && m.contains("overlap"),
+        "{m}"
+    );
+    f.write_config(&volume("~/.gitconfig", "file"));
+    assert!(f.load().is_ok());
+}
+
+fn rule(exe: &Path) -> String {
+    format!(
+        "[profiles.dev]\nimage = \"a\"\n[profiles.dev.escalation]\nenabled = true\nauto_approve = [{{ executable = \"{}\" }}]\n",
+        exe.display()
+    )
+}
+
+#[test]
+fn auto_approval_executables_are_checked_at_load() {
+    let f = Fixture::new();
+    let tool = f.path("tools/tool");
+    f.write_config(&rule(&tool));
+    assert!(f.load().is_ok());
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o775)).expect("chmod");
+    let m = f.load().expect_err("group writable");
+    assert!(
+        m.contains("auto_approve[0].executable") && m.contains("no group or other write"),
+        "{m}"
+    );
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let m = f.load().expect_err("not executable");
+    assert!(m.contains("executable by the invoking user"), "{m}");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::hard_link(&tool, f.path("tools/alias")).expect("link");
+    let m = f.load().expect_err("hard link");
+    assert!(m.contains("2 hard links; expected exactly one"), "{m}");
+    std::fs::remove_file(f.path("tools/alias")).expect("rm");
+    // In the workspace: refused by the overlap rules.
+    let inside = f.path("ws/run.sh");
+    std::fs::write(&inside, b"#!/bin/sh\n").expect("write");
+    std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    f.write_config(&rule(&inside));
+    let m = f.load().expect_err("inside workspace");
+    assert!(
+        m.contains("auto_approve[0].executable") && m.contains("overlap"),
+        "{m}"
+    );
+    // A symlink resolves to its canonical target; two rules that become the
+    // same after resolution are duplicates.
+    symlink(&tool, f.path("tools/link")).expect("symlink");
+    f.write_config(&rule(&f.path("tools/link")));
+    let r = f.load().expect("symlink resolves");
+    assert_eq!(r.auto_approval_rules()[0].executable().label(), tool);
+    f.write_config(&format!(
+        "[profiles.dev]\nimage = \"a\"\n[profiles.dev.escalation]\nenabled = true\nauto_approve = [{{ executable = \"{}\" }}, {{ executable = \"{}\" }}]\n",
+        tool.display(),
+        f.path("tools/link").display()
+    ));
+    let m = f.load().expect_err("duplicate");
+    assert!(
+        m.contains("auto_approve[1]")
+            && m.contains("auto_approve[0]")
+            && m.contains("same canonical executable"),
+        "{m}"
+    );
+}
+
+#[test]
+fn environment_references_are_resolved_last_and_never_echoed() {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\nenv = { TOKEN = \"env:HOST_TOKEN\" }\n");
+    let m = f.load_in(&f.path("ws"), &[]).expect_err("missing");
+    assert!(
+        m.contains("profiles.dev.env.TOKEN") && m.contains("HOST_TOKEN") && m.contains("not set"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_runtime_directory_that_is_missing_refuses() {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    std::fs::remove_dir(f.path("run")).expect("rmdir");
+    let m = f.load().expect_err("runtime");
+    assert!(m.contains("runtime root"), "{m}");
+}
+
+#[test]
+fn a_replaced_object_fails_revalidation_through_its_plan() {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let r = f.load().expect("load");
+    r.workspace().revalidate(&RealSys).expect("unchanged");
+    r.runtime_root().revalidate(&RealSys).expect("unchanged");
+    // Swap the workspace for another directory of the same name.
+    std::fs::rename(f.path("ws"), f.path("ws-old")).expect("mv");
+    std::fs::create_dir(f.path("ws")).expect("mkdir");
+    let m = r
+        .workspace()
+        .revalidate(&RealSys)
+        .expect_err("replaced")
+        .to_string();
+    assert!(m.contains("changed identity"), "{m}");
+    // Swap the runtime root the same way (mode and owner match).
+    std::fs::rename(f.path("run/lazaret"), f.path("run/old")).expect("mv");
+    std::fs::create_dir(f.path("run/lazaret")).expect("mkdir");
+    std::fs::set_permissions(
+        f.path("run/lazaret"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .expect("chmod");
+    let m = r
+        .runtime_root()
+        .revalidate(&RealSys)
+        .expect_err("replaced")
+        .to_string();
+    assert!(m.contains("changed identity"), "{m}");
+    // A replaced ancestor is caught before the suffix is opened.
+    std::fs::rename(f.path("run"), f.path("run-old")).expect("mv");
+    std::fs::create_dir_all(f.path("run/lazaret")).expect("mkdir");
+    assert!(r.runtime_root().revalidate(&RealSys).is_err());
+}

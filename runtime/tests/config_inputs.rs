@@ -1,0 +1,407 @@
+//! Source location, environment references, the sandbox layout constructor
+//! and the overlap rules (spec 3.2).
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+use lazaret_runtime::config::{
+    check_overlaps, config_source_path, decode_document, resolve_environment, runtime_root_path,
+    storage_root_path, DestinationClass, HostPathDecl, KeyPath, SandboxLayoutV1, TreeEntry,
+    TreeRole,
+};
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, OsString> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+        .collect()
+}
+
+#[test]
+fn config_source_selection() {
+    let home = env(&[("HOME", "/home/u")]);
+    assert_eq!(
+        config_source_path(None, &home).expect("home"),
+        Path::new("/home/u/.config/lazaret/config.toml")
+    );
+    for xdg in ["", "relative/dir"] {
+        let e = env(&[("HOME", "/home/u"), ("XDG_CONFIG_HOME", xdg)]);
+        assert_eq!(
+            config_source_path(None, &e).expect("fallback"),
+            Path::new("/home/u/.config/lazaret/config.toml"),
+            "{xdg:?}"
+        );
+    }
+    let e = env(&[("HOME", "/home/u"), ("XDG_CONFIG_HOME", "/cfg//x/")]);
+    assert_eq!(
+        config_source_path(None, &e).expect("xdg"),
+        Path::new("/cfg/x/lazaret/config.toml")
+    );
+    let e = env(&[("HOME", "/home/u"), ("XDG_CONFIG_HOME", "/cfg/../x")]);
+    assert!(config_source_path(None, &e)
+        .expect_err("dotdot")
+        .to_string()
+        .contains("XDG_CONFIG_HOME"));
+    // Explicit: strict host-path grammar.
+    assert_eq!(
+        config_source_path(Some("/etc/l.toml"), &home).expect("abs"),
+        Path::new("/etc/l.toml")
+    );
+    assert_eq!(
+        config_source_path(Some("~/l.toml"), &home).expect("tilde"),
+        Path::new("/home/u/l.toml")
+    );
+    for bad in [
+        "l.toml",
+        "./l.toml",
+        "/a//l.toml",
+        "/a/../l.toml",
+        "{profile_dir}/l.toml",
+        "~//l.toml",
+    ] {
+        let m = config_source_path(Some(bad), &home)
+            .expect_err(bad)
+            .to_string();
+        assert!(
+            m.contains("--config") && m.contains("expected"),
+            "{bad}: {m}"
+        );
+    }
+    // HOME required when used.
+    let none = env(&[]);
+    assert!(config_source_path(None, &none)
+        .expect_err("no home")
+        .to_string()
+        .contains("HOME"));
+    let rel = env(&[("HOME", "home")]);
+    assert!(config_source_path(None, &rel)
+        .expect_err("relative home")
+        .to_string()
+        .contains("HOME"));
+    // XDG set: HOME is not needed.
+    assert!(config_source_path(None, &env(&[("XDG_CONFIG_HOME", "/c")])).is_ok());
+}
+
+#[test]
+fn storage_and_runtime_roots() {
+    let e = env(&[("HOME", "/home/u")]);
+    assert_eq!(
+        storage_root_path(None, &e).expect("home"),
+        Path::new("/home/u/.local/share/lazaret")
+    );
+    let e = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "/data")]);
+    assert_eq!(
+        storage_root_path(None, &e).expect("xdg"),
+        Path::new("/data/lazaret")
+    );
+    let e = env(&[("HOME", "/home/u"), ("XDG_DATA_HOME", "rel")]);
+    assert_eq!(
+        storage_root_path(None, &e).expect("rel"),
+        Path::new("/home/u/.local/share/lazaret")
+    );
+    let decl = HostPathDecl::parse(&KeyPath::root(), "~/store").expect("decl");
+    assert_eq!(
+        storage_root_path(Some(&decl), &e).expect("decl"),
+        Path::new("/home/u/store")
+    );
+    let e = env(&[("XDG_RUNTIME_DIR", "/run/user/1000")]);
+    assert_eq!(
+        runtime_root_path(&e).expect("run"),
+        Path::new("/run/user/1000/lazaret")
+    );
+    for bad in [
+        env(&[]),
+        env(&[("XDG_RUNTIME_DIR", "")]),
+        env(&[("XDG_RUNTIME_DIR", "run")]),
+    ] {
+        assert!(runtime_root_path(&bad)
+            .expect_err("runtime")
+            .to_string()
+            .contains("XDG_RUNTIME_DIR"));
+    }
+}
+
+const DOC: &str = r#"schema = "lazaret-trusted-host-config-v1"
+[profiles.dev]
+image = "a"
+env = { TOKEN = "env:HOST_TOKEN", OTHER = "env:HOST_OTHER" }
+[profiles.x]
+image = "b"
+env = { UNUSED = "env:NOT_SET_ANYWHERE" }
+"#;
+
+#[test]
+fn environment_references_resolve_only_for_the_selected_profile_and_are_redacted() {
+    let layout = SandboxLayoutV1::production().expect("layout");
+    let selected = decode_document(DOC.as_bytes())
+        .expect("decode")
+        .select("dev", &layout)
+        .expect("select");
+    let host = env(&[("HOST_TOKEN", "s3cr3t-value"), ("HOST_OTHER", "o")]);
+    let resolved = resolve_environment(&selected, &host).expect("resolve");
+    let names: Vec<(String, String, String)> = resolved
+        .entries()
+        .map(|(s, h, v)| (s.to_string(), h.to_string(), v.expose().to_owned()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("OTHER".to_owned(), "HOST_OTHER".to_owned(), "o".to_owned()),
+            (
+                "TOKEN".to_owned(),
+                "HOST_TOKEN".to_owned(),
+                "s3cr3t-value".to_owned()
+            )
+        ]
+    );
+    let debug = format!("{resolved:?}");
+    assert!(!debug.contains("s3cr3t"), "{debug}");
+    assert!(debug.contains("<redacted>"));
+    // The non-selected profile's unset reference does not matter.
+    // Missing, non-UTF-8 and NUL values refuse, naming key and variable.
+    let missing = env(&[("HOST_TOKEN", "t")]);
+    let m = resolve_environment(&selected, &missing)
+        .expect_err("missing")
+        .to_string();
+    assert!(
+        m.contains("profiles.dev.env.OTHER") && m.contains("HOST_OTHER") && m.contains("not set"),
+        "{m}"
+    );
+    let mut bad = env(&[("HOST_TOKEN", "t")]);
+    bad.insert("HOST_OTHER".to_owned(), OsString::from_vec(vec![0xff]));
+    let m = resolve_environment(&selected, &bad)
+        .expect_err("utf8")
+        .to_string();
+    assert!(m.contains("not UTF-8"), "{m}");
+    let mut nul = env(&[("HOST_TOKEN", "t")]);
+    nul.insert("HOST_OTHER".to_owned(), OsString::from("a\0b"));
+    assert!(resolve_environment(&selected, &nul)
+        .expect_err("nul")
+        .to_string()
+        .contains("NUL"));
+    // Error messages never contain the values.
+    let m = resolve_environment(&selected, &env(&[("HOST_OTHER", "s3cr3t-value")]))
+        .expect_err("x")
+        .to_string();
+    assert!(!m.contains("s3cr3t"));
+}
+
+#[test]
+fn sandbox_layout_always_contains_workspace() {
+    let layout = SandboxLayoutV1::new(&[]).expect("empty");
+    let all: Vec<&str> = layout.destinations().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(all, ["/workspace"]);
+    let m = SandboxLayoutV1::new(&[("/workspace", DestinationClass::TransientChild)])
+        .expect_err("dup")
+        .to_string();
+    assert!(m.contains("once"), "{m}");
+    assert!(SandboxLayoutV1::new(&[("/", DestinationClass::Protected)]).is_err());
+    assert!(SandboxLayoutV1::new(&[("proc", DestinationClass::Protected)]).is_err());
+    let prod = SandboxLayoutV1::production().expect("production");
+    assert!(prod
+        .destinations()
+        .any(|(p, c)| p.as_str() == "/workspace" && c == DestinationClass::Protected));
+}
+
+fn entry(role: TreeRole, key: &str, label: &str, ino: Option<u64>) -> TreeEntry {
+    TreeEntry {
+        role,
+        key: KeyPath::label(key.to_owned()),
+        label: PathBuf::from(label),
+        identity: ino.map(|i| (8, 1, i)),
+    }
+}
+
+fn base() -> Vec<TreeEntry> {
+    vec![
+        entry(
+            TreeRole::ConfigSource,
+            "config",
+            "/home/u/.config/lazaret/config.toml",
+            Some(1),
+        ),
+        entry(TreeRole::Workspace, "workspace", "/home/u/src/p", Some(2)),
+        entry(
+            TreeRole::StorageRoot,
+            "storage",
+            "/home/u/.local/share/lazaret",
+            Some(3),
+        ),
+        entry(
+            TreeRole::ProfileDir,
+            "profile",
+            "/home/u/.local/share/lazaret/profiles/dev",
+            Some(4),
+        ),
+        entry(
+            TreeRole::StorageDomain,
+            "sdomain",
+            "/home/u/.local/share/lazaret/domains/ab",
+            Some(5),
+        ),
+        entry(
+            TreeRole::RuntimeRoot,
+            "runtime",
+            "/run/user/1/lazaret",
+            Some(6),
+        ),
+        entry(
+            TreeRole::RuntimeDomain,
+            "rdomain",
+            "/run/user/1/lazaret/domains/ab",
+            Some(7),
+        ),
+    ]
+}
+
+fn with(extra: TreeEntry) -> Vec<TreeEntry> {
+    let mut v = base();
+    v.push(extra);
+    v
+}
+
+#[test]
+fn overlap_rules() {
+    assert!(check_overlaps(&base()).is_ok());
+    let refused = |entries: Vec<TreeEntry>, fragment: &str| {
+        let m = check_overlaps(&entries).expect_err(fragment).to_string();
+        assert!(
+            m.contains(fragment) && m.contains("expected"),
+            "{fragment}: {m}"
+        );
+    };
+    // Config source, workspace, storage and runtime roots: both directions.
+    let mut v = base();
+    v[1].label = PathBuf::from("/home/u");
+    refused(v, "workspace");
+    let mut v = base();
+    v[1].label = PathBuf::from("/home/u/.local/share/lazaret/x");
+    refused(v, "workspace");
+    let mut v = base();
+    v[0].label = PathBuf::from("/home/u/src/p/config.toml");
+    refused(v, "config");
+    let mut v = base();
+    v[5].label = PathBuf::from("/home/u/.local/share/lazaret/run");
+    v[6].label = PathBuf::from("/home/u/.local/share/lazaret/run/domains/ab");
+    refused(v, "runtime");
+    // Same identity under a different name (bind mount) is an overlap.
+    let mut v = base();
+    v[1].identity = Some((8, 1, 3));
+    refused(v, "workspace");
+    // A sibling with a common string prefix is not an overlap.
+    let mut v = base();
+    v[1].label = PathBuf::from("/home/u/.local/share/lazaret-other");
+    assert!(check_overlaps(&v).is_ok());
+    // Volumes: strictly beneath the profile dir is fine...
+    assert!(check_overlaps(&with(entry(
+        TreeRole::Volume,
+        "vol",
+        "/home/u/.local/share/lazaret/profiles/dev/cache",
+        Some(9)
+    )))
+    .is_ok());
+    // ...the profile dir itself, the storage root, the Domain trees are not.
+    refused(
+        with(entry(
+            TreeRole::Volume,
+            "vol",
+            "/home/u/.local/share/lazaret/profiles/dev",
+            None,
+        )),
+        "vol",
+    );
+    refused(
+        with(entry(
+            TreeRole::Volume,
+            "vol",
+            "/home/u/.local/share/lazaret/domains/ab/x",
+            None,
+        )),
+        "vol",
+    );
+    refused(
+        with(entry(TreeRole::Volume, "vol", "/home/u/.local/share", None)),
+        "vol",
+    );
+    refused(
+        with(entry(
+            TreeRole::Volume,
+            "vol",
+            "/run/user/1/lazaret/x",
+            None,
+        )),
+        "vol",
+    );
+    refused(
+        with(entry(TreeRole::Volume, "vol", "/home/u/src/p/sub", None)),
+        "vol",
+    );
+    refused(
+        with(entry(
+            TreeRole::Volume,
+            "vol",
+            "/home/u/.config/lazaret",
+            None,
+        )),
+        "vol",
+    );
+    assert!(check_overlaps(&with(entry(TreeRole::Volume, "vol", "/srv/data", None))).is_ok());
+    // Volumes are pairwise disjoint.
+    let mut v = with(entry(TreeRole::Volume, "vol0", "/srv/data", None));
+    v.push(entry(TreeRole::Volume, "vol1", "/srv/data/sub", None));
+    refused(v, "vol1");
+    // Executables: outside workspace, volumes, profile dir and Lazaret trees.
+    assert!(check_overlaps(&with(entry(
+        TreeRole::Executable,
+        "exe",
+        "/usr/bin/git",
+        Some(10)
+    )))
+    .is_ok());
+    refused(
+        with(entry(
+            TreeRole::Executable,
+            "exe",
+            "/home/u/src/p/run.sh",
+            None,
+        )),
+        "exe",
+    );
+    refused(
+        with(entry(
+            TreeRole::Executable,
+            "exe",
+            "/home/u/.local/share/lazaret/profiles/dev/x",
+            None,
+        )),
+        "exe",
+    );
+    refused(
+        with(entry(
+            TreeRole::Executable,
+            "exe",
+            "/run/user/1/lazaret/x",
+            None,
+        )),
+        "exe",
+    );
+    let mut v = with(entry(TreeRole::Volume, "vol", "/srv/tools", None));
+    v.push(entry(TreeRole::Executable, "exe", "/srv/tools/bin/x", None));
+    refused(v, "exe");
+    // Two rules may share an executable.
+    let mut v = with(entry(
+        TreeRole::Executable,
+        "exe0",
+        "/usr/bin/git",
+        Some(10),
+    ));
+    v.push(entry(
+        TreeRole::Executable,
+        "exe1",
+        "/usr/bin/git",
+        Some(10),
+    ));
+    assert!(check_overlaps(&v).is_ok());
+}
