@@ -1,1 +1,3 @@
 //! Everything in Lazaret that touches the operating system.
+pub mod image;
+pub mod userns;
