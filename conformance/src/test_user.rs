@@ -69,8 +69,8 @@ fn id_of(user: &str, flag: &str) -> Result<u32, DelegateError> {
 }
 
 /// Runs test `name` (its full path inside this test binary) as the test user
-/// when called as root.
-pub fn delegate(name: &str) -> Result<Delegation, DelegateError> {
+/// when called as root, with `env` added to its otherwise empty environment.
+pub fn delegate(name: &str, env: &[(&str, &str)]) -> Result<Delegation, DelegateError> {
     if !rustix::process::geteuid().is_root() {
         return Ok(Delegation::RunHere);
     }
@@ -94,6 +94,7 @@ pub fn delegate(name: &str) -> Result<Delegation, DelegateError> {
         .arg(format!("HOME=/home/{user}"))
         .arg(format!("XDG_RUNTIME_DIR={}", runtime.display()))
         .arg(format!("USER={user}"))
+        .args(env.iter().map(|(k, v)| format!("{k}={v}")))
         .arg(exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .current_dir("/")

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn child_runs_as_root_of_a_verified_namespace() -> Result<(), String> {
-    if delegate("child_runs_as_root_of_a_verified_namespace").map_err(|e| e.to_string())?
+    if delegate("child_runs_as_root_of_a_verified_namespace", &[]).map_err(|e| e.to_string())?
         == Delegation::PassedAsTestUser
     {
         return Ok(());
@@ -46,7 +46,7 @@ fn child_runs_as_root_of_a_verified_namespace() -> Result<(), String> {
 
 #[test]
 fn a_map_the_host_refuses_never_runs_the_child() -> Result<(), String> {
-    if delegate("a_map_the_host_refuses_never_runs_the_child").map_err(|e| e.to_string())?
+    if delegate("a_map_the_host_refuses_never_runs_the_child", &[]).map_err(|e| e.to_string())?
         == Delegation::PassedAsTestUser
     {
         return Ok(());

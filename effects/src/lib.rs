@@ -1,3 +1,4 @@
 //! Everything in Lazaret that touches the operating system.
 pub mod image;
+pub mod prepare;
 pub mod userns;
