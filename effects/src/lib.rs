@@ -1,4 +1,5 @@
 //! Everything in Lazaret that touches the operating system.
+pub mod git_sentry;
 pub mod image;
 pub mod prepare;
 pub mod userns;

@@ -1,1 +1,2 @@
 //! The sans-IO core of Lazaret. No syscalls, clocks or randomness.
+pub mod bundle;
