@@ -11,7 +11,7 @@ use lazaret_effects::git_sentry;
 use lazaret_effects::image::reference::ImageRef;
 use lazaret_effects::image::resolve;
 use lazaret_effects::image::store::BlobStore;
-use lazaret_effects::prepare::{prepare, RealPrepareHost};
+use lazaret_effects::prepare::{prepare, PreparedLower, RealPrepareHost};
 use lazaret_effects::userns::{
     plan_maps, spawn_in_user_namespace, Identity, NamespaceMaps, RealHost,
 };
@@ -157,33 +157,33 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
-#[test]
-fn spike_sandbox_protects_git_and_leaves_nothing_behind() -> Result<(), String> {
+/// The default image's reference (built or found in the cache by
+/// scripts/build-image; as root, before delegation, so the test user reads
+/// the root cache).
+fn default_image() -> Result<String, String> {
     let root_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let image_ref = if rustix::process::geteuid().is_root() {
-        // Built (or found in the cache) as root, readable by the test user.
-        sh(&root_dir, "scripts/build-image")
+    if rustix::process::geteuid().is_root() {
+        return Ok(sh(&root_dir, "scripts/build-image")
             .map_err(s)?
             .trim()
-            .to_owned()
-    } else {
-        std::env::var("LAZARET_SPIKE_IMAGE")
-            .or_else(|_| sh(&root_dir, "scripts/build-image").map(|o| o.trim().to_owned()))
-            .map_err(s)?
-    };
-    if delegate(
-        "spike_sandbox_protects_git_and_leaves_nothing_behind",
-        &[("LAZARET_SPIKE_IMAGE", &image_ref)],
-    )
-    .map_err(s)?
-        == Delegation::PassedAsTestUser
-    {
-        return Ok(());
+            .to_owned());
     }
+    match std::env::var("LAZARET_SPIKE_IMAGE") {
+        Ok(r) => Ok(r),
+        Err(_) => Ok(sh(&root_dir, "scripts/build-image")
+            .map_err(s)?
+            .trim()
+            .to_owned()),
+    }
+}
+
+/// The caller's identity, maps and the prepared lower of the default image
+/// (in a persistent storage root, so later runs are cache hits).
+fn prepared_lower() -> Result<(Identity, NamespaceMaps, PreparedLower), String> {
+    let image_ref = default_image()?;
     let me = Identity::current(&mut RealHost).map_err(s)?;
     let maps = plan_maps(&mut RealHost, &me).map_err(s)?;
     let home = PathBuf::from(std::env::var("HOME").map_err(s)?);
-    // A persistent storage root so later runs reuse the prepared lower.
     let storage = home.join(".cache/lazaret-conformance/storage");
     let store = BlobStore::open(&storage.join("blobs")).map_err(s)?;
     let t = Instant::now();
@@ -206,6 +206,140 @@ fn spike_sandbox_protects_git_and_leaves_nothing_behind() -> Result<(), String> 
         t.elapsed(),
         lower.cache_hit
     );
+    Ok((me, maps, lower))
+}
+
+#[test]
+fn spike_linked_worktree_is_protected_through_its_common_dir() -> Result<(), String> {
+    let image_ref = default_image()?;
+    if delegate(
+        "spike_linked_worktree_is_protected_through_its_common_dir",
+        &[("LAZARET_SPIKE_IMAGE", &image_ref)],
+    )
+    .map_err(s)?
+        == Delegation::PassedAsTestUser
+    {
+        return Ok(());
+    }
+    let (_me, maps, lower) = prepared_lower()?;
+    let tmp = tempfile::tempdir().map_err(s)?;
+    let work = std::fs::canonicalize(tmp.path()).map_err(s)?;
+    let main = work.join("main");
+    std::fs::create_dir(&main).map_err(s)?;
+    sh(
+        &main,
+        "git init -q -b main && echo secret > main_only && git add main_only && \
+         git -c user.name=h -c user.email=h@h commit -q -m host && git worktree add -q ../wt",
+    )
+    .map_err(s)?;
+    let ws = work.join("wt");
+    let common = main.join(".git");
+    let gitdir = common.join("worktrees/wt");
+    let before: Vec<Vec<u8>> = [
+        common.join("config"),
+        gitdir.join("commondir"),
+        ws.join(".git"),
+    ]
+    .iter()
+    .map(std::fs::read)
+    .collect::<Result<_, _>>()
+    .map_err(s)?;
+    let checks = format!(
+        r#"
+v() {{ printf '%s=%s\n' "$1" "$2"; }}
+cd /workspace
+git status --porcelain >/dev/null; v git_status $?
+echo x 2>/dev/null >> {common}/config; v cfg_append $?
+echo /tmp/evil 2>/dev/null > {gitdir}/commondir; v commondir_write $?
+echo 'gitdir: /tmp/evil' 2>/dev/null > .git; v dotgit_write $?
+mv .git moved 2>/dev/null; v mv_dotgit $?
+mv {common} {main}/g2 2>/dev/null; v mv_common $?
+printf '#!/bin/sh\n' > {common}/hooks/pre-commit; v hook_write $?
+test -e {main}/main_only; v main_worktree_visible $?
+git -c user.name=s -c user.email=s@s commit -q --allow-empty -m inside-wt; v git_commit $?
+exit 0
+"#,
+        common = common.display(),
+        gitdir = gitdir.display(),
+        main = main.display(),
+    );
+    let env = vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()];
+    let run = run_sandbox(
+        &maps,
+        &lower.rootfs,
+        &ws,
+        &work,
+        vec!["/bin/bash".into(), "-c".into(), checks],
+        env,
+    )?;
+    assert!(
+        run.success,
+        "sandbox failed:\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    println!("inside:\n{}", run.stdout);
+    let v: BTreeMap<&str, &str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    let get = |k: &str| v.get(k).copied().unwrap_or("<missing>");
+    assert_eq!(get("git_status"), "0");
+    for k in [
+        "cfg_append",
+        "commondir_write",
+        "dotgit_write",
+        "mv_dotgit",
+        "mv_common",
+    ] {
+        assert_ne!(get(k), "0", "{k} succeeded inside the sandbox");
+        assert_ne!(get(k), "<missing>", "{k} did not run");
+    }
+    let after: Vec<Vec<u8>> = [
+        common.join("config"),
+        gitdir.join("commondir"),
+        ws.join(".git"),
+    ]
+    .iter()
+    .map(std::fs::read)
+    .collect::<Result<_, _>>()
+    .map_err(s)?;
+    assert_eq!(after, before, "a protected file changed on the host");
+    assert_eq!(get("hook_write"), "0");
+    assert!(
+        !common.join("hooks/pre-commit").exists(),
+        "hook reached the host"
+    );
+    assert_eq!(
+        get("main_worktree_visible"),
+        "1",
+        "only the common dir of the main repository is visible"
+    );
+    assert_eq!(get("git_commit"), "0");
+    assert_eq!(
+        sh(&ws, "git log -1 --format=%s").map_err(s)?.trim(),
+        "inside-wt"
+    );
+    let state = work.join("runsc-state");
+    assert!(processes_mentioning(&state.display().to_string()).is_empty());
+    assert_eq!(std::fs::read_dir(&state).map_err(s)?.count(), 0);
+    Ok(())
+}
+
+#[test]
+fn spike_sandbox_protects_git_and_leaves_nothing_behind() -> Result<(), String> {
+    let image_ref = default_image()?;
+    if delegate(
+        "spike_sandbox_protects_git_and_leaves_nothing_behind",
+        &[("LAZARET_SPIKE_IMAGE", &image_ref)],
+    )
+    .map_err(s)?
+        == Delegation::PassedAsTestUser
+    {
+        return Ok(());
+    }
+    let (me, maps, lower) = prepared_lower()?;
+    let home = PathBuf::from(std::env::var("HOME").map_err(s)?);
 
     let tmp = tempfile::tempdir().map_err(s)?;
     let work = std::fs::canonicalize(tmp.path()).map_err(s)?;
