@@ -9,6 +9,10 @@
 //! blob store (a private one-manifest layout pointing at them), never from the
 //! user's layout, so what is unpacked is exactly the resolved manifest.
 //!
+//! The preparer also creates the bundle's fixed mount points
+//! (`lazaret_runtime::bundle::MOUNT_POINTS`), since runsc would otherwise
+//! create them inside the published tree.
+//!
 //! The tree is built in a staging directory and published by one rename; a
 //! later preparation of the same manifest with the same maps and preparer is
 //! a cache hit. A failed preparation removes its staging directory (inside
@@ -26,7 +30,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Version of the preparation recipe; part of the artifact identity.
-const RECIPE: &str = "lazaret-prepared-lower v1: umoci raw unpack in verified userns";
+const RECIPE: &str =
+    "lazaret-prepared-lower v2: umoci raw unpack in verified userns, bundle mount points";
 /// The tag of the private one-manifest layout umoci reads.
 const PRIVATE_TAG: &str = "lazaret";
 
@@ -334,6 +339,12 @@ fn stage_tree(
             status: run.status,
             stderr: run.stderr,
         });
+    }
+    // The bundle's fixed mount points: runsc would otherwise create them in
+    // this tree on every launch (it does so even with an in-memory overlay).
+    for point in lazaret_runtime::bundle::MOUNT_POINTS {
+        let p = stage.join("rootfs").join(point.trim_start_matches('/'));
+        fs::create_dir_all(&p).map_err(io_err("create mount point", &p))?;
     }
     fs::remove_file(&blobs).map_err(io_err("remove", &blobs))?;
     for name in ["oci-layout", "index.json"] {

@@ -109,6 +109,10 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         prepare(&mut host, dir.path(), &store, &img, &maps(100000)).map_err(|e| e.to_string())?;
     assert!(!first.cache_hit);
     assert!(first.rootfs.join("unpacked").exists());
+    assert!(
+        first.rootfs.join("workspace").is_dir()
+            && first.rootfs.join(".lazaret/git-common").is_dir()
+    );
     assert_eq!(
         first.record.manifest_digest,
         img.manifest_digest.to_string()
