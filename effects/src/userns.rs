@@ -561,6 +561,40 @@ mod tests {
         );
     }
 
+    /// Whatever the file holds, a chosen range belongs to the user, is large
+    /// enough and starts no later than any other sufficient range of theirs.
+    #[test]
+    fn chosen_range_is_the_lowest_sufficient_own_range() {
+        fn prop(entries: Vec<(bool, u32, u32)>) -> bool {
+            let text: String = entries
+                .iter()
+                .map(|(mine, start, count)| {
+                    format!(
+                        "{}:{}:{}\n",
+                        if *mine { "dev" } else { "other" },
+                        start / 2,
+                        count % 200_000
+                    )
+                })
+                .collect();
+            let sufficient: Vec<u32> = entries
+                .iter()
+                .filter(|(mine, start, count)| {
+                    *mine
+                        && count % 200_000 >= SUBORDINATE_IDS
+                        && (start / 2).checked_add(count % 200_000).is_some()
+                })
+                .map(|(_, start, _)| start / 2)
+                .collect();
+            match lowest_range(&text, MapKind::Uid, &me()) {
+                Ok(r) => sufficient.iter().min() == Some(&r.start) && r.count >= SUBORDINATE_IDS,
+                Err(UsernsError::NoRange { .. }) => sufficient.is_empty(),
+                Err(_) => false,
+            }
+        }
+        quickcheck::quickcheck(prop as fn(Vec<(bool, u32, u32)>) -> bool);
+    }
+
     #[test]
     fn too_small_range_is_refused_with_the_fix() {
         let err = lowest_range("dev:100000:65535\n", MapKind::Gid, &me())
