@@ -342,9 +342,21 @@ fn stage_tree(
     }
     // The bundle's fixed mount points: runsc would otherwise create them in
     // this tree on every launch (it does so even with an in-memory overlay).
-    for point in lazaret_runtime::bundle::MOUNT_POINTS {
-        let p = stage.join("rootfs").join(point.trim_start_matches('/'));
-        fs::create_dir_all(&p).map_err(io_err("create mount point", &p))?;
+    // Created inside the namespace: the image may own `/` by a nonzero id.
+    let mut mkdir: Vec<OsString> = vec!["-p".into(), "--".into()];
+    mkdir.extend(
+        lazaret_runtime::bundle::MOUNT_POINTS
+            .iter()
+            .map(|p| format!("rootfs/{}", p.trim_start_matches('/')).into()),
+    );
+    let run = host.run_in_userns("mkdir", &mkdir, stage)?;
+    if !run.success {
+        return Err(PrepareError::Failed {
+            program: "mkdir (bundle mount points)".into(),
+            manifest: record.manifest_digest.clone(),
+            status: run.status,
+            stderr: run.stderr,
+        });
     }
     fs::remove_file(&blobs).map_err(io_err("remove", &blobs))?;
     for name in ["oci-layout", "index.json"] {

@@ -48,6 +48,12 @@ impl PrepareHost for FakeHost {
                 fs::write(cwd.join("rootfs/unpacked"), "x").map_err(io_err("write", cwd))?;
                 Ok(ok)
             }
+            "mkdir" => {
+                for a in &argv[2..] {
+                    fs::create_dir_all(cwd.join(a)).map_err(io_err("create", cwd))?;
+                }
+                Ok(ok)
+            }
             "rm" => {
                 let target = PathBuf::from(&argv[3]);
                 fs::remove_dir_all(&target).map_err(io_err("remove", &target))?;
@@ -132,7 +138,8 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         host.calls,
         vec![
             "version".to_owned(),
-            "umoci raw unpack --image image:lazaret rootfs".to_owned()
+            "umoci raw unpack --image image:lazaret rootfs".to_owned(),
+            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common".to_owned()
         ]
     );
 
@@ -142,7 +149,7 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
     assert_eq!(second.record, first.record);
     assert_eq!(
         host.calls.len(),
-        3,
+        4,
         "a cache hit runs no worker: {:?}",
         host.calls
     );
