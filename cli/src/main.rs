@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_config;
+mod cmd_doctor;
 mod cmd_internal_wrapper;
 
 /// Lazaret: a rootless gVisor sandbox for AI coding agents.
@@ -22,12 +23,15 @@ enum Command {
     /// spawned through (spec 3.3 step 3). Not for direct use.
     #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
     InternalWrapper(cmd_internal_wrapper::WrapperCommand),
+    /// Check that this host can run Lazaret; print each problem with its fix.
+    Doctor,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::InternalWrapper(args) => return cmd_internal_wrapper::run(args),
+        Command::Doctor => return cmd_doctor::run(&lazaret_effects::doctor::RealDoctorHost),
         Command::Config(args) => cmd_config::run(
             &args,
             &lazaret_effects::confined::RealSys,
