@@ -449,9 +449,8 @@ pub fn spawn_in_user_namespace(
     match (released, spawned) {
         (Ok(()), Ok(child)) => Ok(child),
         (Err(e), Ok(mut child)) => {
-            // Unreachable in practice (the child refuses to exec without the
-            // release byte), but never leave a child behind.
-            let _ = child.kill();
+            // The child got the refusal byte (or EOF) and exits without
+            // exec; reap it so nothing is left behind. No signal is needed.
             let _ = child.wait();
             Err(e)
         }
