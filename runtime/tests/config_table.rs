@@ -519,3 +519,42 @@ fn lists_are_bounded_at_1024_entries() {
     assert!(refused(&doc("", &huge)).contains("expected at most 1024 entries"));
     eprintln!("90,000-entry refusal took {:?}", started.elapsed());
 }
+
+#[test]
+fn readiness_bounds_have_accepted_and_refused_cases() {
+    // schemas.md: one to 32 unique targets per list; a strict DNS name.
+    let ready = |denied: usize, query: &str| {
+        format!(
+            "[profiles.dev.readiness]\ndenied = [{}]\npermitted = [{{ address = \"1.1.1.1\", port = 443 }}]\ndns = [{{ resolver = \"10.137.54.3\", query = \"{query}\" }}]",
+            list(denied, |i| format!("{{ address = \"10.1.2.3\", port = {} }}", i + 1))
+        )
+    };
+    assert!(load(&doc("", &ready(32, "example.com"))).is_ok());
+    let m = refused(&doc("", &ready(33, "example.com")));
+    assert!(
+        m.contains("profiles.dev.readiness.denied") && m.contains("one to 32"),
+        "{m}"
+    );
+    let label63 = format!("{}.com", "a".repeat(63));
+    assert!(load(&doc("", &ready(1, &label63))).is_ok());
+    let label64 = format!("{}.com", "a".repeat(64));
+    let m = refused(&doc("", &ready(1, &label64)));
+    assert!(m.contains("profiles.dev.readiness.dns[0].query"), "{m}");
+    // 253 bytes in total is the longest accepted name.
+    let name = |len: usize| {
+        let mut labels = Vec::new();
+        let mut left = len;
+        while left > 0 {
+            let take = left.min(63);
+            labels.push("b".repeat(take));
+            left = left.saturating_sub(take + 1);
+        }
+        labels.join(".")
+    };
+    assert_eq!(name(253).len(), 253);
+    assert!(load(&doc("", &ready(1, &name(253)))).is_ok());
+    assert_eq!(name(255).len(), 255);
+    assert!(refused(&doc("", &ready(1, &name(255)))).contains("at most 253 bytes"));
+    let m = refused(&doc("", &ready(1, "-a.com")));
+    assert!(m.contains("profiles.dev.readiness.dns[0].query"), "{m}");
+}
