@@ -274,6 +274,50 @@ fn unsafe_sources_are_refused_for_the_real_user() {
     let out = h.run(&["config", "check", "dev"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    // A second hard link: refused.
+    h.write_config(ok, 0o600);
+    std::fs::hard_link(h.config_path(), h.path("home/other-name.toml")).expect("link");
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("has 2 hard links; expected exactly one"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_file(h.path("home/other-name.toml")).expect("rm");
+    // A FIFO: refused without blocking on it.
+    std::fs::remove_file(h.config_path()).expect("rm");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        h.config_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    h.give(&h.path("home"));
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is a FIFO; expected a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    // One byte over 1 MiB: refused; exactly 1 MiB: read.
+    let mut big = ok.as_bytes().to_vec();
+    big.resize(1_048_577, b'\n');
+    h.write_config(std::str::from_utf8(&big).expect("utf8"), 0o600);
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is 1048577 bytes; expected at most 1048576 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    big.truncate(1_048_576);
+    h.write_config(std::str::from_utf8(&big).expect("utf8"), 0o600);
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 /// Runs `lazaret ARGS` as lazaret-test inside a private mount namespace in
