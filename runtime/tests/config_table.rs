@@ -558,3 +558,20 @@ fn readiness_bounds_have_accepted_and_refused_cases() {
     let m = refused(&doc("", &ready(1, "-a.com")));
     assert!(m.contains("profiles.dev.readiness.dns[0].query"), "{m}");
 }
+
+#[test]
+fn refusals_never_echo_control_characters() {
+    // serde's own messages quote the offending key raw; a refusal printed to
+    // a terminal must not carry escape sequences or line breaks from the file.
+    for body in [
+        "\"\\u001b[2Jx\" = 1",
+        "\"a\\nb\" = 1",
+        "[[profiles.dev.volumes]]\nhost = \"/srv\"\ncontainer = \"/root/x\"\nkind = \"\\u001b[31mdir\"",
+    ] {
+        let m = refused(&doc("", body));
+        assert!(
+            !m.chars().any(char::is_control) && m.contains("expected"),
+            "{body}: {m:?}"
+        );
+    }
+}
