@@ -3,3 +3,5 @@ pub mod broker;
 pub mod domain_lock;
 pub mod domain_store;
 pub mod process_identity;
+pub mod pty;
+pub mod terminal_mode;
