@@ -4,4 +4,5 @@ pub mod domain_lock;
 pub mod domain_store;
 pub mod process_identity;
 pub mod pty;
+pub mod runsc_exec;
 pub mod terminal_mode;
