@@ -362,7 +362,96 @@ fn session_terminal_in_real_runsc() {
     assert_eq!(log.last().map(String::as_str), Some("RecordClean"));
     assert_eq!(control.observe(&identity), GroupObservation::Empty);
     pty.close();
+
+    // --- interactive bash: which group does Ctrl-C need? ------------------
+    job_control_needs_the_foreground_group(&sandbox, &control);
     eprintln!("whole test {:?}", t0.elapsed());
+}
+
+/// Interactive bash runs a foreground `sleep` in its own process group.
+/// SIGINT to the recorded (bash's) group does not interrupt it; SIGINT to
+/// the PTY-attached exec client, which runsc forwards to the terminal's
+/// foreground group, does. Evidence for docs/terminals.md "Open point".
+fn job_control_needs_the_foreground_group(
+    sandbox: &Sandbox,
+    control: &GuestControl<'_, RealRunner>,
+) {
+    let sys = RealPty;
+    let (mut pty, slave) = SessionPty::allocate(&sys).unwrap();
+    pty.resize(size(24, 80)).unwrap();
+    let (mut child, pid_file) =
+        sandbox.exec_session("s3", &["/bin/bash", "--norc", "--noprofile", "-i"], &slave);
+    drop(slave);
+    let identity = control.leader_identity(wait_pid_file(&pid_file)).unwrap();
+    let mut seen = String::new();
+    read_until(&pty, &mut seen, "# ");
+    let typed = |pty: &mut SessionPty<'_, RealPty>, text: &str| {
+        pty.write_input(
+            &lazaret_runtime::terminal::protocol::Chunk::new(text.as_bytes().to_vec()).unwrap(),
+        )
+        .unwrap();
+    };
+    typed(&mut pty, "sleep 100; echo sleep-status=$?\r");
+    read_until(&pty, &mut seen, "sleep 100; echo");
+    std::thread::sleep(Duration::from_millis(300));
+    let pids = control.pids().unwrap();
+    let stats = control.stats(&pids).unwrap();
+    let sleep = stats.iter().find(|s| {
+        s.pid != identity.leader_pid
+            && s.session == identity.leader_pid
+            && s.pgrp != identity.process_group_id
+    });
+    eprintln!(
+        "interactive bash group {}, sleep {:?}",
+        identity.process_group_id, sleep
+    );
+    assert!(
+        sleep.is_some(),
+        "job control put sleep in its own group: {stats:?}"
+    );
+
+    control.signal(&identity, GuestSignal::Interrupt).unwrap();
+    let quiet_until = Instant::now() + Duration::from_millis(700);
+    while Instant::now() < quiet_until {
+        if let Pumped::Data(c) = pty.pump(4096).unwrap() {
+            seen.push_str(&String::from_utf8_lossy(c.as_bytes()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        !seen.contains("sleep-status=1"),
+        "SIGINT to bash's group must not reach sleep: {seen:?}"
+    );
+
+    let pidfd = pidfd_open(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap(),
+        PidfdFlags::empty(),
+    )
+    .unwrap();
+    let sent = Instant::now();
+    pidfd_send_signal(&pidfd, Signal::INT).unwrap();
+    // Interactive bash abandons the rest of the list and prompts again.
+    let prompts = seen.matches("# ").count();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.matches("# ").count() == prompts {
+        assert!(Instant::now() < deadline, "no new prompt: {seen:?}");
+        if let Pumped::Data(c) = pty.pump(4096).unwrap() {
+            seen.push_str(&String::from_utf8_lossy(c.as_bytes()));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let sleep_pid = sleep.unwrap().pid;
+    assert!(
+        control.stats(&[sleep_pid]).unwrap().is_empty(),
+        "the foreground sleep is gone"
+    );
+    eprintln!(
+        "SIGINT through the exec client's forwarding interrupted the foreground sleep in {:?}",
+        sent.elapsed()
+    );
+    typed(&mut pty, "exit 7\r");
+    assert_eq!(child.wait().unwrap().code(), Some(7));
+    pty.close();
 }
 
 /// A minimal effects interpreter for the terminal machine.
