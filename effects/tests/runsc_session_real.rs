@@ -3,7 +3,8 @@
 //! `runsc exec --process` with `"terminal": true`; `stty size` inside
 //! follows TIOCSWINSZ + SIGWINCH; SIGINT to the group interrupts `sleep`;
 //! the pure terminal machine drives the release order (SIGHUP, SIGTERM,
-//! SIGKILL) against a guest that ignores the first two.
+//! SIGKILL) against a guest that ignores the first two; under interactive
+//! bash only the exec client's signal forwarding reaches the foreground job.
 //!
 //! Runs as the unprivileged `lazaret-test` user (re-executed through
 //! `runuser` when started as root). The sandbox is brought up by the test
