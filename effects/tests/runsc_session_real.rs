@@ -394,14 +394,20 @@ fn job_control_needs_the_foreground_group(
     };
     typed(&mut pty, "sleep 100; echo sleep-status=$?\r");
     read_until(&pty, &mut seen, "sleep 100; echo");
-    std::thread::sleep(Duration::from_millis(300));
-    let pids = control.pids().unwrap();
-    let stats = control.stats(&pids).unwrap();
-    let sleep = stats.iter().find(|s| {
-        s.pid != identity.leader_pid
-            && s.session == identity.leader_pid
-            && s.pgrp != identity.process_group_id
-    });
+    // Poll (bounded) until bash has started the foreground job.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (sleep, stats) = loop {
+        let stats = control.stats(&control.pids().unwrap()).unwrap();
+        let sleep = stats.iter().copied().find(|s| {
+            s.pid != identity.leader_pid
+                && s.session == identity.leader_pid
+                && s.pgrp != identity.process_group_id
+        });
+        if sleep.is_some() || Instant::now() > deadline {
+            break (sleep, stats);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     eprintln!(
         "interactive bash group {}, sleep {:?}",
         identity.process_group_id, sleep
