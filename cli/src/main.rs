@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod cmd_config;
 mod cmd_doctor;
 mod cmd_internal_wrapper;
+mod cmd_state;
 
 /// Lazaret: a rootless gVisor sandbox for AI coding agents.
 #[derive(Debug, Parser)]
@@ -25,12 +26,16 @@ enum Command {
     InternalWrapper(cmd_internal_wrapper::WrapperCommand),
     /// Check that this host can run Lazaret; print each problem with its fix.
     Doctor,
+    /// Show what a Domain holds durably: generations, participants, process
+    /// slots, sessions and terminals (read-only; spec 3.9).
+    State(cmd_state::StateCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::InternalWrapper(args) => return cmd_internal_wrapper::run(args),
+        Command::State(args) => return cmd_state::run(args),
         Command::Doctor => return cmd_doctor::run(&lazaret_effects::doctor::RealDoctorHost),
         Command::Config(args) => cmd_config::run(
             &args,

@@ -3,3 +3,4 @@ pub mod bundle;
 pub mod config;
 pub mod ownership;
 pub mod records;
+pub mod terminal;

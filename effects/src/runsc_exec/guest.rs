@@ -1,0 +1,260 @@
+//! Observing and signalling the session's guest process group inside the
+//! exact runsc container (spec 3.4 acquisition step 3, release step 2).
+use super::{Invocation, Runsc};
+use lazaret_runtime::records::terminal::GuestProcessIdentity;
+use lazaret_runtime::terminal::machine::{GroupObservation, GuestSignal};
+use std::io;
+use std::process::{Command, Output, Stdio};
+
+/// Runs one short runsc client and collects its output (pipes only).
+pub trait RunscRunner {
+    fn run(&self, invocation: &Invocation) -> io::Result<Output>;
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealRunner;
+
+impl RunscRunner for RealRunner {
+    fn run(&self, invocation: &Invocation) -> io::Result<Output> {
+        let (program, args) = invocation
+            .argv
+            .split_first()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty invocation"))?;
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+    }
+}
+
+/// The guest programs the observation and signal steps run. v1 uses the
+/// image's POSIX shell and only its builtins (`read`, `printf`, `kill`);
+/// a Lazaret-owned static guest helper can replace it without changing
+/// callers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestTools {
+    pub shell: String,
+}
+
+impl Default for GuestTools {
+    fn default() -> Self {
+        Self {
+            shell: "/bin/sh".to_owned(),
+        }
+    }
+}
+
+/// Fields of one guest `/proc/<pid>/stat` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestStat {
+    pub pid: u32,
+    pub pgrp: u32,
+    pub session: u32,
+    pub start_time: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GuestControlError {
+    #[error("cannot run {what} ({argv}): {source}")]
+    Spawn {
+        what: &'static str,
+        argv: String,
+        source: io::Error,
+    },
+    #[error("{what} failed with {status}: {stderr}")]
+    Failed {
+        what: &'static str,
+        status: String,
+        stderr: String,
+    },
+    #[error("cannot parse {what} output {line:?}: expected {expected}")]
+    Parse {
+        what: &'static str,
+        line: String,
+        expected: &'static str,
+    },
+    #[error("guest process {pid} is absent from container {container}")]
+    Absent { pid: u32, container: String },
+    #[error("guest process {pid} is not the leader of its own session and process group (pgrp {pgrp}, session {session})")]
+    NotGroupLeader { pid: u32, pgrp: u32, session: u32 },
+}
+
+/// Parses `runsc ps --format json` (a JSON array of PIDs).
+pub fn parse_ps_pids(stdout: &[u8]) -> Result<Vec<u32>, GuestControlError> {
+    serde_json::from_slice::<Vec<u32>>(stdout).map_err(|_| GuestControlError::Parse {
+        what: "runsc ps --format json",
+        line: String::from_utf8_lossy(stdout).chars().take(200).collect(),
+        expected: "a JSON array of PIDs",
+    })
+}
+
+/// Parses `/proc/<pid>/stat` lines. The command name may contain spaces and
+/// parentheses, so fields are taken after the last `)`.
+pub fn parse_stat_lines(text: &str) -> Result<Vec<GuestStat>, GuestControlError> {
+    let bad = |line: &str| GuestControlError::Parse {
+        what: "guest /proc/<pid>/stat",
+        line: line.chars().take(200).collect(),
+        expected: "pid (comm) state ppid pgrp session tty_nr tpgid ... starttime",
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (head, tail) = line.rsplit_once(')').ok_or_else(|| bad(line))?;
+        let pid = head
+            .split_once(" (")
+            .and_then(|(p, _)| p.trim().parse().ok())
+            .ok_or_else(|| bad(line))?;
+        // After ')': state(3) ppid(4) pgrp(5) session(6) tty_nr(7) tpgid(8)
+        // ... starttime(22), so index = field - 3.
+        let fields: Vec<&str> = tail.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).copied().ok_or_else(|| bad(line));
+        out.push(GuestStat {
+            pid,
+            pgrp: field(5)?.parse().map_err(|_| bad(line))?,
+            session: field(6)?.parse().map_err(|_| bad(line))?,
+            start_time: field(22)?.parse().map_err(|_| bad(line))?,
+        });
+    }
+    Ok(out)
+}
+
+/// Classifies the recorded leader and group from one snapshot of stats.
+pub fn classify(recorded: &GuestProcessIdentity, stats: &[GuestStat]) -> GroupObservation {
+    match stats.iter().find(|s| s.pid == recorded.leader_pid) {
+        Some(s)
+            if s.start_time == recorded.leader_start_time
+                && s.pgrp == recorded.process_group_id =>
+        {
+            GroupObservation::LeaderMatches
+        }
+        Some(_) => GroupObservation::Mismatch,
+        None if stats.iter().any(|s| s.pgrp == recorded.process_group_id) => {
+            GroupObservation::LeaderAbsentGroupRemains
+        }
+        None => GroupObservation::Empty,
+    }
+}
+
+const STAT_SCRIPT: &str = "for p in \"$@\"; do if [ -r /proc/$p/stat ]; then read -r l < /proc/$p/stat && printf '%s\\n' \"$l\"; fi; done";
+const KILL_SCRIPT: &str = "kill -s \"$1\" -- \"-$2\"";
+
+/// Guest process-group control for one exact container.
+#[derive(Debug)]
+pub struct GuestControl<'r, R: RunscRunner> {
+    runner: &'r R,
+    runsc: Runsc,
+    tools: GuestTools,
+    container: String,
+}
+
+impl<'r, R: RunscRunner> GuestControl<'r, R> {
+    pub fn new(runner: &'r R, runsc: Runsc, tools: GuestTools, container: String) -> Self {
+        Self {
+            runner,
+            runsc,
+            tools,
+            container,
+        }
+    }
+
+    fn run(&self, what: &'static str, inv: &Invocation) -> Result<Output, GuestControlError> {
+        let output = self
+            .runner
+            .run(inv)
+            .map_err(|source| GuestControlError::Spawn {
+                what,
+                argv: format!("{:?}", inv.argv),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(GuestControlError::Failed {
+                what,
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr)
+                    .chars()
+                    .take(500)
+                    .collect(),
+            });
+        }
+        Ok(output)
+    }
+
+    fn tool(&self, script: &str, name: &str, args: impl IntoIterator<Item = String>) -> Invocation {
+        let mut argv = vec![
+            self.tools.shell.clone(),
+            "-c".to_owned(),
+            script.to_owned(),
+            name.to_owned(),
+        ];
+        argv.extend(args);
+        self.runsc.exec_tool(&self.container, &argv)
+    }
+
+    /// Guest stats of `pids` (absent PIDs are skipped).
+    pub fn stats(&self, pids: &[u32]) -> Result<Vec<GuestStat>, GuestControlError> {
+        let inv = self.tool(STAT_SCRIPT, "lazaret-stat", pids.iter().map(u32::to_string));
+        let out = self.run("guest stat", &inv)?;
+        parse_stat_lines(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// Every PID in the container.
+    pub fn pids(&self) -> Result<Vec<u32>, GuestControlError> {
+        let out = self.run("runsc ps", &self.runsc.ps(&self.container))?;
+        parse_ps_pids(&out.stdout)
+    }
+
+    /// Acquisition step 3: the leader's identity. It must lead its own
+    /// session and group.
+    pub fn leader_identity(
+        &self,
+        leader_pid: u32,
+    ) -> Result<GuestProcessIdentity, GuestControlError> {
+        let stat = self
+            .stats(&[leader_pid])?
+            .into_iter()
+            .find(|s| s.pid == leader_pid)
+            .ok_or_else(|| GuestControlError::Absent {
+                pid: leader_pid,
+                container: self.container.clone(),
+            })?;
+        if stat.pgrp != stat.pid || stat.session != stat.pid {
+            return Err(GuestControlError::NotGroupLeader {
+                pid: stat.pid,
+                pgrp: stat.pgrp,
+                session: stat.session,
+            });
+        }
+        Ok(GuestProcessIdentity {
+            leader_pid,
+            leader_start_time: stat.start_time,
+            process_group_id: stat.pgrp,
+        })
+    }
+
+    /// The observation the terminal machine asks for with `ObserveGroup`.
+    /// A failed observation is a mismatch (fail closed).
+    pub fn observe(&self, recorded: &GuestProcessIdentity) -> GroupObservation {
+        let observed = self.pids().and_then(|pids| self.stats(&pids));
+        match observed {
+            Ok(stats) => classify(recorded, &stats),
+            Err(e) => {
+                tracing::warn!(error = %e, "guest group observation failed; treating as mismatch");
+                GroupObservation::Mismatch
+            }
+        }
+    }
+
+    /// Sends `signal` to the recorded guest process group. The release
+    /// order calls this only after an observation found the leader matching.
+    pub fn signal(
+        &self,
+        recorded: &GuestProcessIdentity,
+        signal: GuestSignal,
+    ) -> Result<(), GuestControlError> {
+        let pgid = recorded.process_group_id;
+        let name = signal.name().trim_start_matches("SIG").to_owned();
+        let inv = self.tool(KILL_SCRIPT, "lazaret-signal", [name, pgid.to_string()]);
+        self.run("guest group signal", &inv).map(|_| ())
+    }
+}

@@ -1,0 +1,8 @@
+//! Session terminals (spec 3.4, FR-14, FR-15): the v1 protocol records and
+//! codec (schemas.md "Session terminal protocol") and the pure per-session
+//! terminal state machine. Sans-IO: inputs (client events, PTY data, timers,
+//! observations) go in as data and effects come out as [`machine::Command`]s.
+pub mod machine;
+pub mod protocol;
+pub mod queue;
+pub mod sessions;

@@ -1,0 +1,380 @@
+//! v1 session terminal protocol records (schemas.md "Session terminal
+//! protocol"; spec 3.4). Postcard payloads; field order is the schema's.
+//!
+//! Encoding (postcard): an enum is its variant index as a varint, a
+//! `SessionId` is its 16 raw bytes, a `u16`/`u8` is a varint, a byte string
+//! and `argv` are a varint length followed by the elements, an `Option` is
+//! `0` or `1` followed by the value. Fixed codec tests in
+//! `runtime/tests/terminal_protocol.rs` pin these bytes.
+use crate::records::codec::{self, CodecError};
+use crate::records::ids::SessionId;
+use serde::{Deserialize, Serialize};
+use std::num::NonZeroU16;
+
+/// Largest byte chunk in one input or output record. Bounded so one record
+/// never holds more than one PTY read or one client write.
+pub const MAX_CHUNK_BYTES: usize = 16 * 1024;
+/// Largest complete encoded record accepted by [`decode_event`] and friends.
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+/// Most argv elements in a non-interactive request.
+pub const MAX_ARGV: usize = 4096;
+
+/// A byte chunk of at most [`MAX_CHUNK_BYTES`].
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
+pub struct Chunk(Vec<u8>);
+
+impl Chunk {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, ProtocolError> {
+        let bytes = bytes.into();
+        if bytes.len() > MAX_CHUNK_BYTES {
+            return Err(ProtocolError::ChunkTooLarge { len: bytes.len() });
+        }
+        Ok(Self(bytes))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Chunk({} bytes)", self.0.len())
+    }
+}
+
+impl TryFrom<Vec<u8>> for Chunk {
+    type Error = ProtocolError;
+    fn try_from(value: Vec<u8>) -> Result<Self, Self::Error> {
+        Self::new(value)
+    }
+}
+
+impl From<Chunk> for Vec<u8> {
+    fn from(value: Chunk) -> Self {
+        value.0
+    }
+}
+
+/// A protocol value is out of range.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("terminal byte chunk of {len} bytes exceeds the {MAX_CHUNK_BYTES}-byte bound")]
+    ChunkTooLarge { len: usize },
+    #[error("SessionExit: exit_code must be present exactly when the outcome is Exited (outcome {outcome:?}, exit_code {exit_code:?})")]
+    ExitCode {
+        outcome: SessionExitOutcome,
+        exit_code: Option<u8>,
+    },
+    #[error("non-interactive argv must have 1..={MAX_ARGV} NUL-free elements, got {len}")]
+    ArgvLength { len: usize },
+    #[error("non-interactive argv element {index} contains a NUL byte")]
+    ArgvNul { index: usize },
+    #[error("{record} record of {len} bytes exceeds the {MAX_RECORD_BYTES}-byte bound")]
+    RecordTooLarge { record: &'static str, len: usize },
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalInput {
+    pub session_id: SessionId,
+    pub bytes: Chunk,
+}
+
+/// Rows and columns are nonzero u16 (spec 3.4); pixels may be zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalResize {
+    pub session_id: SessionId,
+    pub rows: NonZeroU16,
+    pub columns: NonZeroU16,
+    pub pixel_width: u16,
+    pub pixel_height: u16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TerminalSignalKind {
+    Interrupt,
+    Quit,
+    Suspend,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalSignal {
+    pub session_id: SessionId,
+    pub signal: TerminalSignalKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionClose {
+    pub session_id: SessionId,
+}
+
+/// Client -> Host Coordinator on the session connection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionTerminalEvent {
+    Input(TerminalInput),
+    Resize(TerminalResize),
+    Signal(TerminalSignal),
+    Close(SessionClose),
+}
+
+impl SessionTerminalEvent {
+    pub fn session_id(&self) -> SessionId {
+        match self {
+            Self::Input(e) => e.session_id,
+            Self::Resize(e) => e.session_id,
+            Self::Signal(e) => e.session_id,
+            Self::Close(e) => e.session_id,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalOutput {
+    pub session_id: SessionId,
+    pub bytes: Chunk,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SessionExitOutcome {
+    Exited,
+    Terminated,
+    RuntimeLost,
+}
+
+/// `exit_code` is present only for `Exited` (schemas.md); it is the status
+/// collected from the non-detached runsc exec client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SessionExitWire", into = "SessionExitWire")]
+pub struct SessionExit {
+    session_id: SessionId,
+    outcome: SessionExitOutcome,
+    exit_code: Option<u8>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SessionExitWire {
+    session_id: SessionId,
+    outcome: SessionExitOutcome,
+    exit_code: Option<u8>,
+}
+
+impl SessionExit {
+    pub fn exited(session_id: SessionId, exit_code: u8) -> Self {
+        Self {
+            session_id,
+            outcome: SessionExitOutcome::Exited,
+            exit_code: Some(exit_code),
+        }
+    }
+
+    /// The exec client was terminated by the release order or a signal.
+    pub fn terminated(session_id: SessionId) -> Self {
+        Self {
+            session_id,
+            outcome: SessionExitOutcome::Terminated,
+            exit_code: None,
+        }
+    }
+
+    /// The exec client or its runtime vanished without a status.
+    pub fn runtime_lost(session_id: SessionId) -> Self {
+        Self {
+            session_id,
+            outcome: SessionExitOutcome::RuntimeLost,
+            exit_code: None,
+        }
+    }
+
+    pub fn session_id(&self) -> SessionId {
+        self.session_id
+    }
+    pub fn outcome(&self) -> SessionExitOutcome {
+        self.outcome
+    }
+    pub fn exit_code(&self) -> Option<u8> {
+        self.exit_code
+    }
+}
+
+impl TryFrom<SessionExitWire> for SessionExit {
+    type Error = ProtocolError;
+    fn try_from(w: SessionExitWire) -> Result<Self, Self::Error> {
+        if (w.outcome == SessionExitOutcome::Exited) != w.exit_code.is_some() {
+            return Err(ProtocolError::ExitCode {
+                outcome: w.outcome,
+                exit_code: w.exit_code,
+            });
+        }
+        Ok(Self {
+            session_id: w.session_id,
+            outcome: w.outcome,
+            exit_code: w.exit_code,
+        })
+    }
+}
+
+impl From<SessionExit> for SessionExitWire {
+    fn from(e: SessionExit) -> Self {
+        Self {
+            session_id: e.session_id,
+            outcome: e.outcome,
+            exit_code: e.exit_code,
+        }
+    }
+}
+
+/// Host Coordinator -> client on an interactive session connection. PTY
+/// output is one merged stream (spec 3.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionTerminalMessage {
+    Output(TerminalOutput),
+    Exit(SessionExit),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TerminalProtocolVersion {
+    V1,
+}
+
+/// A non-interactive run: exact argv, stdout and stderr kept apart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "NonInteractiveWire", into = "NonInteractiveWire")]
+pub struct NonInteractiveSessionRequest {
+    protocol_version: TerminalProtocolVersion,
+    session_id: SessionId,
+    argv: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct NonInteractiveWire {
+    protocol_version: TerminalProtocolVersion,
+    session_id: SessionId,
+    argv: Vec<String>,
+}
+
+impl NonInteractiveSessionRequest {
+    pub fn new(session_id: SessionId, argv: Vec<String>) -> Result<Self, ProtocolError> {
+        Self::try_from(NonInteractiveWire {
+            protocol_version: TerminalProtocolVersion::V1,
+            session_id,
+            argv,
+        })
+    }
+    pub fn session_id(&self) -> SessionId {
+        self.session_id
+    }
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+}
+
+impl TryFrom<NonInteractiveWire> for NonInteractiveSessionRequest {
+    type Error = ProtocolError;
+    fn try_from(w: NonInteractiveWire) -> Result<Self, Self::Error> {
+        if w.argv.is_empty() || w.argv.len() > MAX_ARGV {
+            return Err(ProtocolError::ArgvLength { len: w.argv.len() });
+        }
+        if let Some(index) = w.argv.iter().position(|a| a.contains('\0')) {
+            return Err(ProtocolError::ArgvNul { index });
+        }
+        Ok(Self {
+            protocol_version: w.protocol_version,
+            session_id: w.session_id,
+            argv: w.argv,
+        })
+    }
+}
+
+impl From<NonInteractiveSessionRequest> for NonInteractiveWire {
+    fn from(r: NonInteractiveSessionRequest) -> Self {
+        Self {
+            protocol_version: r.protocol_version,
+            session_id: r.session_id,
+            argv: r.argv,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NonInteractiveOutput {
+    pub session_id: SessionId,
+    pub bytes: Chunk,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NonInteractiveSessionMessage {
+    Stdout(NonInteractiveOutput),
+    Stderr(NonInteractiveOutput),
+    Exit(SessionExit),
+}
+
+fn encode_bounded<T: Serialize>(record: &'static str, value: &T) -> Result<Vec<u8>, ProtocolError> {
+    let bytes = codec::encode(record, value)?;
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(ProtocolError::RecordTooLarge {
+            record,
+            len: bytes.len(),
+        });
+    }
+    Ok(bytes)
+}
+
+fn decode_bounded<T: serde::de::DeserializeOwned>(
+    record: &'static str,
+    bytes: &[u8],
+) -> Result<T, ProtocolError> {
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(ProtocolError::RecordTooLarge {
+            record,
+            len: bytes.len(),
+        });
+    }
+    Ok(codec::decode(record, bytes)?)
+}
+
+macro_rules! codec_pair {
+    ($enc:ident, $dec:ident, $ty:ty, $name:literal) => {
+        pub fn $enc(value: &$ty) -> Result<Vec<u8>, ProtocolError> {
+            encode_bounded($name, value)
+        }
+        pub fn $dec(bytes: &[u8]) -> Result<$ty, ProtocolError> {
+            decode_bounded($name, bytes)
+        }
+    };
+}
+
+codec_pair!(
+    encode_event,
+    decode_event,
+    SessionTerminalEvent,
+    "session terminal event"
+);
+codec_pair!(
+    encode_message,
+    decode_message,
+    SessionTerminalMessage,
+    "session terminal message"
+);
+codec_pair!(
+    encode_request,
+    decode_request,
+    NonInteractiveSessionRequest,
+    "non-interactive session request"
+);
+codec_pair!(
+    encode_non_interactive,
+    decode_non_interactive,
+    NonInteractiveSessionMessage,
+    "non-interactive session message"
+);

@@ -1,0 +1,714 @@
+//! Table tests for the per-session terminal state machine (spec 3.4, FR-15).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
+
+use lazaret_runtime::records::ids::{GenerationId, SessionId};
+use lazaret_runtime::terminal::machine::*;
+use lazaret_runtime::terminal::protocol::*;
+use lazaret_runtime::terminal::sessions::{SessionLimits, SessionTable, TableError};
+use std::num::NonZeroU16;
+
+const S: SessionId = SessionId([7; 16]);
+const G: GenerationId = GenerationId(3);
+const QUEUE: usize = 64;
+const T: ReleaseTimings = ReleaseTimings {
+    hangup_grace_ms: 100,
+    terminate_grace_ms: 200,
+    drain_deadline_ms: 300,
+};
+
+fn machine() -> Machine {
+    Machine::new(S, G, T, QUEUE)
+}
+
+fn chunk(b: &[u8]) -> Chunk {
+    Chunk::new(b.to_vec()).unwrap()
+}
+
+fn nz(v: u16) -> NonZeroU16 {
+    NonZeroU16::new(v).unwrap()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Input,
+    Resize,
+    Interrupt,
+    Quit,
+    Suspend,
+    Close,
+}
+const KINDS: [Kind; 6] = [
+    Kind::Input,
+    Kind::Resize,
+    Kind::Interrupt,
+    Kind::Quit,
+    Kind::Suspend,
+    Kind::Close,
+];
+
+fn event(kind: Kind, session: SessionId) -> SessionTerminalEvent {
+    let signal = |signal| {
+        SessionTerminalEvent::Signal(TerminalSignal {
+            session_id: session,
+            signal,
+        })
+    };
+    match kind {
+        Kind::Input => SessionTerminalEvent::Input(TerminalInput {
+            session_id: session,
+            bytes: chunk(b"x"),
+        }),
+        Kind::Resize => SessionTerminalEvent::Resize(TerminalResize {
+            session_id: session,
+            rows: nz(40),
+            columns: nz(120),
+            pixel_width: 0,
+            pixel_height: 0,
+        }),
+        Kind::Interrupt => signal(TerminalSignalKind::Interrupt),
+        Kind::Quit => signal(TerminalSignalKind::Quit),
+        Kind::Suspend => signal(TerminalSignalKind::Suspend),
+        Kind::Close => SessionTerminalEvent::Close(SessionClose {
+            session_id: session,
+        }),
+    }
+}
+
+fn client(kind: Kind) -> Input {
+    Input::Client {
+        generation: G,
+        event: event(kind, S),
+    }
+}
+
+fn ok(m: &mut Machine, input: Input) -> Vec<Command> {
+    m.handle(input.clone())
+        .unwrap_or_else(|e| panic!("{input:?} refused in {}: {e}", m.phase()))
+}
+
+fn accepted_commands(kind: Kind) -> Vec<Command> {
+    match kind {
+        Kind::Input => vec![Command::WritePty(chunk(b"x"))],
+        Kind::Resize => vec![
+            Command::SetWindowSize {
+                rows: nz(40),
+                columns: nz(120),
+                pixel_width: 0,
+                pixel_height: 0,
+            },
+            Command::SignalGroup(GuestSignal::WindowChange),
+        ],
+        Kind::Interrupt => vec![Command::SignalGroup(GuestSignal::Interrupt)],
+        Kind::Quit => vec![Command::SignalGroup(GuestSignal::Quit)],
+        Kind::Suspend => vec![Command::SignalGroup(GuestSignal::Suspend)],
+        Kind::Close => vec![Command::RecordReleaseIntent, Command::ObserveGroup],
+    }
+}
+
+#[test]
+fn events_by_route_table() {
+    use TerminalRoute::*;
+    for route in [None, Sandbox, Prompt, HostProcess] {
+        for kind in KINDS {
+            let mut m = machine();
+            ok(&mut m, Input::Route(route));
+            let got = m.handle(client(kind));
+            let admitted = match kind {
+                Kind::Close => route != None,
+                _ => route == Sandbox,
+            };
+            if admitted {
+                assert_eq!(got.unwrap(), accepted_commands(kind), "{route:?} {kind:?}");
+            } else {
+                assert_eq!(
+                    got.unwrap_err(),
+                    Refusal::InactiveRoute {
+                        route,
+                        event: match kind {
+                            Kind::Input => "Input",
+                            Kind::Resize => "Resize",
+                            Kind::Close => "Close",
+                            _ => "Signal",
+                        }
+                    },
+                    "{route:?} {kind:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn signal_numbers_are_linux_numbers() {
+    let table = [
+        (GuestSignal::Hangup, 1, "SIGHUP"),
+        (GuestSignal::Interrupt, 2, "SIGINT"),
+        (GuestSignal::Quit, 3, "SIGQUIT"),
+        (GuestSignal::Kill, 9, "SIGKILL"),
+        (GuestSignal::Terminate, 15, "SIGTERM"),
+        (GuestSignal::Suspend, 20, "SIGTSTP"),
+        (GuestSignal::WindowChange, 28, "SIGWINCH"),
+    ];
+    for (s, n, name) in table {
+        assert_eq!((s.number(), s.name()), (n, name));
+    }
+}
+
+#[test]
+fn wrong_session_and_stale_generation_refuse() {
+    let mut m = machine();
+    for kind in KINDS {
+        let other = SessionId([8; 16]);
+        assert_eq!(
+            m.handle(Input::Client {
+                generation: G,
+                event: event(kind, other)
+            }),
+            Err(Refusal::InvalidSession {
+                expected: S,
+                got: other
+            })
+        );
+        assert_eq!(
+            m.handle(Input::Client {
+                generation: GenerationId(2),
+                event: event(kind, S)
+            }),
+            Err(Refusal::StaleGeneration {
+                expected: G,
+                got: GenerationId(2)
+            })
+        );
+    }
+    assert_eq!(m.phase(), "Running");
+}
+
+/// Every release phase, reached by real inputs.
+fn release_phases() -> Vec<(&'static str, Machine)> {
+    let mut out = Vec::new();
+    let mut m = machine();
+    ok(&mut m, client(Kind::Close));
+    out.push(("Observing", m));
+    let mut m = machine();
+    ok(&mut m, client(Kind::Close));
+    ok(&mut m, Input::Observed(GroupObservation::LeaderMatches));
+    out.push(("Grace", m));
+    let mut m = machine();
+    ok(&mut m, client(Kind::Close));
+    ok(&mut m, Input::Observed(GroupObservation::Empty));
+    out.push(("AwaitExec", m));
+    let mut m = machine();
+    ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
+    out.push(("Draining", m));
+    let mut m = machine();
+    ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
+    ok(&mut m, Input::PtyEof);
+    out.push(("FinalObserve", m));
+    let mut m = machine();
+    ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
+    ok(&mut m, Input::PtyEof);
+    ok(&mut m, Input::Observed(GroupObservation::Empty));
+    out.push(("Clean", m));
+    let mut m = machine();
+    ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
+    ok(&mut m, Input::PtyEof);
+    ok(
+        &mut m,
+        Input::Observed(GroupObservation::LeaderAbsentGroupRemains),
+    );
+    out.push(("Retained", m));
+    out
+}
+
+#[test]
+fn every_event_is_refused_in_every_release_phase() {
+    for (phase, mut m) in release_phases() {
+        assert_eq!(m.phase(), phase);
+        for kind in KINDS {
+            assert!(
+                matches!(
+                    m.handle(client(kind)),
+                    Err(Refusal::InRelease { session: S, .. })
+                ),
+                "{phase} {kind:?}"
+            );
+        }
+        // Route changes belong to a running terminal only.
+        assert!(
+            m.handle(Input::Route(TerminalRoute::Sandbox)).is_err(),
+            "{phase}"
+        );
+    }
+}
+
+#[test]
+fn pty_read_budget_table() {
+    use TerminalRoute::*;
+    for route in [None, Sandbox, Prompt, HostProcess] {
+        let mut m = machine();
+        ok(&mut m, Input::Route(route));
+        let expected = if route == Sandbox { QUEUE } else { 0 };
+        assert_eq!(m.pty_read_budget(), expected, "{route:?}");
+        if route != Sandbox {
+            assert!(m.handle(Input::PtyData(chunk(b"a"))).is_err(), "{route:?}");
+        }
+    }
+    for (phase, m) in release_phases() {
+        let expected = if phase == "Draining" { QUEUE } else { 0 };
+        assert_eq!(m.pty_read_budget(), expected, "{phase}");
+    }
+}
+
+#[test]
+fn prompt_route_pauses_and_sandbox_route_resumes_forwarding() {
+    let mut m = machine();
+    ok(&mut m, Input::PtyData(chunk(b"before")));
+    ok(&mut m, Input::Route(TerminalRoute::Prompt));
+    assert_eq!(m.pty_read_budget(), 0);
+    assert!(m.handle(Input::PtyData(chunk(b"during"))).is_err());
+    ok(&mut m, Input::Route(TerminalRoute::Sandbox));
+    assert_eq!(m.pty_read_budget(), QUEUE - 6);
+    ok(&mut m, Input::PtyData(chunk(b"after")));
+    let mut seen = Vec::new();
+    while let Some(SessionTerminalMessage::Output(o)) = m.poll_message() {
+        seen.extend_from_slice(o.bytes.as_bytes());
+    }
+    assert_eq!(seen, b"beforeafter");
+}
+
+#[test]
+fn full_client_queue_stops_pty_reads_until_drained() {
+    let mut m = machine();
+    ok(&mut m, Input::PtyData(chunk(&[b'a'; 40])));
+    assert_eq!(m.pty_read_budget(), 24);
+    assert!(m.handle(Input::PtyData(chunk(&[b'b'; 25]))).is_err());
+    ok(&mut m, Input::PtyData(chunk(&[b'b'; 24])));
+    assert_eq!(m.pty_read_budget(), 0);
+    assert!(m.handle(Input::PtyData(chunk(b"c"))).is_err());
+    assert!(matches!(
+        m.poll_message(),
+        Some(SessionTerminalMessage::Output(_))
+    ));
+    assert_eq!(m.pty_read_budget(), 40);
+}
+
+/// Runs `inputs`, returning every command in order.
+fn run(m: &mut Machine, inputs: Vec<Input>) -> Vec<Command> {
+    inputs.into_iter().flat_map(|i| ok(m, i)).collect()
+}
+
+fn messages(m: &mut Machine) -> Vec<SessionTerminalMessage> {
+    std::iter::from_fn(|| m.poll_message()).take(1000).collect()
+}
+
+#[test]
+fn close_with_live_leader_follows_the_full_release_order() {
+    use Command::*;
+    let mut m = machine();
+    let leader = || Input::Observed(GroupObservation::LeaderMatches);
+    let got = run(
+        &mut m,
+        vec![
+            client(Kind::Close),
+            leader(),
+            Input::Timer(TimerKind::HangupGrace),
+            leader(),
+            Input::Timer(TimerKind::TerminateGrace),
+            leader(),
+            Input::ExecClientExited(ExecStatus::Signalled(9)),
+            Input::PtyData(chunk(b"tail")),
+            Input::PtyEof,
+            Input::Observed(GroupObservation::Empty),
+        ],
+    );
+    let timer = |timer, after_ms| StartTimer { timer, after_ms };
+    assert_eq!(
+        got,
+        vec![
+            RecordReleaseIntent,
+            ObserveGroup,
+            SignalGroup(GuestSignal::Hangup),
+            timer(TimerKind::HangupGrace, 100),
+            ObserveGroup,
+            SignalGroup(GuestSignal::Terminate),
+            timer(TimerKind::TerminateGrace, 200),
+            ObserveGroup,
+            SignalGroup(GuestSignal::Kill),
+            TerminateExecClient,
+            ReapExecClient,
+            timer(TimerKind::DrainDeadline, 300),
+            CancelTimer(TimerKind::DrainDeadline),
+            ClosePty,
+            ObserveGroup,
+            RecordClean,
+        ]
+    );
+    assert!(m.is_clean());
+    assert_eq!(
+        messages(&mut m),
+        vec![
+            SessionTerminalMessage::Output(TerminalOutput {
+                session_id: S,
+                bytes: chunk(b"tail")
+            }),
+            SessionTerminalMessage::Exit(SessionExit::terminated(S)),
+        ]
+    );
+}
+
+#[test]
+fn guest_exiting_on_hangup_reports_the_exec_client_status() {
+    use Command::*;
+    let mut m = machine();
+    let got = run(
+        &mut m,
+        vec![
+            client(Kind::Close),
+            Input::Observed(GroupObservation::LeaderMatches),
+            Input::ExecClientExited(ExecStatus::Exited(129)),
+            Input::Timer(TimerKind::DrainDeadline),
+            Input::Observed(GroupObservation::Empty),
+        ],
+    );
+    assert_eq!(
+        got,
+        vec![
+            RecordReleaseIntent,
+            ObserveGroup,
+            SignalGroup(GuestSignal::Hangup),
+            StartTimer {
+                timer: TimerKind::HangupGrace,
+                after_ms: 100
+            },
+            CancelTimer(TimerKind::HangupGrace),
+            ReapExecClient,
+            StartTimer {
+                timer: TimerKind::DrainDeadline,
+                after_ms: 300
+            },
+            ClosePty,
+            ObserveGroup,
+            RecordClean,
+        ]
+    );
+    assert_eq!(
+        messages(&mut m),
+        vec![SessionTerminalMessage::Exit(SessionExit::exited(S, 129))]
+    );
+}
+
+#[test]
+fn leader_observation_table_at_every_signal_stage() {
+    // (observation, signal sent?, final state with an empty group at the end)
+    let table = [
+        (GroupObservation::LeaderMatches, true, None),
+        (GroupObservation::Empty, false, None),
+        (
+            GroupObservation::LeaderAbsentGroupRemains,
+            false,
+            Some(RetainReason::GroupRemains),
+        ),
+        (
+            GroupObservation::Mismatch,
+            false,
+            Some(RetainReason::LeaderMismatch),
+        ),
+    ];
+    for stage in 0..3 {
+        for (observation, signals, retained) in table {
+            let mut m = machine();
+            ok(&mut m, client(Kind::Close));
+            let signals_before = [
+                Input::Timer(TimerKind::HangupGrace),
+                Input::Timer(TimerKind::TerminateGrace),
+            ];
+            for timer in signals_before.iter().take(stage) {
+                ok(&mut m, Input::Observed(GroupObservation::LeaderMatches));
+                ok(&mut m, timer.clone());
+            }
+            let got = ok(&mut m, Input::Observed(observation));
+            let signal = [
+                GuestSignal::Hangup,
+                GuestSignal::Terminate,
+                GuestSignal::Kill,
+            ][stage];
+            assert_eq!(
+                got.contains(&Command::SignalGroup(signal)),
+                signals,
+                "stage {stage} {observation:?}: {got:?}"
+            );
+            let signalled_any = got.iter().any(|c| matches!(c, Command::SignalGroup(_)));
+            assert_eq!(signalled_any, signals, "no other signal may be sent");
+            // Finish: exec client ends (by itself or by our termination).
+            if stage < 2 && signals {
+                ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
+            } else {
+                assert!(got.contains(&Command::TerminateExecClient), "{got:?}");
+                ok(&mut m, Input::ExecClientExited(ExecStatus::Signalled(9)));
+            }
+            ok(&mut m, Input::PtyEof);
+            let last = ok(&mut m, Input::Observed(GroupObservation::Empty));
+            match retained {
+                None => assert_eq!(last, vec![Command::RecordClean]),
+                Some(r) => {
+                    assert_eq!(last, vec![Command::RetainReleaseIntent(r)]);
+                    assert_eq!(m.retained(), Some(r));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn final_observation_table() {
+    for (observation, expected) in [
+        (GroupObservation::Empty, Command::RecordClean),
+        (
+            GroupObservation::LeaderAbsentGroupRemains,
+            Command::RetainReleaseIntent(RetainReason::GroupRemains),
+        ),
+        (
+            GroupObservation::LeaderMatches,
+            Command::RetainReleaseIntent(RetainReason::GroupRemains),
+        ),
+        (
+            GroupObservation::Mismatch,
+            Command::RetainReleaseIntent(RetainReason::LeaderMismatch),
+        ),
+    ] {
+        let mut m = machine();
+        ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
+        ok(&mut m, Input::PtyEof);
+        assert_eq!(ok(&mut m, Input::Observed(observation)), vec![expected]);
+    }
+}
+
+#[test]
+fn normal_completion_drains_then_sends_one_exit_after_the_last_byte() {
+    use Command::*;
+    let mut m = machine();
+    ok(&mut m, Input::PtyData(chunk(b"one ")));
+    let got = ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(3)));
+    assert_eq!(
+        got,
+        vec![
+            RecordReleaseIntent,
+            ReapExecClient,
+            StartTimer {
+                timer: TimerKind::DrainDeadline,
+                after_ms: 300
+            }
+        ]
+    );
+    assert_eq!(m.release_reason(), Some(ReleaseReason::GuestCompleted));
+    ok(&mut m, Input::PtyData(chunk(b"two")));
+    assert_eq!(
+        ok(&mut m, Input::Timer(TimerKind::DrainDeadline)),
+        vec![ClosePty, ObserveGroup]
+    );
+    assert_eq!(m.pty_read_budget(), 0);
+    assert!(m.handle(Input::PtyData(chunk(b"late"))).is_err());
+    let msgs = messages(&mut m);
+    let exits = msgs
+        .iter()
+        .filter(|m| matches!(m, SessionTerminalMessage::Exit(_)))
+        .count();
+    assert_eq!(exits, 1);
+    assert_eq!(
+        msgs.last(),
+        Some(&SessionTerminalMessage::Exit(SessionExit::exited(S, 3)))
+    );
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(
+        ok(&mut m, Input::Observed(GroupObservation::Empty)),
+        vec![RecordClean]
+    );
+    assert!(m.poll_message().is_none());
+}
+
+#[test]
+fn client_loss_discards_output_and_sends_nothing() {
+    use Command::*;
+    let mut m = machine();
+    ok(&mut m, Input::PtyData(chunk(b"unsent")));
+    assert_eq!(
+        ok(&mut m, Input::ClientLost),
+        vec![RecordReleaseIntent, ObserveGroup]
+    );
+    assert_eq!(m.queued_bytes(), 0);
+    ok(&mut m, Input::Observed(GroupObservation::Empty));
+    assert_eq!(
+        ok(&mut m, Input::ExecClientExited(ExecStatus::Signalled(9))),
+        vec![ReapExecClient, ClosePty, ObserveGroup]
+    );
+    ok(&mut m, Input::Observed(GroupObservation::Empty));
+    assert!(m.is_clean());
+    assert!(m.poll_message().is_none());
+}
+
+#[test]
+fn pty_loss_skips_the_drain_but_reports_the_exit() {
+    use Command::*;
+    let mut m = machine();
+    let got = run(
+        &mut m,
+        vec![
+            Input::PtyLost,
+            Input::Observed(GroupObservation::Empty),
+            Input::ExecClientExited(ExecStatus::Signalled(9)),
+        ],
+    );
+    assert_eq!(
+        got,
+        vec![
+            RecordReleaseIntent,
+            ObserveGroup,
+            TerminateExecClient,
+            ReapExecClient,
+            ClosePty,
+            ObserveGroup
+        ]
+    );
+    assert_eq!(
+        messages(&mut m),
+        vec![SessionTerminalMessage::Exit(SessionExit::terminated(S))]
+    );
+}
+
+#[test]
+fn exec_client_loss_still_signals_a_live_leader_and_reports_runtime_lost() {
+    use Command::*;
+    let mut m = machine();
+    let got = run(
+        &mut m,
+        vec![
+            Input::ExecClientLost,
+            Input::Observed(GroupObservation::LeaderMatches),
+        ],
+    );
+    assert_eq!(
+        got,
+        vec![
+            RecordReleaseIntent,
+            ObserveGroup,
+            SignalGroup(GuestSignal::Hangup),
+            StartTimer {
+                timer: TimerKind::HangupGrace,
+                after_ms: 100
+            }
+        ]
+    );
+    let got = run(
+        &mut m,
+        vec![
+            Input::Timer(TimerKind::HangupGrace),
+            Input::Observed(GroupObservation::Empty),
+        ],
+    );
+    assert_eq!(
+        got,
+        vec![ObserveGroup, ReapExecClient, ClosePty, ObserveGroup]
+    );
+    assert_eq!(
+        messages(&mut m),
+        vec![SessionTerminalMessage::Exit(SessionExit::runtime_lost(S))]
+    );
+}
+
+#[test]
+fn unexpected_inputs_are_refused_without_effect() {
+    let mut m = machine();
+    for input in [
+        Input::Observed(GroupObservation::Empty),
+        Input::Timer(TimerKind::HangupGrace),
+        Input::Timer(TimerKind::TerminateGrace),
+        Input::Timer(TimerKind::DrainDeadline),
+    ] {
+        assert!(
+            matches!(
+                m.handle(input.clone()),
+                Err(Refusal::Unexpected {
+                    phase: "Running",
+                    ..
+                })
+            ),
+            "{input:?}"
+        );
+    }
+    ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
+    assert!(m
+        .handle(Input::ExecClientExited(ExecStatus::Exited(0)))
+        .is_err());
+    assert!(m.handle(Input::ExecClientLost).is_err());
+    ok(&mut m, Input::ClientLost);
+    assert!(m.handle(Input::ClientLost).is_err());
+}
+
+#[test]
+fn one_sessions_flood_does_not_touch_another_sessions_control_capacity() {
+    let a = SessionId([0xa; 16]);
+    let b = SessionId([0xb; 16]);
+    let limits = SessionLimits {
+        inbound_events_max: 4,
+        client_queue_bytes_max: 32,
+    };
+    let mut table = SessionTable::new(limits, T, 8);
+    table.admit(a, G).unwrap();
+    table.admit(b, G).unwrap();
+    assert_eq!(table.admit(a, G), Err(TableError::Duplicate(a)));
+    // A: output flood fills its client queue; its PTY reads stop.
+    table
+        .handle(a, Input::PtyData(chunk(&[b'z'; 32])))
+        .unwrap()
+        .unwrap();
+    assert_eq!(table.machine(a).unwrap().pty_read_budget(), 0);
+    // A: an input flood fills its inbound queue; its connection must pause.
+    for _ in 0..4 {
+        table.enqueue(a, G, event(Kind::Input, a)).unwrap();
+    }
+    assert!(!table.accepts_event(a));
+    assert_eq!(
+        table.enqueue(a, G, event(Kind::Input, a)),
+        Err(TableError::InboundFull { session: a, max: 4 })
+    );
+    // B is untouched: full budgets, and its control events go through.
+    assert_eq!(table.machine(b).unwrap().pty_read_budget(), 32);
+    assert!(table.accepts_event(b));
+    table.enqueue(b, G, event(Kind::Resize, b)).unwrap();
+    table.enqueue(b, G, event(Kind::Interrupt, b)).unwrap();
+    let resize = table.step(b).unwrap().unwrap().unwrap();
+    assert_eq!(resize.len(), 2);
+    assert_eq!(
+        table.step(b).unwrap().unwrap().unwrap(),
+        vec![Command::SignalGroup(GuestSignal::Interrupt)]
+    );
+    assert_eq!(table.inbound_len(a), 4);
+    // A's events are still served in order afterwards.
+    assert_eq!(
+        table.step(a).unwrap().unwrap().unwrap(),
+        vec![Command::WritePty(chunk(b"x"))]
+    );
+    assert!(table.accepts_event(a));
+}
+
+#[test]
+fn table_bounds_sessions_and_forgets_only_finished_terminals() {
+    let mut table = SessionTable::new(SessionLimits::default(), T, 1);
+    table.admit(S, G).unwrap();
+    assert_eq!(
+        table.admit(SessionId([9; 16]), G),
+        Err(TableError::TooMany { max: 1 })
+    );
+    table.remove_finished(S).unwrap();
+    assert_eq!(table.len(), 1, "a running terminal is not forgotten");
+    let m = table.machine_mut(S).unwrap();
+    ok(m, Input::ExecClientExited(ExecStatus::Exited(0)));
+    ok(m, Input::PtyEof);
+    ok(m, Input::Observed(GroupObservation::Empty));
+    table.remove_finished(S).unwrap();
+    assert!(table.is_empty());
+    assert_eq!(
+        table.enqueue(S, G, event(Kind::Close, S)),
+        Err(TableError::Unknown(S))
+    );
+}
