@@ -7,5 +7,8 @@ pub mod config_source;
 pub mod confined;
 pub mod domain_lock;
 pub mod domain_store;
+pub mod image;
+pub mod prepare;
 pub mod process_env;
 pub mod process_identity;
+pub mod userns;

@@ -1,0 +1,379 @@
+//! The prepared lower (spec 3.6 "Prepared lower", SR-15, FR-22).
+//!
+//! A resolved image is materialised into a Lazaret-owned root filesystem tree
+//! under `<storage root>/prepared/<artifact id>/rootfs` by umoci — an OCI-aware
+//! preparer that applies layers in order with whiteouts, opaque directories,
+//! hard links and ownership — running as root of a short-lived verified user
+//! namespace with the Runtime Supervisor's maps, so nonzero image uids/gids
+//! land on subordinate host ids. umoci reads the verified blobs from Lazaret's
+//! blob store (a private one-manifest layout pointing at them), never from the
+//! user's layout, so what is unpacked is exactly the resolved manifest.
+//!
+//! The tree is built in a staging directory and published by one rename; a
+//! later preparation of the same manifest with the same maps and preparer is
+//! a cache hit. A failed preparation removes its staging directory (inside
+//! the namespace, since the tree is owned by subordinate ids) and leaves
+//! nothing behind.
+
+use crate::image::store::{BlobStore, Sha256};
+use crate::image::ResolvedImage;
+use crate::userns::{spawn_in_user_namespace, MapKind, NamespaceMaps, RealHost};
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Version of the preparation recipe; part of the artifact identity.
+const RECIPE: &str = "lazaret-prepared-lower v1: umoci raw unpack in verified userns";
+/// The tag of the private one-manifest layout umoci reads.
+const PRIVATE_TAG: &str = "lazaret";
+
+/// The metadata stored next to a prepared rootfs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    /// Prepared-artifact ID (hex sha256 of the recipe, preparer version,
+    /// source manifest and maps); independent of the storage path.
+    pub artifact_id: String,
+    /// Source image identity: the manifest digest.
+    pub manifest_digest: String,
+    /// The reference it was resolved from (informational).
+    pub source_reference: String,
+    /// The preparer and its version.
+    pub preparer: String,
+    /// The uid map the tree's ownership was written under.
+    pub uid_map: String,
+    /// The gid map the tree's ownership was written under.
+    pub gid_map: String,
+}
+
+/// A published prepared lower.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedLower {
+    /// Its record.
+    pub record: ArtifactRecord,
+    /// The artifact directory (`.../prepared/<id>`).
+    pub dir: PathBuf,
+    /// The root filesystem tree (`.../prepared/<id>/rootfs`).
+    pub rootfs: PathBuf,
+    /// Whether it was already published (nothing was unpacked).
+    pub cache_hit: bool,
+}
+
+/// Errors of preparation; one variant per failing step.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// A storage directory or file step failed.
+    #[error("cannot {step} {path}: {source}")]
+    Io {
+        step: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// The preparer could not be run.
+    #[error("cannot run the preparer {program}: {detail}")]
+    Spawn { program: String, detail: String },
+    /// The preparer failed.
+    #[error("{program} failed ({status}) preparing {manifest}: {stderr}")]
+    Failed {
+        program: String,
+        manifest: String,
+        status: String,
+        stderr: String,
+    },
+    /// A published artifact's record is unreadable or belongs to another artifact.
+    #[error("{path} does not hold prepared artifact {expected}: {detail}; remove {dir} to prepare it again")]
+    BadRecord {
+        path: PathBuf,
+        dir: PathBuf,
+        expected: String,
+        detail: String,
+    },
+}
+
+/// Output of one worker run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerRun {
+    /// Whether it exited 0.
+    pub success: bool,
+    /// Exit status text.
+    pub status: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// The process interactions of preparation.
+pub trait PrepareHost {
+    /// The preparer's version string (part of the artifact identity).
+    fn preparer_version(&mut self) -> Result<String, PrepareError>;
+    /// Runs `program args` as root of a fresh verified user namespace with
+    /// the preparation maps, in `cwd`.
+    fn run_in_userns(
+        &mut self,
+        program: &str,
+        args: &[OsString],
+        cwd: &Path,
+    ) -> Result<WorkerRun, PrepareError>;
+}
+
+/// The real host: umoci and rm from `PATH`, namespaces via [`crate::userns`].
+#[derive(Debug)]
+pub struct RealPrepareHost {
+    maps: NamespaceMaps,
+}
+
+impl RealPrepareHost {
+    /// A host whose workers run under `maps`.
+    pub fn new(maps: NamespaceMaps) -> Self {
+        RealPrepareHost { maps }
+    }
+}
+
+impl PrepareHost for RealPrepareHost {
+    fn preparer_version(&mut self) -> Result<String, PrepareError> {
+        let out = Command::new("umoci")
+            .arg("--version")
+            .output()
+            .map_err(|e| PrepareError::Spawn {
+                program: "umoci".into(),
+                detail: format!("{e} (install it: apt-get install umoci)"),
+            })?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    fn run_in_userns(
+        &mut self,
+        program: &str,
+        args: &[OsString],
+        cwd: &Path,
+    ) -> Result<WorkerRun, PrepareError> {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let child = spawn_in_user_namespace(cmd, &mut RealHost, &self.maps).map_err(|e| {
+            PrepareError::Spawn {
+                program: program.into(),
+                detail: e.to_string(),
+            }
+        })?;
+        let out = child.wait_with_output().map_err(|e| PrepareError::Spawn {
+            program: program.into(),
+            detail: e.to_string(),
+        })?;
+        Ok(WorkerRun {
+            success: out.status.success(),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+fn map_text(maps: &NamespaceMaps, kind: MapKind) -> String {
+    maps.of(kind)
+        .iter()
+        .map(|m| format!("{} {} {}", m.inside, m.outside, m.count))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn io_err<'p>(step: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> PrepareError + 'p {
+    move |source| PrepareError::Io {
+        step,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Prepares (or finds) the lower for `image` under `storage_root`.
+pub fn prepare(
+    host: &mut dyn PrepareHost,
+    storage_root: &Path,
+    store: &BlobStore,
+    image: &ResolvedImage,
+    maps: &NamespaceMaps,
+) -> Result<PreparedLower, PrepareError> {
+    let _span = tracing::info_span!("PrepareLower", manifest = %image.manifest_digest).entered();
+    let preparer = host.preparer_version()?;
+    let (uid_map, gid_map) = (map_text(maps, MapKind::Uid), map_text(maps, MapKind::Gid));
+    let identity = format!(
+        "{RECIPE}\npreparer {preparer}\nmanifest {}\nuid_map {uid_map}\ngid_map {gid_map}\n",
+        image.manifest_digest
+    );
+    let record = ArtifactRecord {
+        artifact_id: Sha256::of(identity.as_bytes()).hex().to_owned(),
+        manifest_digest: image.manifest_digest.to_string(),
+        source_reference: image.reference.to_string(),
+        preparer,
+        uid_map,
+        gid_map,
+    };
+    let prepared = storage_root.join("prepared");
+    fs::create_dir_all(&prepared).map_err(io_err("create", &prepared))?;
+    let dir = prepared.join(&record.artifact_id);
+    if let Some(hit) = published(&dir, &record)? {
+        return Ok(hit);
+    }
+
+    let stage = prepared.join(format!(
+        ".staging-{}-{}",
+        record.artifact_id,
+        std::process::id()
+    ));
+    let outcome = stage_tree(host, store, image, &record, &stage);
+    let outcome = outcome.and_then(|()| match fs::rename(&stage, &dir) {
+        Ok(()) => Ok(false),
+        // Another preparer published the same artifact first.
+        Err(e) if published(&dir, &record).ok().flatten().is_some() => {
+            tracing::debug!(error = %e, "lost the publication race");
+            Ok(true)
+        }
+        Err(e) => Err(io_err("publish", &dir)(e)),
+    });
+    match outcome {
+        Ok(lost_race) => {
+            if lost_race {
+                remove_stage(host, &prepared, &stage)?;
+            }
+            Ok(PreparedLower {
+                rootfs: dir.join("rootfs"),
+                dir,
+                record,
+                cache_hit: lost_race,
+            })
+        }
+        Err(e) => {
+            // Leave nothing behind; the original error is the one to report.
+            if let Err(cleanup) = remove_stage(host, &prepared, &stage) {
+                tracing::warn!(error = %cleanup, "could not remove the staging directory");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The published artifact at `dir`, if there is one.
+fn published(dir: &Path, record: &ArtifactRecord) -> Result<Option<PreparedLower>, PrepareError> {
+    let path = dir.join("artifact.json");
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err("read", &path)(e)),
+    };
+    let bad = |detail: String| PrepareError::BadRecord {
+        path: path.clone(),
+        dir: dir.to_owned(),
+        expected: record.artifact_id.clone(),
+        detail,
+    };
+    let found: ArtifactRecord = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    if found.artifact_id != record.artifact_id || found.manifest_digest != record.manifest_digest {
+        return Err(bad(format!(
+            "it records artifact {} of {}",
+            found.artifact_id, found.manifest_digest
+        )));
+    }
+    Ok(Some(PreparedLower {
+        rootfs: dir.join("rootfs"),
+        dir: dir.to_owned(),
+        record: found,
+        cache_hit: true,
+    }))
+}
+
+/// Builds the complete artifact directory at `stage`.
+fn stage_tree(
+    host: &mut dyn PrepareHost,
+    store: &BlobStore,
+    image: &ResolvedImage,
+    record: &ArtifactRecord,
+    stage: &Path,
+) -> Result<(), PrepareError> {
+    fs::create_dir(stage).map_err(io_err("create", stage))?;
+    // A private layout naming exactly the resolved manifest, over the store's
+    // verified blobs.
+    let layout = stage.join("image");
+    fs::create_dir(&layout).map_err(io_err("create", &layout))?;
+    let write = |name: &str, text: String| {
+        let p = layout.join(name);
+        fs::write(&p, text).map_err(io_err("write", &p))
+    };
+    write("oci-layout", r#"{"imageLayoutVersion":"1.0.0"}"#.to_owned())?;
+    write(
+        "index.json",
+        serde_json::json!({
+            "schemaVersion": 2,
+            "manifests": [{
+                "mediaType": image.manifest_media_type,
+                "digest": image.manifest_digest.to_string(),
+                "size": image.manifest_size,
+                "annotations": {"org.opencontainers.image.ref.name": PRIVATE_TAG}
+            }]
+        })
+        .to_string(),
+    )?;
+    let blobs = layout.join("blobs");
+    std::os::unix::fs::symlink(store.root().join("blobs"), &blobs)
+        .map_err(io_err("link", &blobs))?;
+
+    let args: Vec<OsString> = vec![
+        "raw".into(),
+        "unpack".into(),
+        "--image".into(),
+        format!("image:{PRIVATE_TAG}").into(),
+        "rootfs".into(),
+    ];
+    let run = host.run_in_userns("umoci", &args, stage)?;
+    if !run.success {
+        return Err(PrepareError::Failed {
+            program: "umoci raw unpack".into(),
+            manifest: record.manifest_digest.clone(),
+            status: run.status,
+            stderr: run.stderr,
+        });
+    }
+    fs::remove_file(&blobs).map_err(io_err("remove", &blobs))?;
+    for name in ["oci-layout", "index.json"] {
+        let p = layout.join(name);
+        fs::remove_file(&p).map_err(io_err("remove", &p))?;
+    }
+    fs::remove_dir(&layout).map_err(io_err("remove", &layout))?;
+    let rec = stage.join("artifact.json");
+    let text = serde_json::to_string_pretty(record)
+        .map_err(|e| io_err("encode", &rec)(io::Error::other(e)))?;
+    fs::write(&rec, text).map_err(io_err("write", &rec))?;
+    Ok(())
+}
+
+/// Removes a staging directory whose tree may be owned by subordinate ids.
+fn remove_stage(
+    host: &mut dyn PrepareHost,
+    prepared: &Path,
+    stage: &Path,
+) -> Result<(), PrepareError> {
+    if fs::symlink_metadata(stage).is_err() {
+        return Ok(());
+    }
+    let args: Vec<OsString> = vec![
+        "-rf".into(),
+        "--one-file-system".into(),
+        "--".into(),
+        stage.as_os_str().to_owned(),
+    ];
+    let run = host.run_in_userns("rm", &args, prepared)?;
+    if !run.success || fs::symlink_metadata(stage).is_ok() {
+        return Err(PrepareError::Failed {
+            program: "rm -rf".into(),
+            manifest: stage.display().to_string(),
+            status: run.status,
+            stderr: run.stderr,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
