@@ -1,4 +1,5 @@
 //! The sans-IO core of Lazaret. No syscalls, clocks or randomness.
+pub mod bundle;
 pub mod config;
 pub mod coordinator;
 pub mod ownership;

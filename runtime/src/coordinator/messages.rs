@@ -113,9 +113,31 @@ pub enum SupervisorMessage {
     Failed(String),
 }
 
+/// Everything the Runtime Supervisor needs for one generation; HC sends it
+/// as the first message of the lifetime channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorPlan {
+    pub domain_id: [u8; 32],
+    pub generation_id: u64,
+    pub coordinator_id: [u8; 16],
+    pub container_id: String,
+    /// `<runtime domain root>/gen-N`: bundle and runsc state live here.
+    pub generation_dir: String,
+    /// The prepared lower (read-only root filesystem tree).
+    pub rootfs: String,
+    /// The canonical workspace.
+    pub workspace: String,
+    /// The static init binary, bind-mounted read-only as PID 1.
+    pub init: String,
+    pub hostname: String,
+    pub env: Vec<String>,
+}
+
 /// HC -> RS over the lifetime channel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CoordinatorCommand {
+    /// The generation's plan (first message).
+    Plan(SupervisorPlan),
     /// The live maps were verified; RS may continue.
     MapsVerified,
     IntentConfirmed,

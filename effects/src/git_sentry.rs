@@ -1,0 +1,221 @@
+//! Resolving the workspace's repository layout for the Git Sentry mounts
+//! (spec 3.5, SR-4): a plain `.git` directory, or a linked worktree's `.git`
+//! file followed to its git directory and common directory. The mounts
+//! themselves are built purely in `lazaret_runtime::bundle`.
+
+use lazaret_runtime::bundle::GitSentry;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Editor configuration directories that can auto-run code (spec 3.5).
+pub const EDITOR_DIRS: [&str; 2] = [".vscode", ".idea"];
+
+/// Errors of resolving the repository layout; one variant per step.
+#[derive(Debug, thiserror::Error)]
+pub enum GitSentryError {
+    /// A path could not be inspected.
+    #[error("cannot inspect {path}: {source}")]
+    Inspect { path: PathBuf, source: io::Error },
+    /// `.git` is something Lazaret does not protect.
+    #[error("{path} is a {kind}; Lazaret protects a `.git` directory or a linked worktree's `.git` file only")]
+    Unsupported { path: PathBuf, kind: &'static str },
+    /// The `.git` file has no `gitdir:` line.
+    #[error("{path} does not start with `gitdir: <path>` (a linked worktree's .git file)")]
+    BadGitFile { path: PathBuf },
+    /// The repository has no config file.
+    #[error("{path} is missing; the repository looks damaged (run `git status` on the host)")]
+    NoConfig { path: PathBuf },
+    /// The worktree's git directory is not inside its common directory.
+    #[error("worktree git directory {gitdir} is not inside its common directory {common}; this layout is not supported")]
+    Layout { gitdir: PathBuf, common: PathBuf },
+}
+
+fn inspect(path: &Path) -> Result<Option<fs::Metadata>, GitSentryError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(GitSentryError::Inspect {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn canonical(path: &Path) -> Result<PathBuf, GitSentryError> {
+    fs::canonicalize(path).map_err(|source| GitSentryError::Inspect {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read(path: &Path) -> Result<String, GitSentryError> {
+    fs::read_to_string(path).map_err(|source| GitSentryError::Inspect {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Pushes `dir/name` when it exists as a regular file.
+fn if_file(out: &mut Vec<PathBuf>, dir: &Path, name: &str) -> Result<(), GitSentryError> {
+    let p = dir.join(name);
+    if inspect(&p)?.is_some_and(|m| m.is_file()) {
+        out.push(p);
+    }
+    Ok(())
+}
+
+/// The Git Sentry plan for the canonical `workspace`.
+pub fn resolve(workspace: &Path) -> Result<GitSentry, GitSentryError> {
+    let dot_git = workspace.join(".git");
+    let Some(meta) = inspect(&dot_git)? else {
+        return Ok(GitSentry::NoRepository);
+    };
+    if meta.is_dir() {
+        let config = dot_git.join("config");
+        if !inspect(&config)?.is_some_and(|m| m.is_file()) {
+            return Err(GitSentryError::NoConfig { path: config });
+        }
+        let mut read_only = vec![config];
+        if_file(&mut read_only, &dot_git, "commondir")?;
+        if_file(&mut read_only, &dot_git, "config.worktree")?;
+        return Ok(GitSentry::Repository { read_only });
+    }
+    if !meta.is_file() {
+        let kind = if meta.file_type().is_symlink() {
+            "symbolic link"
+        } else {
+            "special file"
+        };
+        return Err(GitSentryError::Unsupported {
+            path: dot_git,
+            kind,
+        });
+    }
+    let text = read(&dot_git)?;
+    let target = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("gitdir:"))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| GitSentryError::BadGitFile {
+            path: dot_git.clone(),
+        })?;
+    let gitdir = canonical(&workspace.join(target))?;
+    let common = match inspect(&gitdir.join("commondir"))? {
+        Some(_) => canonical(&gitdir.join(read(&gitdir.join("commondir"))?.trim()))?,
+        None => gitdir.clone(),
+    };
+    if !gitdir.starts_with(&common) {
+        return Err(GitSentryError::Layout { gitdir, common });
+    }
+    let config = common.join("config");
+    if !inspect(&config)?.is_some_and(|m| m.is_file()) {
+        return Err(GitSentryError::NoConfig { path: config });
+    }
+    let mut read_only = vec![config];
+    if_file(&mut read_only, &common, "config.worktree")?;
+    if gitdir != common {
+        for name in ["commondir", "gitdir", "config.worktree"] {
+            if_file(&mut read_only, &gitdir, name)?;
+        }
+    }
+    Ok(GitSentry::LinkedWorktree {
+        common_dir: common,
+        read_only,
+    })
+}
+
+/// The editor configuration directories present (as real directories) in
+/// the workspace.
+pub fn editor_dirs(workspace: &Path) -> Result<Vec<PathBuf>, GitSentryError> {
+    let mut out = Vec::new();
+    for d in EDITOR_DIRS {
+        if inspect(&workspace.join(d))?.is_some_and(|m| m.is_dir()) {
+            out.push(PathBuf::from(d));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
+        let out = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    #[test]
+    fn plain_worktree_and_none() -> Result<(), String> {
+        let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let root = canonical(tmp.path()).map_err(|e| e.to_string())?;
+        let main = root.join("main");
+        fs::create_dir(&main).map_err(|e| e.to_string())?;
+        assert_eq!(
+            resolve(&main).map_err(|e| e.to_string())?,
+            GitSentry::NoRepository
+        );
+        git(&main, &["init", "-q"])?;
+        git(&main, &["commit", "-q", "--allow-empty", "-m", "x"])?;
+        fs::create_dir(main.join(".vscode")).map_err(|e| e.to_string())?;
+        assert_eq!(
+            resolve(&main).map_err(|e| e.to_string())?,
+            GitSentry::Repository {
+                read_only: vec![main.join(".git/config")]
+            }
+        );
+        assert_eq!(
+            editor_dirs(&main).map_err(|e| e.to_string())?,
+            vec![PathBuf::from(".vscode")]
+        );
+        git(&main, &["worktree", "add", "-q", "../wt"])?;
+        let wt = root.join("wt");
+        assert_eq!(
+            resolve(&wt).map_err(|e| e.to_string())?,
+            GitSentry::LinkedWorktree {
+                common_dir: main.join(".git"),
+                read_only: vec![
+                    main.join(".git/config"),
+                    main.join(".git/worktrees/wt/commondir"),
+                    main.join(".git/worktrees/wt/gitdir"),
+                ],
+            }
+        );
+        fs::write(wt.join(".git"), "nonsense\n").map_err(|e| e.to_string())?;
+        assert!(matches!(
+            resolve(&wt),
+            Err(GitSentryError::BadGitFile { .. })
+        ));
+        fs::remove_file(wt.join(".git")).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(main.join(".git"), wt.join(".git"))
+            .map_err(|e| e.to_string())?;
+        assert!(matches!(
+            resolve(&wt),
+            Err(GitSentryError::Unsupported {
+                kind: "symbolic link",
+                ..
+            })
+        ));
+        Ok(())
+    }
+}

@@ -1,0 +1,324 @@
+//! The runsc OCI bundle's `config.json`, built purely from a [`BundlePlan`]
+//! (spec 3.1, 3.5; SR-3, SR-4, SR-12).
+//!
+//! - SR-12: private PID, IPC, UTS and mount namespaces; the network namespace
+//!   is joined by the given path (the Runtime Supervisor's); no user
+//!   namespace, no uid/gid mappings, no other namespace path.
+//! - SR-3: the only host paths are the prepared rootfs, the canonical
+//!   workspace at `/workspace` and the Git Sentry mounts below.
+//! - Every capability set is empty and `noNewPrivileges` is set.
+//! - Git Sentry (spec 3.5, SR-4), see [`GitSentry`]: the host repository's
+//!   `.git` (directory, or the linked worktree's `.git` file) is its own mount
+//!   point, so `rename`/`rmdir` of `.git` fail with `EBUSY` and the repository
+//!   cannot be swapped for another one; its `config` (and the other files Git
+//!   reads configuration or the common-directory location from) are
+//!   read-only bind mounts, which `rename`, `unlink` and writes cannot defeat;
+//!   `hooks` is a sandbox-local tmpfs. Editor directories that can auto-run
+//!   code (`.vscode`, `.idea`) are hidden behind tmpfs.
+
+use oci_spec::runtime::{
+    Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType,
+    Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
+};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// Where the workspace appears inside the sandbox.
+pub const WORKSPACE: &str = "/workspace";
+
+/// The Git Sentry's view of the workspace's repository, resolved on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitSentry {
+    /// The workspace is not the top of a Git working tree.
+    NoRepository,
+    /// `<workspace>/.git` is the repository directory.
+    Repository {
+        /// Host files inside `.git` that must be read-only: `config` always,
+        /// plus `commondir`/`config.worktree` when present.
+        read_only: Vec<PathBuf>,
+    },
+    /// `<workspace>/.git` is a file naming a linked worktree's git directory.
+    LinkedWorktree {
+        /// The canonical common directory (`<main>/.git`).
+        common_dir: PathBuf,
+        /// Host files that must be read-only: the common `config`, the
+        /// worktree git directory's `commondir` and `gitdir`, and
+        /// `config.worktree` files when present.
+        read_only: Vec<PathBuf>,
+    },
+}
+
+/// Everything `config.json` is built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundlePlan {
+    /// The prepared lower (host path).
+    pub rootfs: PathBuf,
+    /// The canonical workspace (host path).
+    pub workspace: PathBuf,
+    /// The network namespace to join (e.g. `/proc/<rs pid>/ns/net`).
+    pub netns: PathBuf,
+    /// PID 1's argv.
+    pub args: Vec<String>,
+    /// PID 1's environment.
+    pub env: Vec<String>,
+    /// The sandbox host name.
+    pub hostname: String,
+    /// The Git Sentry plan.
+    pub git: GitSentry,
+    /// Editor configuration directories present in the workspace, relative
+    /// to it (e.g. `.vscode`).
+    pub editor_dirs: Vec<PathBuf>,
+}
+
+/// Errors of building the bundle configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// A path that must be absolute is not.
+    #[error("bundle {what} path {path} must be absolute and normalised")]
+    NotAbsolute { what: &'static str, path: PathBuf },
+    /// A Git Sentry path is outside the places it may be.
+    #[error("Git Sentry path {path} is outside {allowed}")]
+    OutsideRepository { path: PathBuf, allowed: PathBuf },
+    /// An editor directory that is not a plain relative name.
+    #[error("editor directory {path} must be a relative path inside the workspace")]
+    BadEditorDir { path: PathBuf },
+    /// No program for PID 1.
+    #[error("the sandbox's PID 1 needs a program (argv is empty)")]
+    EmptyArgs,
+    /// Two mounts would land on one destination.
+    #[error("two bundle mounts target {0}")]
+    DuplicateMount(PathBuf),
+    /// oci-spec refused a value.
+    #[error("cannot build the OCI {what}: {detail}")]
+    Spec { what: &'static str, detail: String },
+}
+
+fn spec_err(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> BundleError {
+    move |e| BundleError::Spec {
+        what,
+        detail: e.to_string(),
+    }
+}
+
+fn normal_absolute(p: &Path) -> bool {
+    p.is_absolute()
+        && p.components().all(|c| {
+            !matches!(
+                c,
+                std::path::Component::ParentDir | std::path::Component::CurDir
+            )
+        })
+}
+
+fn mount(dest: &Path, typ: &str, source: &Path, options: &[&str]) -> Result<Mount, BundleError> {
+    MountBuilder::default()
+        .destination(dest)
+        .typ(typ)
+        .source(source)
+        .options(options.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+        .build()
+        .map_err(spec_err("mount"))
+}
+
+/// The container path of a host path under the workspace, or the same path
+/// when it is outside (a linked worktree's common directory is mounted at its
+/// own host path so the `.git` file's `gitdir:` line resolves inside).
+fn inside(plan: &BundlePlan, host: &Path) -> PathBuf {
+    match host.strip_prefix(&plan.workspace) {
+        Ok(rel) => Path::new(WORKSPACE).join(rel),
+        Err(_) => host.to_owned(),
+    }
+}
+
+fn system_mounts() -> Result<Vec<Mount>, BundleError> {
+    let none = Path::new("none");
+    Ok(vec![
+        mount(
+            Path::new("/proc"),
+            "proc",
+            Path::new("proc"),
+            &["nosuid", "noexec", "nodev"],
+        )?,
+        mount(
+            Path::new("/dev"),
+            "tmpfs",
+            Path::new("tmpfs"),
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        )?,
+        mount(
+            Path::new("/dev/pts"),
+            "devpts",
+            Path::new("devpts"),
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+            ],
+        )?,
+        mount(
+            Path::new("/dev/shm"),
+            "tmpfs",
+            Path::new("shm"),
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        )?,
+        mount(
+            Path::new("/sys"),
+            "sysfs",
+            none,
+            &["nosuid", "noexec", "nodev", "ro"],
+        )?,
+    ])
+}
+
+/// The workspace and Git Sentry mounts, parents before children.
+fn workspace_mounts(plan: &BundlePlan) -> Result<Vec<Mount>, BundleError> {
+    let rw = ["bind", "rw", "nosuid", "nodev"];
+    let ro = ["bind", "ro", "nosuid", "nodev"];
+    let transient = ["nosuid", "nodev", "mode=755"];
+    let ws = Path::new(WORKSPACE);
+    let mut m = vec![mount(ws, "bind", &plan.workspace, &rw)?];
+    let dot_git = plan.workspace.join(".git");
+    let (common, read_only) = match &plan.git {
+        GitSentry::NoRepository => (None, &Vec::new()),
+        GitSentry::Repository { read_only } => {
+            // The .git directory on itself: rename/rmdir of .git -> EBUSY.
+            m.push(mount(&ws.join(".git"), "bind", &dot_git, &rw)?);
+            (Some(dot_git.clone()), read_only)
+        }
+        GitSentry::LinkedWorktree {
+            common_dir,
+            read_only,
+        } => {
+            if !normal_absolute(common_dir) {
+                return Err(BundleError::NotAbsolute {
+                    what: "Git common directory",
+                    path: common_dir.clone(),
+                });
+            }
+            // The .git file read-only on itself: it can be neither rewritten
+            // to name another git directory nor renamed away.
+            m.push(mount(&ws.join(".git"), "bind", &dot_git, &ro)?);
+            m.push(mount(&inside(plan, common_dir), "bind", common_dir, &rw)?);
+            (Some(common_dir.clone()), read_only)
+        }
+    };
+    if let Some(common) = common {
+        for f in read_only {
+            if !normal_absolute(f) || !f.starts_with(&common) {
+                return Err(BundleError::OutsideRepository {
+                    path: f.clone(),
+                    allowed: common.clone(),
+                });
+            }
+            m.push(mount(&inside(plan, f), "bind", f, &ro)?);
+        }
+        m.push(mount(
+            &inside(plan, &common.join("hooks")),
+            "tmpfs",
+            Path::new("tmpfs"),
+            &transient,
+        )?);
+    }
+    for d in &plan.editor_dirs {
+        if d.is_absolute()
+            || d.components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(BundleError::BadEditorDir { path: d.clone() });
+        }
+        m.push(mount(&ws.join(d), "tmpfs", Path::new("tmpfs"), &transient)?);
+    }
+    Ok(m)
+}
+
+/// Builds `config.json` for `plan`.
+pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
+    for (what, p) in [
+        ("rootfs", &plan.rootfs),
+        ("workspace", &plan.workspace),
+        ("network namespace", &plan.netns),
+    ] {
+        if !normal_absolute(p) {
+            return Err(BundleError::NotAbsolute {
+                what,
+                path: p.clone(),
+            });
+        }
+    }
+    if plan.args.is_empty() {
+        return Err(BundleError::EmptyArgs);
+    }
+    let mut mounts = system_mounts()?;
+    mounts.extend(workspace_mounts(plan)?);
+    let mut seen = HashSet::new();
+    for m in &mounts {
+        if !seen.insert(m.destination().clone()) {
+            return Err(BundleError::DuplicateMount(m.destination().clone()));
+        }
+    }
+    let no_caps: HashSet<Capability> = HashSet::new();
+    let caps = LinuxCapabilitiesBuilder::default()
+        .bounding(no_caps.clone())
+        .effective(no_caps.clone())
+        .inheritable(no_caps.clone())
+        .permitted(no_caps.clone())
+        .ambient(no_caps)
+        .build()
+        .map_err(spec_err("capabilities"))?;
+    let process = ProcessBuilder::default()
+        .terminal(false)
+        .user(
+            UserBuilder::default()
+                .uid(0u32)
+                .gid(0u32)
+                .build()
+                .map_err(spec_err("user"))?,
+        )
+        .args(plan.args.clone())
+        .env(plan.env.clone())
+        .cwd(WORKSPACE)
+        .capabilities(caps)
+        .no_new_privileges(true)
+        .build()
+        .map_err(spec_err("process"))?;
+    let ns = |typ, path: Option<&Path>| {
+        let b = LinuxNamespaceBuilder::default().typ(typ);
+        match path {
+            Some(p) => b.path(p).build(),
+            None => b.build(),
+        }
+        .map_err(spec_err("namespace"))
+    };
+    let linux = LinuxBuilder::default()
+        .namespaces(vec![
+            ns(LinuxNamespaceType::Pid, None)?,
+            ns(LinuxNamespaceType::Ipc, None)?,
+            ns(LinuxNamespaceType::Uts, None)?,
+            ns(LinuxNamespaceType::Mount, None)?,
+            ns(LinuxNamespaceType::Network, Some(&plan.netns))?,
+        ])
+        .build()
+        .map_err(spec_err("linux section"))?;
+    // The root stays writable for runsc's transient overlay until State
+    // Anchors exist; the prepared lower itself is never written (runsc is
+    // started with an in-memory overlay).
+    let root = RootBuilder::default()
+        .path(&plan.rootfs)
+        .readonly(false)
+        .build()
+        .map_err(spec_err("root"))?;
+    SpecBuilder::default()
+        .version("1.0.2")
+        .root(root)
+        .hostname(plan.hostname.clone())
+        .process(process)
+        .mounts(mounts)
+        .linux(linux)
+        .build()
+        .map_err(spec_err("spec"))
+}
+
+#[cfg(test)]
+mod tests;

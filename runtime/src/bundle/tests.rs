@@ -1,0 +1,213 @@
+use super::*;
+
+fn plan(git: GitSentry) -> BundlePlan {
+    BundlePlan {
+        rootfs: "/store/prepared/abc/rootfs".into(),
+        workspace: "/home/dev/proj".into(),
+        netns: "/proc/4242/ns/net".into(),
+        args: vec!["/bin/sh".into(), "-c".into(), "true".into()],
+        env: vec!["PATH=/usr/bin:/bin".into()],
+        hostname: "lazaret".into(),
+        git,
+        editor_dirs: vec![".vscode".into()],
+    }
+}
+
+fn json(p: &BundlePlan) -> Result<serde_json::Value, String> {
+    let spec = build_spec(p).map_err(|e| e.to_string())?;
+    serde_json::to_value(&spec).map_err(|e| e.to_string())
+}
+
+fn snapshot(name: &str, value: &serde_json::Value) -> Result<(), String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/bundle/snapshots")
+        .join(name);
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())? + "\n";
+    if std::env::var_os("LAZARET_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &text).map_err(|e| e.to_string())?;
+    }
+    let expected =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    assert_eq!(
+        text, expected,
+        "snapshot {name} differs (LAZARET_UPDATE_SNAPSHOTS=1 rewrites it)"
+    );
+    Ok(())
+}
+
+fn mounts(v: &serde_json::Value) -> Vec<(String, String, String, Vec<String>)> {
+    v["mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            (
+                m["destination"].as_str().unwrap_or_default().to_owned(),
+                m["type"].as_str().unwrap_or_default().to_owned(),
+                m["source"].as_str().unwrap_or_default().to_owned(),
+                m["options"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|o| o.as_str().map(str::to_owned))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// SR-12 and SR-3 properties every bundle has, whatever the Git layout.
+fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
+    let ns: Vec<(String, Option<String>)> = v["linux"]["namespaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            (
+                n["type"].as_str().unwrap_or_default().to_owned(),
+                n["path"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ns,
+        vec![
+            ("pid".to_owned(), None),
+            ("ipc".to_owned(), None),
+            ("uts".to_owned(), None),
+            ("mount".to_owned(), None),
+            ("network".to_owned(), Some(p.netns.display().to_string())),
+        ]
+    );
+    assert!(v["linux"].get("uidMappings").is_none() && v["linux"].get("gidMappings").is_none());
+    for set in [
+        "bounding",
+        "effective",
+        "inheritable",
+        "permitted",
+        "ambient",
+    ] {
+        assert_eq!(
+            v["process"]["capabilities"][set],
+            serde_json::json!([]),
+            "{set}"
+        );
+    }
+    assert_eq!(v["process"]["noNewPrivileges"], serde_json::json!(true));
+    // Host sources: only the rootfs, the workspace and (below) the repository.
+    for (dest, typ, src, _) in mounts(v) {
+        if typ == "bind" {
+            assert!(
+                src.starts_with(&p.workspace.display().to_string()) || src.starts_with("/main/"),
+                "{dest} <- {src}"
+            );
+        }
+    }
+}
+
+#[test]
+fn plain_repository() -> Result<(), String> {
+    let p = plan(GitSentry::Repository {
+        read_only: vec!["/home/dev/proj/.git/config".into()],
+    });
+    let v = json(&p)?;
+    assert_isolation(&v, &p);
+    let m = mounts(&v);
+    let find = |d: &str| m.iter().find(|x| x.0 == d).cloned();
+    assert_eq!(
+        find("/workspace").map(|x| x.2),
+        Some("/home/dev/proj".to_owned())
+    );
+    assert_eq!(
+        find("/workspace/.git").map(|x| (x.1, x.2)),
+        Some(("bind".to_owned(), "/home/dev/proj/.git".to_owned()))
+    );
+    assert!(find("/workspace/.git/config").is_some_and(|x| x.3.contains(&"ro".to_owned())));
+    assert_eq!(
+        find("/workspace/.git/hooks").map(|x| x.1),
+        Some("tmpfs".to_owned())
+    );
+    assert_eq!(
+        find("/workspace/.vscode").map(|x| x.1),
+        Some("tmpfs".to_owned())
+    );
+    // Parents are mounted before children.
+    let pos = |d: &str| m.iter().position(|x| x.0 == d);
+    assert!(
+        pos("/workspace") < pos("/workspace/.git")
+            && pos("/workspace/.git") < pos("/workspace/.git/config")
+    );
+    snapshot("plain_repository.json", &v)
+}
+
+#[test]
+fn linked_worktree_follows_the_common_dir() -> Result<(), String> {
+    let p = plan(GitSentry::LinkedWorktree {
+        common_dir: "/main/.git".into(),
+        read_only: vec![
+            "/main/.git/config".into(),
+            "/main/.git/worktrees/proj/commondir".into(),
+            "/main/.git/worktrees/proj/gitdir".into(),
+        ],
+    });
+    let v = json(&p)?;
+    assert_isolation(&v, &p);
+    let m = mounts(&v);
+    let find = |d: &str| m.iter().find(|x| x.0 == d).cloned();
+    assert!(find("/workspace/.git")
+        .is_some_and(|x| x.2 == "/home/dev/proj/.git" && x.3.contains(&"ro".to_owned())));
+    assert!(find("/main/.git").is_some_and(|x| x.3.contains(&"rw".to_owned())));
+    assert!(find("/main/.git/config").is_some_and(|x| x.3.contains(&"ro".to_owned())));
+    assert!(
+        find("/main/.git/worktrees/proj/commondir").is_some_and(|x| x.3.contains(&"ro".to_owned()))
+    );
+    assert_eq!(
+        find("/main/.git/hooks").map(|x| x.1),
+        Some("tmpfs".to_owned())
+    );
+    snapshot("linked_worktree.json", &v)
+}
+
+#[test]
+fn no_repository_has_only_the_workspace() -> Result<(), String> {
+    let mut p = plan(GitSentry::NoRepository);
+    p.editor_dirs.clear();
+    let v = json(&p)?;
+    assert_isolation(&v, &p);
+    let binds: Vec<String> = mounts(&v)
+        .into_iter()
+        .filter(|m| m.1 == "bind")
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(binds, vec!["/workspace".to_owned()]);
+    Ok(())
+}
+
+#[test]
+fn bad_plans_are_refused() {
+    let mut p = plan(GitSentry::Repository {
+        read_only: vec!["/etc/passwd".into()],
+    });
+    assert!(matches!(
+        build_spec(&p),
+        Err(BundleError::OutsideRepository { .. })
+    ));
+    p.git = GitSentry::NoRepository;
+    p.editor_dirs = vec!["../x".into()];
+    assert!(matches!(
+        build_spec(&p),
+        Err(BundleError::BadEditorDir { .. })
+    ));
+    p.editor_dirs.clear();
+    p.workspace = "relative".into();
+    assert!(matches!(
+        build_spec(&p),
+        Err(BundleError::NotAbsolute {
+            what: "workspace",
+            ..
+        })
+    ));
+    p.workspace = "/w".into();
+    p.args.clear();
+    assert!(matches!(build_spec(&p), Err(BundleError::EmptyArgs)));
+}
