@@ -52,13 +52,17 @@ pub struct SupervisorCommand {
 }
 
 pub fn supervisor(args: SupervisorCommand) -> ExitCode {
-    if args.channel_fd <= 2 || rustix::io::fcntl_getfd(
-        // SAFETY: borrowed only for this validity check.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(args.channel_fd) },
-    )
-    .is_err()
+    if args.channel_fd <= 2
+        || rustix::io::fcntl_getfd(
+            // SAFETY: borrowed only for this validity check.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(args.channel_fd) },
+        )
+        .is_err()
     {
-        eprintln!("lazaret __supervisor: --channel-fd {} is not an open descriptor", args.channel_fd);
+        eprintln!(
+            "lazaret __supervisor: --channel-fd {} is not an open descriptor",
+            args.channel_fd
+        );
         return ExitCode::from(2);
     }
     // SAFETY: the descriptor is open (checked above) and was inherited from
@@ -93,4 +97,43 @@ pub fn enter(command: EnterCommand) -> ExitCode {
     let failure = run_enter(&RealProcessSys, &RealNs, &args);
     eprintln!("lazaret __enter: {failure}");
     ExitCode::from(126)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::INIT_BINARY;
+
+    fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    }
+
+    /// The embedded PID 1 is a static x86-64 executable: no PT_INTERP (no
+    /// ELF interpreter) and no PT_DYNAMIC segment (ARCHITECTURE.md "Static
+    /// in-sandbox binaries").
+    #[test]
+    fn the_init_has_no_interpreter_and_no_dynamic_section() {
+        let b = INIT_BINARY;
+        assert_eq!(b.get(..4), Some(&b"\x7fELF"[..]), "not ELF");
+        assert_eq!(b.get(4), Some(&2), "not ELF64");
+        assert_eq!(u16_at(b, 0x12), Some(0x3e), "not x86-64");
+        let phoff = usize::try_from(u64_at(b, 0x20).unwrap_or(0)).unwrap_or(usize::MAX);
+        let phentsize = usize::from(u16_at(b, 0x36).unwrap_or(0));
+        let phnum = usize::from(u16_at(b, 0x38).unwrap_or(0));
+        assert!(phnum > 0 && phentsize >= 4, "no program headers");
+        let types: Vec<u32> = (0..phnum)
+            .map(|i| {
+                let at = phoff + i * phentsize;
+                b.get(at..at + 4)
+                    .and_then(|t| t.try_into().ok())
+                    .map_or(u32::MAX, u32::from_le_bytes)
+            })
+            .collect();
+        assert!(types.contains(&1), "no PT_LOAD in {types:?}");
+        assert!(!types.contains(&3), "PT_INTERP present: {types:?}");
+        assert!(!types.contains(&2), "PT_DYNAMIC present: {types:?}");
+    }
 }

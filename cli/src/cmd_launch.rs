@@ -249,7 +249,10 @@ mod tests {
 
     #[test]
     fn refusals_name_what_is_wrong() {
-        assert!(matches!(preflight(&Facts(0, "x86_64", "6.18.1")), Err(LaunchError::Root)));
+        assert!(matches!(
+            preflight(&Facts(0, "x86_64", "6.18.1")),
+            Err(LaunchError::Root)
+        ));
         assert!(matches!(
             preflight(&Facts(1000, "aarch64", "6.18.1")),
             Err(LaunchError::Arch(a)) if a == "aarch64"
@@ -269,9 +272,18 @@ mod tests {
 
     #[test]
     fn the_profile_form_takes_host_options_and_the_exact_argv() -> Result<(), clap::Error> {
-        let argv: Vec<OsString> = ["dev", "--workspace", "/w", "--timings", "--", "sh", "-c", "exit 7"]
-            .map(OsString::from)
-            .to_vec();
+        let argv: Vec<OsString> = [
+            "dev",
+            "--workspace",
+            "/w",
+            "--timings",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ]
+        .map(OsString::from)
+        .to_vec();
         let args = RunArgs::from_profile_form(&argv)?;
         assert_eq!(args.profile, "dev");
         assert_eq!(args.host.workspace, Some(PathBuf::from("/w")));

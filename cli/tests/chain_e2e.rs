@@ -18,7 +18,10 @@ fn test_user() -> String {
 }
 
 fn id_of(flag: &str) -> u32 {
-    let out = Command::new("id").args([flag, &test_user()]).output().unwrap();
+    let out = Command::new("id")
+        .args([flag, &test_user()])
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
@@ -97,7 +100,10 @@ impl Env {
             c.args(["-u", &test_user(), "--", "env", "-i"]);
             c.arg("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
                 .arg(format!("HOME={}", self.home.display()))
-                .arg(format!("XDG_RUNTIME_DIR={}", self.home.join("run").display()))
+                .arg(format!(
+                    "XDG_RUNTIME_DIR={}",
+                    self.home.join("run").display()
+                ))
                 .arg(format!("USER={}", test_user()))
                 .arg(lazaret);
             c
@@ -109,7 +115,9 @@ impl Env {
                 .env_remove("XDG_DATA_HOME");
             c
         };
-        cmd.args(args).current_dir(&self.workspace).stdin(Stdio::null());
+        cmd.args(args)
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null());
         cmd
     }
 
@@ -183,12 +191,17 @@ fn runtime_files(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_owned()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for e in entries.flatten() {
             let path = e.path();
             match e.file_type() {
                 Ok(t) if t.is_dir() => {
-                    if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("gen-")) {
+                    if path
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
+                    {
                         out.push(path.clone());
                     }
                     stack.push(path);
@@ -212,14 +225,28 @@ fn exit_status_is_the_commands_and_streams_stay_apart() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
 
-    let out = env.run(&["default", "--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 7",
+    ]);
     assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "out\n");
     assert_eq!(text(&out.stderr), "err\n");
     env.assert_nothing_left();
 
     // `lazaret run --profile` is the same launch.
-    let out = env.run(&["run", "--profile", "default", "--", "sh", "-c", "kill -KILL $$"]);
+    let out = env.run(&[
+        "run",
+        "--profile",
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "kill -KILL $$",
+    ]);
     assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out.stderr));
     env.assert_nothing_left();
     let out = env.run(&["default", "--", "sh", "-c", "kill -TERM $$"]);
@@ -243,7 +270,10 @@ fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let host_version = std::fs::read_to_string("/proc/version").unwrap();
-    assert!(!stdout.contains(host_version.trim()), "host kernel visible: {stdout}");
+    assert!(
+        !stdout.contains(host_version.trim()),
+        "host kernel visible: {stdout}"
+    );
     assert!(stdout.contains("gVisor"), "no gVisor kernel log: {stdout}");
     assert!(stdout.contains("/workspace\nhost wrote this\n"), "{stdout}");
     assert_eq!(
@@ -280,11 +310,29 @@ fn a_second_session_joins_the_same_sandbox_and_leaving_keeps_the_first() {
         "tr '\\0' ' ' < /proc/$(cat /workspace/first.pid)/cmdline",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("/workspace/release"), "{}", text(&out.stdout));
-    assert!(text(&out.stderr).contains("timings (join)"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("/workspace/release"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("timings (join)"),
+        "{}",
+        text(&out.stderr)
+    );
     // The second left; the first is still running in the same sandbox.
-    let out = env.run(&["default", "--", "sh", "-c", "test -d /proc/$(cat /workspace/first.pid)"]);
-    assert_eq!(out.status.code(), Some(0), "the first session's process is gone");
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "test -d /proc/$(cat /workspace/first.pid)",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the first session's process is gone"
+    );
     std::fs::write(env.workspace.join("release"), "").unwrap();
     let first = first.wait_with_output().unwrap();
     assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
@@ -310,11 +358,18 @@ fn another_configuration_is_refused_naming_the_running_one() {
         assert!(Instant::now() < deadline, "the first session never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = env.run(&["default", "--config", &other.display().to_string(), "--", "true"]);
+    let out = env.run(&[
+        "default",
+        "--config",
+        &other.display().to_string(),
+        "--",
+        "true",
+    ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(
-        stderr.contains("already running with another configuration") && stderr.contains("config.toml"),
+        stderr.contains("already running with another configuration")
+            && stderr.contains("config.toml"),
         "{stderr}"
     );
     std::fs::write(env.workspace.join("release"), "").unwrap();
@@ -329,7 +384,11 @@ fn bad_input_gets_one_actionable_message_and_leaves_nothing() {
     let env = Env::new("bad-input", &image);
     let unreadable = env.home.join("unreadable-layout");
     std::fs::create_dir_all(&unreadable).unwrap();
-    std::fs::write(unreadable.join("oci-layout"), "{\"imageLayoutVersion\":\"1.0.0\"}").unwrap();
+    std::fs::write(
+        unreadable.join("oci-layout"),
+        "{\"imageLayoutVersion\":\"1.0.0\"}",
+    )
+    .unwrap();
     chown_tree(&unreadable);
     std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o000)).unwrap();
     let unreadable_cfg = env.write_config(
@@ -340,12 +399,27 @@ fn bad_input_gets_one_actionable_message_and_leaves_nothing() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["nosuch".into(), "--".into(), "true".into()], "nosuch"),
         (
-            vec!["default".into(), "--workspace".into(), env.home.join("vanished").display().to_string(), "--".into(), "true".into()],
+            vec![
+                "default".into(),
+                "--workspace".into(),
+                env.home.join("vanished").display().to_string(),
+                "--".into(),
+                "true".into(),
+            ],
             "vanished",
         ),
-        (vec!["broken".into(), "--".into(), "true".into()], "no-such-layout"),
         (
-            vec!["default".into(), "--config".into(), unreadable_cfg.display().to_string(), "--".into(), "true".into()],
+            vec!["broken".into(), "--".into(), "true".into()],
+            "no-such-layout",
+        ),
+        (
+            vec![
+                "default".into(),
+                "--config".into(),
+                unreadable_cfg.display().to_string(),
+                "--".into(),
+                "true".into(),
+            ],
             "unreadable-layout",
         ),
         (vec!["state".into()], "reserved"),
@@ -355,10 +429,49 @@ fn bad_input_gets_one_actionable_message_and_leaves_nothing() {
         let out = env.run(&argv);
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(125), "{argv:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{argv:?}: not one message: {stderr}");
-        assert!(stderr.starts_with("lazaret: error: ") && stderr.contains(names), "{argv:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{argv:?}: not one message: {stderr}"
+        );
+        assert!(
+            stderr.starts_with("lazaret: error: ") && stderr.contains(names),
+            "{argv:?}: {stderr}"
+        );
         assert!(out.stdout.is_empty(), "{argv:?}");
         env.assert_nothing_left();
     }
     std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// Three CLIs start at once with no coordinator running: the flock picks
+/// one coordinator, the losers fail closed, and every CLI joins the one
+/// sandbox (gVisor's boot id is per sandbox).
+#[test]
+fn simultaneous_first_launches_settle_on_one_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("race", &default_image());
+    let children: Vec<Child> = (0..3)
+        .map(|_| {
+            env.spawn(&[
+                "default",
+                "--",
+                "sh",
+                "-c",
+                "cat /proc/sys/kernel/random/boot_id; sleep 2",
+            ])
+        })
+        .collect();
+    let mut boots = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        boots.push(text(&out.stdout));
+    }
+    assert_eq!(boots[0].trim().len(), 36, "{boots:?}");
+    assert!(
+        boots.iter().all(|b| *b == boots[0]),
+        "more than one sandbox: {boots:?}"
+    );
+    env.assert_nothing_left();
 }

@@ -8,7 +8,10 @@ pub enum ChannelError {
     #[error("the peer closed the {what} channel")]
     Closed { what: &'static str },
     #[error("{what} channel I/O failed: {source}")]
-    Io { what: &'static str, source: io::Error },
+    Io {
+        what: &'static str,
+        source: io::Error,
+    },
     #[error(transparent)]
     Frame(#[from] FrameError),
 }

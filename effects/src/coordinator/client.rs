@@ -76,10 +76,13 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn start_coordinator(plan: &JoinPlan) -> Result<Child, ClientError> {
-    let (program, args) = plan.coordinator.split_first().ok_or_else(|| ClientError::Start {
-        program: PathBuf::new(),
-        source: io::Error::new(io::ErrorKind::InvalidInput, "empty coordinator argv"),
-    })?;
+    let (program, args) = plan
+        .coordinator
+        .split_first()
+        .ok_or_else(|| ClientError::Start {
+            program: PathBuf::new(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "empty coordinator argv"),
+        })?;
     let start = |source| ClientError::Start {
         program: PathBuf::from(program),
         source,
@@ -116,18 +119,30 @@ fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
     UnixStream::connect(short.path())
 }
 
-fn hello(plan: &JoinPlan, mut stream: UnixStream, timings: &mut ClientTimings) -> Result<Attempt, ClientError> {
+fn hello(
+    plan: &JoinPlan,
+    mut stream: UnixStream,
+    timings: &mut ClientTimings,
+) -> Result<Attempt, ClientError> {
     let t = Instant::now();
-    channel::send(&mut stream, "client", &ClientMessage::Hello(plan.hello.clone()))?;
+    channel::send(
+        &mut stream,
+        "client",
+        &ClientMessage::Hello(plan.hello.clone()),
+    )?;
     let answer = match channel::receive::<CoordinatorMessage>(&mut stream, "client") {
         Ok(answer) => answer,
         // The coordinator went away between accept and answer: it was stopping.
         Err(ChannelError::Closed { .. }) => return Ok(Attempt::Retry),
         Err(e) => return Err(e.into()),
     };
-    timings.phases.push(("hello_and_launch_or_join".into(), t.elapsed()));
+    timings
+        .phases
+        .push(("hello_and_launch_or_join".into(), t.elapsed()));
     match answer {
-        CoordinatorMessage::Joined { cold, timings: hc, .. } => {
+        CoordinatorMessage::Joined {
+            cold, timings: hc, ..
+        } => {
             timings.cold = cold;
             timings.coordinator = hc;
             Ok(Attempt::Joined(stream, std::mem::take(timings)))
@@ -137,10 +152,12 @@ fn hello(plan: &JoinPlan, mut stream: UnixStream, timings: &mut ClientTimings) -
             supported,
             ours: plan.hello.version,
         }),
-        CoordinatorMessage::Refused(Refusal::OtherDomain { running }) => Err(ClientError::OtherDomain {
-            path: plan.paths.socket(),
-            running: hex(&running),
-        }),
+        CoordinatorMessage::Refused(Refusal::OtherDomain { running }) => {
+            Err(ClientError::OtherDomain {
+                path: plan.paths.socket(),
+                running: hex(&running),
+            })
+        }
         CoordinatorMessage::Refused(Refusal::OtherConfiguration {
             profile,
             workspace,
@@ -152,8 +169,12 @@ fn hello(plan: &JoinPlan, mut stream: UnixStream, timings: &mut ClientTimings) -
             running: hex(&running_fingerprint),
             source_file: source,
         }),
-        CoordinatorMessage::Refused(Refusal::LaunchFailed(why)) => Err(ClientError::LaunchFailed(why)),
-        CoordinatorMessage::Refused(Refusal::SessionFailed(why)) => Err(ClientError::SessionFailed(why)),
+        CoordinatorMessage::Refused(Refusal::LaunchFailed(why)) => {
+            Err(ClientError::LaunchFailed(why))
+        }
+        CoordinatorMessage::Refused(Refusal::SessionFailed(why)) => {
+            Err(ClientError::SessionFailed(why))
+        }
         other => Err(ClientError::Channel(ChannelError::Io {
             what: "client",
             source: io::Error::new(io::ErrorKind::InvalidData, format!("unexpected {other:?}")),
@@ -177,7 +198,12 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
         let t = Instant::now();
         let stream = match connect(plan) {
             Ok(stream) => stream,
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
                 let mut child = start_coordinator(plan)?;
                 let deadline = Instant::now() + START_TIMEOUT;
                 let stream = loop {
@@ -185,7 +211,9 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
                         break Some(stream);
                     }
                     match child.try_wait() {
-                        Ok(Some(status)) if status.code() == Some(i32::from(LOST_LOCK_EXIT)) => break None,
+                        Ok(Some(status)) if status.code() == Some(i32::from(LOST_LOCK_EXIT)) => {
+                            break None
+                        }
                         Ok(Some(status)) => {
                             return Err(ClientError::CoordinatorFailed {
                                 status: status.to_string(),
@@ -220,7 +248,9 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
                 })
             }
         };
-        timings.phases.push(("find_or_start_coordinator".into(), t.elapsed()));
+        timings
+            .phases
+            .push(("find_or_start_coordinator".into(), t.elapsed()));
         match hello(plan, stream, &mut timings)? {
             Attempt::Joined(stream, timings) => return Ok((stream, timings)),
             Attempt::Retry => {
@@ -255,7 +285,13 @@ pub fn run_session(
                     return;
                 }
                 Ok(n) => {
-                    if channel::send(&mut writer, "client", &ClientMessage::Stdin(buf[..n].to_vec())).is_err() {
+                    if channel::send(
+                        &mut writer,
+                        "client",
+                        &ClientMessage::Stdin(buf[..n].to_vec()),
+                    )
+                    .is_err()
+                    {
                         return;
                     }
                 }
@@ -280,7 +316,10 @@ pub fn run_session(
             other => {
                 return Err(ClientError::Channel(ChannelError::Io {
                     what: "client",
-                    source: io::Error::new(io::ErrorKind::InvalidData, format!("unexpected {other:?}")),
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("unexpected {other:?}"),
+                    ),
                 }))
             }
         }

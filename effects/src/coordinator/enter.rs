@@ -30,7 +30,9 @@ pub enum EnterError {
     },
     #[error("pidfd_open of the Runtime Supervisor PID {pid} failed: {source}")]
     Pidfd { pid: u32, source: io::Error },
-    #[error("PID {pid} is not the acquired Runtime Supervisor (pidfs {found:?}, expected {expected:?})")]
+    #[error(
+        "PID {pid} is not the acquired Runtime Supervisor (pidfs {found:?}, expected {expected:?})"
+    )]
     NotTheSupervisor {
         pid: u32,
         found: (u64, u64),
@@ -43,7 +45,10 @@ pub enum EnterError {
     #[error("moving the session pipes onto stdio failed: {0}")]
     Stdio(io::Error),
     #[error("exec of {program:?} failed: {source}")]
-    Exec { program: OsString, source: io::Error },
+    Exec {
+        program: OsString,
+        source: io::Error,
+    },
 }
 
 impl EnterArgs {
@@ -93,7 +98,11 @@ impl EnterArgs {
         if target.is_empty() {
             return Err(fail("TARGET", "the target command is empty"));
         }
-        let get = |k: usize| values[k].clone().ok_or_else(|| fail(names[k], "is required"));
+        let get = |k: usize| {
+            values[k]
+                .clone()
+                .ok_or_else(|| fail(names[k], "is required"))
+        };
         let number = |k: usize| -> Result<u64, EnterError> {
             get(k)?
                 .parse()
@@ -243,7 +252,10 @@ mod tests {
         assert!(matches!(err, EnterError::Stdio(_)), "{err}");
         assert_eq!(
             ns.calls(),
-            vec!["enter_user_and_mount_of".to_owned(), "dup_onto_stdio 0".to_owned()]
+            vec![
+                "enter_user_and_mount_of".to_owned(),
+                "dup_onto_stdio 0".to_owned()
+            ]
         );
     }
 }

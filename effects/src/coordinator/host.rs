@@ -17,7 +17,9 @@ use crate::broker::{Broker, BrokerError, CommittedChild};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
 use crate::confined::RealSys;
 use crate::domain_lock::{DomainLock, DomainLockError};
-use crate::domain_store::{accept_staged_ownership, DomainStore, SlotTarget, StoreError, StoreLedger, StoreOp};
+use crate::domain_store::{
+    accept_staged_ownership, DomainStore, SlotTarget, StoreError, StoreLedger, StoreOp,
+};
 use crate::image::reference::ImageRef;
 use crate::image::resolve;
 use crate::image::store::BlobStore;
@@ -139,7 +141,8 @@ pub fn run_coordinator(
     env: &dyn HostEnvironment,
     init_binary: &[u8],
 ) -> Result<Outcome, CoordinatorError> {
-    let layout = SandboxLayoutV1::production().map_err(|e| CoordinatorError::Layout(e.to_string()))?;
+    let layout =
+        SandboxLayoutV1::production().map_err(|e| CoordinatorError::Layout(e.to_string()))?;
     let request = LoadRequest {
         profile: &args.profile,
         config: args.config.as_deref(),
@@ -162,7 +165,12 @@ pub fn run_coordinator(
     match std::fs::remove_file(&socket) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => return Err(CoordinatorError::Socket { path: socket, source }),
+        Err(source) => {
+            return Err(CoordinatorError::Socket {
+                path: socket,
+                source,
+            })
+        }
     }
     let listener = ShortSocketPath::new(&socket)
         .and_then(|short| UnixListener::bind(short.path()))
@@ -267,18 +275,29 @@ fn serve(
         // A launch is followed by the session that asked for it.
         if decision == Decision::Launch {
             let t = Instant::now();
-            match launch_generation(broker, store, launch, program, events_tx, &mut pending_timings) {
+            match launch_generation(
+                broker,
+                store,
+                launch,
+                program,
+                events_tx,
+                &mut pending_timings,
+            ) {
                 Ok(g) => {
                     generation = Some(g);
                     cold = true;
                     pending_timings.push(("launch_total".into(), micros(t)));
-                    let (p, d) = step(phase, Event::Launched { ok: true }).unwrap_or((Phase::Stopping, Decision::Teardown));
+                    let (p, d) = step(phase, Event::Launched { ok: true })
+                        .unwrap_or((Phase::Stopping, Decision::Teardown));
                     phase = p;
                     decision = d;
                 }
                 Err(e) => {
                     if let Some((mut stream, _)) = client.take() {
-                        reply(&mut stream, &CoordinatorMessage::Refused(Refusal::LaunchFailed(e.to_string())));
+                        reply(
+                            &mut stream,
+                            &CoordinatorMessage::Refused(Refusal::LaunchFailed(e.to_string())),
+                        );
                     }
                     return Err(e);
                 }
@@ -286,7 +305,8 @@ fn serve(
         }
         match decision {
             Decision::StartSession => {
-                let (Some((mut stream, hello)), Some(g)) = (client.take(), generation.as_ref()) else {
+                let (Some((mut stream, hello)), Some(g)) = (client.take(), generation.as_ref())
+                else {
                     continue;
                 };
                 let globals = runsc_globals(&g.runsc_root);
@@ -303,17 +323,20 @@ fn serve(
                     timings: std::mem::take(&mut pending_timings),
                 };
                 let ended = forward_end(events_tx);
-                let start = stream
-                    .try_clone()
-                    .map_err(|e| e.to_string())
-                    .and_then(|s| start_session(broker, store, &ctx, &hello.argv, s, ended).map_err(|e| e.to_string()));
+                let start = stream.try_clone().map_err(|e| e.to_string()).and_then(|s| {
+                    start_session(broker, store, &ctx, &hello.argv, s, ended)
+                        .map_err(|e| e.to_string())
+                });
                 let outcome = match start {
                     Ok(()) => {
                         reply(&mut stream, &joined);
                         Event::SessionStarted
                     }
                     Err(e) => {
-                        reply(&mut stream, &CoordinatorMessage::Refused(Refusal::SessionFailed(e)));
+                        reply(
+                            &mut stream,
+                            &CoordinatorMessage::Refused(Refusal::SessionFailed(e)),
+                        );
                         Event::SessionStartFailed
                     }
                 };
@@ -427,8 +450,10 @@ fn launch_generation(
     let blobs = BlobStore::open(&blobs_dir).map_err(|e| image_err(e.to_string()))?;
     let image = resolve(&reference, &blobs, &mut |_| {}).map_err(|e| image_err(e.to_string()))?;
     mark("resolve_image", timings);
-    let me = Identity::current(&mut RealHost).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
-    let maps = plan_maps(&mut RealHost, &me).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
+    let me =
+        Identity::current(&mut RealHost).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
+    let maps =
+        plan_maps(&mut RealHost, &me).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
     let lower = prepare(
         &mut RealPrepareHost::new(maps.clone()),
         &launch.storage_root,
@@ -451,7 +476,8 @@ fn launch_generation(
         .apply(&[
             StoreOp::PutDomain(Domain {
                 domain_id: DomainId(running.domain_id),
-                profile_name: ProfileName::new(launch.profile.clone()).map_err(|e| invalid("profile", e.to_string()))?,
+                profile_name: ProfileName::new(launch.profile.clone())
+                    .map_err(|e| invalid("profile", e.to_string()))?,
                 canonical_workspace: HostPath::new(running.workspace.clone().into_bytes())
                     .map_err(|e| invalid("workspace", e.to_string()))?,
             }),
@@ -460,9 +486,12 @@ fn launch_generation(
                 generation_id: id,
                 configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
                 coordinator_id,
-                network_sidecar_id: NetworkSidecarId(random_bytes().map_err(CoordinatorError::Boot)?),
+                network_sidecar_id: NetworkSidecarId(
+                    random_bytes().map_err(CoordinatorError::Boot)?,
+                ),
                 sandbox_id: SandboxId(random_bytes().map_err(CoordinatorError::Boot)?),
-                durable_decision: ModelValue::new("Launching").map_err(|e| invalid("decision", e.to_string()))?,
+                durable_decision: ModelValue::new("Launching")
+                    .map_err(|e| invalid("decision", e.to_string()))?,
             }),
         ])
         .map_err(store_err(&store_path))?;
@@ -482,7 +511,8 @@ fn launch_generation(
     // The lifetime channel: a socketpair whose RS end RS inherits.
     let (hc_end, rs_end) = UnixStream::pair().map_err(io_err(&dir))?;
     let rs_fd: OwnedFd = rs_end.into();
-    rustix::io::fcntl_setfd(&rs_fd, rustix::io::FdFlags::empty()).map_err(|e| io_err(&dir)(e.into()))?;
+    rustix::io::fcntl_setfd(&rs_fd, rustix::io::FdFlags::empty())
+        .map_err(|e| io_err(&dir)(e.into()))?;
     let mut ledger = StoreLedger::new(
         store,
         SlotTarget::Participant {
@@ -504,7 +534,8 @@ fn launch_generation(
     let child = acquired?;
     mark("spawn_supervisor", timings);
     let mut rs = hc_end;
-    rs.set_read_timeout(Some(SUPERVISOR_TIMEOUT)).map_err(io_err(&dir))?;
+    rs.set_read_timeout(Some(SUPERVISOR_TIMEOUT))
+        .map_err(io_err(&dir))?;
     let container_id = format!("lazaret-{}-{}", hex_prefix(&running.domain_id), id.0);
     channel::send(
         &mut rs,
@@ -528,13 +559,18 @@ fn launch_generation(
     )?;
     let verified = match channel::receive::<SupervisorMessage>(&mut rs, "supervisor")? {
         SupervisorMessage::UserNamespace { pid } => {
-            let pid = i32::try_from(pid).map_err(|_| CoordinatorError::Userns(format!("PID {pid} out of range")))?;
+            let pid = i32::try_from(pid)
+                .map_err(|_| CoordinatorError::Userns(format!("PID {pid} out of range")))?;
             map_and_verify(&mut RealHost, pid, &maps).map_err(|e| e.to_string())
         }
         other => Err(format!("expected UserNamespace, got {other:?}")),
     };
     if let Err(why) = verified {
-        let _ = channel::send(&mut rs, "supervisor", &CoordinatorCommand::Refused(why.clone()));
+        let _ = channel::send(
+            &mut rs,
+            "supervisor",
+            &CoordinatorCommand::Refused(why.clone()),
+        );
         let _ = child.handle().wait(&RealProcessSys);
         let _ = std::fs::remove_dir_all(&dir);
         return Err(CoordinatorError::Userns(why));

@@ -113,9 +113,8 @@ pub fn start_session(
         session_id: session,
         cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
         session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
-        session_phase: ModelValue::new("Active").map_err(|e| {
-            SessionError::NotReady(format!("session phase: {e}"))
-        })?,
+        session_phase: ModelValue::new("Active")
+            .map_err(|e| SessionError::NotReady(format!("session phase: {e}")))?,
     })])?;
     let mut ledger = StoreLedger::new(
         store,

@@ -12,10 +12,10 @@
 //! and `runsc run` then deletes the container and its state itself.
 use super::channel::{self, ChannelError};
 use super::nsys::NamespaceSys;
+use crate::broker::ledger::StagingContext;
 use crate::broker::remote::{CoordinatorLink, RemoteLedger};
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError};
-use crate::broker::ledger::StagingContext;
 use crate::git_sentry;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
@@ -47,7 +47,10 @@ pub enum SupervisorError {
     #[error("HC refused: {0}")]
     Refused(String),
     #[error("{step} failed: {source}")]
-    Kernel { step: &'static str, source: io::Error },
+    Kernel {
+        step: &'static str,
+        source: io::Error,
+    },
     #[error("Git Sentry: {0}")]
     GitSentry(String),
     #[error("bundle: {0}")]
@@ -120,15 +123,20 @@ pub fn prepare_namespaces<N: NamespaceSys>(ns: &N) -> Result<(), SupervisorError
         .map_err(kernel("making / recursively private"))?;
     for key in ["all", "default"] {
         let path = PathBuf::from(format!("/proc/sys/net/ipv6/conf/{key}/disable_ipv6"));
-        ns.write_sysctl(&path, "1")
-            .map_err(kernel("disabling IPv6 in the generation's network namespace"))?;
+        ns.write_sysctl(&path, "1").map_err(kernel(
+            "disabling IPv6 in the generation's network namespace",
+        ))?;
     }
     Ok(())
 }
 
 /// Builds `config.json`: launch's bundle plan (SR-3/SR-4/SR-12, Git Sentry)
 /// plus the read-only bind of the static init at [`INIT_IN_SANDBOX`].
-pub fn write_bundle(plan: &SupervisorPlan, bundle: &Path, netns: &Path) -> Result<(), SupervisorError> {
+pub fn write_bundle(
+    plan: &SupervisorPlan,
+    bundle: &Path,
+    netns: &Path,
+) -> Result<(), SupervisorError> {
     let workspace = PathBuf::from(&plan.workspace);
     let bundle_plan = BundlePlan {
         rootfs: PathBuf::from(&plan.rootfs),
@@ -137,7 +145,8 @@ pub fn write_bundle(plan: &SupervisorPlan, bundle: &Path, netns: &Path) -> Resul
         args: vec![INIT_IN_SANDBOX.to_owned()],
         env: plan.env.clone(),
         hostname: plan.hostname.clone(),
-        git: git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
+        git: git_sentry::resolve(&workspace)
+            .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
         editor_dirs: git_sentry::editor_dirs(&workspace)
             .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
     };
@@ -146,13 +155,19 @@ pub fn write_bundle(plan: &SupervisorPlan, bundle: &Path, netns: &Path) -> Resul
         .destination(INIT_IN_SANDBOX)
         .typ("bind")
         .source(&plan.init)
-        .options(vec!["rbind".to_owned(), "ro".to_owned(), "nosuid".to_owned(), "nodev".to_owned()])
+        .options(vec![
+            "rbind".to_owned(),
+            "ro".to_owned(),
+            "nosuid".to_owned(),
+            "nodev".to_owned(),
+        ])
         .build()
         .map_err(|e| SupervisorError::Bundle(e.to_string()))?;
     let mut mounts = spec.mounts().clone().unwrap_or_default();
     mounts.push(init);
     spec.set_mounts(Some(mounts));
-    let text = serde_json::to_vec_pretty(&spec).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
+    let text =
+        serde_json::to_vec_pretty(&spec).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
     let path = bundle.join("config.json");
     std::fs::create_dir_all(bundle)
         .and_then(|()| std::fs::write(&path, text))
@@ -188,7 +203,10 @@ fn wait_exit(handle: &ProcessHandle, timeout: Duration) -> io::Result<Option<Chi
             tv_sec: 0,
             tv_nsec: ms * 1_000_000,
         };
-        let mut fds = [rustix::event::PollFd::new(handle.pidfd(), rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            handle.pidfd(),
+            rustix::event::PollFlags::IN,
+        )];
         match rustix::event::poll(&mut fds, Some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
@@ -218,7 +236,8 @@ pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(),
         }
     };
     let mut link = ChannelLink { stream: &stream };
-    ns.unshare_user().map_err(kernel("unshare(CLONE_NEWUSER)"))?;
+    ns.unshare_user()
+        .map_err(kernel("unshare(CLONE_NEWUSER)"))?;
     link.send(&SupervisorMessage::UserNamespace {
         pid: std::process::id(),
     })
@@ -237,7 +256,11 @@ pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(),
         Ok(()) => Ok(()),
         Err(e) => {
             let mut tx = &stream;
-            let _ = channel::send(&mut tx, "supervisor", &SupervisorMessage::Failed(e.to_string()));
+            let _ = channel::send(
+                &mut tx,
+                "supervisor",
+                &SupervisorMessage::Failed(e.to_string()),
+            );
             Err(e)
         }
     }
@@ -273,9 +296,12 @@ fn launch_and_serve<N: NamespaceSys>(
         .into();
     // Stdio is inherited by the wrapper and then runsc: pipes only, never a
     // regular file (HOST-NOTES: runsc re-owns such files).
-    ns.dup_onto_stdio(init_r.as_fd(), 0).map_err(kernel("dup2 stdin"))?;
-    ns.dup_onto_stdio(null.as_fd(), 1).map_err(kernel("dup2 stdout"))?;
-    ns.dup_onto_stdio(err_w.as_fd(), 2).map_err(kernel("dup2 stderr"))?;
+    ns.dup_onto_stdio(init_r.as_fd(), 0)
+        .map_err(kernel("dup2 stdin"))?;
+    ns.dup_onto_stdio(null.as_fd(), 1)
+        .map_err(kernel("dup2 stdout"))?;
+    ns.dup_onto_stdio(err_w.as_fd(), 2)
+        .map_err(kernel("dup2 stderr"))?;
     drop((init_r, err_w));
 
     let program = std::env::current_exe().map_err(kernel("locating the lazaret binary"))?;
@@ -289,15 +315,24 @@ fn launch_and_serve<N: NamespaceSys>(
     let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
     let mut argv: Vec<std::ffi::OsString> = vec!["runsc".into()];
     argv.extend(runsc_globals(&runsc_root).into_iter().map(Into::into));
-    argv.extend(["run".into(), "--bundle".into(), bundle.clone().into_os_string(), plan.container_id.clone().into()]);
+    argv.extend([
+        "run".into(),
+        "--bundle".into(),
+        bundle.clone().into_os_string(),
+        plan.container_id.clone().into(),
+    ]);
     let acquired = broker.acquire(&TargetCommand { argv }, &mut ledger);
     // RS keeps no copy of init's stdin read end or runsc's stderr write end.
-    ns.dup_onto_stdio(null.as_fd(), 0).map_err(kernel("dup2 stdin"))?;
-    ns.dup_onto_stdio(null.as_fd(), 2).map_err(kernel("dup2 stderr"))?;
+    ns.dup_onto_stdio(null.as_fd(), 0)
+        .map_err(kernel("dup2 stdin"))?;
+    ns.dup_onto_stdio(null.as_fd(), 2)
+        .map_err(kernel("dup2 stderr"))?;
     let child = acquired?;
     let stderr_tail = std::thread::spawn(move || {
         let mut text = Vec::new();
-        let _ = std::fs::File::from(err_r).take(64 * 1024).read_to_end(&mut text);
+        let _ = std::fs::File::from(err_r)
+            .take(64 * 1024)
+            .read_to_end(&mut text);
         String::from_utf8_lossy(&text).into_owned()
     });
     let state_file = runsc_root.join(format!("{0}_sandbox:{0}.state", plan.container_id));
@@ -328,7 +363,11 @@ fn launch_and_serve<N: NamespaceSys>(
             }
             let tail = stderr_tail.join().unwrap_or_default();
             let _ = std::fs::remove_dir_all(&generation);
-            return Err(SupervisorError::NotReady(format!("{}: {}", failure.error, tail.trim())));
+            return Err(SupervisorError::NotReady(format!(
+                "{}: {}",
+                failure.error,
+                tail.trim()
+            )));
         }
     };
     let mut tx = stream;
@@ -366,7 +405,9 @@ fn launch_and_serve<N: NamespaceSys>(
     drop(init_w);
     let ended = wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
     if ended.is_none() {
-        broker.signal(handle, Signal::Kill).map_err(kernel("SIGKILL runsc run"))?;
+        broker
+            .signal(handle, Signal::Kill)
+            .map_err(kernel("SIGKILL runsc run"))?;
         wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
     }
     let _ = stderr_tail.join();

@@ -75,9 +75,7 @@ pub fn step(phase: Phase, event: Event) -> Result<(Phase, Decision), Impossible>
         ),
         (P::Serving { sessions: 0 }, E::SessionStartFailed)
         | (P::Serving { sessions: 0 | 1 }, E::SessionEnded) => (P::Stopping, D::Teardown),
-        (P::Serving { sessions }, E::SessionStartFailed) => {
-            (P::Serving { sessions }, D::Continue)
-        }
+        (P::Serving { sessions }, E::SessionStartFailed) => (P::Serving { sessions }, D::Continue),
         (P::Serving { sessions }, E::SessionEnded) => (
             P::Serving {
                 sessions: sessions - 1,

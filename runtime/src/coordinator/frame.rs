@@ -87,7 +87,9 @@ mod tests {
 
     #[test]
     fn oversized_prefixes_and_trailing_bytes_are_refused() -> Result<(), FrameError> {
-        let too_big = u32::try_from(MAX_FRAME + 1).unwrap_or(u32::MAX).to_be_bytes();
+        let too_big = u32::try_from(MAX_FRAME + 1)
+            .unwrap_or(u32::MAX)
+            .to_be_bytes();
         assert!(matches!(
             body_len("x", too_big),
             Err(FrameError::TooLarge { .. })

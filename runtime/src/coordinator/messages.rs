@@ -108,7 +108,10 @@ pub enum SupervisorMessage {
     /// spec 3.3 step 9 done on RS's side (encoded staged tuple).
     Committed(Vec<u8>),
     /// The sandbox runs; sessions may exec into it.
-    SandboxRunning { container_id: String, runsc_root: String },
+    SandboxRunning {
+        container_id: String,
+        runsc_root: String,
+    },
     /// The launch failed.
     Failed(String),
 }
