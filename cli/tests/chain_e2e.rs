@@ -475,3 +475,58 @@ fn simultaneous_first_launches_settle_on_one_sandbox() {
     );
     env.assert_nothing_left();
 }
+
+/// HC loss (SIGKILL): the Runtime Supervisor sees its lifetime channel
+/// close, stops the sandbox (runsc deletes its state) and exits; the CLI
+/// reports the lost coordinator; nothing is left.
+#[test]
+fn losing_the_coordinator_stops_the_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("hc-loss", &default_image());
+    let session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 600",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let coordinators: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains(" __coordinator "))
+        .collect();
+    assert_eq!(coordinators.len(), 1, "{coordinators:?}");
+    let pid = coordinators[0].split(':').next().unwrap().to_owned();
+    let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    assert!(status.success());
+    let out = session.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    // The sandbox, RS and runsc state go; only the dead coordinator's
+    // socket and log remain, for the next coordinator to replace under the
+    // flock.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let procs = env.processes();
+        let rest: Vec<PathBuf> = runtime_files(&env.home.join("run"))
+            .into_iter()
+            .filter(|p| !p.ends_with("hc.sock") && !p.ends_with("coordinator.log"))
+            .collect();
+        if procs.is_empty() && rest.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after HC loss: processes {procs:?}, files {rest:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A new launch in the same Domain replaces the stale socket and log.
+    let out = env.run(&["default", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+}
