@@ -29,14 +29,15 @@ out["domain-id-v1/dev"] = hashlib.sha256(
 
 pre = b"lazaret-configuration-fingerprint-v1\0" + b(b"dev") + b(STORAGE) + b(RUNTIME)
 pre += b(b"registry.example/dev:1") + b"\x01"
-pre += lst([b"/root", b"/usr", b"/var", b"/etc", b"/opt"])
+# "A persistent-path item is bytes(path)"; lst() frames each item again.
+pre += lst([b(p) for p in [b"/root", b"/usr", b"/var", b"/etc", b"/opt"]])
 pre += lst([]) + lst([]) + lst([]) + lst(RFC1918) + b"\x00" + lst([])
 pre += struct.pack(">I", 50000)
 out["configuration-fingerprint-v1/minimal"] = hashlib.sha256(pre).hexdigest()
 
 pre = b"lazaret-configuration-fingerprint-v1\0" + b(b"full") + b(STORAGE) + b(RUNTIME)
 pre += b(b"registry.example/full@sha256:00ff") + b"\x00"
-pre += lst([b"/usr", b"/root"])
+pre += lst([b(b"/usr"), b(b"/root")])
 pre += lst([b(b"TOKEN") + b(b"HOST_TOKEN"), b(b"A_NAME") + b(b"HOST_A")])
 pre += lst([
     b(b"/home/user/.local/share/lazaret/profiles/full/cache") + b(b"/root/.cache") + b"\x01\x01\x01",
@@ -46,7 +47,7 @@ pre += lst([pfx([1, 1, 1, 0], 24), pfx([172, 16, 5, 0], 24)])
 pre += lst(RFC1918 + [pfx([9, 9, 9, 9], 32), pfx([8, 8, 4, 0], 24)])
 pre += b"\x01"
 pre += lst([
-    b(b"/usr/bin/git") + lst([b"fetch", b"--all"], sort=False) + b"\x01",
+    b(b"/usr/bin/git") + lst([b(b"fetch"), b(b"--all")], sort=False) + b"\x01",
     b(b"/usr/bin/make") + lst([], sort=False) + b"\x00",
 ])
 pre += struct.pack(">I", 1234)

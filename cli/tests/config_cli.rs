@@ -274,6 +274,111 @@ fn unsafe_sources_are_refused_for_the_real_user() {
     let out = h.run(&["config", "check", "dev"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    // A second hard link: refused.
+    h.write_config(ok, 0o600);
+    std::fs::hard_link(h.config_path(), h.path("home/other-name.toml")).expect("link");
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("has 2 hard links; expected exactly one"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_file(h.path("home/other-name.toml")).expect("rm");
+    // A FIFO: refused without blocking on it.
+    std::fs::remove_file(h.config_path()).expect("rm");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        h.config_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    h.give(&h.path("home"));
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is a FIFO; expected a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    // One byte over 1 MiB: refused; exactly 1 MiB: read.
+    let mut big = ok.as_bytes().to_vec();
+    big.resize(1_048_577, b'\n');
+    h.write_config(std::str::from_utf8(&big).expect("utf8"), 0o600);
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("is 1048577 bytes; expected at most 1048576 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    big.truncate(1_048_576);
+    h.write_config(std::str::from_utf8(&big).expect("utf8"), 0o600);
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Runs `lazaret ARGS` as lazaret-test inside a private mount namespace in
+/// which `source` is bind-mounted on `target` (`unshare -m` makes the new
+/// namespace's mounts private, so nothing leaks to the host).
+fn run_with_bind(h: &Home, source: &Path, target: &Path, args: &[&str]) -> Output {
+    let script = format!(
+        "mount --bind \"$1\" \"$2\" && shift 2 && exec runuser -u {TEST_USER} -- env -i \"$@\""
+    );
+    Command::new("unshare")
+        .args(["-m", "sh", "-c", &script, "sh"])
+        .arg(source)
+        .arg(target)
+        .arg(format!("HOME={}", h.path("home").display()))
+        .arg(format!("XDG_RUNTIME_DIR={}", h.path("run").display()))
+        .arg("PATH=/usr/bin:/bin")
+        .arg(env!("CARGO_BIN_EXE_lazaret"))
+        .args(args)
+        .current_dir(h.path("ws"))
+        .output()
+        .expect("unshare")
+}
+
+#[test]
+fn a_volume_aliasing_a_directory_that_contains_lazaret_trees_is_refused() {
+    // A bind mount of the fixture root appears at <root>/alias, so
+    // <root>/alias/home is the same directory as HOME — which holds the
+    // configuration source and the Storage Root — under a label that nests
+    // with neither. Spec 3.2: volume sources may not overlap them; the
+    // comparison covers retained identities, not just pathnames.
+    let h = Home::new();
+    std::fs::create_dir(h.path("alias")).expect("mkdir");
+    h.give(&h.path("alias"));
+    let config = format!(
+        "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n\
+         [[profiles.dev.volumes]]\nhost = \"{}\"\ncontainer = \"/root/h\"\nkind = \"directory\"\n",
+        h.path("alias/home").display()
+    );
+    h.write_config(&config, 0o600);
+    let out = run_with_bind(&h, &h.root, &h.path("alias"), &["config", "check", "dev"]);
+    let e = stderr(&out);
+    assert!(
+        !out.status.success(),
+        "accepted:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        e.contains(&h.config_path().display().to_string())
+            && e.contains("profiles.dev.volumes[0].host")
+            && e.contains("overlap")
+            && e.contains("expected"),
+        "{e}"
+    );
+    // The same bind mount used for an unrelated directory is accepted, so
+    // the refusal above is the containment, not the mount.
+    std::fs::create_dir_all(h.path("data/sub")).expect("mkdir");
+    h.give(&h.path("data"));
+    let config = config.replace("alias/home", "alias/data/sub");
+    h.write_config(&config, 0o600);
+    let out = run_with_bind(&h, &h.root, &h.path("alias"), &["config", "check", "dev"]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]

@@ -166,7 +166,18 @@ impl Registry {
 
     /// Stops the registry and waits for it.
     pub fn stop(&mut self) {
-        let _ = self.child.kill();
+        // Signal through a pidfd of our own unreaped child (the repository
+        // never signals a numeric PID; spec 3.3).
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                if let Ok(pidfd) =
+                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+                {
+                    let _ =
+                        rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
+                }
+            }
+        }
         let _ = self.child.wait();
     }
 }

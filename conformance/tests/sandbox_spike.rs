@@ -15,7 +15,7 @@ use lazaret_effects::prepare::{prepare, PreparedLower, RealPrepareHost};
 use lazaret_effects::userns::{
     plan_maps, spawn_in_user_namespace, Identity, NamespaceMaps, RealHost,
 };
-use lazaret_runtime::bundle::{build_spec, BundlePlan};
+use lazaret_runtime::bundle::{build_spec, worktree_git_file, BundlePlan, GitSentry, GIT_COMMON};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -111,7 +111,14 @@ fn run_sandbox(
         hostname: "lazaret".into(),
         git: git_sentry::resolve(workspace).map_err(s)?,
         editor_dirs: git_sentry::editor_dirs(workspace).map_err(s)?,
+        git_file: None,
     };
+    let mut plan = plan;
+    if let GitSentry::LinkedWorktree { worktree_dir, .. } = &plan.git {
+        let f = work.join("dot-git");
+        std::fs::write(&f, worktree_git_file(worktree_dir)).map_err(s)?;
+        plan.git_file = Some(f);
+    }
     let spec = build_spec(&plan).map_err(s)?;
     let text = serde_json::to_string_pretty(&spec).map_err(s)?;
     std::fs::write(bundle.join("config.json"), text).map_err(s)?;
@@ -249,18 +256,17 @@ fn spike_linked_worktree_is_protected_through_its_common_dir() -> Result<(), Str
 v() {{ printf '%s=%s\n' "$1" "$2"; }}
 cd /workspace
 git status --porcelain >/dev/null; v git_status $?
-echo x 2>/dev/null >> {common}/config; v cfg_append $?
-echo /tmp/evil 2>/dev/null > {gitdir}/commondir; v commondir_write $?
+echo x 2>/dev/null >> {inside}/config; v cfg_append $?
+echo /tmp/evil 2>/dev/null > {inside}/worktrees/wt/commondir; v commondir_write $?
 echo 'gitdir: /tmp/evil' 2>/dev/null > .git; v dotgit_write $?
 mv .git moved 2>/dev/null; v mv_dotgit $?
-mv {common} {main}/g2 2>/dev/null; v mv_common $?
-printf '#!/bin/sh\n' > {common}/hooks/pre-commit; v hook_write $?
+mv {inside} /.lazaret/g2 2>/dev/null; v mv_common $?
+printf '#!/bin/sh\n' > {inside}/hooks/pre-commit; v hook_write $?
 test -e {main}/main_only; v main_worktree_visible $?
 git -c user.name=s -c user.email=s@s commit -q --allow-empty -m inside-wt; v git_commit $?
 exit 0
 "#,
-        common = common.display(),
-        gitdir = gitdir.display(),
+        inside = GIT_COMMON,
         main = main.display(),
     );
     let env = vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned()];
@@ -323,6 +329,26 @@ exit 0
     let state = work.join("runsc-state");
     assert!(processes_mentioning(&state.display().to_string()).is_empty());
     assert_eq!(std::fs::read_dir(&state).map_err(s)?.count(), 0);
+    assert_lower_untouched(&lower)?;
+    Ok(())
+}
+
+/// Nothing in the prepared lower is newer than its record: runsc wrote
+/// neither files nor mount points into it.
+fn assert_lower_untouched(lower: &PreparedLower) -> Result<(), String> {
+    let changed = sh(
+        Path::new("/"),
+        &format!(
+            "find {} -newer {} 2>/dev/null || true",
+            lower.rootfs.display(),
+            lower.dir.join("artifact.json").display()
+        ),
+    )
+    .map_err(s)?;
+    assert!(
+        changed.trim().is_empty(),
+        "the prepared lower was written:\n{changed}"
+    );
     Ok(())
 }
 
@@ -484,5 +510,6 @@ fn spike_sandbox_protects_git_and_leaves_nothing_behind() -> Result<(), String> 
         times[times.len() / 2]
     );
     assert!(processes_mentioning(&state.display().to_string()).is_empty());
+    assert_lower_untouched(&lower)?;
     Ok(())
 }

@@ -38,7 +38,13 @@ pub fn write_new_config(
         Some((_, missing)) => {
             let dir = ancestor.join(missing.iter().collect::<PathBuf>());
             let root = RootHandle::ensure(sys, &dir, uid)?;
-            ConfinedPathPlan::new(sys, &root.label(), PathBuf::from("."))?
+            // The parent is reopened by its label: it must still be the
+            // directory that was just created and checked (spec 3.2).
+            let plan = ConfinedPathPlan::new(sys, &root.label(), PathBuf::from("."))?;
+            if plan.ancestor_identity() != root.object().stat().identity {
+                return Err(ConfinedError::Changed { path: root.label() }.into());
+            }
+            plan
         }
     };
     let name = rest.last().map_or_else(PathBuf::new, PathBuf::from);

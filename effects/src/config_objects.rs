@@ -5,7 +5,9 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use lazaret_runtime::config::{ConfigError, HostPathDecl, KeyPath, VolumeDecl, VolumeKind};
+use lazaret_runtime::config::{
+    ConfigError, HostPathDecl, KeyPath, TreeEntry, TreeRole, VolumeDecl, VolumeKind,
+};
 
 use crate::config_resolve::LoadError;
 use crate::confined::{ConfinedError, ConfinedSys, FileKind, OpenedObject, RootHandle, UserIds};
@@ -17,6 +19,30 @@ pub(crate) fn bytes(p: &Path) -> Vec<u8> {
 pub(crate) fn identity(o: &OpenedObject) -> Option<(u32, u32, u64)> {
     let id = o.stat().identity;
     Some((id.dev_major, id.dev_minor, id.ino))
+}
+
+/// The overlap entry of an opened object: its canonical label, identity and
+/// the identities of its containing directories (spec 3.2: confinement
+/// compares component ancestry and retained filesystem identities).
+pub(crate) fn opened_entry(
+    loader: &Loader<'_>,
+    role: TreeRole,
+    key: KeyPath,
+    object: &OpenedObject,
+) -> Result<TreeEntry, LoadError> {
+    let ancestors = object
+        .containing_identities(loader.sys)
+        .map_err(loader.path_err(&key))?
+        .into_iter()
+        .map(|id| (id.dev_major, id.dev_minor, id.ino))
+        .collect();
+    Ok(TreeEntry {
+        role,
+        label: object.label(),
+        identity: identity(object),
+        ancestors,
+        key,
+    })
 }
 
 /// Whether `path` exists as a directory (following symlinks, as the

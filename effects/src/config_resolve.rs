@@ -14,7 +14,7 @@ use lazaret_runtime::config::{
     ResolvedVolume, SandboxLayoutV1, SelectedProfileV1, TreeEntry, TreeRole, VolumeDecl,
 };
 
-use crate::config_objects::{bytes, identity, label_key, sys_is_dir, Loader};
+use crate::config_objects::{bytes, label_key, opened_entry, sys_is_dir, Loader};
 use crate::config_source::{read_config_source, SourceError};
 use crate::confined::{ConfinedError, ConfinedSys, OpenedObject, RootHandle};
 
@@ -259,6 +259,7 @@ impl RootPlan {
             key,
             label,
             identity: None,
+            ancestors: Vec::new(),
         };
         [
             entry(
@@ -316,9 +317,9 @@ impl RootPlan {
 }
 
 impl Roots {
-    /// Tree entries with the opened roots' labels and identities, keyed as in
-    /// `plan`.
-    fn entries(&self, plan: &RootPlan) -> Vec<TreeEntry> {
+    /// Tree entries with the opened roots' labels, identities and
+    /// containing identities, keyed as in `plan`.
+    fn entries(&self, loader: &Loader<'_>, plan: &RootPlan) -> Result<Vec<TreeEntry>, LoadError> {
         let handles = [
             &self.storage,
             &self.runtime,
@@ -329,11 +330,7 @@ impl Roots {
         plan.entries()
             .into_iter()
             .zip(handles)
-            .map(|(entry, root)| TreeEntry {
-                label: root.label(),
-                identity: identity(root.object()),
-                ..entry
-            })
+            .map(|(entry, root)| opened_entry(loader, entry.role, entry.key, root.object()))
             .collect()
     }
 
@@ -406,18 +403,18 @@ pub fn load_configuration(
 
     // 3. Overlap rules on canonical labels, before anything is created.
     let fixed = [
-        TreeEntry {
-            role: TreeRole::ConfigSource,
-            key: label_key("(configuration source)"),
-            label: source.label(),
-            identity: identity(&source),
-        },
-        TreeEntry {
-            role: TreeRole::Workspace,
-            key: label_key("(agent workspace)"),
-            label: workspace.label(),
-            identity: identity(&workspace),
-        },
+        opened_entry(
+            &loader,
+            TreeRole::ConfigSource,
+            label_key("(configuration source)"),
+            &source,
+        )?,
+        opened_entry(
+            &loader,
+            TreeRole::Workspace,
+            label_key("(agent workspace)"),
+            &workspace,
+        )?,
     ];
     let mut volume_paths = Vec::with_capacity(selected.volumes().len());
     let mut planned_volumes = Vec::with_capacity(selected.volumes().len());
@@ -429,6 +426,7 @@ pub fn load_configuration(
             label: loader.planned_label(&key, &path)?,
             key,
             identity: None,
+            ancestors: Vec::new(),
         });
         volume_paths.push(path);
     }
@@ -438,12 +436,7 @@ pub fn load_configuration(
         let key = r.key.key("executable");
         let path = expand(&r.executable, env, Path::new("/")).map_err(&cfg)?;
         let object = loader.executable(&key, &path)?;
-        executable_entries.push(TreeEntry {
-            role: TreeRole::Executable,
-            key,
-            label: object.label(),
-            identity: identity(&object),
-        });
+        executable_entries.push(opened_entry(&loader, TreeRole::Executable, key, &object)?);
         executables.push(object);
     }
     let planned: Vec<TreeEntry> = fixed
@@ -466,18 +459,19 @@ pub fn load_configuration(
         });
     }
 
-    // 5. Overlap rules again on the opened objects' labels and identities.
-    let opened: Vec<TreeEntry> = fixed
-        .into_iter()
-        .chain(roots.entries(&roots_plan))
-        .chain(volumes.iter().map(|v| TreeEntry {
-            role: TreeRole::Volume,
-            key: v.decl.key.key("host"),
-            label: v.source.label(),
-            identity: identity(&v.source),
-        }))
-        .chain(executable_entries)
-        .collect();
+    // 5. Overlap rules again on the opened objects' labels, identities and
+    //    containing identities.
+    let mut opened: Vec<TreeEntry> = fixed.into_iter().collect();
+    opened.extend(roots.entries(&loader, &roots_plan)?);
+    for v in &volumes {
+        opened.push(opened_entry(
+            &loader,
+            TreeRole::Volume,
+            v.decl.key.key("host"),
+            &v.source,
+        )?);
+    }
+    opened.extend(executable_entries);
     check_overlaps(&opened).map_err(&cfg)?;
 
     // 6. Reopen every path through its plan after the comparisons.

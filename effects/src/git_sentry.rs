@@ -121,8 +121,15 @@ pub fn resolve(workspace: &Path) -> Result<GitSentry, GitSentryError> {
             if_file(&mut read_only, &gitdir, name)?;
         }
     }
+    // Empty for a `--separate-git-dir` repository (the .git file names the
+    // common directory itself).
+    let worktree_dir = gitdir
+        .strip_prefix(&common)
+        .map(Path::to_owned)
+        .unwrap_or_default();
     Ok(GitSentry::LinkedWorktree {
         common_dir: common,
+        worktree_dir,
         read_only,
     })
 }
@@ -194,6 +201,7 @@ mod tests {
             resolve(&wt).map_err(|e| e.to_string())?,
             GitSentry::LinkedWorktree {
                 common_dir: main.join(".git"),
+                worktree_dir: "worktrees/wt".into(),
                 read_only: vec![
                     main.join(".git/config"),
                     main.join(".git/worktrees/wt/commondir"),

@@ -449,9 +449,8 @@ pub fn spawn_in_user_namespace(
     match (released, spawned) {
         (Ok(()), Ok(child)) => Ok(child),
         (Err(e), Ok(mut child)) => {
-            // Unreachable in practice (the child refuses to exec without the
-            // release byte), but never leave a child behind.
-            let _ = child.kill();
+            // The child got the refusal byte (or EOF) and exits without
+            // exec; reap it so nothing is left behind. No signal is needed.
             let _ = child.wait();
             Err(e)
         }
@@ -559,6 +558,40 @@ mod tests {
                 count: 70000
             })
         );
+    }
+
+    /// Whatever the file holds, a chosen range belongs to the user, is large
+    /// enough and starts no later than any other sufficient range of theirs.
+    #[test]
+    fn chosen_range_is_the_lowest_sufficient_own_range() {
+        fn prop(entries: Vec<(bool, u32, u32)>) -> bool {
+            let text: String = entries
+                .iter()
+                .map(|(mine, start, count)| {
+                    format!(
+                        "{}:{}:{}\n",
+                        if *mine { "dev" } else { "other" },
+                        start / 2,
+                        count % 200_000
+                    )
+                })
+                .collect();
+            let sufficient: Vec<u32> = entries
+                .iter()
+                .filter(|(mine, start, count)| {
+                    *mine
+                        && count % 200_000 >= SUBORDINATE_IDS
+                        && (start / 2).checked_add(count % 200_000).is_some()
+                })
+                .map(|(_, start, _)| start / 2)
+                .collect();
+            match lowest_range(&text, MapKind::Uid, &me()) {
+                Ok(r) => sufficient.iter().min() == Some(&r.start) && r.count >= SUBORDINATE_IDS,
+                Err(UsernsError::NoRange { .. }) => sufficient.is_empty(),
+                Err(_) => false,
+            }
+        }
+        quickcheck::quickcheck(prop as fn(Vec<(bool, u32, u32)>) -> bool);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,10 @@ use lazaret_effects::config_resolve::{
     load_configuration, LoadRequest, ResolvedDomainConfiguration,
 };
 use lazaret_effects::confined::RealSys;
-use lazaret_runtime::config::{ConfigurationFingerprintRecordV1, DomainIdV1, SandboxLayoutV1};
+use lazaret_runtime::config::{
+    ConfigurationFingerprintRecordV1, DomainIdV1, ResolvedAutoApprovalRule, ResolvedVolume,
+    SandboxLayoutV1, VolumeAccess, VolumeKind,
+};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -145,13 +148,36 @@ auto_approve = [{{ executable = "{}", args = ["x"] }}]
     );
     assert_eq!(r.volumes()[1].source().label(), f.path("home/.gitconfig"));
     assert_eq!(r.auto_approval_rules()[0].executable().label(), tool);
-    // The fingerprint is the record of the resolved canonical inputs.
+    // The fingerprint is the record of the resolved canonical inputs, built
+    // here from the fixture's known canonical paths (not from the loader's
+    // own record): `{profile_dir}` and `~` expanded, the executable by its
+    // canonical path.
+    let canonical = |p: PathBuf| p.into_os_string().into_vec();
     let record = ConfigurationFingerprintRecordV1::new(
         r.selected(),
-        storage.as_os_str().as_bytes().to_vec(),
-        f.path("run/lazaret").as_os_str().as_bytes().to_vec(),
-        r.fingerprint_record().volumes.clone(),
-        r.fingerprint_record().auto_approval_rules.clone(),
+        canonical(storage.clone()),
+        canonical(f.path("run/lazaret")),
+        vec![
+            ResolvedVolume {
+                canonical_host_source: canonical(storage.join("profiles/dev/cache/pip")),
+                container_path: "/root/.cache".to_owned(),
+                kind: VolumeKind::Directory,
+                access: VolumeAccess::ReadWrite,
+                create: true,
+            },
+            ResolvedVolume {
+                canonical_host_source: canonical(f.path("home/.gitconfig")),
+                container_path: "/root/.gitconfig".to_owned(),
+                kind: VolumeKind::File,
+                access: VolumeAccess::ReadOnly,
+                create: false,
+            },
+        ],
+        vec![ResolvedAutoApprovalRule {
+            canonical_executable: canonical(tool.clone()),
+            args: vec!["x".to_owned()],
+            allow_extra_args: false,
+        }],
     );
     assert_eq!(&record, r.fingerprint_record());
     assert_eq!(record.fingerprint().expect("fp"), r.fingerprint());

@@ -126,3 +126,103 @@ fn a_symlink_at_a_created_component_is_refused() {
     assert!(m.contains("already exists"), "{m}");
     assert!(!elsewhere.path().join("victim").exists());
 }
+
+/// Delegates to [`RealSys`] and runs `swap` just before the `at`-th
+/// `open_root` call: the moment a plan is about to be built by label.
+struct SwapBeforeOpenRoot<F: Fn()> {
+    at: usize,
+    seen: std::cell::Cell<usize>,
+    swap: F,
+}
+
+impl<F: Fn()> ConfinedSys for SwapBeforeOpenRoot<F> {
+    fn open_root(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.seen.set(self.seen.get() + 1);
+        if self.seen.get() == self.at {
+            (self.swap)();
+        }
+        RealSys.open_root()
+    }
+    fn open_ambient(&self, path: &Path, follow: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+        RealSys.open_ambient(path, follow)
+    }
+    fn openat2(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        path: &Path,
+        flags: rustix::fs::OFlags,
+        mode: Mode,
+        resolve: ResolveFlags,
+    ) -> std::io::Result<std::os::fd::OwnedFd> {
+        RealSys.openat2(dir, path, flags, mode, resolve)
+    }
+    fn reopen(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        flags: rustix::fs::OFlags,
+    ) -> std::io::Result<std::os::fd::OwnedFd> {
+        RealSys.reopen(fd, flags)
+    }
+    fn fd_path(&self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<std::path::PathBuf> {
+        RealSys.fd_path(fd)
+    }
+    fn stat(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> std::io::Result<lazaret_effects::confined::FileStat> {
+        RealSys.stat(fd)
+    }
+    fn mkdirat(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        name: &Path,
+        mode: Mode,
+    ) -> std::io::Result<()> {
+        RealSys.mkdirat(dir, name, mode)
+    }
+    fn read_at(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> std::io::Result<usize> {
+        RealSys.read_at(fd, buf, offset)
+    }
+    fn unlinkat(&self, dir: std::os::fd::BorrowedFd<'_>, name: &Path) -> std::io::Result<()> {
+        RealSys.unlinkat(dir, name)
+    }
+    fn write_all(&self, fd: std::os::fd::BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<()> {
+        RealSys.write_all(fd, bytes)
+    }
+    fn user_ids(&self) -> std::io::Result<lazaret_effects::confined::UserIds> {
+        RealSys.user_ids()
+    }
+}
+
+#[test]
+fn a_created_parent_replaced_before_the_file_is_written_is_refused() {
+    // write_new_config creates a/b (0700), then builds the plan of the file's
+    // parent. If a/b is replaced by another 0700 directory of the same name
+    // in between, the file must not be created in the impostor: the parent
+    // is revalidated against the directory that was created and checked.
+    let dir = tempfile::tempdir().expect("tmp");
+    let target = dir.path().join("a/b/config.toml");
+    let (created, moved) = (dir.path().join("a/b"), dir.path().join("a/b-created"));
+    let sys = SwapBeforeOpenRoot {
+        // 1: the plan that creates a/b; 2: the file's parent plan.
+        at: 2,
+        seen: std::cell::Cell::new(0),
+        swap: || {
+            std::fs::rename(&created, &moved).expect("mv");
+            std::fs::create_dir(&created).expect("impostor");
+            std::fs::set_permissions(&created, std::fs::Permissions::from_mode(0o700))
+                .expect("chmod");
+        },
+    };
+    let m = write_new_config(&sys, &target, b"x", uid())
+        .expect_err("impostor parent")
+        .to_string();
+    assert!(m.contains("a/b") && m.contains("changed"), "{m}");
+    assert!(!target.exists(), "written into the replaced directory");
+    assert!(!moved.join("config.toml").exists());
+}

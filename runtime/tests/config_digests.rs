@@ -182,10 +182,13 @@ fn minimal_fingerprint_vector() {
     pre.extend(b(RUNTIME));
     pre.extend(b(b"registry.example/dev:1"));
     pre.push(1); // isolate_gitignored default true
+                 // schemas.md: "A persistent-path item is bytes(path)", and a list frames
+                 // each item encoding again: u32be(count) || bytes(bytes(path))...,
+                 // sorted by the complete (length-prefixed) item encodings.
     pre.extend(sorted_list(
         ["/root", "/usr", "/var", "/etc", "/opt"]
             .iter()
-            .map(|p| p.as_bytes().to_vec())
+            .map(|p| b(p.as_bytes()))
             .collect(),
     ));
     pre.extend(sorted_list(vec![])); // env
@@ -221,7 +224,7 @@ fn full_fingerprint_vector() {
     pre.extend(b(RUNTIME));
     pre.extend(b(b"registry.example/full@sha256:00ff"));
     pre.push(0);
-    pre.extend(sorted_list(vec![b"/usr".to_vec(), b"/root".to_vec()]));
+    pre.extend(sorted_list(vec![b(b"/usr"), b(b"/root")]));
     let env = |s: &[u8], h: &[u8]| [b(s), b(h)].concat();
     pre.extend(sorted_list(vec![
         env(b"TOKEN", b"HOST_TOKEN"),
@@ -252,7 +255,8 @@ fn full_fingerprint_vector() {
     let rule = |exe: &[u8], args: &[&str], extra: u8| {
         [
             b(exe),
-            ordered_list(args.iter().map(|a| a.as_bytes().to_vec()).collect()),
+            // "an argument item is bytes(arg)", framed again by the list.
+            ordered_list(args.iter().map(|a| b(a.as_bytes())).collect()),
             vec![extra],
         ]
         .concat()

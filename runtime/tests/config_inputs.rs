@@ -211,6 +211,7 @@ fn entry(role: TreeRole, key: &str, label: &str, ino: Option<u64>) -> TreeEntry 
         key: KeyPath::label(key.to_owned()),
         label: PathBuf::from(label),
         identity: ino.map(|i| (8, 1, i)),
+        ancestors: Vec::new(),
     }
 }
 
@@ -402,6 +403,66 @@ fn overlap_rules() {
         "exe1",
         "/usr/bin/git",
         Some(10),
+    ));
+    assert!(check_overlaps(&v).is_ok());
+}
+
+/// `entry` with the identities of its containing directories.
+fn inside(mut e: TreeEntry, ancestors: &[u64]) -> TreeEntry {
+    e.ancestors = ancestors.iter().map(|i| (8, 1, *i)).collect();
+    e
+}
+
+#[test]
+fn an_alias_of_a_containing_directory_overlaps_whatever_it_contains() {
+    // /home/u has identity 20; the workspace, config and storage root lie
+    // beneath it. /mnt/h is a bind mount of /home/u: disjoint labels, but
+    // its identity is an ancestor identity of every one of them.
+    let home_alias = || entry(TreeRole::Volume, "vol", "/mnt/h", Some(20));
+    let mut v = base();
+    v[1] = inside(v[1].clone(), &[21, 20, 1000]);
+    v.push(home_alias());
+    let m = check_overlaps(&v).expect_err("alias").to_string();
+    assert!(
+        m.contains("vol") && m.contains("workspace") && m.contains("expected"),
+        "{m}"
+    );
+    // The same alias of an unrelated directory is accepted.
+    let mut v = base();
+    v[1] = inside(v[1].clone(), &[21, 22, 1000]);
+    v.push(home_alias());
+    assert!(check_overlaps(&v).is_ok());
+    // The containment is refused in the other direction too: a volume
+    // whose containing directories include the workspace's identity.
+    let mut v = base();
+    v.push(inside(
+        entry(TreeRole::Volume, "vol", "/mnt/ws/sub", Some(30)),
+        &[2, 1000],
+    ));
+    assert!(check_overlaps(&v).is_err());
+    // An executable reached through an alias of a volume's directory.
+    let mut v = with(entry(TreeRole::Volume, "vol", "/srv/tools", Some(40)));
+    v.push(inside(
+        entry(TreeRole::Executable, "exe", "/opt/t/bin/x", Some(41)),
+        &[42, 40, 1000],
+    ));
+    let m = check_overlaps(&v).expect_err("exe").to_string();
+    assert!(m.contains("exe") && m.contains("vol"), "{m}");
+    // Storage Root and Runtime Root aliased into each other.
+    let mut v = base();
+    v[6] = inside(v[6].clone(), &[50, 3, 1000]);
+    assert!(check_overlaps(&v).is_err());
+    // A volume strictly beneath the profile directory still may sit inside
+    // the Storage Root and profile directory by identity.
+    let mut v = base();
+    v.push(inside(
+        entry(
+            TreeRole::Volume,
+            "vol",
+            "/home/u/.local/share/lazaret/profiles/dev/cache",
+            Some(60),
+        ),
+        &[4, 61, 3, 1000],
     ));
     assert!(check_overlaps(&v).is_ok());
 }

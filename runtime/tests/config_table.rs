@@ -194,6 +194,21 @@ const ROWS: &[Row] = &[
     row("no alias for a field", "", "isolate-gitignored = false", Refused(&["profiles.dev", "unknown field `isolate-gitignored`"])),
     row("no alias for an enum value", "", "[[profiles.dev.volumes]]\nhost = \"/srv\"\ncontainer = \"/root/x\"\nkind = \"Directory\"", Refused(&["profiles.dev.volumes[0].kind", "unknown variant `Directory`"])),
     row("table redefines inline", "", "escalation = { enabled = true }\n[profiles.dev.escalation]\nenabled = true", Refused(&["duplicate key"])),
+    // Only the string form names an enumeration value: serde's externally
+    // tagged table form (`kind = { directory = {} }`) is a second spelling.
+    row("enum value as a tagged table", "", "[[profiles.dev.volumes]]\nhost = \"/srv\"\ncontainer = \"/root/x\"\nkind = { directory = {} }", Refused(&["profiles.dev.volumes[0].kind", "invalid type", "expected one of"])),
+    row("enum access as a tagged table", "", "[[profiles.dev.volumes]]\nhost = \"/srv\"\ncontainer = \"/root/x\"\nkind = \"directory\"\naccess = { read-only = [] }", Refused(&["profiles.dev.volumes[0].access", "invalid type"])),
+    // Every table is a table: serde's positional (sequence) form of a struct
+    // would make unnamed array elements meaningful fields.
+    row("escalation as a positional array", "", "escalation = [true]", Refused(&["profiles.dev.escalation", "invalid type: sequence", "expected a TOML table"])),
+    row("auto-approval rule as a positional array", "", "[profiles.dev.escalation]\nenabled = true\nauto_approve = [[\"/bin/x\", [\"a\"], true]]", Refused(&["profiles.dev.escalation.auto_approve[0]", "invalid type: sequence"])),
+    row("volume as a positional array", "", "volumes = [[\"/srv\", \"/root/x\", \"directory\", \"read-only\", false]]", Refused(&["profiles.dev.volumes[0]", "invalid type: sequence"])),
+    row("readiness target as a positional array", "", "[profiles.dev.readiness]\ndenied = [[\"10.1.2.3\", 80]]\npermitted = [{ address = \"1.1.1.1\", port = 443 }]\ndns = [{ resolver = \"10.137.54.3\", query = \"a.com\" }]", Refused(&["profiles.dev.readiness.denied[0]", "invalid type: sequence"])),
+    row("readiness as a positional array", "", "readiness = [[{ address = \"10.1.2.3\", port = 80 }], [{ address = \"1.1.1.1\", port = 443 }], [{ resolver = \"10.137.54.3\", query = \"a.com\" }]]", Refused(&["profiles.dev.readiness", "invalid type: sequence"])),
+    row("storage as a positional array", "storage = [\"/srv/lazaret\"]", "", Refused(&["storage", "invalid type: sequence"])),
+    row("network as a positional array", "network = [[\"1.1.1.0/24\"], []]", "", Refused(&["network", "invalid type: sequence"])),
+    row("runtime as a positional array", "runtime = [5]", "", Refused(&["runtime", "invalid type: sequence"])),
+    row("inline tables are tables", "", "escalation = { enabled = true, auto_approve = [{ executable = \"/bin/x\" }] }\nvolumes = [{ host = \"/srv\", container = \"/root/x\", kind = \"directory\", access = \"read-only\" }]", Accepted),
 ];
 
 #[test]
@@ -262,6 +277,12 @@ fn schema_dispatch() {
 fn profiles_table_required_and_nonempty() {
     assert!(refused(SCHEMA).contains("missing field `profiles`"));
     assert!(refused(&format!("{SCHEMA}profiles = {{}}\n")).contains("at least one"));
+    // A profile is a table, never serde's positional form.
+    let m = refused(&format!("{SCHEMA}profiles = {{ dev = [\"a\"] }}\n"));
+    assert!(
+        m.contains("profiles.dev") && m.contains("invalid type: sequence"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -497,4 +518,60 @@ fn lists_are_bounded_at_1024_entries() {
     let started = std::time::Instant::now();
     assert!(refused(&doc("", &huge)).contains("expected at most 1024 entries"));
     eprintln!("90,000-entry refusal took {:?}", started.elapsed());
+}
+
+#[test]
+fn readiness_bounds_have_accepted_and_refused_cases() {
+    // schemas.md: one to 32 unique targets per list; a strict DNS name.
+    let ready = |denied: usize, query: &str| {
+        format!(
+            "[profiles.dev.readiness]\ndenied = [{}]\npermitted = [{{ address = \"1.1.1.1\", port = 443 }}]\ndns = [{{ resolver = \"10.137.54.3\", query = \"{query}\" }}]",
+            list(denied, |i| format!("{{ address = \"10.1.2.3\", port = {} }}", i + 1))
+        )
+    };
+    assert!(load(&doc("", &ready(32, "example.com"))).is_ok());
+    let m = refused(&doc("", &ready(33, "example.com")));
+    assert!(
+        m.contains("profiles.dev.readiness.denied") && m.contains("one to 32"),
+        "{m}"
+    );
+    let label63 = format!("{}.com", "a".repeat(63));
+    assert!(load(&doc("", &ready(1, &label63))).is_ok());
+    let label64 = format!("{}.com", "a".repeat(64));
+    let m = refused(&doc("", &ready(1, &label64)));
+    assert!(m.contains("profiles.dev.readiness.dns[0].query"), "{m}");
+    // 253 bytes in total is the longest accepted name.
+    let name = |len: usize| {
+        let mut labels = Vec::new();
+        let mut left = len;
+        while left > 0 {
+            let take = left.min(63);
+            labels.push("b".repeat(take));
+            left = left.saturating_sub(take + 1);
+        }
+        labels.join(".")
+    };
+    assert_eq!(name(253).len(), 253);
+    assert!(load(&doc("", &ready(1, &name(253)))).is_ok());
+    assert_eq!(name(255).len(), 255);
+    assert!(refused(&doc("", &ready(1, &name(255)))).contains("at most 253 bytes"));
+    let m = refused(&doc("", &ready(1, "-a.com")));
+    assert!(m.contains("profiles.dev.readiness.dns[0].query"), "{m}");
+}
+
+#[test]
+fn refusals_never_echo_control_characters() {
+    // serde's own messages quote the offending key raw; a refusal printed to
+    // a terminal must not carry escape sequences or line breaks from the file.
+    for body in [
+        "\"\\u001b[2Jx\" = 1",
+        "\"a\\nb\" = 1",
+        "[[profiles.dev.volumes]]\nhost = \"/srv\"\ncontainer = \"/root/x\"\nkind = \"\\u001b[31mdir\"",
+    ] {
+        let m = refused(&doc("", body));
+        assert!(
+            !m.chars().any(char::is_control) && m.contains("expected"),
+            "{body}: {m:?}"
+        );
+    }
 }

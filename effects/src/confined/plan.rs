@@ -256,6 +256,54 @@ impl OpenedObject {
         }
     }
 
+    /// The identities of the directories containing this object, nearest
+    /// first, walking `..` from the object (a directory) or from its retained
+    /// ancestor (anything else) up to the filesystem root. `..` crosses out
+    /// of a mount to the directory it is mounted on, so a bind mount of a
+    /// containing directory has its source's identity in this list. Bounded
+    /// by [`COMPONENTS_MAX`] steps.
+    pub(crate) fn containing_identities(
+        &self,
+        sys: &dyn ConfinedSys,
+    ) -> Result<Vec<Identity>, ConfinedError> {
+        let label = self.label();
+        let mut out = Vec::new();
+        let start = if self.stat.kind() == FileKind::Directory {
+            self.fd.as_fd()
+        } else {
+            out.push(self.plan.ancestor_identity);
+            self.plan.ancestor()
+        };
+        let parent = |dir: BorrowedFd<'_>| {
+            sys.openat2(
+                dir,
+                Path::new(".."),
+                OFlags::PATH | OFlags::DIRECTORY,
+                Mode::empty(),
+                ResolveFlags::empty(),
+            )
+            .map_err(|e| ConfinedError::Open {
+                path: label.clone(),
+                problem: format!("opening a containing directory: {}", open_problem(&e)),
+            })
+        };
+        let mut current = parent(start)?;
+        for _ in 0..COMPONENTS_MAX {
+            let id = stat(sys, current.as_fd(), &label)?.identity;
+            // `..` of the root is the root itself.
+            if out.last() == Some(&id) {
+                return Ok(out);
+            }
+            out.push(id);
+            current = parent(current.as_fd())?;
+        }
+        Err(ConfinedError::TooDeep {
+            path: label,
+            count: COMPONENTS_MAX + 1,
+            max: COMPONENTS_MAX,
+        })
+    }
+
     /// Requires the recorded type.
     pub(crate) fn require_kind(
         &self,

@@ -226,6 +226,33 @@ mod tests {
         );
     }
 
+    /// Any text either is refused or parses to a reference whose display
+    /// form parses back to the same reference.
+    #[test]
+    fn parse_display_round_trip() {
+        fn prop(text: String) -> bool {
+            match ImageRef::parse(&text) {
+                Ok(r) => ImageRef::parse(&r.to_string()).ok() == Some(r),
+                Err(e) => e.reference == text,
+            }
+        }
+        fn prop_shaped(host: u8, repo: Vec<u8>, tag: u8) -> bool {
+            // Mostly-valid shapes, so the Ok branch is exercised too.
+            let repo: String = repo
+                .iter()
+                .map(|b| (b'a' + b % 26) as char)
+                .take(12)
+                .collect();
+            let text = format!(
+                "127.0.0.{host}:5000/{}{repo}:t{tag}",
+                if repo.is_empty() { "x" } else { "" }
+            );
+            ImageRef::parse(&text).is_ok_and(|r| ImageRef::parse(&r.to_string()).ok() == Some(r))
+        }
+        quickcheck::quickcheck(prop as fn(String) -> bool);
+        quickcheck::quickcheck(prop_shaped as fn(u8, Vec<u8>, u8) -> bool);
+    }
+
     #[test]
     fn registries() {
         let d = format!("sha256:{}", "a".repeat(64));

@@ -9,6 +9,10 @@
 //! blob store (a private one-manifest layout pointing at them), never from the
 //! user's layout, so what is unpacked is exactly the resolved manifest.
 //!
+//! The preparer also creates the bundle's fixed mount points
+//! (`lazaret_runtime::bundle::MOUNT_POINTS`), since runsc would otherwise
+//! create them inside the published tree.
+//!
 //! The tree is built in a staging directory and published by one rename; a
 //! later preparation of the same manifest with the same maps and preparer is
 //! a cache hit. A failed preparation removes its staging directory (inside
@@ -26,7 +30,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Version of the preparation recipe; part of the artifact identity.
-const RECIPE: &str = "lazaret-prepared-lower v1: umoci raw unpack in verified userns";
+const RECIPE: &str =
+    "lazaret-prepared-lower v2: umoci raw unpack in verified userns, bundle mount points";
 /// The tag of the private one-manifest layout umoci reads.
 const PRIVATE_TAG: &str = "lazaret";
 
@@ -330,6 +335,24 @@ fn stage_tree(
     if !run.success {
         return Err(PrepareError::Failed {
             program: "umoci raw unpack".into(),
+            manifest: record.manifest_digest.clone(),
+            status: run.status,
+            stderr: run.stderr,
+        });
+    }
+    // The bundle's fixed mount points: runsc would otherwise create them in
+    // this tree on every launch (it does so even with an in-memory overlay).
+    // Created inside the namespace: the image may own `/` by a nonzero id.
+    let mut mkdir: Vec<OsString> = vec!["-p".into(), "--".into()];
+    mkdir.extend(
+        lazaret_runtime::bundle::MOUNT_POINTS
+            .iter()
+            .map(|p| format!("rootfs/{}", p.trim_start_matches('/')).into()),
+    );
+    let run = host.run_in_userns("mkdir", &mkdir, stage)?;
+    if !run.success {
+        return Err(PrepareError::Failed {
+            program: "mkdir (bundle mount points)".into(),
             manifest: record.manifest_digest.clone(),
             status: run.status,
             stderr: run.stderr,

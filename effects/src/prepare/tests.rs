@@ -48,6 +48,12 @@ impl PrepareHost for FakeHost {
                 fs::write(cwd.join("rootfs/unpacked"), "x").map_err(io_err("write", cwd))?;
                 Ok(ok)
             }
+            "mkdir" => {
+                for a in &argv[2..] {
+                    fs::create_dir_all(cwd.join(a)).map_err(io_err("create", cwd))?;
+                }
+                Ok(ok)
+            }
             "rm" => {
                 let target = PathBuf::from(&argv[3]);
                 fs::remove_dir_all(&target).map_err(io_err("remove", &target))?;
@@ -109,6 +115,10 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         prepare(&mut host, dir.path(), &store, &img, &maps(100000)).map_err(|e| e.to_string())?;
     assert!(!first.cache_hit);
     assert!(first.rootfs.join("unpacked").exists());
+    assert!(
+        first.rootfs.join("workspace").is_dir()
+            && first.rootfs.join(".lazaret/git-common").is_dir()
+    );
     assert_eq!(
         first.record.manifest_digest,
         img.manifest_digest.to_string()
@@ -128,7 +138,8 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         host.calls,
         vec![
             "version".to_owned(),
-            "umoci raw unpack --image image:lazaret rootfs".to_owned()
+            "umoci raw unpack --image image:lazaret rootfs".to_owned(),
+            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common".to_owned()
         ]
     );
 
@@ -138,7 +149,7 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
     assert_eq!(second.record, first.record);
     assert_eq!(
         host.calls.len(),
-        3,
+        4,
         "a cache hit runs no worker: {:?}",
         host.calls
     );

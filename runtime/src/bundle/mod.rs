@@ -15,6 +15,11 @@
 //!   read-only bind mounts, which `rename`, `unlink` and writes cannot defeat;
 //!   `hooks` is a sandbox-local tmpfs. Editor directories that can auto-run
 //!   code (`.vscode`, `.idea`) are hidden behind tmpfs.
+//!
+//! Every mount destination outside the workspace is one of the fixed
+//! [`MOUNT_POINTS`], which the preparer creates in the prepared lower: runsc
+//! creates a missing destination in the host rootfs directory (even with an
+//! in-memory overlay), which would write into the immutable lower.
 
 use oci_spec::runtime::{
     Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType,
@@ -25,6 +30,10 @@ use std::path::{Path, PathBuf};
 
 /// Where the workspace appears inside the sandbox.
 pub const WORKSPACE: &str = "/workspace";
+/// Where a linked worktree's common Git directory appears inside.
+pub const GIT_COMMON: &str = "/.lazaret/git-common";
+/// Directories every prepared lower must contain as mount points.
+pub const MOUNT_POINTS: [&str; 2] = [WORKSPACE, GIT_COMMON];
 
 /// The Git Sentry's view of the workspace's repository, resolved on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,14 +47,29 @@ pub enum GitSentry {
         read_only: Vec<PathBuf>,
     },
     /// `<workspace>/.git` is a file naming a linked worktree's git directory.
+    /// Inside, the common directory is mounted at [`GIT_COMMON`] and the
+    /// host `.git` file is covered read-only by `git_file`, a Lazaret-owned
+    /// file holding [`worktree_git_file`]'s text.
     LinkedWorktree {
         /// The canonical common directory (`<main>/.git`).
         common_dir: PathBuf,
+        /// The worktree's git directory relative to `common_dir`
+        /// (`worktrees/<name>`; empty for a `--separate-git-dir` repository).
+        worktree_dir: PathBuf,
         /// Host files that must be read-only: the common `config`, the
         /// worktree git directory's `commondir` and `gitdir`, and
         /// `config.worktree` files when present.
         read_only: Vec<PathBuf>,
     },
+}
+
+/// The `.git` file the sandbox sees in a linked worktree: it names the
+/// worktree's git directory under [`GIT_COMMON`].
+pub fn worktree_git_file(worktree_dir: &Path) -> String {
+    format!(
+        "gitdir: {}\n",
+        Path::new(GIT_COMMON).join(worktree_dir).display()
+    )
 }
 
 /// Everything `config.json` is built from.
@@ -68,6 +92,9 @@ pub struct BundlePlan {
     /// Editor configuration directories present in the workspace, relative
     /// to it (e.g. `.vscode`).
     pub editor_dirs: Vec<PathBuf>,
+    /// For a linked worktree: the Lazaret-owned host file holding
+    /// [`worktree_git_file`]'s text, bound read-only over `/workspace/.git`.
+    pub git_file: Option<PathBuf>,
 }
 
 /// Errors of building the bundle configuration.
@@ -85,6 +112,10 @@ pub enum BundleError {
     /// No program for PID 1.
     #[error("the sandbox's PID 1 needs a program (argv is empty)")]
     EmptyArgs,
+    /// A linked worktree without its `.git` file, or a worktree directory
+    /// that is not a plain relative path.
+    #[error("linked worktree plan needs a Lazaret-owned .git file and a relative worktree directory (got {0})")]
+    WorktreePlan(String),
     /// Two mounts would land on one destination.
     #[error("two bundle mounts target {0}")]
     DuplicateMount(PathBuf),
@@ -118,16 +149,6 @@ fn mount(dest: &Path, typ: &str, source: &Path, options: &[&str]) -> Result<Moun
         .options(options.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
         .build()
         .map_err(spec_err("mount"))
-}
-
-/// The container path of a host path under the workspace, or the same path
-/// when it is outside (a linked worktree's common directory is mounted at its
-/// own host path so the `.git` file's `gitdir:` line resolves inside).
-fn inside(plan: &BundlePlan, host: &Path) -> PathBuf {
-    match host.strip_prefix(&plan.workspace) {
-        Ok(rel) => Path::new(WORKSPACE).join(rel),
-        Err(_) => host.to_owned(),
-    }
 }
 
 fn system_mounts() -> Result<Vec<Mount>, BundleError> {
@@ -180,15 +201,17 @@ fn workspace_mounts(plan: &BundlePlan) -> Result<Vec<Mount>, BundleError> {
     let ws = Path::new(WORKSPACE);
     let mut m = vec![mount(ws, "bind", &plan.workspace, &rw)?];
     let dot_git = plan.workspace.join(".git");
-    let (common, read_only) = match &plan.git {
-        GitSentry::NoRepository => (None, &Vec::new()),
+    match &plan.git {
+        GitSentry::NoRepository => {}
         GitSentry::Repository { read_only } => {
             // The .git directory on itself: rename/rmdir of .git -> EBUSY.
-            m.push(mount(&ws.join(".git"), "bind", &dot_git, &rw)?);
-            (Some(dot_git.clone()), read_only)
+            let inside = ws.join(".git");
+            m.push(mount(&inside, "bind", &dot_git, &rw)?);
+            git_children(&mut m, &dot_git, &inside, read_only)?;
         }
         GitSentry::LinkedWorktree {
             common_dir,
+            worktree_dir,
             read_only,
         } => {
             if !normal_absolute(common_dir) {
@@ -197,29 +220,28 @@ fn workspace_mounts(plan: &BundlePlan) -> Result<Vec<Mount>, BundleError> {
                     path: common_dir.clone(),
                 });
             }
-            // The .git file read-only on itself: it can be neither rewritten
-            // to name another git directory nor renamed away.
-            m.push(mount(&ws.join(".git"), "bind", &dot_git, &ro)?);
-            m.push(mount(&inside(plan, common_dir), "bind", common_dir, &rw)?);
-            (Some(common_dir.clone()), read_only)
+            let plain = worktree_dir
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            let Some(git_file) = plan
+                .git_file
+                .as_ref()
+                .filter(|f| normal_absolute(f) && plain)
+            else {
+                return Err(BundleError::WorktreePlan(format!(
+                    "{:?}, {}",
+                    plan.git_file,
+                    worktree_dir.display()
+                )));
+            };
+            // The host .git file is covered read-only by Lazaret's own: it
+            // can be neither rewritten to name another git directory nor
+            // renamed away.
+            m.push(mount(&ws.join(".git"), "bind", git_file, &ro)?);
+            let inside = Path::new(GIT_COMMON);
+            m.push(mount(inside, "bind", common_dir, &rw)?);
+            git_children(&mut m, common_dir, inside, read_only)?;
         }
-    };
-    if let Some(common) = common {
-        for f in read_only {
-            if !normal_absolute(f) || !f.starts_with(&common) {
-                return Err(BundleError::OutsideRepository {
-                    path: f.clone(),
-                    allowed: common.clone(),
-                });
-            }
-            m.push(mount(&inside(plan, f), "bind", f, &ro)?);
-        }
-        m.push(mount(
-            &inside(plan, &common.join("hooks")),
-            "tmpfs",
-            Path::new("tmpfs"),
-            &transient,
-        )?);
     }
     for d in &plan.editor_dirs {
         if d.is_absolute()
@@ -231,6 +253,35 @@ fn workspace_mounts(plan: &BundlePlan) -> Result<Vec<Mount>, BundleError> {
         m.push(mount(&ws.join(d), "tmpfs", Path::new("tmpfs"), &transient)?);
     }
     Ok(m)
+}
+
+/// The read-only files and the hooks tmpfs under a git directory mounted at
+/// `inside`.
+fn git_children(
+    m: &mut Vec<Mount>,
+    host: &Path,
+    inside: &Path,
+    read_only: &[PathBuf],
+) -> Result<(), BundleError> {
+    let ro = ["bind", "ro", "nosuid", "nodev"];
+    for f in read_only {
+        match f.strip_prefix(host) {
+            Ok(rel) if normal_absolute(f) => m.push(mount(&inside.join(rel), "bind", f, &ro)?),
+            _ => {
+                return Err(BundleError::OutsideRepository {
+                    path: f.clone(),
+                    allowed: host.to_owned(),
+                })
+            }
+        }
+    }
+    m.push(mount(
+        &inside.join("hooks"),
+        "tmpfs",
+        Path::new("tmpfs"),
+        &["nosuid", "nodev", "mode=755"],
+    )?);
+    Ok(())
 }
 
 /// Builds `config.json` for `plan`.

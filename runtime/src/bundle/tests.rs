@@ -10,6 +10,7 @@ fn plan(git: GitSentry) -> BundlePlan {
         hostname: "lazaret".into(),
         git,
         editor_dirs: vec![".vscode".into()],
+        git_file: None,
     }
 }
 
@@ -97,9 +98,22 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
     // Host sources: only the rootfs, the workspace and (below) the repository.
     for (dest, typ, src, _) in mounts(v) {
         if typ == "bind" {
+            let allowed = [
+                p.workspace.display().to_string(),
+                "/main/".to_owned(),
+                "/run/user/1000/lazaret/".to_owned(),
+            ];
             assert!(
-                src.starts_with(&p.workspace.display().to_string()) || src.starts_with("/main/"),
+                allowed.iter().any(|a| src.starts_with(a.as_str())),
                 "{dest} <- {src}"
+            );
+            // Outside the workspace only the fixed mount points (created in
+            // the prepared lower) and their children are destinations.
+            assert!(
+                MOUNT_POINTS
+                    .iter()
+                    .any(|mp| Path::new(&dest).starts_with(mp)),
+                "{dest} would be created in the prepared lower"
             );
         }
     }
@@ -142,30 +156,40 @@ fn plain_repository() -> Result<(), String> {
 
 #[test]
 fn linked_worktree_follows_the_common_dir() -> Result<(), String> {
-    let p = plan(GitSentry::LinkedWorktree {
+    let mut p = plan(GitSentry::LinkedWorktree {
         common_dir: "/main/.git".into(),
+        worktree_dir: "worktrees/proj".into(),
         read_only: vec![
             "/main/.git/config".into(),
             "/main/.git/worktrees/proj/commondir".into(),
             "/main/.git/worktrees/proj/gitdir".into(),
         ],
     });
+    p.git_file = Some("/run/user/1000/lazaret/bundle/dot-git".into());
     let v = json(&p)?;
     assert_isolation(&v, &p);
     let m = mounts(&v);
     let find = |d: &str| m.iter().find(|x| x.0 == d).cloned();
-    assert!(find("/workspace/.git")
-        .is_some_and(|x| x.2 == "/home/dev/proj/.git" && x.3.contains(&"ro".to_owned())));
-    assert!(find("/main/.git").is_some_and(|x| x.3.contains(&"rw".to_owned())));
-    assert!(find("/main/.git/config").is_some_and(|x| x.3.contains(&"ro".to_owned())));
-    assert!(
-        find("/main/.git/worktrees/proj/commondir").is_some_and(|x| x.3.contains(&"ro".to_owned()))
-    );
+    assert!(find("/workspace/.git").is_some_and(|x| x.2
+        == "/run/user/1000/lazaret/bundle/dot-git"
+        && x.3.contains(&"ro".to_owned())));
+    assert!(find("/.lazaret/git-common")
+        .is_some_and(|x| x.2 == "/main/.git" && x.3.contains(&"rw".to_owned())));
+    assert!(find("/.lazaret/git-common/config").is_some_and(|x| x.3.contains(&"ro".to_owned())));
+    assert!(find("/.lazaret/git-common/worktrees/proj/commondir")
+        .is_some_and(|x| x.3.contains(&"ro".to_owned())));
     assert_eq!(
-        find("/main/.git/hooks").map(|x| x.1),
+        find("/.lazaret/git-common/hooks").map(|x| x.1),
         Some("tmpfs".to_owned())
     );
-    snapshot("linked_worktree.json", &v)
+    assert_eq!(
+        worktree_git_file(Path::new("worktrees/proj")),
+        "gitdir: /.lazaret/git-common/worktrees/proj\n"
+    );
+    snapshot("linked_worktree.json", &v)?;
+    p.git_file = None;
+    assert!(matches!(build_spec(&p), Err(BundleError::WorktreePlan(_))));
+    Ok(())
 }
 
 #[test]

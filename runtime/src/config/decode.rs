@@ -4,7 +4,7 @@
 //! shape is decoded; serde_path_to_error supplies the key path of every shape
 //! error.
 use super::document::RawDocument;
-use super::error::{describe, ConfigError, KeyPath};
+use super::error::{describe, printable, ConfigError, KeyPath};
 use super::profile::TrustedHostConfigV1;
 
 /// The trusted-host configuration dispatch identifier (schemas.md).
@@ -32,7 +32,7 @@ pub fn decode_document(bytes: &[u8]) -> Result<TrustedHostConfigV1, ConfigError>
         serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
             ConfigError::Decode {
                 key: KeyPath::from_serde(e.path()),
-                message: e.inner().message().to_owned(),
+                message: printable(e.inner().message()),
             }
         })?;
     TrustedHostConfigV1::from_raw(raw)
@@ -61,9 +61,12 @@ fn syntax_error(text: &str, error: &toml::de::Error) -> ConfigError {
             let before = text.get(..span.start).unwrap_or(text);
             let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
             let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("line {line}, column {column}: {}", error.message())
+            format!(
+                "line {line}, column {column}: {}",
+                printable(error.message())
+            )
         }
-        None => error.message().to_owned(),
+        None => printable(error.message()),
     };
     ConfigError::Syntax { message }
 }

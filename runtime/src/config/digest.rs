@@ -202,11 +202,13 @@ impl ConfigurationFingerprintRecordV1 {
         f.bytes(&self.runtime_root, "the runtime root")?;
         f.bytes(self.image.as_bytes(), "the image")?;
         f.boolean(self.isolate_gitignored);
+        // "A persistent-path item is bytes(path)"; the list frames each item
+        // encoding again and sorts the complete encodings.
         let dirs = self
             .persistent_dirs
             .iter()
-            .map(|p| p.as_bytes().to_vec())
-            .collect();
+            .map(|p| item(&[p.as_bytes()], "persistent_dirs"))
+            .collect::<Result<Vec<_>, _>>()?;
         f.sorted_list(dirs, "persistent_dirs")?;
         let env = self
             .environment_references
@@ -245,7 +247,13 @@ impl ConfigurationFingerprintRecordV1 {
             .map(|r| {
                 let mut rule = Framer { out: Vec::new() };
                 rule.bytes(&r.canonical_executable, "auto_approve")?;
-                let args: Vec<Vec<u8>> = r.args.iter().map(|a| a.as_bytes().to_vec()).collect();
+                // "an argument item is bytes(arg)", framed again by the
+                // declared-order list.
+                let args = r
+                    .args
+                    .iter()
+                    .map(|a| item(&[a.as_bytes()], "auto_approve args"))
+                    .collect::<Result<Vec<_>, _>>()?;
                 rule.ordered_list(&args, "auto_approve args")?;
                 rule.boolean(r.allow_extra_args);
                 Ok(rule.out)

@@ -161,3 +161,18 @@ pub(crate) fn describe(value: &str) -> String {
         format!("{shown:?}")
     }
 }
+
+/// `text` with every control character escaped, so a refusal never carries
+/// a terminal escape sequence or line break out of the source (serde and the
+/// TOML parser quote offending keys and values raw).
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
+        .fold(String::with_capacity(text.len()), |mut out, c| {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+            out
+        })
+}

@@ -3,7 +3,10 @@
 //! "Configuration confinement compares canonical component ancestry and
 //! retained filesystem identities"; schemas.md auto-approval rule). Labels are
 //! canonical pathnames supplied by the effects layer; identities are
-//! `(device major, device minor, inode)` when the object exists.
+//! `(device major, device minor, inode)` when the object exists, and each
+//! opened object also carries the identities of the directories containing
+//! it, so an alias (bind mount) of a containing directory is an overlap even
+//! when no label nests.
 use std::path::{Path, PathBuf};
 
 use super::error::{ConfigError, KeyPath};
@@ -30,6 +33,11 @@ pub struct TreeEntry {
     pub key: KeyPath,
     pub label: PathBuf,
     pub identity: Option<(u32, u32, u64)>,
+    /// Identities of the directories that contain the opened object, nearest
+    /// first, as the kernel resolves `..` from it (empty before it is
+    /// opened). A bind mount shares its source's identity, so an alias of a
+    /// containing directory shows up here even when the labels are disjoint.
+    pub ancestors: Vec<(u32, u32, u64)>,
 }
 
 /// The disjointness group of the config source, workspace and Lazaret trees.
@@ -47,8 +55,20 @@ fn nests(a: &Path, b: &Path) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
+/// Whether `outer`'s object is one of the directories containing `inner`.
+fn contains_by_identity(outer: &TreeEntry, inner: &TreeEntry) -> bool {
+    outer
+        .identity
+        .is_some_and(|id| inner.ancestors.contains(&id))
+}
+
+/// Equal or nested by canonical label, by identity, or by the identity of a
+/// containing directory (a bind-mount alias of an ancestor).
 fn overlap(a: &TreeEntry, b: &TreeEntry) -> bool {
-    nests(&a.label, &b.label) || (a.identity.is_some() && a.identity == b.identity)
+    nests(&a.label, &b.label)
+        || (a.identity.is_some() && a.identity == b.identity)
+        || contains_by_identity(a, b)
+        || contains_by_identity(b, a)
 }
 
 fn conflict(a: &TreeEntry, b: &TreeEntry, expected: &str) -> ConfigError {

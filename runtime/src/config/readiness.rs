@@ -3,7 +3,7 @@
 //! publication gate).
 use std::net::Ipv4Addr;
 
-use super::document::{RawDnsTarget, RawReadiness, RawSocketTarget};
+use super::document::{RawDnsTarget, RawReadiness, RawSocketTarget, Table};
 use super::error::{ConfigError, KeyPath};
 use super::grammar::nul_free;
 use super::ipv4::parse_address;
@@ -58,7 +58,7 @@ fn unique<T: PartialEq>(key: &KeyPath, items: &[T]) -> Result<(), ConfigError> {
 
 fn socket_targets(
     key: &KeyPath,
-    raw: &[RawSocketTarget],
+    raw: &[Table<RawSocketTarget>],
 ) -> Result<Vec<SocketTarget>, ConfigError> {
     count_ok(key, raw)?;
     let mut out = Vec::with_capacity(raw.len());
@@ -97,7 +97,7 @@ fn dns_name_ok(name: &str) -> bool {
         })
 }
 
-fn dns_targets(key: &KeyPath, raw: &[RawDnsTarget]) -> Result<Vec<DnsTarget>, ConfigError> {
+fn dns_targets(key: &KeyPath, raw: &[Table<RawDnsTarget>]) -> Result<Vec<DnsTarget>, ConfigError> {
     count_ok(key, raw)?;
     let mut out = Vec::with_capacity(raw.len());
     for (i, t) in raw.iter().enumerate() {
