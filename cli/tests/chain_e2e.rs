@@ -281,6 +281,23 @@ fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
         "sandbox wrote this\n"
     );
     env.assert_nothing_left();
+    // runsc wrote no mount point into the shared prepared lower: its
+    // `.lazaret` holds exactly the preparer's (empty) mount-point directories.
+    let prepared = env.home.join(".local/share/lazaret/prepared");
+    let lower = std::fs::read_dir(&prepared)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let dot = lower.join("rootfs/.lazaret");
+    let mut names: Vec<String> = std::fs::read_dir(&dot)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["git-common", "sbin"], "{}", dot.display());
+    assert_eq!(std::fs::read_dir(dot.join("sbin")).unwrap().count(), 0);
 }
 
 #[test]

@@ -10,7 +10,7 @@
 use super::channel::{self, ChannelError};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::session::{random_bytes, start_session, SessionContext};
-use super::supervisor::runsc_globals;
+use super::supervisor::{runsc_globals, INIT_NAME};
 use super::SUPERVISOR_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError, CommittedChild};
@@ -498,12 +498,13 @@ fn launch_generation(
     mark("store_generation", timings);
 
     let dir = launch.paths.generation(id.0);
-    let init = dir.join("lazaret-init");
+    let init_dir = dir.join("sbin");
+    let init = init_dir.join(INIT_NAME);
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source| CoordinatorError::Io { path, source }
     };
-    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    std::fs::create_dir_all(&init_dir).map_err(io_err(&init_dir))?;
     std::fs::write(&init, launch.init_binary)
         .and_then(|()| std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o555)))
         .map_err(io_err(&init))?;
@@ -548,7 +549,7 @@ fn launch_generation(
             generation_dir: dir.display().to_string(),
             rootfs: lower.rootfs.display().to_string(),
             workspace: running.workspace.clone(),
-            init: init.display().to_string(),
+            init: init_dir.display().to_string(),
             hostname: "lazaret".to_owned(),
             env: vec![
                 "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),

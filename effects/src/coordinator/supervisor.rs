@@ -19,7 +19,7 @@ use crate::broker::{Broker, BrokerError};
 use crate::git_sentry;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
-use lazaret_runtime::bundle::{build_spec, BundlePlan};
+use lazaret_runtime::bundle::{build_spec, worktree_git_file, BundlePlan, GitSentry, INIT_DIR};
 use lazaret_runtime::coordinator::messages::{
     CoordinatorCommand, SupervisorMessage, SupervisorPlan,
 };
@@ -31,8 +31,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Where PID 1 appears inside the sandbox.
-pub const INIT_IN_SANDBOX: &str = "/.lazaret/init";
+/// The static init's file name, in its own directory on both sides.
+pub const INIT_NAME: &str = "lazaret-init";
 /// How long the sandbox may take to reach `running`.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `runsc run` may take to exit after init's stdin closes.
@@ -131,28 +131,47 @@ pub fn prepare_namespaces<N: NamespaceSys>(ns: &N) -> Result<(), SupervisorError
 }
 
 /// Builds `config.json`: launch's bundle plan (SR-3/SR-4/SR-12, Git Sentry)
-/// plus the read-only bind of the static init at [`INIT_IN_SANDBOX`].
+/// plus the read-only bind of the init's directory at
+/// [`lazaret_runtime::bundle::INIT_DIR`], a mount point the preparer created,
+/// so runsc never writes into the prepared lower.
 pub fn write_bundle(
     plan: &SupervisorPlan,
     bundle: &Path,
     netns: &Path,
 ) -> Result<(), SupervisorError> {
     let workspace = PathBuf::from(&plan.workspace);
+    let git =
+        git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+    // A linked worktree's `.git` file is covered by a Lazaret-owned file
+    // naming the worktree's git directory under the common-dir mount.
+    let git_file = match &git {
+        GitSentry::LinkedWorktree { worktree_dir, .. } => {
+            let path = bundle.join("dot-git");
+            std::fs::create_dir_all(bundle)
+                .and_then(|()| std::fs::write(&path, worktree_git_file(worktree_dir)))
+                .map_err(|source| SupervisorError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(path)
+        }
+        GitSentry::NoRepository | GitSentry::Repository { .. } => None,
+    };
     let bundle_plan = BundlePlan {
         rootfs: PathBuf::from(&plan.rootfs),
         workspace: workspace.clone(),
         netns: netns.to_owned(),
-        args: vec![INIT_IN_SANDBOX.to_owned()],
+        args: vec![format!("{INIT_DIR}/{INIT_NAME}")],
         env: plan.env.clone(),
         hostname: plan.hostname.clone(),
-        git: git_sentry::resolve(&workspace)
-            .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
+        git,
         editor_dirs: git_sentry::editor_dirs(&workspace)
             .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
+        git_file,
     };
     let mut spec = build_spec(&bundle_plan).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
     let init = oci_spec::runtime::MountBuilder::default()
-        .destination(INIT_IN_SANDBOX)
+        .destination(INIT_DIR)
         .typ("bind")
         .source(&plan.init)
         .options(vec![

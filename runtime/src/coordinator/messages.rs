@@ -130,7 +130,8 @@ pub struct SupervisorPlan {
     pub rootfs: String,
     /// The canonical workspace.
     pub workspace: String,
-    /// The static init binary, bind-mounted read-only as PID 1.
+    /// The directory holding the static init binary, bind-mounted
+    /// read-only at the bundle's init directory; PID 1 is the init in it.
     pub init: String,
     pub hostname: String,
     pub env: Vec<String>,
