@@ -547,3 +547,40 @@ fn losing_the_coordinator_stops_the_sandbox() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
 }
+
+/// A CLI that goes away (SIGTERM) ends its session: HC sees the client
+/// disconnect, terminates the command (SIGTERM, grace, SIGKILL through the
+/// exec client's pidfd), and as it was the last session tears the Domain
+/// down.
+#[test]
+fn a_vanished_client_ends_its_session_and_the_domain() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("client-loss", &default_image());
+    let mut session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 600",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let clis: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains("lazaret default -- sh"))
+        .filter(|p| !p.contains("runuser"))
+        .collect();
+    assert_eq!(clis.len(), 1, "{clis:?}");
+    let pid = clis[0].split(':').next().unwrap().to_owned();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let _ = session.wait();
+    env.assert_nothing_left();
+}
