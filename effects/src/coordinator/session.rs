@@ -108,14 +108,22 @@ pub fn start_session(
 ) -> Result<(), SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
     let session = SessionId(random_bytes().map_err(SessionError::Random)?);
-    store.apply(&[StoreOp::InsertSession(Session {
-        generation_id: ctx.generation,
-        session_id: session,
-        cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
-        session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
-        session_phase: ModelValue::new("Active")
-            .map_err(|e| SessionError::NotReady(format!("session phase: {e}")))?,
-    })])?;
+    store.apply(&[
+        StoreOp::InsertSession(Session {
+            generation_id: ctx.generation,
+            session_id: session,
+            cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
+            session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
+            session_phase: ModelValue::new("Active")
+                .map_err(|e| SessionError::NotReady(format!("session phase: {e}")))?,
+        }),
+        // Step 1 (terminal intent) in the same transaction: one fsync fewer on
+        // the join path; the ledger then finds the intent with an unassigned slot.
+        StoreOp::InsertTerminalIntent {
+            generation: ctx.generation,
+            session,
+        },
+    ])?;
     let mut ledger = StoreLedger::new(
         store,
         SlotTarget::Terminal {
