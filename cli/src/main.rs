@@ -1,14 +1,20 @@
 //! The `lazaret` command.
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod cmd_config;
 mod cmd_doctor;
+mod cmd_internal_roles;
 mod cmd_internal_wrapper;
+mod cmd_launch;
 mod cmd_state;
 
 /// Lazaret: a rootless gVisor sandbox for AI coding agents.
+///
+/// `lazaret <profile> [--workspace DIR] [--config FILE] [-- cmd args...]`
+/// runs cmd (default /bin/bash) in the profile's sandbox on the workspace.
 #[derive(Debug, Parser)]
 #[command(name = "lazaret", version)]
 struct Cli {
@@ -20,15 +26,45 @@ struct Cli {
 enum Command {
     /// Check or create the trusted host configuration.
     Config(cmd_config::ConfigArgs),
+    /// Check that this host can run Lazaret; print each problem with its fix.
+    Doctor,
+    /// Run a command in a profile's sandbox (same as `lazaret <profile>`).
+    Run(cmd_launch::RunArgs),
     /// Internal: the launch-barrier wrapper every Lazaret-owned child is
     /// spawned through (spec 3.3 step 3). Not for direct use.
     #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
     InternalWrapper(cmd_internal_wrapper::WrapperCommand),
-    /// Check that this host can run Lazaret; print each problem with its fix.
-    Doctor,
     /// Show what a Domain holds durably: generations, participants, process
     /// slots, sessions and terminals (read-only; spec 3.9).
     State(cmd_state::StateCommand),
+    /// Internal: the Domain's Host Coordinator.
+    #[command(name = lazaret_effects::coordinator::COORDINATOR_SUBCOMMAND, hide = true)]
+    InternalCoordinator(cmd_internal_roles::CoordinatorCommand),
+    /// Internal: the generation's Runtime Supervisor.
+    #[command(name = lazaret_effects::coordinator::SUPERVISOR_SUBCOMMAND, hide = true)]
+    InternalSupervisor(cmd_internal_roles::SupervisorCommand),
+    /// Internal: an exec client entering the supervisor's namespaces.
+    #[command(name = lazaret_effects::coordinator::ENTER_SUBCOMMAND, hide = true)]
+    InternalEnter(cmd_internal_roles::EnterCommand),
+    /// `lazaret <profile> ...`
+    #[command(external_subcommand)]
+    Profile(Vec<OsString>),
+}
+
+fn launch(args: &cmd_launch::RunArgs) -> ExitCode {
+    match cmd_launch::run(
+        args,
+        &cmd_launch::RealHostFacts,
+        &lazaret_effects::confined::RealSys,
+        &lazaret_effects::process_env::ProcessEnvironment,
+    ) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("lazaret: error: {error}");
+            // Distinct from any command status the sandbox can report.
+            ExitCode::from(125)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -36,7 +72,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::InternalWrapper(args) => return cmd_internal_wrapper::run(args),
         Command::State(args) => return cmd_state::run(args),
+        Command::InternalCoordinator(args) => return cmd_internal_roles::coordinator(args),
+        Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
+        Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
         Command::Doctor => return cmd_doctor::run(&lazaret_effects::doctor::RealDoctorHost),
+        Command::Run(args) => return launch(&args),
+        Command::Profile(argv) => match cmd_launch::RunArgs::from_profile_form(&argv) {
+            Ok(args) => return launch(&args),
+            Err(e) => e.exit(),
+        },
         Command::Config(args) => cmd_config::run(
             &args,
             &lazaret_effects::confined::RealSys,

@@ -5,6 +5,7 @@ mod config_objects;
 pub mod config_resolve;
 pub mod config_source;
 pub mod confined;
+pub mod coordinator;
 pub mod doctor;
 pub mod domain_lock;
 pub mod domain_root;

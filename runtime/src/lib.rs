@@ -1,6 +1,7 @@
 //! The sans-IO core of Lazaret. No syscalls, clocks or randomness.
 pub mod bundle;
 pub mod config;
+pub mod coordinator;
 pub mod ownership;
 pub mod records;
 pub mod terminal;

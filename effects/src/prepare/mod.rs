@@ -31,7 +31,7 @@ use std::process::{Command, Stdio};
 
 /// Version of the preparation recipe; part of the artifact identity.
 const RECIPE: &str =
-    "lazaret-prepared-lower v2: umoci raw unpack in verified userns, bundle mount points";
+    "lazaret-prepared-lower v3: umoci raw unpack in verified userns, bundle mount points with the init directory";
 /// The tag of the private one-manifest layout umoci reads.
 const PRIVATE_TAG: &str = "lazaret";
 

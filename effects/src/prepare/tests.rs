@@ -118,6 +118,7 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
     assert!(
         first.rootfs.join("workspace").is_dir()
             && first.rootfs.join(".lazaret/git-common").is_dir()
+            && first.rootfs.join(".lazaret/sbin").is_dir()
     );
     assert_eq!(
         first.record.manifest_digest,
@@ -139,7 +140,8 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         vec![
             "version".to_owned(),
             "umoci raw unpack --image image:lazaret rootfs".to_owned(),
-            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common".to_owned()
+            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common rootfs/.lazaret/sbin"
+                .to_owned()
         ]
     );
 

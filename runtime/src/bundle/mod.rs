@@ -32,8 +32,10 @@ use std::path::{Path, PathBuf};
 pub const WORKSPACE: &str = "/workspace";
 /// Where a linked worktree's common Git directory appears inside.
 pub const GIT_COMMON: &str = "/.lazaret/git-common";
+/// Where the directory holding the static PID 1 (`lazaret-init`) appears.
+pub const INIT_DIR: &str = "/.lazaret/sbin";
 /// Directories every prepared lower must contain as mount points.
-pub const MOUNT_POINTS: [&str; 2] = [WORKSPACE, GIT_COMMON];
+pub const MOUNT_POINTS: [&str; 3] = [WORKSPACE, GIT_COMMON, INIT_DIR];
 
 /// The Git Sentry's view of the workspace's repository, resolved on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,139 @@
+//! The hidden role subcommands of the process chain: `__coordinator` (the
+//! Host Coordinator), `__supervisor` (the Runtime Supervisor) and `__enter`
+//! (what an exec client runs as before it becomes `runsc exec`).
+use clap::Args;
+use lazaret_effects::coordinator::enter::{run_enter, EnterArgs};
+use lazaret_effects::coordinator::host::{run_coordinator, CoordinatorArgs, Outcome};
+use lazaret_effects::coordinator::nsys::RealNs;
+use lazaret_effects::coordinator::supervisor::run_supervisor;
+use lazaret_effects::coordinator::LOST_LOCK_EXIT;
+use lazaret_effects::process_env::ProcessEnvironment;
+use lazaret_effects::process_identity::real::RealProcessSys;
+use std::ffi::OsString;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The static PID 1 built by build.rs.
+pub static INIT_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-init"));
+
+#[derive(Debug, Args)]
+pub struct CoordinatorCommand {
+    #[arg(long)]
+    profile: String,
+    #[arg(long)]
+    workspace: PathBuf,
+    #[arg(long)]
+    config: Option<String>,
+}
+
+pub fn coordinator(args: CoordinatorCommand) -> ExitCode {
+    let args = CoordinatorArgs {
+        profile: args.profile,
+        config: args.config,
+        workspace: args.workspace,
+    };
+    match run_coordinator(&args, &ProcessEnvironment, INIT_BINARY) {
+        Ok(Outcome::LostLock) => ExitCode::from(LOST_LOCK_EXIT),
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lazaret __coordinator: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SupervisorCommand {
+    /// The inherited lifetime channel to the Host Coordinator.
+    #[arg(long)]
+    channel_fd: RawFd,
+}
+
+pub fn supervisor(args: SupervisorCommand) -> ExitCode {
+    if args.channel_fd <= 2
+        || rustix::io::fcntl_getfd(
+            // SAFETY: borrowed only for this validity check.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(args.channel_fd) },
+        )
+        .is_err()
+    {
+        eprintln!(
+            "lazaret __supervisor: --channel-fd {} is not an open descriptor",
+            args.channel_fd
+        );
+        return ExitCode::from(2);
+    }
+    // SAFETY: the descriptor is open (checked above) and was inherited from
+    // the Host Coordinator solely as this process's lifetime channel; nothing
+    // else here owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(args.channel_fd) };
+    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
+    match run_supervisor(&RealNs, UnixStream::from(fd)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lazaret __supervisor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct EnterCommand {
+    /// --pid N --dev N --ino N --stdio A,B,C -- TARGET...
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<OsString>,
+}
+
+pub fn enter(command: EnterCommand) -> ExitCode {
+    let args = match EnterArgs::parse(&command.args) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("lazaret __enter: {e}");
+            return ExitCode::from(126);
+        }
+    };
+    let failure = run_enter(&RealProcessSys, &RealNs, &args);
+    eprintln!("lazaret __enter: {failure}");
+    ExitCode::from(126)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::INIT_BINARY;
+
+    fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+    }
+
+    /// The embedded PID 1 is a static x86-64 executable: no PT_INTERP (no
+    /// ELF interpreter) and no PT_DYNAMIC segment (ARCHITECTURE.md "Static
+    /// in-sandbox binaries").
+    #[test]
+    fn the_init_has_no_interpreter_and_no_dynamic_section() {
+        let b = INIT_BINARY;
+        assert_eq!(b.get(..4), Some(&b"\x7fELF"[..]), "not ELF");
+        assert_eq!(b.get(4), Some(&2), "not ELF64");
+        assert_eq!(u16_at(b, 0x12), Some(0x3e), "not x86-64");
+        let phoff = usize::try_from(u64_at(b, 0x20).unwrap_or(0)).unwrap_or(usize::MAX);
+        let phentsize = usize::from(u16_at(b, 0x36).unwrap_or(0));
+        let phnum = usize::from(u16_at(b, 0x38).unwrap_or(0));
+        assert!(phnum > 0 && phentsize >= 4, "no program headers");
+        let types: Vec<u32> = (0..phnum)
+            .map(|i| {
+                let at = phoff + i * phentsize;
+                b.get(at..at + 4)
+                    .and_then(|t| t.try_into().ok())
+                    .map_or(u32::MAX, u32::from_le_bytes)
+            })
+            .collect();
+        assert!(types.contains(&1), "no PT_LOAD in {types:?}");
+        assert!(!types.contains(&3), "PT_INTERP present: {types:?}");
+        assert!(!types.contains(&2), "PT_DYNAMIC present: {types:?}");
+    }
+}

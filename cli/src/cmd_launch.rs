@@ -1,0 +1,296 @@
+//! `lazaret <profile> [-- cmd args...]` and `lazaret run --profile P [-- ...]`
+//! (DX-1, spec 3.2): load the configuration, find or start the Domain's
+//! Host Coordinator, run the command in the sandbox and exit with its status
+//! (128+N when it was killed by signal N).
+//!
+//! Until the terminal work lands, a session's stdio is piped (stdout and
+//! stderr kept separate and streamed); `lazaret <profile>` without a command
+//! runs `/bin/bash` reading from the CLI's stdin.
+use clap::{Args, Parser};
+use lazaret_effects::config_resolve::{load_configuration, LoadError, LoadRequest};
+use lazaret_effects::confined::ConfinedSys;
+use lazaret_effects::coordinator::client::{run_session, ClientError, ClientTimings, JoinPlan};
+use lazaret_effects::coordinator::paths::DomainPaths;
+use lazaret_effects::coordinator::COORDINATOR_SUBCOMMAND;
+use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
+use lazaret_runtime::coordinator::messages::{Hello, PROTOCOL_VERSION};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Host options of every launch form.
+#[derive(Debug, Clone, Args)]
+pub struct HostOptions {
+    /// Agent Workspace directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
+    /// else ~/.config/lazaret/config.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<String>,
+    /// Print per-phase launch timings to stderr.
+    #[arg(long)]
+    pub timings: bool,
+}
+
+/// `lazaret run --profile P [--workspace DIR] [--config FILE] [-- cmd...]`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The profile to launch (required; never inferred).
+    #[arg(long)]
+    pub profile: String,
+    #[command(flatten)]
+    pub host: HostOptions,
+    /// The command to run in the sandbox (default: /bin/bash).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `lazaret <profile> [host options] [-- cmd...]`, parsed after clap hands
+/// over an unknown first word.
+#[derive(Debug, Parser)]
+#[command(name = "lazaret", no_binary_name = true)]
+struct ProfileForm {
+    /// The profile to launch.
+    profile: String,
+    #[command(flatten)]
+    host: HostOptions,
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+impl RunArgs {
+    /// Parses the external-subcommand form (`lazaret default -- true`).
+    pub fn from_profile_form(argv: &[OsString]) -> Result<Self, clap::Error> {
+        let form = ProfileForm::try_parse_from(argv)?;
+        Ok(Self {
+            profile: form.profile,
+            host: form.host,
+            command: form.command,
+        })
+    }
+}
+
+/// What this host is (behind a trait so the refusals are tested for any
+/// host, youki style).
+pub trait HostFacts {
+    fn uid(&self) -> u32;
+    fn arch(&self) -> String;
+    fn kernel_release(&self) -> String;
+}
+
+#[derive(Debug)]
+pub struct RealHostFacts;
+
+impl HostFacts for RealHostFacts {
+    fn uid(&self) -> u32 {
+        rustix::process::getuid().as_raw()
+    }
+    fn arch(&self) -> String {
+        std::env::consts::ARCH.to_owned()
+    }
+    fn kernel_release(&self) -> String {
+        rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("lazaret refuses to run as root (uid 0); run it as the user it acts for (spec SR-1)")]
+    Root,
+    #[error("lazaret runs only on x86-64 Linux; this machine is {0}")]
+    Arch(String),
+    #[error("lazaret needs Linux 6.9 or newer (pidfs process identity); this kernel is {0}")]
+    Kernel(String),
+    #[error("`state` is a reserved command name, not a profile (spec 3.2); rename the profile")]
+    ReservedProfile,
+    #[error("the sandbox layout could not be constructed: {0}")]
+    Layout(String),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("cannot locate the lazaret binary: {0}")]
+    SelfExe(std::io::Error),
+    #[error(transparent)]
+    Session(#[from] ClientError),
+}
+
+fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    found >= (major, minor)
+}
+
+/// SR-1, architecture and kernel refusals, before anything else happens.
+pub fn preflight(facts: &dyn HostFacts) -> Result<(), LaunchError> {
+    if facts.uid() == 0 {
+        return Err(LaunchError::Root);
+    }
+    let arch = facts.arch();
+    if arch != "x86_64" {
+        return Err(LaunchError::Arch(arch));
+    }
+    let release = facts.kernel_release();
+    if !kernel_at_least(&release, 6, 9) {
+        return Err(LaunchError::Kernel(release));
+    }
+    Ok(())
+}
+
+fn print_timings(config_load: std::time::Duration, t: &ClientTimings, total: std::time::Duration) {
+    let mut line = format!(
+        "lazaret: timings ({}): config_load {:.1} ms",
+        if t.cold { "cold" } else { "join" },
+        config_load.as_secs_f64() * 1e3
+    );
+    for (name, d) in &t.phases {
+        line.push_str(&format!(", {name} {:.1} ms", d.as_secs_f64() * 1e3));
+    }
+    for (name, us) in &t.coordinator {
+        line.push_str(&format!(", hc.{name} {:.1} ms", *us as f64 / 1e3));
+    }
+    line.push_str(&format!(", total {:.1} ms", total.as_secs_f64() * 1e3));
+    eprintln!("{line}");
+}
+
+/// Runs a launch form; the exit code is the command's.
+pub fn run(
+    args: &RunArgs,
+    facts: &dyn HostFacts,
+    sys: &dyn ConfinedSys,
+    env: &dyn HostEnvironment,
+) -> Result<ExitCode, LaunchError> {
+    let started = Instant::now();
+    preflight(facts)?;
+    if args.profile == "state" {
+        return Err(LaunchError::ReservedProfile);
+    }
+    let layout = SandboxLayoutV1::production().map_err(|e| LaunchError::Layout(e.to_string()))?;
+    let workspace = args
+        .host
+        .workspace
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("."));
+    let request = LoadRequest {
+        profile: &args.profile,
+        config: args.host.config.as_deref(),
+        workspace: &workspace,
+        env,
+        layout: &layout,
+    };
+    let config = load_configuration(sys, &request)?;
+    let config_load = started.elapsed();
+    let canonical = config.workspace().label();
+    let program = std::env::current_exe().map_err(LaunchError::SelfExe)?;
+    let mut coordinator: Vec<OsString> = vec![
+        program.into(),
+        COORDINATOR_SUBCOMMAND.into(),
+        "--profile".into(),
+        args.profile.clone().into(),
+        "--workspace".into(),
+        canonical.into(),
+    ];
+    if let Some(c) = &args.host.config {
+        coordinator.extend(["--config".into(), c.into()]);
+    }
+    let argv = if args.command.is_empty() {
+        vec!["/bin/bash".to_owned()]
+    } else {
+        args.command.clone()
+    };
+    let plan = JoinPlan {
+        paths: DomainPaths::new(
+            &config.runtime_domain_root().label(),
+            &config.storage_domain_root().label(),
+        ),
+        hello: Hello {
+            version: PROTOCOL_VERSION,
+            domain_id: config.domain_id().0,
+            fingerprint: config.fingerprint().0,
+            argv,
+        },
+        coordinator,
+    };
+    drop(config);
+    let (status, timings) = run_session(
+        &plan,
+        Box::new(std::io::stdin()),
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+    )?;
+    if args.host.timings {
+        print_timings(config_load, &timings, started.elapsed());
+    }
+    Ok(ExitCode::from(status.exit_code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Facts(u32, &'static str, &'static str);
+    impl HostFacts for Facts {
+        fn uid(&self) -> u32 {
+            self.0
+        }
+        fn arch(&self) -> String {
+            self.1.to_owned()
+        }
+        fn kernel_release(&self) -> String {
+            self.2.to_owned()
+        }
+    }
+
+    #[test]
+    fn refusals_name_what_is_wrong() {
+        assert!(matches!(
+            preflight(&Facts(0, "x86_64", "6.18.1")),
+            Err(LaunchError::Root)
+        ));
+        assert!(matches!(
+            preflight(&Facts(1000, "aarch64", "6.18.1")),
+            Err(LaunchError::Arch(a)) if a == "aarch64"
+        ));
+        assert!(matches!(
+            preflight(&Facts(1000, "x86_64", "6.8.12-generic")),
+            Err(LaunchError::Kernel(k)) if k == "6.8.12-generic"
+        ));
+        assert!(matches!(
+            preflight(&Facts(1000, "x86_64", "5.15.0")),
+            Err(LaunchError::Kernel(_))
+        ));
+        assert!(preflight(&Facts(1000, "x86_64", "6.9.0")).is_ok());
+        assert!(preflight(&Facts(1000, "x86_64", "6.18.44-fc-v595")).is_ok());
+        assert!(preflight(&Facts(1000, "x86_64", "7.0")).is_ok());
+    }
+
+    #[test]
+    fn the_profile_form_takes_host_options_and_the_exact_argv() -> Result<(), clap::Error> {
+        let argv: Vec<OsString> = [
+            "dev",
+            "--workspace",
+            "/w",
+            "--timings",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ]
+        .map(OsString::from)
+        .to_vec();
+        let args = RunArgs::from_profile_form(&argv)?;
+        assert_eq!(args.profile, "dev");
+        assert_eq!(args.host.workspace, Some(PathBuf::from("/w")));
+        assert!(args.host.timings);
+        assert_eq!(args.command, vec!["sh", "-c", "exit 7"]);
+        let bare = RunArgs::from_profile_form(&[OsString::from("dev")])?;
+        assert!(bare.command.is_empty());
+        Ok(())
+    }
+}

@@ -1,0 +1,586 @@
+//! End-to-end: the Domain process chain under real runsc, as the
+//! unprivileged test user (issue 6 items 1, 3, 4, 7). Every scenario ends
+//! with a leak check: no process, mount, runsc state, socket or log of its
+//! Domain remains.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Two cores, real sandboxes: scenarios take turns.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn test_user() -> String {
+    std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-test".to_owned())
+}
+
+fn id_of(flag: &str) -> u32 {
+    let out = Command::new("id")
+        .args([flag, &test_user()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The default image (scripts/build-image caches it by content hash).
+fn default_image() -> String {
+    if let Ok(image) = std::env::var("LAZARET_TEST_IMAGE") {
+        return image;
+    }
+    let out = Command::new(repo_root().join("scripts/build-image"))
+        .output()
+        .expect("scripts/build-image");
+    assert!(
+        out.status.success(),
+        "scripts/build-image failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A private HOME/XDG_RUNTIME_DIR/config for one scenario, owned by the
+/// test user.
+struct Env {
+    home: PathBuf,
+    workspace: PathBuf,
+}
+
+fn chown_tree(path: &Path) {
+    if rustix::process::geteuid().is_root() {
+        let status = Command::new("chown")
+            .args(["-R", &format!("{}:{}", id_of("-u"), id_of("-g"))])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Env {
+    fn new(name: &str, image: &str) -> Env {
+        let home = PathBuf::from(format!("/tmp/lazaret-chain-e2e-{name}"));
+        let _ = Command::new("rm").arg("-rf").arg(&home).status();
+        let workspace = home.join("ws");
+        std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
+        std::fs::create_dir_all(home.join("run")).unwrap();
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let env = Env { home, workspace };
+        env.write_config("config.toml", image, "");
+        chown_tree(&env.home);
+        env
+    }
+
+    fn write_config(&self, name: &str, image: &str, extra: &str) -> PathBuf {
+        let path = self.home.join(".config/lazaret").join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n{extra}\n[profiles.broken]\nimage = \"oci:{}/no-such-layout:default\"\n",
+                self.home.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        chown_tree(&path);
+        path
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let lazaret = env!("CARGO_BIN_EXE_lazaret");
+        let mut cmd = if rustix::process::geteuid().is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", &test_user(), "--", "env", "-i"]);
+            c.arg("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+                .arg(format!("HOME={}", self.home.display()))
+                .arg(format!(
+                    "XDG_RUNTIME_DIR={}",
+                    self.home.join("run").display()
+                ))
+                .arg(format!("USER={}", test_user()))
+                .arg(lazaret);
+            c
+        } else {
+            let mut c = Command::new(lazaret);
+            c.env("HOME", &self.home)
+                .env("XDG_RUNTIME_DIR", self.home.join("run"))
+                .env_remove("XDG_CONFIG_HOME")
+                .env_remove("XDG_DATA_HOME");
+            c
+        };
+        cmd.args(args)
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Every process whose environment or command line names this
+    /// scenario's HOME (the CLI, HC, RS, runsc and its sandbox and gofer).
+    fn processes(&self) -> Vec<String> {
+        let needle = self.home.display().to_string();
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.bytes().all(|b| b.is_ascii_digit()) || name == std::process::id().to_string() {
+                continue;
+            }
+            let read = |f: &str| std::fs::read(entry.path().join(f)).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&read("cmdline")).replace('\0', " ");
+            let environ = String::from_utf8_lossy(&read("environ")).into_owned();
+            if cmdline.contains(&needle) || environ.contains(&needle) {
+                found.push(format!("{name}: {cmdline}"));
+            }
+        }
+        found
+    }
+
+    /// The leak check: within 15 s nothing of this Domain remains.
+    fn assert_nothing_left(&self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let procs = self.processes();
+            let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains(&*self.home.to_string_lossy()))
+                .map(str::to_owned)
+                .collect();
+            let files = runtime_files(&self.home.join("run"));
+            if procs.is_empty() && mounts.is_empty() && files.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = Command::new("rm").arg("-rf").arg(&self.home).status();
+        }
+    }
+}
+
+/// Files (not directories) under the runtime root: sockets, logs, bundles,
+/// runsc state.
+fn runtime_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => {
+                    if path
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
+                    {
+                        out.push(path.clone());
+                    }
+                    stack.push(path);
+                }
+                _ => out.push(path),
+            }
+        }
+    }
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn exit_status_is_the_commands_and_streams_stay_apart() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("status", &default_image());
+    let out = env.run(&["default", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "out\n");
+    assert_eq!(text(&out.stderr), "err\n");
+    env.assert_nothing_left();
+
+    // `lazaret run --profile` is the same launch.
+    let out = env.run(&[
+        "run",
+        "--profile",
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "kill -KILL $$",
+    ]);
+    assert_eq!(out.status.code(), Some(128 + 9), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+    let out = env.run(&["default", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+}
+
+#[test]
+fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("workspace", &default_image());
+    std::fs::write(env.workspace.join("from-host.txt"), "host wrote this\n").unwrap();
+    chown_tree(&env.workspace);
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/version; dmesg | head -n 3; pwd; cat /workspace/from-host.txt; echo sandbox wrote this > /workspace/from-sandbox.txt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let host_version = std::fs::read_to_string("/proc/version").unwrap();
+    assert!(
+        !stdout.contains(host_version.trim()),
+        "host kernel visible: {stdout}"
+    );
+    assert!(stdout.contains("gVisor"), "no gVisor kernel log: {stdout}");
+    assert!(stdout.contains("/workspace\nhost wrote this\n"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(env.workspace.join("from-sandbox.txt")).unwrap(),
+        "sandbox wrote this\n"
+    );
+    env.assert_nothing_left();
+    // runsc wrote no mount point into the shared prepared lower: its
+    // `.lazaret` holds exactly the preparer's (empty) mount-point directories.
+    let prepared = env.home.join(".local/share/lazaret/prepared");
+    let lower = std::fs::read_dir(&prepared)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let dot = lower.join("rootfs/.lazaret");
+    let mut names: Vec<String> = std::fs::read_dir(&dot)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["git-common", "sbin"], "{}", dot.display());
+    assert_eq!(std::fs::read_dir(dot.join("sbin")).unwrap().count(), 0);
+}
+
+#[test]
+fn a_second_session_joins_the_same_sandbox_and_leaving_keeps_the_first() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("join", &default_image());
+    let first = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "echo $$ > /workspace/first.pid; while [ ! -e /workspace/release ]; do sleep 0.1; done; echo first still alive",
+    ]);
+    let pid_file = env.workspace.join("first.pid");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pid_file.exists() {
+        assert!(Instant::now() < deadline, "the first session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The second session sees the first one's process: one sandbox.
+    let out = env.run(&[
+        "default",
+        "--timings",
+        "--",
+        "sh",
+        "-c",
+        "tr '\\0' ' ' < /proc/$(cat /workspace/first.pid)/cmdline",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("/workspace/release"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("timings (join)"),
+        "{}",
+        text(&out.stderr)
+    );
+    // The second left; the first is still running in the same sandbox.
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "test -d /proc/$(cat /workspace/first.pid)",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the first session's process is gone"
+    );
+    std::fs::write(env.workspace.join("release"), "").unwrap();
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    assert_eq!(text(&first.stdout), "first still alive\n");
+    env.assert_nothing_left();
+}
+
+#[test]
+fn another_configuration_is_refused_naming_the_running_one() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let image = default_image();
+    let env = Env::new("fingerprint", &image);
+    let other = env.write_config("other.toml", &image, "persistent_dirs = [\"/root\"]");
+    let first = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; while [ ! -e /workspace/release ]; do sleep 0.1; done",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the first session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = env.run(&[
+        "default",
+        "--config",
+        &other.display().to_string(),
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("already running with another configuration")
+            && stderr.contains("config.toml"),
+        "{stderr}"
+    );
+    std::fs::write(env.workspace.join("release"), "").unwrap();
+    assert_eq!(first.wait_with_output().unwrap().status.code(), Some(0));
+    env.assert_nothing_left();
+}
+
+#[test]
+fn bad_input_gets_one_actionable_message_and_leaves_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let image = default_image();
+    let env = Env::new("bad-input", &image);
+    let unreadable = env.home.join("unreadable-layout");
+    std::fs::create_dir_all(&unreadable).unwrap();
+    std::fs::write(
+        unreadable.join("oci-layout"),
+        "{\"imageLayoutVersion\":\"1.0.0\"}",
+    )
+    .unwrap();
+    chown_tree(&unreadable);
+    std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let unreadable_cfg = env.write_config(
+        "unreadable.toml",
+        &format!("oci:{}:default", unreadable.display()),
+        "",
+    );
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["nosuch".into(), "--".into(), "true".into()], "nosuch"),
+        (
+            vec![
+                "default".into(),
+                "--workspace".into(),
+                env.home.join("vanished").display().to_string(),
+                "--".into(),
+                "true".into(),
+            ],
+            "vanished",
+        ),
+        (
+            vec!["broken".into(), "--".into(), "true".into()],
+            "no-such-layout",
+        ),
+        (
+            vec![
+                "default".into(),
+                "--config".into(),
+                unreadable_cfg.display().to_string(),
+                "--".into(),
+                "true".into(),
+            ],
+            "unreadable-layout",
+        ),
+        (vec!["state".into()], "reserved"),
+    ];
+    for (args, names) in cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = env.run(&argv);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{argv:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{argv:?}: not one message: {stderr}"
+        );
+        assert!(
+            stderr.starts_with("lazaret: error: ") && stderr.contains(names),
+            "{argv:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{argv:?}");
+        env.assert_nothing_left();
+    }
+    std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// Three CLIs start at once with no coordinator running: the flock picks
+/// one coordinator, the losers fail closed, and every CLI joins the one
+/// sandbox (gVisor's boot id is per sandbox).
+#[test]
+fn simultaneous_first_launches_settle_on_one_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("race", &default_image());
+    let children: Vec<Child> = (0..3)
+        .map(|_| {
+            env.spawn(&[
+                "default",
+                "--",
+                "sh",
+                "-c",
+                "cat /proc/sys/kernel/random/boot_id; sleep 2",
+            ])
+        })
+        .collect();
+    let mut boots = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        boots.push(text(&out.stdout));
+    }
+    assert_eq!(boots[0].trim().len(), 36, "{boots:?}");
+    assert!(
+        boots.iter().all(|b| *b == boots[0]),
+        "more than one sandbox: {boots:?}"
+    );
+    env.assert_nothing_left();
+}
+
+/// HC loss (SIGKILL): the Runtime Supervisor sees its lifetime channel
+/// close, stops the sandbox (runsc deletes its state) and exits; the CLI
+/// reports the lost coordinator; nothing is left.
+#[test]
+fn losing_the_coordinator_stops_the_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("hc-loss", &default_image());
+    let session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 600",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let coordinators: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains(" __coordinator "))
+        .collect();
+    assert_eq!(coordinators.len(), 1, "{coordinators:?}");
+    let pid = coordinators[0].split(':').next().unwrap().to_owned();
+    let status = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    assert!(status.success());
+    let out = session.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    // The sandbox, RS and runsc state go; only the dead coordinator's
+    // socket and log remain, for the next coordinator to replace under the
+    // flock.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let procs = env.processes();
+        let rest: Vec<PathBuf> = runtime_files(&env.home.join("run"))
+            .into_iter()
+            .filter(|p| !p.ends_with("hc.sock") && !p.ends_with("coordinator.log"))
+            .collect();
+        if procs.is_empty() && rest.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after HC loss: processes {procs:?}, files {rest:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A new launch in the same Domain replaces the stale socket and log.
+    let out = env.run(&["default", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+}
+
+/// A CLI that goes away (SIGTERM) ends its session: HC sees the client
+/// disconnect, terminates the command (SIGTERM, grace, SIGKILL through the
+/// exec client's pidfd), and as it was the last session tears the Domain
+/// down.
+#[test]
+fn a_vanished_client_ends_its_session_and_the_domain() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("client-loss", &default_image());
+    let mut session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 600",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let clis: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains("lazaret default -- sh"))
+        .filter(|p| !p.contains("runuser"))
+        .collect();
+    assert_eq!(clis.len(), 1, "{clis:?}");
+    let pid = clis[0].split(':').next().unwrap().to_owned();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let _ = session.wait();
+    env.assert_nothing_left();
+}

@@ -1,0 +1,58 @@
+//! Blocking frame I/O over a byte stream (unix socket or socketpair).
+use lazaret_runtime::coordinator::frame::{self, FrameError, PREFIX};
+use serde::{de::DeserializeOwned, Serialize};
+use std::io::{self, Read, Write};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("the peer closed the {what} channel")]
+    Closed { what: &'static str },
+    #[error("{what} channel I/O failed: {source}")]
+    Io {
+        what: &'static str,
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+}
+
+/// Writes one frame.
+pub fn send<T: Serialize>(
+    out: &mut impl Write,
+    what: &'static str,
+    value: &T,
+) -> Result<(), ChannelError> {
+    let bytes = frame::encode(what, value)?;
+    out.write_all(&bytes)
+        .and_then(|()| out.flush())
+        .map_err(|source| ChannelError::Io { what, source })
+}
+
+/// Reads one frame; a clean EOF before the prefix is [`ChannelError::Closed`].
+pub fn receive<T: DeserializeOwned>(
+    input: &mut impl Read,
+    what: &'static str,
+) -> Result<T, ChannelError> {
+    let mut prefix = [0u8; PREFIX];
+    let mut got = 0;
+    while got < PREFIX {
+        match input.read(&mut prefix[got..]) {
+            Ok(0) if got == 0 => return Err(ChannelError::Closed { what }),
+            Ok(0) => {
+                return Err(ChannelError::Io {
+                    what,
+                    source: io::ErrorKind::UnexpectedEof.into(),
+                })
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(ChannelError::Io { what, source }),
+        }
+    }
+    let len = frame::body_len(what, prefix)?;
+    let mut body = vec![0u8; len];
+    input
+        .read_exact(&mut body)
+        .map_err(|source| ChannelError::Io { what, source })?;
+    Ok(frame::decode(what, &body)?)
+}

@@ -1,0 +1,327 @@
+//! The CLI side of the chain: find the Domain's Host Coordinator or start
+//! it (detached into its own session), join with the Domain ID and
+//! configuration fingerprint, forward stdin and stream stdout/stderr
+//! separately until the command's status arrives.
+use super::channel::{self, ChannelError};
+use super::paths::{DomainPaths, ShortSocketPath};
+use super::LOST_LOCK_EXIT;
+use lazaret_runtime::coordinator::messages::{
+    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal,
+};
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Join attempts (a coordinator that is stopping is waited out).
+const ATTEMPTS: u32 = 400;
+/// Pause between attempts.
+const RETRY: Duration = Duration::from_millis(25);
+/// How long a started coordinator may take to bind its socket.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot start the Host Coordinator {program}: {source}")]
+    Start { program: PathBuf, source: io::Error },
+    #[error("the Host Coordinator exited ({status}) without serving: {log}")]
+    CoordinatorFailed { status: String, log: String },
+    #[error("the Host Coordinator socket {path}: {source}")]
+    Connect { path: PathBuf, source: io::Error },
+    #[error("the Domain's coordinator channel: {0}")]
+    Channel(#[from] ChannelError),
+    #[error("the running Host Coordinator speaks protocol version {supported}, this lazaret speaks {ours}; let its sessions finish first")]
+    Version { supported: u16, ours: u16 },
+    #[error("the socket {path} belongs to another Domain ({running})")]
+    OtherDomain { path: PathBuf, running: String },
+    #[error("Domain '{profile}' for workspace {workspace} is already running with another configuration (fingerprint {running}, loaded from {source_file}); end its sessions first, or restore that configuration")]
+    OtherConfiguration {
+        profile: String,
+        workspace: String,
+        running: String,
+        source_file: String,
+    },
+    #[error("the sandbox could not be launched: {0}")]
+    LaunchFailed(String),
+    #[error("the session could not be started: {0}")]
+    SessionFailed(String),
+    #[error("gave up joining the Domain after {ATTEMPTS} attempts (it kept stopping)")]
+    GaveUp,
+    #[error("writing the command's output: {0}")]
+    Output(io::Error),
+}
+
+/// What the CLI knows before it joins.
+#[derive(Debug)]
+pub struct JoinPlan {
+    pub paths: DomainPaths,
+    pub hello: Hello,
+    /// `lazaret __coordinator ...` (program first).
+    pub coordinator: Vec<OsString>,
+}
+
+/// Phase timings the CLI can print (`--timings`).
+#[derive(Debug, Default)]
+pub struct ClientTimings {
+    pub phases: Vec<(String, Duration)>,
+    pub coordinator: Vec<(String, u64)>,
+    pub cold: bool,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn start_coordinator(plan: &JoinPlan) -> Result<Child, ClientError> {
+    let (program, args) = plan
+        .coordinator
+        .split_first()
+        .ok_or_else(|| ClientError::Start {
+            program: PathBuf::new(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "empty coordinator argv"),
+        })?;
+    let start = |source| ClientError::Start {
+        program: PathBuf::from(program),
+        source,
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(plan.paths.log())
+        .map_err(start)?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the
+    // parent; it detaches the coordinator into its own session so the
+    // terminal's signals and the CLI's exit do not reach it.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()?;
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(start)
+}
+
+enum Attempt {
+    Joined(UnixStream, ClientTimings),
+    Retry,
+}
+
+fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
+    let short = ShortSocketPath::new(&plan.paths.socket())?;
+    UnixStream::connect(short.path())
+}
+
+fn hello(
+    plan: &JoinPlan,
+    mut stream: UnixStream,
+    timings: &mut ClientTimings,
+) -> Result<Attempt, ClientError> {
+    let t = Instant::now();
+    channel::send(
+        &mut stream,
+        "client",
+        &ClientMessage::Hello(plan.hello.clone()),
+    )?;
+    let answer = match channel::receive::<CoordinatorMessage>(&mut stream, "client") {
+        Ok(answer) => answer,
+        // The coordinator went away between accept and answer: it was stopping.
+        Err(ChannelError::Closed { .. }) => return Ok(Attempt::Retry),
+        Err(e) => return Err(e.into()),
+    };
+    timings
+        .phases
+        .push(("hello_and_launch_or_join".into(), t.elapsed()));
+    match answer {
+        CoordinatorMessage::Joined {
+            cold, timings: hc, ..
+        } => {
+            timings.cold = cold;
+            timings.coordinator = hc;
+            Ok(Attempt::Joined(stream, std::mem::take(timings)))
+        }
+        CoordinatorMessage::Refused(Refusal::Stopping) => Ok(Attempt::Retry),
+        CoordinatorMessage::Refused(Refusal::Version { supported }) => Err(ClientError::Version {
+            supported,
+            ours: plan.hello.version,
+        }),
+        CoordinatorMessage::Refused(Refusal::OtherDomain { running }) => {
+            Err(ClientError::OtherDomain {
+                path: plan.paths.socket(),
+                running: hex(&running),
+            })
+        }
+        CoordinatorMessage::Refused(Refusal::OtherConfiguration {
+            profile,
+            workspace,
+            running_fingerprint,
+            source,
+        }) => Err(ClientError::OtherConfiguration {
+            profile,
+            workspace,
+            running: hex(&running_fingerprint),
+            source_file: source,
+        }),
+        CoordinatorMessage::Refused(Refusal::LaunchFailed(why)) => {
+            Err(ClientError::LaunchFailed(why))
+        }
+        CoordinatorMessage::Refused(Refusal::SessionFailed(why)) => {
+            Err(ClientError::SessionFailed(why))
+        }
+        other => Err(ClientError::Channel(ChannelError::Io {
+            what: "client",
+            source: io::Error::new(io::ErrorKind::InvalidData, format!("unexpected {other:?}")),
+        })),
+    }
+}
+
+/// The failed coordinator's last log lines; the log is removed (nothing is
+/// left behind).
+fn log_tail(plan: &JoinPlan) -> String {
+    let text = std::fs::read_to_string(plan.paths.log()).unwrap_or_default();
+    let _ = std::fs::remove_file(plan.paths.log());
+    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// Finds or starts the coordinator and joins it.
+fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
+    let mut timings = ClientTimings::default();
+    for _ in 0..ATTEMPTS {
+        let t = Instant::now();
+        let stream = match connect(plan) {
+            Ok(stream) => stream,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                let mut child = start_coordinator(plan)?;
+                let deadline = Instant::now() + START_TIMEOUT;
+                let stream = loop {
+                    if let Ok(stream) = connect(plan) {
+                        break Some(stream);
+                    }
+                    match child.try_wait() {
+                        Ok(Some(status)) if status.code() == Some(i32::from(LOST_LOCK_EXIT)) => {
+                            break None
+                        }
+                        Ok(Some(status)) => {
+                            return Err(ClientError::CoordinatorFailed {
+                                status: status.to_string(),
+                                log: log_tail(plan),
+                            })
+                        }
+                        Ok(None) | Err(_) => {}
+                    }
+                    if Instant::now() > deadline {
+                        return Err(ClientError::CoordinatorFailed {
+                            status: "no socket after 10 s".into(),
+                            log: log_tail(plan),
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                // The coordinator is detached; the CLI never waits for it
+                // beyond this point (its zombie, if any, goes with the CLI).
+                drop(child);
+                match stream {
+                    Some(stream) => stream,
+                    None => {
+                        std::thread::sleep(RETRY);
+                        continue;
+                    }
+                }
+            }
+            Err(source) => {
+                return Err(ClientError::Connect {
+                    path: plan.paths.socket(),
+                    source,
+                })
+            }
+        };
+        timings
+            .phases
+            .push(("find_or_start_coordinator".into(), t.elapsed()));
+        match hello(plan, stream, &mut timings)? {
+            Attempt::Joined(stream, timings) => return Ok((stream, timings)),
+            Attempt::Retry => {
+                timings = ClientTimings::default();
+                std::thread::sleep(RETRY);
+            }
+        }
+    }
+    Err(ClientError::GaveUp)
+}
+
+/// Runs one session to completion; returns the command's status.
+pub fn run_session(
+    plan: &JoinPlan,
+    stdin: Box<dyn Read + Send>,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<(CommandStatus, ClientTimings), ClientError> {
+    let (stream, mut timings) = join(plan)?;
+    let t = Instant::now();
+    let mut writer = stream.try_clone().map_err(|source| ClientError::Connect {
+        path: plan.paths.socket(),
+        source,
+    })?;
+    std::thread::spawn(move || {
+        let mut stdin = stdin;
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    let _ = channel::send(&mut writer, "client", &ClientMessage::StdinClosed);
+                    return;
+                }
+                Ok(n) => {
+                    if channel::send(
+                        &mut writer,
+                        "client",
+                        &ClientMessage::Stdin(buf[..n].to_vec()),
+                    )
+                    .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut reader = stream;
+    loop {
+        match channel::receive::<CoordinatorMessage>(&mut reader, "client")? {
+            CoordinatorMessage::Stdout(bytes) => stdout
+                .write_all(&bytes)
+                .and_then(|()| stdout.flush())
+                .map_err(ClientError::Output)?,
+            CoordinatorMessage::Stderr(bytes) => stderr
+                .write_all(&bytes)
+                .and_then(|()| stderr.flush())
+                .map_err(ClientError::Output)?,
+            CoordinatorMessage::Exited(status) => {
+                timings.phases.push(("command".into(), t.elapsed()));
+                return Ok((status, timings));
+            }
+            other => {
+                return Err(ClientError::Channel(ChannelError::Io {
+                    what: "client",
+                    source: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("unexpected {other:?}"),
+                    ),
+                }))
+            }
+        }
+    }
+}

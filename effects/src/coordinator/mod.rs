@@ -1,0 +1,24 @@
+//! The Domain process chain (spec 3.1, 3.3, 3.4; FR-2, FR-6): the CLI's
+//! client side, the Host Coordinator, the Runtime Supervisor, and the
+//! namespace-entering helper exec clients run through.
+//!
+//! Every child is spawned through the causal acquisition broker
+//! ([`crate::broker`]); the decisions come from
+//! `lazaret_runtime::coordinator::decide` and this module only carries them
+//! out.
+pub mod channel;
+pub mod client;
+pub mod enter;
+pub mod host;
+pub mod nsys;
+pub mod paths;
+pub mod session;
+pub mod supervisor;
+
+/// Hidden subcommand names of the `lazaret` binary.
+pub const COORDINATOR_SUBCOMMAND: &str = "__coordinator";
+pub const SUPERVISOR_SUBCOMMAND: &str = "__supervisor";
+pub const ENTER_SUBCOMMAND: &str = "__enter";
+
+/// Exit status of a Host Coordinator that lost the Domain lock race.
+pub const LOST_LOCK_EXIT: u8 = 3;

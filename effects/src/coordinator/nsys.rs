@@ -1,0 +1,135 @@
+//! The namespace kernel calls of the process chain behind one trait (youki
+//! style): [`RealNs`] calls the kernel, [`RecordingNs`] records.
+use std::cell::RefCell;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+pub trait NamespaceSys {
+    /// `unshare(CLONE_NEWUSER)`; the caller must be single-threaded.
+    fn unshare_user(&self) -> io::Result<()>;
+    /// `unshare(CLONE_NEWNS | CLONE_NEWNET)`: the generation's mount and
+    /// network namespaces.
+    fn unshare_mount_and_network(&self) -> io::Result<()>;
+    /// `mount(NULL, "/", NULL, MS_REC | MS_PRIVATE)`.
+    fn make_mounts_private(&self) -> io::Result<()>;
+    /// Writes one sysctl file (of the caller's network namespace).
+    fn write_sysctl(&self, path: &Path, value: &str) -> io::Result<()>;
+    /// `prctl(PR_SET_PDEATHSIG, sig)`; `None` disarms.
+    fn parent_death_signal(&self, signal: Option<rustix::process::Signal>) -> io::Result<()>;
+    /// `setns(pidfd, CLONE_NEWUSER | CLONE_NEWNS)`; single-threaded caller.
+    fn enter_user_and_mount_of(&self, pidfd: BorrowedFd<'_>) -> io::Result<()>;
+    /// `dup2` of `fd` onto descriptor `target` (0, 1 or 2).
+    fn dup_onto_stdio(&self, fd: BorrowedFd<'_>, target: u8) -> io::Result<()>;
+}
+
+/// The real kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealNs;
+
+impl NamespaceSys for RealNs {
+    fn unshare_user(&self) -> io::Result<()> {
+        // SAFETY: CLONE_NEWUSER does not change the descriptor table or any
+        // memory; the kernel refuses it (EINVAL) in a multi-threaded process,
+        // so no other thread can observe a half-changed credential set.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWUSER) }?;
+        Ok(())
+    }
+
+    fn unshare_mount_and_network(&self) -> io::Result<()> {
+        use rustix::thread::UnshareFlags as F;
+        // SAFETY: neither flag unshares the descriptor table (CLONE_FILES),
+        // which is what makes unshare unsafe for Rust's fd ownership.
+        unsafe { rustix::thread::unshare_unsafe(F::NEWNS | F::NEWNET) }?;
+        Ok(())
+    }
+
+    fn make_mounts_private(&self) -> io::Result<()> {
+        use rustix::mount::MountPropagationFlags as P;
+        rustix::mount::mount_change("/", P::PRIVATE | P::REC)?;
+        Ok(())
+    }
+
+    fn write_sysctl(&self, path: &Path, value: &str) -> io::Result<()> {
+        std::fs::write(path, value)
+    }
+
+    fn parent_death_signal(&self, signal: Option<rustix::process::Signal>) -> io::Result<()> {
+        rustix::process::set_parent_process_death_signal(signal)?;
+        Ok(())
+    }
+
+    fn enter_user_and_mount_of(&self, pidfd: BorrowedFd<'_>) -> io::Result<()> {
+        use rustix::thread::ThreadNameSpaceType as T;
+        rustix::thread::move_into_thread_name_spaces(pidfd, T::USER | T::MOUNT)?;
+        Ok(())
+    }
+
+    fn dup_onto_stdio(&self, fd: BorrowedFd<'_>, target: u8) -> io::Result<()> {
+        match target {
+            0 => rustix::stdio::dup2_stdin(fd)?,
+            1 => rustix::stdio::dup2_stdout(fd)?,
+            2 => rustix::stdio::dup2_stderr(fd)?,
+            other => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("descriptor {other} is not stdio"),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records every call and succeeds, or fails the call named in `fail`.
+#[derive(Debug, Default)]
+pub struct RecordingNs {
+    calls: RefCell<Vec<String>>,
+    fail: Option<&'static str>,
+}
+
+impl RecordingNs {
+    pub fn failing(call: &'static str) -> Self {
+        Self {
+            calls: RefCell::default(),
+            fail: Some(call),
+        }
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.borrow().clone()
+    }
+
+    fn record(&self, name: &'static str, detail: String) -> io::Result<()> {
+        self.calls.borrow_mut().push(format!("{name}{detail}"));
+        if self.fail == Some(name) {
+            return Err(io::Error::from_raw_os_error(1));
+        }
+        Ok(())
+    }
+}
+
+impl NamespaceSys for RecordingNs {
+    fn unshare_user(&self) -> io::Result<()> {
+        self.record("unshare_user", String::new())
+    }
+    fn unshare_mount_and_network(&self) -> io::Result<()> {
+        self.record("unshare_mount_and_network", String::new())
+    }
+    fn make_mounts_private(&self) -> io::Result<()> {
+        self.record("make_mounts_private", String::new())
+    }
+    fn write_sysctl(&self, path: &Path, value: &str) -> io::Result<()> {
+        self.record("write_sysctl", format!(" {}={value}", path.display()))
+    }
+    fn parent_death_signal(&self, signal: Option<rustix::process::Signal>) -> io::Result<()> {
+        self.record("parent_death_signal", format!(" {signal:?}"))
+    }
+    fn enter_user_and_mount_of(&self, pidfd: BorrowedFd<'_>) -> io::Result<()> {
+        let _ = pidfd.as_fd();
+        self.record("enter_user_and_mount_of", String::new())
+    }
+    fn dup_onto_stdio(&self, _fd: BorrowedFd<'_>, target: u8) -> io::Result<()> {
+        self.record("dup_onto_stdio", format!(" {target}"))
+    }
+}

@@ -1,0 +1,73 @@
+//! Where a Domain's coordinator files live. Sockets and control files stay
+//! inside the 0700 Domain runtime directory (SR-10); the lock and the Domain
+//! Store sit together in the Domain's storage root (durable-state.md).
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainPaths {
+    pub runtime: PathBuf,
+    pub storage: PathBuf,
+}
+
+impl DomainPaths {
+    pub fn new(runtime_domain_root: &Path, storage_domain_root: &Path) -> Self {
+        Self {
+            runtime: runtime_domain_root.to_owned(),
+            storage: storage_domain_root.to_owned(),
+        }
+    }
+    /// The CLI <-> HC unix socket.
+    pub fn socket(&self) -> PathBuf {
+        self.runtime.join("hc.sock")
+    }
+    /// The coordinator's diagnostic log (removed on a clean exit).
+    pub fn log(&self) -> PathBuf {
+        self.runtime.join("coordinator.log")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.storage.join("domain.lock")
+    }
+    pub fn store(&self) -> PathBuf {
+        self.storage.join("domain.redb")
+    }
+    /// One generation's bundle, runsc state and init copy.
+    pub fn generation(&self, id: u64) -> PathBuf {
+        self.runtime.join(format!("gen-{id}"))
+    }
+}
+
+/// A unix socket path short enough for `sockaddr_un` however deep the
+/// runtime directory is: `/proc/self/fd/N/hc.sock` through an `O_PATH`
+/// descriptor of the directory, held while the path is in use.
+#[derive(Debug)]
+pub struct ShortSocketPath {
+    _dir: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl ShortSocketPath {
+    pub fn new(socket: &Path) -> std::io::Result<Self> {
+        use rustix::fs::{Mode, OFlags};
+        use std::os::fd::AsRawFd;
+        let (dir, name) = match (socket.parent(), socket.file_name()) {
+            (Some(dir), Some(name)) => (dir, name),
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{} has no directory", socket.display()),
+                ))
+            }
+        };
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())).join(name);
+        Ok(Self { _dir: fd, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}

@@ -1,0 +1,279 @@
+//! One session (spec 3.4, non-interactive form): HC spawns the exec client
+//! through the broker into the Runtime Supervisor's namespaces, keeps stdout
+//! and stderr separate and streams them to the CLI, forwards stdin, and
+//! reports the command's status. A CLI that disconnects gets its command
+//! terminated (SIGTERM, grace, SIGKILL through the retained pidfd).
+use super::channel;
+use super::enter::EnterArgs;
+use super::ENTER_SUBCOMMAND;
+use crate::broker::sys::TargetCommand;
+use crate::broker::{Broker, BrokerError, CommittedChild};
+use crate::domain_store::{DomainStore, SlotTarget, StoreError, StoreLedger, StoreOp};
+use crate::process_identity::real::RealProcessSys;
+use crate::process_identity::{ChildState, ProcessHandle, Signal};
+use lazaret_runtime::coordinator::messages::{ClientMessage, CommandStatus, CoordinatorMessage};
+use lazaret_runtime::records::domain::Session;
+use lazaret_runtime::records::ids::{CliId, GenerationId, ModelValue, SessionAnchorId, SessionId};
+use lazaret_runtime::records::process::HostProcessOwnershipSlot;
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a disconnected client's command gets after SIGTERM.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+/// How long output may keep flowing after the exec client exited.
+const DRAIN: Duration = Duration::from_secs(2);
+/// Output is forwarded in chunks of at most this size (bounded frames).
+const CHUNK: usize = 32 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("session pipes: {0}")]
+    Pipe(io::Error),
+    #[error("Domain Store: {0}")]
+    Store(#[from] StoreError),
+    #[error("starting the exec client: {0}")]
+    Spawn(#[from] BrokerError),
+    #[error("the exec client is not running: {0}")]
+    NotReady(String),
+    #[error("random identifier: {0}")]
+    Random(io::Error),
+}
+
+/// What every session of this generation shares.
+#[derive(Debug)]
+pub struct SessionContext<'a> {
+    pub generation: GenerationId,
+    pub program: &'a Path,
+    pub supervisor: &'a ProcessHandle,
+    pub runsc_globals: &'a [String],
+    pub container_id: &'a str,
+}
+
+pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut out = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut out)?;
+    Ok(out)
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SessionError> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SessionError::Pipe(e.into()))
+}
+
+fn inheritable(fd: &OwnedFd) -> Result<(), SessionError> {
+    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
+        .map_err(|e| SessionError::Pipe(e.into()))
+}
+
+/// The exec client's argv: `lazaret __enter ... -- runsc ... exec ...`.
+pub fn exec_client_argv(
+    ctx: &SessionContext<'_>,
+    stdio: [i32; 3],
+    argv: &[String],
+) -> Vec<OsString> {
+    let identity = ctx.supervisor.identity();
+    let mut target: Vec<OsString> = vec!["runsc".into()];
+    target.extend(ctx.runsc_globals.iter().map(OsString::from));
+    target.extend(["exec", "--cwd", "/workspace", ctx.container_id].map(OsString::from));
+    target.extend(argv.iter().map(OsString::from));
+    let enter = EnterArgs {
+        pid: identity.host_pid,
+        dev: identity.authority.pidfs_st_dev,
+        ino: identity.authority.pidfs_st_ino,
+        stdio,
+        target,
+    };
+    let mut full: Vec<OsString> = vec![ctx.program.into(), ENTER_SUBCOMMAND.into()];
+    full.extend(enter.to_argv());
+    full
+}
+
+/// Spawns the exec client for `argv` and starts the forwarding threads;
+/// `ended` is told when the session is over. The CLI stream is answered
+/// with `Exited` by the session itself.
+pub fn start_session(
+    broker: &mut Broker<RealProcessSys>,
+    store: &DomainStore<'_>,
+    ctx: &SessionContext<'_>,
+    argv: &[String],
+    client: UnixStream,
+    ended: Sender<()>,
+) -> Result<(), SessionError> {
+    let _span = tracing::info_span!("StartSession").entered();
+    let session = SessionId(random_bytes().map_err(SessionError::Random)?);
+    store.apply(&[
+        StoreOp::InsertSession(Session {
+            generation_id: ctx.generation,
+            session_id: session,
+            cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
+            session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
+            session_phase: ModelValue::new("Active")
+                .map_err(|e| SessionError::NotReady(format!("session phase: {e}")))?,
+        }),
+        // Step 1 (terminal intent) in the same transaction: one fsync fewer on
+        // the join path; the ledger then finds the intent with an unassigned slot.
+        StoreOp::InsertTerminalIntent {
+            generation: ctx.generation,
+            session,
+        },
+    ])?;
+    let mut ledger = StoreLedger::new(
+        store,
+        SlotTarget::Terminal {
+            generation: ctx.generation,
+            session,
+            slot: HostProcessOwnershipSlot::SessionTerminalExecClient,
+        },
+    )?;
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    for fd in [&in_r, &out_w, &err_w] {
+        inheritable(fd)?;
+    }
+    let stdio = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+    let target = TargetCommand {
+        argv: exec_client_argv(ctx, stdio, argv),
+    };
+    let acquired = broker.acquire(&target, &mut ledger);
+    // The child has its copies; HC keeps only its own ends.
+    drop((in_r, out_w, err_w));
+    let child = acquired?;
+    let committed = broker
+        .commit(child, &mut ledger, |sys, handle| match handle.peek(sys) {
+            Ok(ChildState::Running) => Ok(()),
+            other => Err(format!("exec client ended before readiness: {other:?}")),
+        })
+        .map_err(|failure| {
+            let _ = failure.child.handle().wait(&RealProcessSys);
+            SessionError::NotReady(failure.error.to_string())
+        })?;
+    spawn_forwarders(committed, client, in_w, out_r, err_r, ended)
+}
+
+fn spawn_forwarders(
+    committed: CommittedChild,
+    client: UnixStream,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    ended: Sender<()>,
+) -> Result<(), SessionError> {
+    let writer = Arc::new(Mutex::new(client.try_clone().map_err(SessionError::Pipe)?));
+    let gone = Arc::new(AtomicBool::new(false));
+    let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    for (fd, stdout_kind) in [(stdout, true), (stderr, false)] {
+        let writer = Arc::clone(&writer);
+        let done = drained_tx.clone();
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::from(fd);
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                match file.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let bytes = buf[..n].to_vec();
+                        let msg = if stdout_kind {
+                            CoordinatorMessage::Stdout(bytes)
+                        } else {
+                            CoordinatorMessage::Stderr(bytes)
+                        };
+                        let Ok(mut w) = writer.lock() else { break };
+                        if channel::send(&mut *w, "session", &msg).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = done.send(());
+        });
+    }
+    drop(drained_tx);
+    {
+        let gone = Arc::clone(&gone);
+        let mut reader = client;
+        std::thread::spawn(move || {
+            let mut stdin = Some(std::fs::File::from(stdin));
+            loop {
+                match channel::receive::<ClientMessage>(&mut reader, "session") {
+                    Ok(ClientMessage::Stdin(bytes)) => {
+                        if let Some(pipe) = stdin.as_mut() {
+                            if pipe.write_all(&bytes).is_err() {
+                                stdin = None;
+                            }
+                        }
+                    }
+                    Ok(ClientMessage::StdinClosed) => stdin = None,
+                    Ok(ClientMessage::Hello(_)) => {}
+                    Err(_) => {
+                        gone.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    std::thread::spawn(move || {
+        let status = wait_session(&committed, &gone);
+        for _ in 0..2 {
+            if drained_rx.recv_timeout(DRAIN).is_err() {
+                break;
+            }
+        }
+        if let (Some(status), Ok(mut w)) = (status, writer.lock()) {
+            let _ = channel::send(&mut *w, "session", &CoordinatorMessage::Exited(status));
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = ended.send(());
+    });
+    Ok(())
+}
+
+fn wait_session(committed: &CommittedChild, gone: &AtomicBool) -> Option<CommandStatus> {
+    let handle = committed.handle();
+    let mut term_sent: Option<Instant> = None;
+    let mut killed = false;
+    loop {
+        match handle.poll(&RealProcessSys) {
+            Ok(ChildState::Exited { code, signal }) => {
+                return Some(CommandStatus::from_wait(code, signal))
+            }
+            Ok(ChildState::Running) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot wait for the exec client");
+                return None;
+            }
+        }
+        if gone.load(Ordering::SeqCst) {
+            match term_sent {
+                None => {
+                    let _ = handle.signal(&RealProcessSys, Signal::Term);
+                    term_sent = Some(Instant::now());
+                }
+                Some(at) if !killed && at.elapsed() > TERM_GRACE => {
+                    let _ = handle.signal(&RealProcessSys, Signal::Kill);
+                    killed = true;
+                }
+                Some(_) => {}
+            }
+        }
+        let ts = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            handle.pidfd(),
+            rustix::event::PollFlags::IN,
+        )];
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+    }
+}

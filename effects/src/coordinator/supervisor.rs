@@ -1,0 +1,472 @@
+//! The Runtime Supervisor (spec 3.1, 3.3): started by HC through the broker,
+//! it unshares its user namespace and waits for HC's verified maps, creates
+//! the generation's mount and network namespaces (network: an empty
+//! namespace, IPv6 disabled, no connectivity yet — runsc runs with
+//! `--network=none` until the network issue lands), writes the bundle and
+//! launches the non-detached `runsc run` (attached runsc) through its own
+//! broker, staging it through HC's exact acknowledgement.
+//!
+//! Lifetime: the container's PID 1 (the static `lazaret-init`) reads its
+//! stdin, a pipe whose only write end RS holds. Closing it — on HC's `Stop`,
+//! on HC loss (EOF on the lifetime channel) or when RS dies — makes init exit,
+//! and `runsc run` then deletes the container and its state itself.
+use super::channel::{self, ChannelError};
+use super::nsys::NamespaceSys;
+use crate::broker::ledger::StagingContext;
+use crate::broker::remote::{CoordinatorLink, RemoteLedger};
+use crate::broker::sys::TargetCommand;
+use crate::broker::{Broker, BrokerError};
+use crate::git_sentry;
+use crate::process_identity::real::RealProcessSys;
+use crate::process_identity::{ChildState, ProcessHandle, Signal};
+use lazaret_runtime::bundle::{build_spec, worktree_git_file, BundlePlan, GitSentry, INIT_DIR};
+use lazaret_runtime::coordinator::messages::{
+    CoordinatorCommand, SupervisorMessage, SupervisorPlan,
+};
+use lazaret_runtime::records::ids::{CoordinatorId, DomainId, GenerationId};
+use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessOwnership};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The static init's file name, in its own directory on both sides.
+pub const INIT_NAME: &str = "lazaret-init";
+/// How long the sandbox may take to reach `running`.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long `runsc run` may take to exit after init's stdin closes.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("lifetime channel: {0}")]
+    Channel(#[from] ChannelError),
+    #[error("HC sent {got} where {expected} was expected")]
+    Protocol { expected: &'static str, got: String },
+    #[error("HC refused: {0}")]
+    Refused(String),
+    #[error("{step} failed: {source}")]
+    Kernel {
+        step: &'static str,
+        source: io::Error,
+    },
+    #[error("Git Sentry: {0}")]
+    GitSentry(String),
+    #[error("bundle: {0}")]
+    Bundle(String),
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("launching runsc run: {0}")]
+    Launch(#[from] BrokerError),
+    #[error("the sandbox did not start: {0}")]
+    NotReady(String),
+}
+
+fn kernel(step: &'static str) -> impl FnOnce(io::Error) -> SupervisorError {
+    move |source| SupervisorError::Kernel { step, source }
+}
+
+/// RS's side of the HC link, used by the broker's [`RemoteLedger`].
+#[derive(Debug)]
+struct ChannelLink<'a> {
+    stream: &'a UnixStream,
+}
+
+impl ChannelLink<'_> {
+    fn send(&mut self, message: &SupervisorMessage) -> Result<(), String> {
+        let mut s = self.stream;
+        channel::send(&mut s, "supervisor", message).map_err(|e| e.to_string())
+    }
+    fn receive(&mut self) -> Result<CoordinatorCommand, String> {
+        let mut s = self.stream;
+        channel::receive(&mut s, "supervisor").map_err(|e| e.to_string())
+    }
+}
+
+impl CoordinatorLink for ChannelLink<'_> {
+    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), String> {
+        self.send(&SupervisorMessage::ConfirmIntent)?;
+        match self.receive()? {
+            CoordinatorCommand::IntentConfirmed => Ok(()),
+            CoordinatorCommand::Refused(why) => Err(why),
+            other => Err(format!("unexpected {other:?}")),
+        }
+    }
+    fn send_staged(&mut self, message: &[u8]) -> Result<(), String> {
+        self.send(&SupervisorMessage::Staged(message.to_vec()))
+    }
+    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String> {
+        match self.receive()? {
+            CoordinatorCommand::Ack(bytes) => Ok(Some(bytes)),
+            CoordinatorCommand::Refused(why) => Err(why),
+            other => Err(format!("unexpected {other:?}")),
+        }
+    }
+    fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), String> {
+        let bytes = staged.encode().map_err(|e| e.to_string())?;
+        self.send(&SupervisorMessage::Committed(bytes))?;
+        match self.receive()? {
+            CoordinatorCommand::IntentConfirmed => Ok(()),
+            CoordinatorCommand::Refused(why) => Err(why),
+            other => Err(format!("unexpected {other:?}")),
+        }
+    }
+}
+
+/// Namespaces and the network seam: an empty network namespace with IPv6
+/// disabled. Runs as root of the verified user namespace.
+pub fn prepare_namespaces<N: NamespaceSys>(ns: &N) -> Result<(), SupervisorError> {
+    ns.unshare_mount_and_network()
+        .map_err(kernel("unshare(CLONE_NEWNS | CLONE_NEWNET)"))?;
+    ns.make_mounts_private()
+        .map_err(kernel("making / recursively private"))?;
+    for key in ["all", "default"] {
+        let path = PathBuf::from(format!("/proc/sys/net/ipv6/conf/{key}/disable_ipv6"));
+        ns.write_sysctl(&path, "1").map_err(kernel(
+            "disabling IPv6 in the generation's network namespace",
+        ))?;
+    }
+    Ok(())
+}
+
+/// Builds `config.json`: launch's bundle plan (SR-3/SR-4/SR-12, Git Sentry)
+/// plus the read-only bind of the init's directory at
+/// [`lazaret_runtime::bundle::INIT_DIR`], a mount point the preparer created,
+/// so runsc never writes into the prepared lower.
+pub fn write_bundle(
+    plan: &SupervisorPlan,
+    bundle: &Path,
+    netns: &Path,
+) -> Result<(), SupervisorError> {
+    let workspace = PathBuf::from(&plan.workspace);
+    let git =
+        git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+    // A linked worktree's `.git` file is covered by a Lazaret-owned file
+    // naming the worktree's git directory under the common-dir mount.
+    let git_file = match &git {
+        GitSentry::LinkedWorktree { worktree_dir, .. } => {
+            let path = bundle.join("dot-git");
+            std::fs::create_dir_all(bundle)
+                .and_then(|()| std::fs::write(&path, worktree_git_file(worktree_dir)))
+                .map_err(|source| SupervisorError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(path)
+        }
+        GitSentry::NoRepository | GitSentry::Repository { .. } => None,
+    };
+    let bundle_plan = BundlePlan {
+        rootfs: PathBuf::from(&plan.rootfs),
+        workspace: workspace.clone(),
+        netns: netns.to_owned(),
+        args: vec![format!("{INIT_DIR}/{INIT_NAME}")],
+        env: plan.env.clone(),
+        hostname: plan.hostname.clone(),
+        git,
+        editor_dirs: git_sentry::editor_dirs(&workspace)
+            .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
+        git_file,
+    };
+    let mut spec = build_spec(&bundle_plan).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
+    let init = oci_spec::runtime::MountBuilder::default()
+        .destination(INIT_DIR)
+        .typ("bind")
+        .source(&plan.init)
+        .options(vec![
+            "rbind".to_owned(),
+            "ro".to_owned(),
+            "nosuid".to_owned(),
+            "nodev".to_owned(),
+        ])
+        .build()
+        .map_err(|e| SupervisorError::Bundle(e.to_string()))?;
+    let mut mounts = spec.mounts().clone().unwrap_or_default();
+    mounts.push(init);
+    spec.set_mounts(Some(mounts));
+    let text =
+        serde_json::to_vec_pretty(&spec).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
+    let path = bundle.join("config.json");
+    std::fs::create_dir_all(bundle)
+        .and_then(|()| std::fs::write(&path, text))
+        .map_err(|source| SupervisorError::Write { path, source })
+}
+
+/// The runsc global flags of this generation (shared by run and exec).
+pub fn runsc_globals(runsc_root: &Path) -> Vec<String> {
+    vec![
+        format!("--root={}", runsc_root.display()),
+        "--ignore-cgroups".to_owned(),
+        "--network=none".to_owned(),
+        // A transient in-memory rootfs overlay over the read-only prepared
+        // lower until State Anchors exist (`root:self` would write its
+        // filestore into the shared prepared lower).
+        "--overlay2=root:memory".to_owned(),
+    ]
+}
+
+fn wait_exit(handle: &ProcessHandle, timeout: Duration) -> io::Result<Option<ChildState>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match handle.poll(&RealProcessSys)? {
+            ChildState::Running => {}
+            exited => return Ok(Some(exited)),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let ms = i64::try_from(left.as_millis().min(100)).unwrap_or(100);
+        let ts = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: ms * 1_000_000,
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            handle.pidfd(),
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn sandbox_running(state_file: &Path) -> bool {
+    std::fs::read_to_string(state_file).is_ok_and(|t| t.contains("\"status\":\"running\""))
+}
+
+/// Runs RS to completion on the lifetime channel `stream`.
+pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(), SupervisorError> {
+    // HC loss is seen as EOF on the lifetime channel; the wrapper's SIGKILL
+    // parent-death signal would kill RS before it could stop the sandbox,
+    // so RS disarms it and watches the channel instead.
+    ns.parent_death_signal(None)
+        .map_err(kernel("prctl(PR_SET_PDEATHSIG, 0)"))?;
+    let mut rx = &stream;
+    let plan = match channel::receive::<CoordinatorCommand>(&mut rx, "supervisor")? {
+        CoordinatorCommand::Plan(plan) => plan,
+        other => {
+            return Err(SupervisorError::Protocol {
+                expected: "Plan",
+                got: format!("{other:?}"),
+            })
+        }
+    };
+    let mut link = ChannelLink { stream: &stream };
+    ns.unshare_user()
+        .map_err(kernel("unshare(CLONE_NEWUSER)"))?;
+    link.send(&SupervisorMessage::UserNamespace {
+        pid: std::process::id(),
+    })
+    .map_err(SupervisorError::Refused)?;
+    match link.receive().map_err(SupervisorError::Refused)? {
+        CoordinatorCommand::MapsVerified => {}
+        CoordinatorCommand::Refused(why) => return Err(SupervisorError::Refused(why)),
+        other => {
+            return Err(SupervisorError::Protocol {
+                expected: "MapsVerified",
+                got: format!("{other:?}"),
+            })
+        }
+    }
+    match launch_and_serve(ns, &plan, &stream) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let mut tx = &stream;
+            let _ = channel::send(
+                &mut tx,
+                "supervisor",
+                &SupervisorMessage::Failed(e.to_string()),
+            );
+            Err(e)
+        }
+    }
+}
+
+fn launch_and_serve<N: NamespaceSys>(
+    ns: &N,
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+) -> Result<(), SupervisorError> {
+    let _span = tracing::info_span!("LaunchSandbox", generation = plan.generation_id).entered();
+    prepare_namespaces(ns)?;
+    let generation = PathBuf::from(&plan.generation_dir);
+    let bundle = generation.join("bundle");
+    let runsc_root = generation.join("runsc");
+    std::fs::create_dir_all(&runsc_root).map_err(|source| SupervisorError::Write {
+        path: runsc_root.clone(),
+        source,
+    })?;
+    let netns = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
+    write_bundle(plan, &bundle, &netns)?;
+
+    // init's stdin is the lifetime pipe; runsc's stderr is kept for errors.
+    let (init_r, init_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| kernel("pipe")(e.into()))?;
+    let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| kernel("pipe")(e.into()))?;
+    let null: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(kernel("open /dev/null"))?
+        .into();
+    // Stdio is inherited by the wrapper and then runsc: pipes only, never a
+    // regular file (HOST-NOTES: runsc re-owns such files).
+    ns.dup_onto_stdio(init_r.as_fd(), 0)
+        .map_err(kernel("dup2 stdin"))?;
+    ns.dup_onto_stdio(null.as_fd(), 1)
+        .map_err(kernel("dup2 stdout"))?;
+    ns.dup_onto_stdio(err_w.as_fd(), 2)
+        .map_err(kernel("dup2 stderr"))?;
+    drop((init_r, err_w));
+
+    let program = std::env::current_exe().map_err(kernel("locating the lazaret binary"))?;
+    let mut broker = Broker::claim(RealProcessSys, program)?;
+    let context = StagingContext {
+        domain_id: DomainId(plan.domain_id),
+        generation_id: GenerationId(plan.generation_id),
+        coordinator_id: CoordinatorId(plan.coordinator_id),
+        slot: HostProcessOwnershipSlot::SandboxAttachedRunsc,
+    };
+    let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
+    let mut argv: Vec<std::ffi::OsString> = vec!["runsc".into()];
+    argv.extend(runsc_globals(&runsc_root).into_iter().map(Into::into));
+    argv.extend([
+        "run".into(),
+        "--bundle".into(),
+        bundle.clone().into_os_string(),
+        plan.container_id.clone().into(),
+    ]);
+    let acquired = broker.acquire(&TargetCommand { argv }, &mut ledger);
+    // RS keeps no copy of init's stdin read end or runsc's stderr write end.
+    ns.dup_onto_stdio(null.as_fd(), 0)
+        .map_err(kernel("dup2 stdin"))?;
+    ns.dup_onto_stdio(null.as_fd(), 2)
+        .map_err(kernel("dup2 stderr"))?;
+    let child = acquired?;
+    let stderr_tail = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = std::fs::File::from(err_r)
+            .take(64 * 1024)
+            .read_to_end(&mut text);
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    let state_file = runsc_root.join(format!("{0}_sandbox:{0}.state", plan.container_id));
+    let committed = broker.commit(child, &mut ledger, |sys, handle| {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if sandbox_running(&state_file) {
+                return Ok(());
+            }
+            match handle.peek(sys) {
+                Ok(ChildState::Running) => {}
+                other => return Err(format!("runsc run ended: {other:?}")),
+            }
+            if Instant::now() > deadline {
+                return Err(format!("not running after {READY_TIMEOUT:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let committed = match committed {
+        Ok(c) => c,
+        Err(failure) => {
+            drop(init_w);
+            let handle = failure.child.handle();
+            if wait_exit(handle, STOP_TIMEOUT).ok().flatten().is_none() {
+                let _ = broker.signal(handle, Signal::Kill);
+                let _ = wait_exit(handle, STOP_TIMEOUT);
+            }
+            let tail = stderr_tail.join().unwrap_or_default();
+            let _ = std::fs::remove_dir_all(&generation);
+            return Err(SupervisorError::NotReady(format!(
+                "{}: {}",
+                failure.error,
+                tail.trim()
+            )));
+        }
+    };
+    let mut tx = stream;
+    channel::send(
+        &mut tx,
+        "supervisor",
+        &SupervisorMessage::SandboxRunning {
+            container_id: plan.container_id.clone(),
+            runsc_root: runsc_root.display().to_string(),
+        },
+    )?;
+    // Serve until Stop, HC loss, or the sandbox ending on its own.
+    let handle = committed.handle();
+    let mut rx = stream;
+    loop {
+        let mut fds = [
+            rustix::event::PollFd::new(&rx, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(handle.pidfd(), rustix::event::PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(kernel("poll")(e.into())),
+        }
+        if !fds[1].revents().is_empty() {
+            break;
+        }
+        if !fds[0].revents().is_empty() {
+            match channel::receive::<CoordinatorCommand>(&mut rx, "supervisor") {
+                Ok(CoordinatorCommand::Stop) | Err(_) => break,
+                Ok(other) => tracing::warn!(?other, "ignored coordinator command"),
+            }
+        }
+    }
+    let _span = tracing::info_span!("StopSandbox").entered();
+    drop(init_w);
+    let ended = wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
+    if ended.is_none() {
+        broker
+            .signal(handle, Signal::Kill)
+            .map_err(kernel("SIGKILL runsc run"))?;
+        wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
+    }
+    let _ = stderr_tail.join();
+    std::fs::remove_dir_all(&generation).map_err(|source| SupervisorError::Write {
+        path: generation.clone(),
+        source,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::nsys::RecordingNs;
+
+    /// The generation's namespaces: mount and network together, mounts made
+    /// private, IPv6 off in the new network namespace — in that order.
+    #[test]
+    fn namespaces_are_created_before_ipv6_is_disabled() -> Result<(), SupervisorError> {
+        let ns = RecordingNs::default();
+        prepare_namespaces(&ns)?;
+        assert_eq!(
+            ns.calls(),
+            vec![
+                "unshare_mount_and_network".to_owned(),
+                "make_mounts_private".to_owned(),
+                "write_sysctl /proc/sys/net/ipv6/conf/all/disable_ipv6=1".to_owned(),
+                "write_sysctl /proc/sys/net/ipv6/conf/default/disable_ipv6=1".to_owned(),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_failed_unshare_stops_before_any_sysctl() {
+        let ns = RecordingNs::failing("unshare_mount_and_network");
+        assert!(matches!(
+            prepare_namespaces(&ns),
+            Err(SupervisorError::Kernel { .. })
+        ));
+        assert_eq!(ns.calls(), vec!["unshare_mount_and_network".to_owned()]);
+    }
+}

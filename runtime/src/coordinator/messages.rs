@@ -1,0 +1,154 @@
+//! CLI <-> Host Coordinator and HC <-> Runtime Supervisor messages. The CLI's
+//! first frame is a [`Hello`] carrying [`PROTOCOL_VERSION`]; the
+//! coordinator answers a different version with [`Refusal::Version`] before
+//! reading anything else.
+use serde::{Deserialize, Serialize};
+
+/// The CLI <-> HC protocol version.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// What a CLI asks of the Domain's coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u16,
+    /// DomainIdV1 the CLI resolved.
+    pub domain_id: [u8; 32],
+    /// ConfigurationFingerprintV1 the CLI resolved.
+    pub fingerprint: [u8; 32],
+    /// The exact argv to run in the sandbox.
+    pub argv: Vec<String>,
+}
+
+/// CLI -> HC after the hello.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientMessage {
+    Hello(Hello),
+    Stdin(Vec<u8>),
+    StdinClosed,
+}
+
+/// Why a coordinator refused a session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// The CLI speaks another protocol version.
+    Version { supported: u16 },
+    /// The socket belongs to another Domain (cannot happen for a path
+    /// derived from the Domain ID unless the directory was tampered with).
+    OtherDomain { running: [u8; 32] },
+    /// The Domain is running with another configuration (FR-2).
+    OtherConfiguration {
+        profile: String,
+        workspace: String,
+        running_fingerprint: [u8; 32],
+        source: String,
+    },
+    /// The coordinator is tearing the Domain down; start or join a new one.
+    Stopping,
+    /// The launch failed; the message is the coordinator's error chain.
+    LaunchFailed(String),
+    /// The session could not be started in the running sandbox.
+    SessionFailed(String),
+}
+
+/// How the command in the sandbox ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandStatus {
+    Exited(u8),
+    Signalled(u8),
+}
+
+impl CommandStatus {
+    /// The CLI's exit status: the command's, or 128+N when killed by signal N.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Exited(code) => code,
+            Self::Signalled(n) => 128u8.saturating_add(n),
+        }
+    }
+
+    /// From a wait status of the exec client; `runsc exec` itself reports a
+    /// signalled command as exit status 128+N.
+    pub fn from_wait(code: Option<i32>, signal: Option<i32>) -> Self {
+        match (code, signal) {
+            (_, Some(n)) => Self::Signalled(u8::try_from(n).unwrap_or(u8::MAX - 128)),
+            (Some(c), None) if (129..=192).contains(&c) => {
+                Self::Signalled(u8::try_from(c - 128).unwrap_or(u8::MAX - 128))
+            }
+            (Some(c), None) => Self::Exited(u8::try_from(c & 0xff).unwrap_or(u8::MAX)),
+            (None, None) => Self::Exited(u8::MAX),
+        }
+    }
+}
+
+/// HC -> CLI.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordinatorMessage {
+    Joined {
+        generation: u64,
+        /// Whether this session started the sandbox (cold) or joined it.
+        cold: bool,
+        /// Launch phase timings in microseconds (phase name, duration).
+        timings: Vec<(String, u64)>,
+    },
+    Refused(Refusal),
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Exited(CommandStatus),
+}
+
+/// RS -> HC over the lifetime channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SupervisorMessage {
+    /// RS unshared its user namespace and waits for verified maps.
+    UserNamespace { pid: u32 },
+    /// spec 3.3 step 1 for the attached runsc slot.
+    ConfirmIntent,
+    /// spec 3.3 step 6: the encoded `StagedProcessOwnership`.
+    Staged(Vec<u8>),
+    /// spec 3.3 step 9 done on RS's side (encoded staged tuple).
+    Committed(Vec<u8>),
+    /// The sandbox runs; sessions may exec into it.
+    SandboxRunning {
+        container_id: String,
+        runsc_root: String,
+    },
+    /// The launch failed.
+    Failed(String),
+}
+
+/// Everything the Runtime Supervisor needs for one generation; HC sends it
+/// as the first message of the lifetime channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupervisorPlan {
+    pub domain_id: [u8; 32],
+    pub generation_id: u64,
+    pub coordinator_id: [u8; 16],
+    pub container_id: String,
+    /// `<runtime domain root>/gen-N`: bundle and runsc state live here.
+    pub generation_dir: String,
+    /// The prepared lower (read-only root filesystem tree).
+    pub rootfs: String,
+    /// The canonical workspace.
+    pub workspace: String,
+    /// The directory holding the static init binary, bind-mounted
+    /// read-only at the bundle's init directory; PID 1 is the init in it.
+    pub init: String,
+    pub hostname: String,
+    pub env: Vec<String>,
+}
+
+/// HC -> RS over the lifetime channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CoordinatorCommand {
+    /// The generation's plan (first message).
+    Plan(SupervisorPlan),
+    /// The live maps were verified; RS may continue.
+    MapsVerified,
+    IntentConfirmed,
+    /// The exact echoed `ProcessOwnershipCommitAck` bytes.
+    Ack(Vec<u8>),
+    /// HC refused a step (the reason).
+    Refused(String),
+    /// Stop the sandbox and exit.
+    Stop,
+}
