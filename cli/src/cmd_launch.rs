@@ -106,8 +106,6 @@ pub enum LaunchError {
     Arch(String),
     #[error("lazaret needs Linux 6.9 or newer (pidfs process identity); this kernel is {0}")]
     Kernel(String),
-    #[error("`state` is a reserved command name, not a profile (spec 3.2); rename the profile")]
-    ReservedProfile,
     #[error("the sandbox layout could not be constructed: {0}")]
     Layout(String),
     #[error(transparent)]
@@ -168,9 +166,9 @@ pub fn run(
 ) -> Result<ExitCode, LaunchError> {
     let started = Instant::now();
     preflight(facts)?;
-    if args.profile == "state" {
-        return Err(LaunchError::ReservedProfile);
-    }
+    // `lazaret state` is the maintenance command (clap routes it there); a
+    // profile named `state` launches through `lazaret run --profile state`
+    // (spec 3.2).
     let layout = SandboxLayoutV1::production().map_err(|e| LaunchError::Layout(e.to_string()))?;
     let workspace = args
         .host

@@ -101,6 +101,22 @@ fn main() -> ExitCode {
 mod tests {
     use clap::CommandFactory;
 
+    /// Spec 3.2: `state` is the maintenance command; a profile named
+    /// `state` is launched through the explicit form.
+    #[test]
+    fn state_is_the_maintenance_command_and_run_launches_a_state_profile() {
+        use clap::Parser;
+        let cli = super::Cli::try_parse_from(["lazaret", "state", "--domain-root", "/x"])
+            .expect("state parses");
+        assert!(matches!(cli.command, super::Command::State(_)));
+        let cli = super::Cli::try_parse_from(["lazaret", "run", "--profile", "state"])
+            .expect("run parses");
+        let super::Command::Run(args) = cli.command else {
+            panic!("`run --profile state` did not parse as a launch");
+        };
+        assert_eq!(args.profile, "state");
+    }
+
     #[test]
     fn clap_definition_is_consistent() {
         super::Cli::command().debug_assert();
