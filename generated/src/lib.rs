@@ -25,3 +25,50 @@ pub mod fixtures {
         include!("fixtures/constructs.rs");
     }
 }
+
+use support::Protocol;
+
+/// A generated model with the configuration it is checked with.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelEntry {
+    /// The TLA+ module name (what `--model` and trace files use).
+    pub name: &'static str,
+    /// The `.tla` file, relative to the workspace root.
+    pub tla: &'static str,
+    /// The `.cfg` file, relative to the workspace root.
+    pub cfg_file: &'static str,
+    /// The text of the `.cfg` file, compiled in.
+    pub cfg_text: &'static str,
+}
+
+/// Something to do with one model, whichever it is.
+pub trait ModelVisitor {
+    type Output;
+    fn visit<P: Protocol>(self, entry: &ModelEntry) -> Self::Output;
+}
+
+/// Every model this crate holds, protocol models first.
+pub const MODELS: &[ModelEntry] = &[
+    ModelEntry {
+        name: "TwoPhase",
+        tla: "codegen/tests/fixtures/TwoPhase.tla",
+        cfg_file: "codegen/tests/fixtures/TwoPhase.cfg",
+        cfg_text: include_str!("../../codegen/tests/fixtures/TwoPhase.cfg"),
+    },
+    ModelEntry {
+        name: "Constructs",
+        tla: "codegen/tests/fixtures/Constructs.tla",
+        cfg_file: "codegen/tests/fixtures/Constructs.cfg",
+        cfg_text: include_str!("../../codegen/tests/fixtures/Constructs.cfg"),
+    },
+];
+
+/// Runs `v` on the model called `name`; `None` if there is no such model.
+pub fn visit_model<V: ModelVisitor>(name: &str, v: V) -> Option<V::Output> {
+    let entry = MODELS.iter().find(|m| m.name == name)?;
+    Some(match entry.name {
+        "TwoPhase" => v.visit::<fixtures::two_phase::Model>(entry),
+        "Constructs" => v.visit::<fixtures::constructs::Model>(entry),
+        _ => return None,
+    })
+}

@@ -11,7 +11,7 @@ use std::hash::Hash;
 pub struct GuardId(pub u16);
 
 /// What the generator knows about one guard conjunct.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GuardInfo {
     pub id: GuardId,
     /// The TLA+ action the guard belongs to.
@@ -42,7 +42,7 @@ impl<C, S> Debug for InvariantInfo<C, S> {
 }
 
 /// Why a step was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum StepError {
     /// A guard conjunct of the action is false in the current state.
     #[error("{model}: {} is not enabled: guard {} of {} (line {}) is false: {}", .guard.action, .guard.index, .guard.action, .guard.line, .guard.text)]
