@@ -16,6 +16,7 @@ pub enum BinOp {
     In,
     NotIn,
     Implies,
+    Equiv,
     Cup,
     Range,
 }
@@ -35,6 +36,7 @@ impl BinOp {
             Self::In => "\\in",
             Self::NotIn => "\\notin",
             Self::Implies => "=>",
+            Self::Equiv => "<=>",
             Self::Cup => "\\cup",
             Self::Range => "..",
         }

@@ -42,6 +42,7 @@ fn uses(e: &IExpr, name: &str) -> bool {
         | IExpr::Var(_)
         | IExpr::NumConst(_) => false,
         IExpr::Wrap(_, a)
+        | IExpr::EnumCast { e: a, .. }
         | IExpr::At(a)
         | IExpr::RangeKey(a, _)
         | IExpr::ToInt(a)
@@ -79,6 +80,7 @@ fn fallible(e: &IExpr) -> bool {
         | IExpr::NumConst(_)
         | IExpr::Local(_) => false,
         IExpr::Wrap(_, a)
+        | IExpr::EnumCast { e: a, .. }
         | IExpr::At(a)
         | IExpr::RangeKey(a, _)
         | IExpr::ToInt(a)
@@ -268,6 +270,22 @@ impl<'m> Emitter<'m> {
                 self.union_names[*u],
                 self.ex(x, next).0
             )),
+            IExpr::EnumCast { from, to, e: x } => {
+                let arms: String = self.m.enums[*from]
+                    .variants
+                    .iter()
+                    .map(|v| {
+                        format!(
+                            "{}::{} => {}::{},",
+                            self.enum_names[*from],
+                            camel(v),
+                            self.enum_names[*to],
+                            camel(v)
+                        )
+                    })
+                    .collect();
+                atom(format!("match {} {{ {arms} }}", self.ex(x, next).0))
+            }
             IExpr::Var(i) => atom(format!(
                 "{}.{}",
                 if next { "next" } else { "st" },

@@ -94,6 +94,13 @@ pub enum IExpr {
     EnumLit(usize, usize),
     /// A sentinel of a union: (union, sentinel index).
     Sentinel(usize, usize),
+    /// A value of string enum `from` as the same string of enum `to`
+    /// (every string of `from` is one of `to`).
+    EnumCast {
+        from: usize,
+        to: usize,
+        e: Box<IExpr>,
+    },
     /// An element of a model-value set wrapped into a union.
     Wrap(usize, Box<IExpr>),
     Var(usize),

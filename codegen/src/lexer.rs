@@ -31,14 +31,15 @@ pub struct Token {
 
 /// Multi-character symbols, longest first so that `==` wins over `=`.
 const SYMBOLS: &[&str] = &[
-    "|->", "<<", ">>", "==", "/\\", "\\/", "=>", "->", "<=", ">=", "=<", "/=", "..", "[]", "<>",
-    "~>", "=", "#", "<", ">", "+", "-", "(", ")", "[", "]", "{", "}", ",", ":", "'", "!", "@", "~",
-    "_",
+    "|->", "<=>", "<<", ">>", "==", "/\\", "\\/", "=>", "->", "<=", ">=", "=<", "/=", "..", "[]",
+    "<>", "~>", "=", "#", "<", ">", "+", "-", "(", ")", "[", "]", "{", "}", ",", ":", "'", "!",
+    "@", "~", "_",
 ];
 
 /// Backslash operators the dialect accepts, with their canonical spelling.
 const BACKSLASH_WORDS: &[(&str, &str)] = &[
     ("in", "\\in"),
+    ("equiv", "<=>"),
     ("notin", "\\notin"),
     ("cup", "\\cup"),
     ("union", "\\cup"),

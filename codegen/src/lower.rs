@@ -618,6 +618,18 @@ impl<'a> Lower<'a> {
             (Ty::Elem(s), Ty::Union(u)) if self.m.unions[*u].set == *s => {
                 Ok(IExpr::Wrap(*u, Box::new(t.e)))
             }
+            (Ty::Enum(from), Ty::Enum(to))
+                if self.m.enums[*from]
+                    .variants
+                    .iter()
+                    .all(|v| self.m.enums[*to].variants.contains(v)) =>
+            {
+                Ok(IExpr::EnumCast {
+                    from: *from,
+                    to: *to,
+                    e: Box::new(t.e),
+                })
+            }
             _ => Err(self.sem(
                 pos,
                 format!(
@@ -868,6 +880,11 @@ impl<'a> Lower<'a> {
                 Box::new(self.lower_bool(a, env)?),
                 Box::new(self.lower_bool(b, env)?),
             ))),
+            BinOp::Equiv => Ok(boolean(IExpr::Cmp(
+                CmpOp::Eq,
+                Box::new(self.lower_bool(a, env)?),
+                Box::new(self.lower_bool(b, env)?),
+            ))),
             BinOp::Add | BinOp::Sub => {
                 let at = self.expr(a, env)?;
                 let x = self.to_int(at, a.pos)?;
@@ -914,27 +931,33 @@ impl<'a> Lower<'a> {
         env: &Env,
         pos: Pos,
     ) -> Result<IExpr, CodegenError> {
-        let a_lit = matches!(a.kind, ExprKind::Str(_));
-        let (at, bt) = if a_lit {
-            let bt = self.expr(b, env)?;
-            let ae = self.value(a, env, &bt.ty)?;
-            (
-                TExpr {
-                    e: ae,
-                    ty: bt.ty.clone(),
-                },
-                bt,
-            )
-        } else {
-            let at = self.expr(a, env)?;
-            let be = match (&b.kind, &at.ty) {
-                (ExprKind::Str(_), _) => TExpr {
-                    e: self.value(b, env, &at.ty)?,
-                    ty: at.ty.clone(),
-                },
-                _ => self.expr(b, env)?,
-            };
-            (at, be)
+        // A side whose type cannot be told alone (a string literal, an IF or
+        // a definition yielding strings) takes the type of the other side.
+        let (at, bt) = match self.expr(a, env) {
+            Ok(at) => {
+                let bt = match self.expr(b, env) {
+                    Ok(bt) => bt,
+                    // With the type of `a` known, the error of `b` is the specific one.
+                    Err(_) => TExpr {
+                        e: self.value(b, env, &at.ty)?,
+                        ty: at.ty.clone(),
+                    },
+                };
+                (at, bt)
+            }
+            Err(err) => {
+                let Ok(bt) = self.expr(b, env) else {
+                    return Err(err);
+                };
+                let ae = self.value(a, env, &bt.ty)?;
+                (
+                    TExpr {
+                        e: ae,
+                        ty: bt.ty.clone(),
+                    },
+                    bt,
+                )
+            }
         };
         let int = |t: &Ty| matches!(t, Ty::Int | Ty::Range { .. });
         if int(&at.ty) && int(&bt.ty) {

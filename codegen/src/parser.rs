@@ -288,6 +288,7 @@ struct ExprParser<'a> {
 fn infix(sym: &str) -> Option<(u8, u8, BinOp)> {
     Some(match sym {
         "=>" => (2, 1, BinOp::Implies),
+        "<=>" => (4, 5, BinOp::Equiv),
         "=" => (10, 11, BinOp::Eq),
         "#" => (10, 11, BinOp::Ne),
         "<" => (10, 11, BinOp::Lt),

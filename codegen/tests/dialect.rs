@@ -65,7 +65,7 @@ fn fixtures_lower_to_the_expected_ir() -> Result<(), CodegenError> {
     assert_eq!(start, Some(2));
     assert_eq!(c.unions.len(), 1);
     assert_eq!(c.numbers.len(), 1);
-    assert_eq!(c.invariants.len(), 5);
+    assert_eq!(c.invariants.len(), 6);
     Ok(())
 }
 
@@ -167,7 +167,7 @@ fn semantic_errors_name_the_position() {
 
     let bad_string = CONSTRUCTS.replace("/\\ session[s] = \"Absent\"", "/\\ session[s] = \"Gone\"");
     let err = err_of(&bad_string);
-    assert!(err.starts_with("M.tla:59:21:"), "{err}");
+    assert!(err.starts_with("M.tla:62:21:"), "{err}");
     assert!(err.contains("\"Gone\" is not one of Session"), "{err}");
 
     let unknown = CONSTRUCTS.replace("/\\ ~done\n", "/\\ ~finished\n");

@@ -93,11 +93,17 @@ pub fn find_jar() -> Result<PathBuf, TlcError> {
 /// Runs TLC on `tla` with the `.cfg` next to it (one worker unless
 /// `LAZARET_TLC_WORKERS` says otherwise) and parses its report.
 pub fn run_tlc(tla: &Path) -> Result<TlcReport, TlcError> {
+    run_tlc_with(tla, None)
+}
+
+/// Like [`run_tlc`], with `cfg` (an absolute path) instead of the `.cfg`
+/// next to the model.
+pub fn run_tlc_with(tla: &Path, cfg: Option<&Path>) -> Result<TlcReport, TlcError> {
     let jar = find_jar()?;
     let meta = tempfile::tempdir().map_err(TlcError::TempDir)?;
     let dir = tla.parent().unwrap_or(Path::new("."));
     let file = tla.file_name().map(PathBuf::from).unwrap_or_default();
-    let cfg = file.with_extension("cfg");
+    let cfg = cfg.map_or_else(|| file.with_extension("cfg"), Path::to_path_buf);
     let workers = std::env::var("LAZARET_TLC_WORKERS").unwrap_or_else(|_| "1".to_string());
     let model = tla.display().to_string();
     let start = Instant::now();
@@ -144,6 +150,25 @@ pub fn run_tlc(tla: &Path) -> Result<TlcReport, TlcError> {
 
 fn leading_number(s: &str) -> Option<u64> {
     s.split_whitespace().next()?.replace(',', "").parse().ok()
+}
+
+/// The `.cfg` text without its `PROPERTY`/`PROPERTIES` section: the
+/// invariant-only check that stateright performs too.
+pub fn safety_only(cfg: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in cfg.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        let keyword = !first.is_empty() && first.chars().all(|c| c.is_ascii_uppercase());
+        if keyword {
+            skipping = matches!(first, "PROPERTY" | "PROPERTIES");
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Parses TLC's output; `None` without the final state-count line.
