@@ -29,6 +29,13 @@ impl ModelVisitor for Bench {
         let tlc = run_tlc_with(&root.join(entry.tla), Some(&cfg)).map_err(|e| e.to_string())?;
         let model = Checked::<P>::from_entry(entry, None).map_err(|e| e.to_string())?;
         let sr = check::<P>(model, None);
+        if !tlc.violations.is_empty() || sr.violation.is_some() {
+            return Err(format!(
+                "not comparable: TLC reports {:?}; stateright reports {:?}",
+                tlc.violations,
+                sr.violation.map(|(name, path)| (name, path.len()))
+            ));
+        }
         let ratio = sr.wall.as_secs_f64() / tlc.wall.as_secs_f64().max(f64::EPSILON);
         let mut row = String::new();
         let _ = write!(
