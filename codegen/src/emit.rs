@@ -49,7 +49,9 @@ fn uses(e: &IExpr, name: &str) -> bool {
         | IExpr::Narrow(a, ..)
         | IExpr::Not(a)
         | IExpr::IsElem(_, a) => uses(a, name),
+        IExpr::ElemIn { e: a, .. } => uses(a, name),
         IExpr::Apply(a, b)
+        | IExpr::ElemEq { a, b, .. }
         | IExpr::Add(a, b)
         | IExpr::Sub(a, b)
         | IExpr::Implies(a, b)
@@ -86,7 +88,9 @@ fn fallible(e: &IExpr) -> bool {
         | IExpr::ToInt(a)
         | IExpr::Not(a)
         | IExpr::IsElem(_, a) => fallible(a),
+        IExpr::ElemIn { e: a, .. } => fallible(a),
         IExpr::Apply(a, b)
+        | IExpr::ElemEq { a, b, .. }
         | IExpr::Add(a, b)
         | IExpr::Sub(a, b)
         | IExpr::Implies(a, b)
@@ -398,6 +402,68 @@ impl<'m> Emitter<'m> {
                 ),
                 P_CMP,
             ),
+            IExpr::ElemIn {
+                from,
+                union,
+                e: x,
+                set,
+            } => {
+                let test = |v: &str| {
+                    format!(
+                        "cx.{}.get({v}.index()).is_some_and(|name| cx.{}.contains(name))",
+                        self.set_field[*from], self.set_field[*set]
+                    )
+                };
+                match union {
+                    None => atom(test(&wrap(self.ex(x, next), P_ATOM))),
+                    Some(u) => atom(format!(
+                        "matches!({}, {}::Id(v) if {})",
+                        self.ex(x, next).0,
+                        self.union_names[*u],
+                        test("v")
+                    )),
+                }
+            }
+            IExpr::ElemEq {
+                eq,
+                a_union: None,
+                a_set,
+                a,
+                b_set,
+                b,
+            } => Code(
+                format!(
+                    "cx.{}.get({}.index()) {} cx.{}.get({}.index())",
+                    self.set_field[*a_set],
+                    wrap(self.ex(a, next), P_ATOM),
+                    if *eq { "==" } else { "!=" },
+                    self.set_field[*b_set],
+                    wrap(self.ex(b, next), P_ATOM)
+                ),
+                P_CMP,
+            ),
+            IExpr::ElemEq {
+                eq,
+                a_union: Some(u),
+                a_set,
+                a,
+                b_set,
+                b,
+            } => {
+                let m = format!(
+                    "matches!({}, {}::Id(v) if cx.{}.get(v.index()) == cx.{}.get({}.index()))",
+                    self.ex(a, next).0,
+                    self.union_names[*u],
+                    self.set_field[*a_set],
+                    self.set_field[*b_set],
+                    wrap(self.ex(b, next), P_ATOM)
+                );
+                if *eq {
+                    atom(m)
+                } else {
+                    Code(format!("!{m}"), P_UNARY)
+                }
+            }
             IExpr::IsElem(u, x) => atom(format!(
                 "matches!({}, {}::Id(_))",
                 self.ex(x, next).0,

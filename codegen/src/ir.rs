@@ -128,6 +128,25 @@ pub enum IExpr {
     Cmp(CmpOp, Box<IExpr>, Box<IExpr>),
     /// Equality of two different string enums, by literal.
     NameEq(bool, Box<IExpr>, Box<IExpr>),
+    /// A model value of set `from` (an element, or a union over `from`
+    /// holding one) is also a member of the constant set `set` (sets may
+    /// share model values, e.g. `FaultDomains = {d2}` within `Domains`).
+    ElemIn {
+        from: usize,
+        union: Option<usize>,
+        e: Box<IExpr>,
+        set: usize,
+    },
+    /// Equality of model values drawn from two different constant sets;
+    /// `a` may be a union over `a_set` (a sentinel equals no model value).
+    ElemEq {
+        eq: bool,
+        a_union: Option<usize>,
+        a_set: usize,
+        a: Box<IExpr>,
+        b_set: usize,
+        b: Box<IExpr>,
+    },
     /// The union value holds a model value (not a sentinel).
     IsElem(usize, Box<IExpr>),
     /// `lo <= x /\ x <= hi` on `i64`.

@@ -931,6 +931,12 @@ impl<'a> Lower<'a> {
         env: &Env,
         pos: Pos,
     ) -> Result<IExpr, CodegenError> {
+        // Two string literals (e.g. a definition's parameter bound to a
+        // literal, compared with literals in its body) compare as constants.
+        if let (Some(x), Some(y)) = (self.str_lit(a, env), self.str_lit(b, env)) {
+            let equal = x == y;
+            return Ok(IExpr::Bool(if op == CmpOp::Eq { equal } else { !equal }));
+        }
         // A side whose type cannot be told alone (a string literal, an IF or
         // a definition yielding strings) takes the type of the other side.
         let (at, bt) = match self.expr(a, env) {
@@ -975,6 +981,30 @@ impl<'a> Lower<'a> {
         match (&at.ty, &bt.ty) {
             (x, y) if x == y => Ok(IExpr::Cmp(op, Box::new(at.e), Box::new(bt.e))),
             (Ty::Enum(_), Ty::Enum(_)) => Ok(IExpr::NameEq(eq, Box::new(at.e), Box::new(bt.e))),
+            (Ty::Elem(sa), Ty::Elem(sb)) => Ok(IExpr::ElemEq {
+                eq,
+                a_union: None,
+                a_set: *sa,
+                a: Box::new(at.e),
+                b_set: *sb,
+                b: Box::new(bt.e),
+            }),
+            (Ty::Union(u), Ty::Elem(sb)) if self.m.unions[*u].set != *sb => Ok(IExpr::ElemEq {
+                eq,
+                a_union: Some(*u),
+                a_set: self.m.unions[*u].set,
+                a: Box::new(at.e),
+                b_set: *sb,
+                b: Box::new(bt.e),
+            }),
+            (Ty::Elem(sa), Ty::Union(u)) if self.m.unions[*u].set != *sa => Ok(IExpr::ElemEq {
+                eq,
+                a_union: Some(*u),
+                a_set: self.m.unions[*u].set,
+                a: Box::new(bt.e),
+                b_set: *sa,
+                b: Box::new(at.e),
+            }),
             (Ty::Elem(_), Ty::Union(_)) => {
                 let x = self.coerce(at, &bt.ty, a.pos)?;
                 Ok(IExpr::Cmp(op, Box::new(x), Box::new(bt.e)))
@@ -987,6 +1017,18 @@ impl<'a> Lower<'a> {
                 pos,
                 format!("comparing {} with {}", self.ty_name(x), self.ty_name(y)),
             )),
+        }
+    }
+
+    /// The string literal `e` stands for, through parameter bindings.
+    fn str_lit(&self, e: &Expr, env: &Env) -> Option<String> {
+        match &e.kind {
+            ExprKind::Str(s) => Some(s.clone()),
+            ExprKind::Ident(n) => match lookup(env, n) {
+                Some(Binding::Lazy(x, env2)) => self.str_lit(x, env2),
+                _ => None,
+            },
+            _ => None,
         }
     }
 
@@ -1042,11 +1084,22 @@ impl<'a> Lower<'a> {
             ExprKind::Ident(n) if lookup(env, n).is_none() && self.set_index(n).is_some() => {
                 let s = self.set_index(n).unwrap_or_default();
                 match x.ty {
-                    Ty::Elem(t) => Ok(IExpr::Bool(t == s)),
+                    Ty::Elem(t) if t == s => Ok(IExpr::Bool(true)),
+                    Ty::Elem(t) => Ok(IExpr::ElemIn {
+                        from: t,
+                        union: None,
+                        e: Box::new(x.e),
+                        set: s,
+                    }),
                     Ty::Union(u) if self.m.unions[u].set == s => {
                         Ok(IExpr::IsElem(u, Box::new(x.e)))
                     }
-                    Ty::Union(_) => Ok(IExpr::Bool(false)),
+                    Ty::Union(u) => Ok(IExpr::ElemIn {
+                        from: self.m.unions[u].set,
+                        union: Some(u),
+                        e: Box::new(x.e),
+                        set: s,
+                    }),
                     _ => Err(self.sem(pos, format!("{} tested against the model-value set `{n}`", self.ty_name(&x.ty)))),
                 }
             }
