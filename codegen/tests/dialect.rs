@@ -167,7 +167,7 @@ fn semantic_errors_name_the_position() {
 
     let bad_string = CONSTRUCTS.replace("/\\ session[s] = \"Absent\"", "/\\ session[s] = \"Gone\"");
     let err = err_of(&bad_string);
-    assert!(err.starts_with("M.tla:62:21:"), "{err}");
+    assert!(err.starts_with("M.tla:63:21:"), "{err}");
     assert!(err.contains("\"Gone\" is not one of Session"), "{err}");
 
     let unknown = CONSTRUCTS.replace("/\\ ~done\n", "/\\ ~finished\n");
