@@ -12,6 +12,18 @@
 
 pub mod support;
 
+/// `protocol/Lazaret.tla`: the application protocol.
+#[allow(clippy::int_plus_one, clippy::nonminimal_bool)]
+pub mod lazaret {
+    include!("lazaret.rs");
+}
+
+/// `protocol/PreparedLower.tla`: prepared artifacts, leases, mounts, reclamation.
+#[allow(clippy::int_plus_one, clippy::nonminimal_bool)]
+pub mod prepared_lower {
+    include!("prepared_lower.rs");
+}
+
 /// Dialect fixtures of `codegen/tests/fixtures/`, generated like the models.
 pub mod fixtures {
     /// `codegen/tests/fixtures/TwoPhase.tla`
@@ -50,6 +62,18 @@ pub trait ModelVisitor {
 /// Every model this crate holds, protocol models first.
 pub const MODELS: &[ModelEntry] = &[
     ModelEntry {
+        name: "Lazaret",
+        tla: "protocol/Lazaret.tla",
+        cfg_file: "protocol/Lazaret.cfg",
+        cfg_text: include_str!("../../protocol/Lazaret.cfg"),
+    },
+    ModelEntry {
+        name: "PreparedLower",
+        tla: "protocol/PreparedLower.tla",
+        cfg_file: "protocol/PreparedLower.cfg",
+        cfg_text: include_str!("../../protocol/PreparedLower.cfg"),
+    },
+    ModelEntry {
         name: "TwoPhase",
         tla: "codegen/tests/fixtures/TwoPhase.tla",
         cfg_file: "codegen/tests/fixtures/TwoPhase.cfg",
@@ -67,6 +91,8 @@ pub const MODELS: &[ModelEntry] = &[
 pub fn visit_model<V: ModelVisitor>(name: &str, v: V) -> Option<V::Output> {
     let entry = MODELS.iter().find(|m| m.name == name)?;
     Some(match entry.name {
+        "Lazaret" => v.visit::<lazaret::Model>(entry),
+        "PreparedLower" => v.visit::<prepared_lower::Model>(entry),
         "TwoPhase" => v.visit::<fixtures::two_phase::Model>(entry),
         "Constructs" => v.visit::<fixtures::constructs::Model>(entry),
         _ => return None,
