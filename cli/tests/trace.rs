@@ -48,9 +48,14 @@ fn replay(dir: &Path, name: &str, content: &str) -> Result<Output, Box<dyn std::
 #[test]
 fn simulated_traces_replay_for_many_seeds() -> R {
     let dir = tempfile::tempdir()?;
-    for model in ["TwoPhase", "Constructs"] {
-        for seed in 0..40u64 {
-            let trace = simulate(model, seed, 30)?;
+    for (model, seeds, steps) in [
+        ("Lazaret", 15u64, 120u64),
+        ("PreparedLower", 15, 120),
+        ("TwoPhase", 15, 30),
+        ("Constructs", 15, 30),
+    ] {
+        for seed in 0..seeds {
+            let trace = simulate(model, seed, steps)?;
             let n = trace.lines().count();
             assert!(n > 0, "{model} seed {seed}: empty walk");
             let out = replay(dir.path(), "t.jsonl", &trace)?;
