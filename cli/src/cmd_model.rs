@@ -16,7 +16,7 @@ pub enum ModelCmd {
     /// Explore every reachable state (stateright, breadth-first) with the
     /// `.cfg` constants. A counterexample is printed to stdout as a trace.
     Check {
-        /// One model (default: all).
+        /// One model (default: the protocol models).
         #[arg(long)]
         model: Option<String>,
     },
@@ -168,7 +168,11 @@ fn check_models(only: Option<&str>) -> ExitCode {
     }
     let mut violated = false;
     for entry in MODELS {
-        if only.is_some_and(|m| m != entry.name) {
+        let selected = match only {
+            Some(m) => m == entry.name,
+            None => entry.tla.starts_with("protocol/"),
+        };
+        if !selected {
             continue;
         }
         match visit_model(entry.name, Check) {
