@@ -484,15 +484,17 @@ impl<'m> Emitter<'m> {
                     if *all { "all" } else { "any" }
                 ))
             }
-            IExpr::If(c, a, b) => Code(
-                format!(
-                    "if {} {{ {} }} else {{ {} }}",
-                    self.ex(c, next).0,
-                    self.val(a, next),
-                    self.val(b, next)
-                ),
-                P_LOW,
-            ),
+            IExpr::If(c, a, b) => {
+                // `ELSE IF` chains read as `else if`.
+                let tail = match &**b {
+                    IExpr::If(..) => self.ex(b, next).0,
+                    _ => format!("{{ {} }}", self.val(b, next)),
+                };
+                Code(
+                    format!("if {} {{ {} }} else {tail}", self.ex(c, next).0, self.val(a, next)),
+                    P_LOW,
+                )
+            }
             IExpr::FuncCons(x, d, body) => {
                 let b = self.val(body, next);
                 let xn = if uses(body, x) { x.clone() } else { "_".into() };

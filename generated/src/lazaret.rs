@@ -2168,59 +2168,43 @@ fn g25_record_intent(_cx: &Constants, st: &State, _c: CoordinatorsId, r: Roles) 
                 d_16 == Roles::Sandbox
                     || (if d_16 == Roles::PreparedLower {
                         1
+                    } else if d_16 == Roles::StateAnchor {
+                        2
+                    } else if d_16 == Roles::GitRouting {
+                        3
+                    } else if d_16 == Roles::Helper {
+                        4
+                    } else if d_16 == Roles::Network {
+                        5
+                    } else if d_16 == Roles::Sandbox {
+                        6
                     } else {
-                        if d_16 == Roles::StateAnchor {
-                            2
-                        } else {
-                            if d_16 == Roles::GitRouting {
-                                3
-                            } else {
-                                if d_16 == Roles::Helper {
-                                    4
-                                } else {
-                                    if d_16 == Roles::Network {
-                                        5
-                                    } else {
-                                        if d_16 == Roles::Sandbox { 6 } else { 7 }
-                                    }
-                                }
-                            }
-                        }
+                        7
                     })
                         >= (if r == Roles::PreparedLower {
                             1
+                        } else if r == Roles::StateAnchor {
+                            2
+                        } else if r == Roles::GitRouting {
+                            3
+                        } else if r == Roles::Helper {
+                            4
+                        } else if r == Roles::Network {
+                            5
+                        } else if r == Roles::Sandbox {
+                            6
                         } else {
-                            if r == Roles::StateAnchor {
-                                2
-                            } else {
-                                if r == Roles::GitRouting {
-                                    3
-                                } else {
-                                    if r == Roles::Helper {
-                                        4
-                                    } else {
-                                        if r == Roles::Network {
-                                            5
-                                        } else {
-                                            if r == Roles::Sandbox { 6 } else { 7 }
-                                        }
-                                    }
-                                }
-                            }
+                            7
                         })
                     || st.part[d_16.index()]
                         == (if d_16 == Roles::PreparedLower {
                             Part::LeaseHeld
+                        } else if d_16 == Roles::StateAnchor {
+                            Part::Prepared
+                        } else if d_16 == Roles::GitRouting {
+                            Part::Prepared
                         } else {
-                            if d_16 == Roles::StateAnchor {
-                                Part::Prepared
-                            } else {
-                                if d_16 == Roles::GitRouting {
-                                    Part::Prepared
-                                } else {
-                                    Part::Committed
-                                }
-                            }
+                            Part::Committed
                         })
             })
 }
@@ -2301,39 +2285,27 @@ fn g34_stage_process(
     st
         .part[(if ps == ProcSlots::SandboxRuntimeSupervisor {
         Roles::Sandbox
+    } else if ps == ProcSlots::SandboxAttachedRunsc {
+        Roles::Sandbox
+    } else if ps == ProcSlots::StateAnchorDaemon {
+        Roles::StateAnchor
+    } else if ps == ProcSlots::GitRoutingDaemon {
+        Roles::GitRouting
     } else {
-        if ps == ProcSlots::SandboxAttachedRunsc {
-            Roles::Sandbox
-        } else {
-            if ps == ProcSlots::StateAnchorDaemon {
-                Roles::StateAnchor
-            } else {
-                if ps == ProcSlots::GitRoutingDaemon {
-                    Roles::GitRouting
-                } else {
-                    Roles::Helper
-                }
-            }
-        }
+        Roles::Helper
     })
         .index()] == Part::Intent
         || st
             .part[(if ps == ProcSlots::SandboxRuntimeSupervisor {
             Roles::Sandbox
+        } else if ps == ProcSlots::SandboxAttachedRunsc {
+            Roles::Sandbox
+        } else if ps == ProcSlots::StateAnchorDaemon {
+            Roles::StateAnchor
+        } else if ps == ProcSlots::GitRoutingDaemon {
+            Roles::GitRouting
         } else {
-            if ps == ProcSlots::SandboxAttachedRunsc {
-                Roles::Sandbox
-            } else {
-                if ps == ProcSlots::StateAnchorDaemon {
-                    Roles::StateAnchor
-                } else {
-                    if ps == ProcSlots::GitRoutingDaemon {
-                        Roles::GitRouting
-                    } else {
-                        Roles::Helper
-                    }
-                }
-            }
+            Roles::Helper
         })
             .index()] == Part::Acquiring
 }
@@ -2350,55 +2322,43 @@ fn g35_stage_process(
             .all(|d_17| {
                 (if d_17 == Roles::PreparedLower {
                     1
+                } else if d_17 == Roles::StateAnchor {
+                    2
+                } else if d_17 == Roles::GitRouting {
+                    3
+                } else if d_17 == Roles::Helper {
+                    4
+                } else if d_17 == Roles::Network {
+                    5
+                } else if d_17 == Roles::Sandbox {
+                    6
                 } else {
-                    if d_17 == Roles::StateAnchor {
-                        2
-                    } else {
-                        if d_17 == Roles::GitRouting {
-                            3
-                        } else {
-                            if d_17 == Roles::Helper {
-                                4
-                            } else {
-                                if d_17 == Roles::Network {
-                                    5
-                                } else {
-                                    if d_17 == Roles::Sandbox { 6 } else { 7 }
-                                }
-                            }
-                        }
-                    }
+                    7
                 })
                     >= (if false {
                         1
+                    } else if false {
+                        2
+                    } else if false {
+                        3
+                    } else if false {
+                        4
+                    } else if false {
+                        5
+                    } else if true {
+                        6
                     } else {
-                        if false {
-                            2
-                        } else {
-                            if false {
-                                3
-                            } else {
-                                if false {
-                                    4
-                                } else {
-                                    if false { 5 } else { if true { 6 } else { 7 } }
-                                }
-                            }
-                        }
+                        7
                     })
                     || st.part[d_17.index()]
                         == (if d_17 == Roles::PreparedLower {
                             Part::LeaseHeld
+                        } else if d_17 == Roles::StateAnchor {
+                            Part::Prepared
+                        } else if d_17 == Roles::GitRouting {
+                            Part::Prepared
                         } else {
-                            if d_17 == Roles::StateAnchor {
-                                Part::Prepared
-                            } else {
-                                if d_17 == Roles::GitRouting {
-                                    Part::Prepared
-                                } else {
-                                    Part::Committed
-                                }
-                            }
+                            Part::Committed
                         })
             })
 }
@@ -2477,20 +2437,14 @@ fn g43_commit_participant(
         .all(|ps_18| {
             (if ps_18 == ProcSlots::SandboxRuntimeSupervisor {
                 Roles::Sandbox
+            } else if ps_18 == ProcSlots::SandboxAttachedRunsc {
+                Roles::Sandbox
+            } else if ps_18 == ProcSlots::StateAnchorDaemon {
+                Roles::StateAnchor
+            } else if ps_18 == ProcSlots::GitRoutingDaemon {
+                Roles::GitRouting
             } else {
-                if ps_18 == ProcSlots::SandboxAttachedRunsc {
-                    Roles::Sandbox
-                } else {
-                    if ps_18 == ProcSlots::StateAnchorDaemon {
-                        Roles::StateAnchor
-                    } else {
-                        if ps_18 == ProcSlots::GitRoutingDaemon {
-                            Roles::GitRouting
-                        } else {
-                            Roles::Helper
-                        }
-                    }
-                }
+                Roles::Helper
             }) != r || st.slot[ps_18.index()] == Slot::Committed
         })
 }
@@ -3179,45 +3133,33 @@ fn g128_record_release_intent(
         .all(|d_21| {
             (if d_21 == Roles::Publication {
                 1
+            } else if d_21 == Roles::Sandbox {
+                2
+            } else if d_21 == Roles::Network {
+                3
+            } else if d_21 == Roles::Helper {
+                4
+            } else if d_21 == Roles::GitRouting {
+                5
+            } else if d_21 == Roles::StateAnchor {
+                6
             } else {
-                if d_21 == Roles::Sandbox {
-                    2
-                } else {
-                    if d_21 == Roles::Network {
-                        3
-                    } else {
-                        if d_21 == Roles::Helper {
-                            4
-                        } else {
-                            if d_21 == Roles::GitRouting {
-                                5
-                            } else {
-                                if d_21 == Roles::StateAnchor { 6 } else { 7 }
-                            }
-                        }
-                    }
-                }
+                7
             })
                 >= (if r == Roles::Publication {
                     1
+                } else if r == Roles::Sandbox {
+                    2
+                } else if r == Roles::Network {
+                    3
+                } else if r == Roles::Helper {
+                    4
+                } else if r == Roles::GitRouting {
+                    5
+                } else if r == Roles::StateAnchor {
+                    6
                 } else {
-                    if r == Roles::Sandbox {
-                        2
-                    } else {
-                        if r == Roles::Network {
-                            3
-                        } else {
-                            if r == Roles::Helper {
-                                4
-                            } else {
-                                if r == Roles::GitRouting {
-                                    5
-                                } else {
-                                    if r == Roles::StateAnchor { 6 } else { 7 }
-                                }
-                            }
-                        }
-                    }
+                    7
                 })
                 || !(st.part[d_21.index()] == Part::Acquiring
                     || st.part[d_21.index()] == Part::LeaseHeld
@@ -3287,45 +3229,33 @@ fn g136_clean_participant(
         .all(|d_23| {
             (if d_23 == Roles::Publication {
                 1
+            } else if d_23 == Roles::Sandbox {
+                2
+            } else if d_23 == Roles::Network {
+                3
+            } else if d_23 == Roles::Helper {
+                4
+            } else if d_23 == Roles::GitRouting {
+                5
+            } else if d_23 == Roles::StateAnchor {
+                6
             } else {
-                if d_23 == Roles::Sandbox {
-                    2
-                } else {
-                    if d_23 == Roles::Network {
-                        3
-                    } else {
-                        if d_23 == Roles::Helper {
-                            4
-                        } else {
-                            if d_23 == Roles::GitRouting {
-                                5
-                            } else {
-                                if d_23 == Roles::StateAnchor { 6 } else { 7 }
-                            }
-                        }
-                    }
-                }
+                7
             })
                 >= (if r == Roles::Publication {
                     1
+                } else if r == Roles::Sandbox {
+                    2
+                } else if r == Roles::Network {
+                    3
+                } else if r == Roles::Helper {
+                    4
+                } else if r == Roles::GitRouting {
+                    5
+                } else if r == Roles::StateAnchor {
+                    6
                 } else {
-                    if r == Roles::Sandbox {
-                        2
-                    } else {
-                        if r == Roles::Network {
-                            3
-                        } else {
-                            if r == Roles::Helper {
-                                4
-                            } else {
-                                if r == Roles::GitRouting {
-                                    5
-                                } else {
-                                    if r == Roles::StateAnchor { 6 } else { 7 }
-                                }
-                            }
-                        }
-                    }
+                    7
                 })
                 || (st.part[d_23.index()] == Part::None
                     || st.part[d_23.index()] == Part::Clean)
@@ -3388,45 +3318,33 @@ fn g142_clean_bare_intent(
         .all(|d_25| {
             (if d_25 == Roles::Publication {
                 1
+            } else if d_25 == Roles::Sandbox {
+                2
+            } else if d_25 == Roles::Network {
+                3
+            } else if d_25 == Roles::Helper {
+                4
+            } else if d_25 == Roles::GitRouting {
+                5
+            } else if d_25 == Roles::StateAnchor {
+                6
             } else {
-                if d_25 == Roles::Sandbox {
-                    2
-                } else {
-                    if d_25 == Roles::Network {
-                        3
-                    } else {
-                        if d_25 == Roles::Helper {
-                            4
-                        } else {
-                            if d_25 == Roles::GitRouting {
-                                5
-                            } else {
-                                if d_25 == Roles::StateAnchor { 6 } else { 7 }
-                            }
-                        }
-                    }
-                }
+                7
             })
                 >= (if r == Roles::Publication {
                     1
+                } else if r == Roles::Sandbox {
+                    2
+                } else if r == Roles::Network {
+                    3
+                } else if r == Roles::Helper {
+                    4
+                } else if r == Roles::GitRouting {
+                    5
+                } else if r == Roles::StateAnchor {
+                    6
                 } else {
-                    if r == Roles::Sandbox {
-                        2
-                    } else {
-                        if r == Roles::Network {
-                            3
-                        } else {
-                            if r == Roles::Helper {
-                                4
-                            } else {
-                                if r == Roles::GitRouting {
-                                    5
-                                } else {
-                                    if r == Roles::StateAnchor { 6 } else { 7 }
-                                }
-                            }
-                        }
-                    }
+                    7
                 })
                 || (st.part[d_25.index()] == Part::None
                     || st.part[d_25.index()] == Part::Clean)
@@ -4527,20 +4445,14 @@ fn apply(cx: &Constants, st: &State, action: &Action) -> Result<State, StepError
             next
                 .part[(if ps == ProcSlots::SandboxRuntimeSupervisor {
                 Roles::Sandbox
+            } else if ps == ProcSlots::SandboxAttachedRunsc {
+                Roles::Sandbox
+            } else if ps == ProcSlots::StateAnchorDaemon {
+                Roles::StateAnchor
+            } else if ps == ProcSlots::GitRoutingDaemon {
+                Roles::GitRouting
             } else {
-                if ps == ProcSlots::SandboxAttachedRunsc {
-                    Roles::Sandbox
-                } else {
-                    if ps == ProcSlots::StateAnchorDaemon {
-                        Roles::StateAnchor
-                    } else {
-                        if ps == ProcSlots::GitRoutingDaemon {
-                            Roles::GitRouting
-                        } else {
-                            Roles::Helper
-                        }
-                    }
-                }
+                Roles::Helper
             })
                 .index()] = Part::Acquiring;
             next.rs = if ps == ProcSlots::SandboxRuntimeSupervisor {
@@ -4560,12 +4472,12 @@ fn apply(cx: &Constants, st: &State, action: &Action) -> Result<State, StepError
         Action::CommitParticipant { c: _, r } => {
             next.part[r.index()] = if r == Roles::PreparedLower {
                 Part::LeaseHeld
+            } else if r == Roles::StateAnchor {
+                Part::Prepared
+            } else if r == Roles::GitRouting {
+                Part::Prepared
             } else {
-                if r == Roles::StateAnchor {
-                    Part::Prepared
-                } else {
-                    if r == Roles::GitRouting { Part::Prepared } else { Part::Committed }
-                }
+                Part::Committed
             };
         }
         Action::MarkNetworkReady { c: _ } => {
@@ -4772,20 +4684,14 @@ fn apply(cx: &Constants, st: &State, action: &Action) -> Result<State, StepError
                 .map(|ps_24| {
                     if (if ps_24 == ProcSlots::SandboxRuntimeSupervisor {
                         Roles::Sandbox
+                    } else if ps_24 == ProcSlots::SandboxAttachedRunsc {
+                        Roles::Sandbox
+                    } else if ps_24 == ProcSlots::StateAnchorDaemon {
+                        Roles::StateAnchor
+                    } else if ps_24 == ProcSlots::GitRoutingDaemon {
+                        Roles::GitRouting
                     } else {
-                        if ps_24 == ProcSlots::SandboxAttachedRunsc {
-                            Roles::Sandbox
-                        } else {
-                            if ps_24 == ProcSlots::StateAnchorDaemon {
-                                Roles::StateAnchor
-                            } else {
-                                if ps_24 == ProcSlots::GitRoutingDaemon {
-                                    Roles::GitRouting
-                                } else {
-                                    Roles::Helper
-                                }
-                            }
-                        }
+                        Roles::Helper
                     }) == r
                     {
                         Slot::Unassigned
@@ -5126,36 +5032,26 @@ pub fn inv_spec_staged_never_satisfies_active(_cx: &Constants, st: &State) -> bo
             st.part[r_60.index()]
                 != (if r_60 == Roles::PreparedLower {
                     Part::LeaseHeld
+                } else if r_60 == Roles::StateAnchor {
+                    Part::Prepared
+                } else if r_60 == Roles::GitRouting {
+                    Part::Prepared
                 } else {
-                    if r_60 == Roles::StateAnchor {
-                        Part::Prepared
-                    } else {
-                        if r_60 == Roles::GitRouting {
-                            Part::Prepared
-                        } else {
-                            Part::Committed
-                        }
-                    }
+                    Part::Committed
                 })
                 || ProcSlots::ALL
                     .into_iter()
                     .all(|ps_61| {
                         (if ps_61 == ProcSlots::SandboxRuntimeSupervisor {
                             Roles::Sandbox
+                        } else if ps_61 == ProcSlots::SandboxAttachedRunsc {
+                            Roles::Sandbox
+                        } else if ps_61 == ProcSlots::StateAnchorDaemon {
+                            Roles::StateAnchor
+                        } else if ps_61 == ProcSlots::GitRoutingDaemon {
+                            Roles::GitRouting
                         } else {
-                            if ps_61 == ProcSlots::SandboxAttachedRunsc {
-                                Roles::Sandbox
-                            } else {
-                                if ps_61 == ProcSlots::StateAnchorDaemon {
-                                    Roles::StateAnchor
-                                } else {
-                                    if ps_61 == ProcSlots::GitRoutingDaemon {
-                                        Roles::GitRouting
-                                    } else {
-                                        Roles::Helper
-                                    }
-                                }
-                            }
+                            Roles::Helper
                         }) != r_60 || st.slot[ps_61.index()] == Slot::Committed
                     })
         })
@@ -5185,16 +5081,12 @@ pub fn inv_spec_publication_only_when_all_active(_cx: &Constants, st: &State) ->
                     || st.part[r_63.index()]
                         == (if r_63 == Roles::PreparedLower {
                             Part::LeaseHeld
+                        } else if r_63 == Roles::StateAnchor {
+                            Part::Prepared
+                        } else if r_63 == Roles::GitRouting {
+                            Part::Prepared
                         } else {
-                            if r_63 == Roles::StateAnchor {
-                                Part::Prepared
-                            } else {
-                                if r_63 == Roles::GitRouting {
-                                    Part::Prepared
-                                } else {
-                                    Part::Committed
-                                }
-                            }
+                            Part::Committed
                         })
             })
 }
@@ -5233,58 +5125,40 @@ pub fn inv_spec_empty_snapshot_holds_no_process(_cx: &Constants, st: &State) -> 
             !(st
                 .part[(if ps_66 == ProcSlots::SandboxRuntimeSupervisor {
                 Roles::Sandbox
+            } else if ps_66 == ProcSlots::SandboxAttachedRunsc {
+                Roles::Sandbox
+            } else if ps_66 == ProcSlots::StateAnchorDaemon {
+                Roles::StateAnchor
+            } else if ps_66 == ProcSlots::GitRoutingDaemon {
+                Roles::GitRouting
             } else {
-                if ps_66 == ProcSlots::SandboxAttachedRunsc {
-                    Roles::Sandbox
-                } else {
-                    if ps_66 == ProcSlots::StateAnchorDaemon {
-                        Roles::StateAnchor
-                    } else {
-                        if ps_66 == ProcSlots::GitRoutingDaemon {
-                            Roles::GitRouting
-                        } else {
-                            Roles::Helper
-                        }
-                    }
-                }
+                Roles::Helper
             })
                 .index()] == Part::None
                 || st
                     .part[(if ps_66 == ProcSlots::SandboxRuntimeSupervisor {
                     Roles::Sandbox
+                } else if ps_66 == ProcSlots::SandboxAttachedRunsc {
+                    Roles::Sandbox
+                } else if ps_66 == ProcSlots::StateAnchorDaemon {
+                    Roles::StateAnchor
+                } else if ps_66 == ProcSlots::GitRoutingDaemon {
+                    Roles::GitRouting
                 } else {
-                    if ps_66 == ProcSlots::SandboxAttachedRunsc {
-                        Roles::Sandbox
-                    } else {
-                        if ps_66 == ProcSlots::StateAnchorDaemon {
-                            Roles::StateAnchor
-                        } else {
-                            if ps_66 == ProcSlots::GitRoutingDaemon {
-                                Roles::GitRouting
-                            } else {
-                                Roles::Helper
-                            }
-                        }
-                    }
+                    Roles::Helper
                 })
                     .index()] == Part::Intent
                 || st
                     .part[(if ps_66 == ProcSlots::SandboxRuntimeSupervisor {
                     Roles::Sandbox
+                } else if ps_66 == ProcSlots::SandboxAttachedRunsc {
+                    Roles::Sandbox
+                } else if ps_66 == ProcSlots::StateAnchorDaemon {
+                    Roles::StateAnchor
+                } else if ps_66 == ProcSlots::GitRoutingDaemon {
+                    Roles::GitRouting
                 } else {
-                    if ps_66 == ProcSlots::SandboxAttachedRunsc {
-                        Roles::Sandbox
-                    } else {
-                        if ps_66 == ProcSlots::StateAnchorDaemon {
-                            Roles::StateAnchor
-                        } else {
-                            if ps_66 == ProcSlots::GitRoutingDaemon {
-                                Roles::GitRouting
-                            } else {
-                                Roles::Helper
-                            }
-                        }
-                    }
+                    Roles::Helper
                 })
                     .index()] == Part::Clean)
                 || st.slot[ps_66.index()] == Slot::Unassigned
@@ -5333,45 +5207,33 @@ pub fn inv_spec_release_order(_cx: &Constants, st: &State) -> bool {
                         || st.decision == Decision::Recovering)
                         && (if d_69 == Roles::Publication {
                             1
+                        } else if d_69 == Roles::Sandbox {
+                            2
+                        } else if d_69 == Roles::Network {
+                            3
+                        } else if d_69 == Roles::Helper {
+                            4
+                        } else if d_69 == Roles::GitRouting {
+                            5
+                        } else if d_69 == Roles::StateAnchor {
+                            6
                         } else {
-                            if d_69 == Roles::Sandbox {
-                                2
-                            } else {
-                                if d_69 == Roles::Network {
-                                    3
-                                } else {
-                                    if d_69 == Roles::Helper {
-                                        4
-                                    } else {
-                                        if d_69 == Roles::GitRouting {
-                                            5
-                                        } else {
-                                            if d_69 == Roles::StateAnchor { 6 } else { 7 }
-                                        }
-                                    }
-                                }
-                            }
+                            7
                         })
                             < (if r_68 == Roles::Publication {
                                 1
+                            } else if r_68 == Roles::Sandbox {
+                                2
+                            } else if r_68 == Roles::Network {
+                                3
+                            } else if r_68 == Roles::Helper {
+                                4
+                            } else if r_68 == Roles::GitRouting {
+                                5
+                            } else if r_68 == Roles::StateAnchor {
+                                6
                             } else {
-                                if r_68 == Roles::Sandbox {
-                                    2
-                                } else {
-                                    if r_68 == Roles::Network {
-                                        3
-                                    } else {
-                                        if r_68 == Roles::Helper {
-                                            4
-                                        } else {
-                                            if r_68 == Roles::GitRouting {
-                                                5
-                                            } else {
-                                                if r_68 == Roles::StateAnchor { 6 } else { 7 }
-                                            }
-                                        }
-                                    }
-                                }
+                                7
                             }) && st.part[r_68.index()] == Part::Clean)
                         || (st.part[d_69.index()] == Part::None
                             || st.part[d_69.index()] == Part::Clean)
