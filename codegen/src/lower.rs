@@ -553,10 +553,10 @@ impl<'a> Lower<'a> {
                     )),
                 }
             }
-            (ExprKind::If(c, a, b), _) => Ok(IExpr::If(
-                Box::new(self.lower_bool(c, env)?),
-                Box::new(self.value(a, env, want)?),
-                Box::new(self.value(b, env, want)?),
+            (ExprKind::If(c, a, b), _) => Ok(if_then_else(
+                self.lower_bool(c, env)?,
+                self.value(a, env, want)?,
+                self.value(b, env, want)?,
             )),
             (ExprKind::FuncCons(x, d, body), Ty::Func(fd, rng)) => {
                 let dom = self.dom(d, env, x)?;
@@ -813,7 +813,7 @@ impl<'a> Lower<'a> {
                     }
                 };
                 TExpr {
-                    e: IExpr::If(Box::new(c), Box::new(at.e), Box::new(bt)),
+                    e: if_then_else(c, at.e, bt),
                     ty: at.ty,
                 }
             }
@@ -1461,6 +1461,16 @@ impl<'a> Lower<'a> {
             });
         }
         Ok(())
+    }
+}
+
+/// `IF c THEN a ELSE b`, folded when `c` is a constant (a definition's
+/// parameter bound to a literal and compared with literals).
+fn if_then_else(c: IExpr, a: IExpr, b: IExpr) -> IExpr {
+    match c {
+        IExpr::Bool(true) => a,
+        IExpr::Bool(false) => b,
+        c => IExpr::If(Box::new(c), Box::new(a), Box::new(b)),
     }
 }
 

@@ -2334,22 +2334,7 @@ fn g35_stage_process(
                     6
                 } else {
                     7
-                })
-                    >= (if false {
-                        1
-                    } else if false {
-                        2
-                    } else if false {
-                        3
-                    } else if false {
-                        4
-                    } else if false {
-                        5
-                    } else if true {
-                        6
-                    } else {
-                        7
-                    })
+                }) >= 6
                     || st.part[d_17.index()]
                         == (if d_17 == Roles::PreparedLower {
                             Part::LeaseHeld
