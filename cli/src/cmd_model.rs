@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use lazaret_conformance::explore::{check, Checked};
 use lazaret_generated::support::{Cfg, Protocol};
 use lazaret_generated::{visit_model, ModelEntry, ModelVisitor, MODELS};
-use lazaret_runtime::simulate::{simulate, SplitMix64};
+use lazaret_runtime::simulate::{simulate, trace_of_path, SplitMix64};
 use lazaret_runtime::trace::TraceLine;
 
 /// `lazaret model ...`
@@ -137,24 +137,11 @@ impl ModelVisitor for Check {
             entry.name,
             path.len()
         );
-        let mut state = P::init(&cx).map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        for (i, action) in path.iter().enumerate() {
-            state = P::step(&cx, &state, action, None).map_err(|e| e.to_string())?;
-            let line = TraceLine {
-                model: P::NAME.to_string(),
-                step: u64::try_from(i + 1).unwrap_or(u64::MAX),
-                action: P::action_name(action).to_string(),
-                params: P::action_params(&cx, action)
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                generation: 0,
-                state: Some(P::state_view(&cx, &state)),
-            };
-            text.push_str(&line.to_json());
-            text.push('\n');
-        }
+        let text: String = trace_of_path::<P>(&cx, &path, None, 0)
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|l| l.to_json() + "\n")
+            .collect();
         print!("{text}");
         Ok(Checked1::Violated)
     }

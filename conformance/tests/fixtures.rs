@@ -91,3 +91,41 @@ fn mutation_verdicts_on_two_phase() -> Result<(), Box<dyn std::error::Error>> {
     ));
     Ok(())
 }
+
+#[test]
+fn a_mutant_counterexample_replays_to_the_dropped_guard() -> Result<(), Box<dyn std::error::Error>>
+{
+    use lazaret_runtime::replay::{replay, Outcome, Reason};
+    use lazaret_runtime::simulate::trace_of_path;
+
+    let e = entry("TwoPhase")?;
+    let g = guard_id::<two_phase::Model>("RMRcvCommitMsg", 1).ok_or("no guard")?;
+    let model = Checked::<two_phase::Model>::from_entry(e, Some(g))?;
+    let cx = model.cx.clone();
+    let (_, path) = check::<two_phase::Model>(model, None)
+        .violation
+        .ok_or("mutant not killed")?;
+    let lines: Vec<String> = trace_of_path::<two_phase::Model>(&cx, &path, Some(g), 0)?
+        .iter()
+        .map(|l| l.to_json())
+        .collect();
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    // Against the real model, the step the mutant allowed is refused by
+    // exactly the dropped guard.
+    match replay::<two_phase::Model>("cex.jsonl", &cx, &refs)? {
+        Outcome::Diverged(d) => {
+            assert_eq!(d.action, "RMRcvCommitMsg");
+            assert_eq!(
+                d.reason,
+                Reason::GuardFailed {
+                    index: 1,
+                    line: 55,
+                    text: "msgCommit"
+                }
+            );
+            assert!(d.step as usize <= path.len());
+        }
+        other => return Err(format!("expected a divergence, got {other:?}").into()),
+    }
+    Ok(())
+}

@@ -69,6 +69,34 @@ pub fn simulate<P: Protocol>(
     Ok(out)
 }
 
+/// The trace of a path of actions from `Init` (e.g. a checker's
+/// counterexample), each line with the state after its step. `mask` is the
+/// guard the path was found with (guard mutation); `None` for the model.
+pub fn trace_of_path<P: Protocol>(
+    cx: &P::Constants,
+    path: &[P::Action],
+    mask: Option<lazaret_generated::support::GuardId>,
+    generation: u64,
+) -> Result<Vec<TraceLine>, StepError> {
+    let mut state = P::init(cx)?;
+    let mut out = Vec::with_capacity(path.len());
+    for (step, action) in (1u64..).zip(path) {
+        state = P::step(cx, &state, action, mask)?;
+        out.push(TraceLine {
+            model: P::NAME.to_string(),
+            step,
+            action: P::action_name(action).to_string(),
+            params: P::action_params(cx, action)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            generation,
+            state: Some(P::state_view(cx, &state)),
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
