@@ -123,7 +123,7 @@ fn a_mutant_counterexample_replays_to_the_dropped_guard() -> Result<(), Box<dyn 
                     text: "msgCommit"
                 }
             );
-            assert!(d.step as usize <= path.len());
+            assert!(usize::try_from(d.step)? <= path.len());
         }
         other => return Err(format!("expected a divergence, got {other:?}").into()),
     }
