@@ -491,7 +491,11 @@ impl<'m> Emitter<'m> {
                     _ => format!("{{ {} }}", self.val(b, next)),
                 };
                 Code(
-                    format!("if {} {{ {} }} else {tail}", self.ex(c, next).0, self.val(a, next)),
+                    format!(
+                        "if {} {{ {} }} else {tail}",
+                        self.ex(c, next).0,
+                        self.val(a, next)
+                    ),
                     P_LOW,
                 )
             }

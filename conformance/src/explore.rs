@@ -121,12 +121,13 @@ pub struct Outcome<P: Protocol> {
     pub wall: Duration,
     /// The violated invariant and the path to it (actions from `Init`).
     pub violation: Option<(&'static str, Vec<P::Action>)>,
-    /// Whether exploration stopped at `limit` states before finishing.
+    /// Whether exploration stopped at the `limit` before finishing.
     pub truncated: bool,
 }
 
 /// Explores every reachable state breadth-first (one thread), stopping at
-/// the first invariant violation or after `limit` unique states.
+/// the first invariant violation or after about `limit` generated states
+/// (stateright's target counts every generated successor, repeats included).
 pub fn check<P: Protocol>(model: Checked<P>, limit: Option<usize>) -> Outcome<P> {
     let start = Instant::now();
     let mut builder = model.checker();
@@ -140,13 +141,13 @@ pub fn check<P: Protocol>(model: Checked<P>, limit: Option<usize>) -> Outcome<P>
         let name = checker.model().violated(&last).unwrap_or("invariants");
         (name, path.into_actions())
     });
-    let unique = checker.unique_state_count();
+    let generated = checker.state_count();
     Outcome {
-        unique_states: unique,
-        states: checker.state_count(),
+        unique_states: checker.unique_state_count(),
+        states: generated,
         max_depth: checker.max_depth(),
         wall,
-        truncated: violation.is_none() && limit.is_some_and(|l| unique >= l),
+        truncated: violation.is_none() && limit.is_some_and(|l| generated >= l),
         violation,
     }
 }

@@ -62,7 +62,7 @@ impl ModelMutations {
 }
 
 /// Runs every guard mutant of model `P` (capped at `cap_factor` times the
-/// original state count).
+/// original model's generated states).
 pub fn mutate<P: Protocol>(
     entry: &ModelEntry,
     cap_factor: usize,

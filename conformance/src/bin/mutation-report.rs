@@ -12,7 +12,7 @@ use lazaret_generated::support::Protocol;
 use lazaret_generated::{visit_model, ModelEntry, ModelVisitor, MODELS};
 
 /// Mutant state spaces are explored up to this many times the original's.
-const CAP_FACTOR: usize = 20;
+const CAP_FACTOR: usize = 4;
 
 struct Mutate;
 
