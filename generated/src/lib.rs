@@ -14,13 +14,21 @@
 pub mod support;
 
 /// `protocol/Lazaret.tla`: the application protocol.
-#[allow(clippy::int_plus_one, clippy::nonminimal_bool, clippy::if_same_then_else)]
+#[allow(
+    clippy::int_plus_one,
+    clippy::nonminimal_bool,
+    clippy::if_same_then_else
+)]
 pub mod lazaret {
     include!("lazaret.rs");
 }
 
 /// `protocol/PreparedLower.tla`: prepared artifacts, leases, mounts, reclamation.
-#[allow(clippy::int_plus_one, clippy::nonminimal_bool, clippy::if_same_then_else)]
+#[allow(
+    clippy::int_plus_one,
+    clippy::nonminimal_bool,
+    clippy::if_same_then_else
+)]
 pub mod prepared_lower {
     include!("prepared_lower.rs");
 }
@@ -28,12 +36,20 @@ pub mod prepared_lower {
 /// Dialect fixtures of `codegen/tests/fixtures/`, generated like the models.
 pub mod fixtures {
     /// `codegen/tests/fixtures/TwoPhase.tla`
-    #[allow(clippy::int_plus_one, clippy::nonminimal_bool, clippy::if_same_then_else)]
+    #[allow(
+        clippy::int_plus_one,
+        clippy::nonminimal_bool,
+        clippy::if_same_then_else
+    )]
     pub mod two_phase {
         include!("fixtures/two_phase.rs");
     }
     /// `codegen/tests/fixtures/Constructs.tla`
-    #[allow(clippy::int_plus_one, clippy::nonminimal_bool, clippy::if_same_then_else)]
+    #[allow(
+        clippy::int_plus_one,
+        clippy::nonminimal_bool,
+        clippy::if_same_then_else
+    )]
     pub mod constructs {
         include!("fixtures/constructs.rs");
     }
