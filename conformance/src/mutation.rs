@@ -68,10 +68,7 @@ pub fn mutate<P: Protocol>(
     cap_factor: usize,
 ) -> Result<ModelMutations, ExploreError> {
     let original = check::<P>(Checked::from_entry(entry, None)?, None);
-    let cap = original
-        .unique_states
-        .saturating_mul(cap_factor)
-        .max(10_000);
+    let cap = original.states.saturating_mul(cap_factor).max(10_000);
     let mut results = Vec::new();
     for g in P::guards() {
         let model = Checked::<P>::from_entry(entry, Some(g.id))?;
