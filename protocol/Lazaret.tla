@@ -1065,6 +1065,29 @@ Inv_Spec_MountedStateAnchorNeverUnleased ==
     part["StateAnchor"] \in {"Intent", "Acquiring", "Prepared", "ReleaseIntent"} =>
         part["PreparedLower"] \in {"LeaseHeld", "ReleaseIntent"}
 
+\* The publication participant is committed exactly while the generation is
+\* published.
+Inv_Spec_PublicationMatchesDecision ==
+    decision \in {"Starting", "Published"} =>
+        ((part["Publication"] = "Committed") <=> (decision = "Published"))
+
+\* Nothing is released while the generation is starting or served.
+Inv_Spec_NoReleaseWhileServing ==
+    decision \in {"Starting", "Published"} =>
+        \A r \in Roles : part[r] \notin {"ReleaseIntent", "Clean"}
+
+\* A live HC stops the runtime only after every runtime participant has durable
+\* release intent (physical cleanup is always backed by recorded intent).
+Inv_Spec_RuntimeStopsOnlyAfterReleaseIntent ==
+    (decision \in {"Starting", "Published", "TearingDown"} /\ rs = "Absent" /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
+        \A r \in Roles : r \in {"PreparedLower", "Publication"} \/ part[r] \notin LiveSnapshot
+
+\* Release intents follow the release order (publication withdrawn first).
+Inv_Spec_ReleaseIntentOrder ==
+    \A r, d \in Roles :
+        (decision \in ReleasePhases /\ ReleaseRank(d) < ReleaseRank(r) /\ part[r] \in {"ReleaseIntent", "Clean"}) =>
+            part[d] \notin LiveSnapshot
+
 \* Release order: publication first, prepared-lower lease last.
 Inv_Spec_ReleaseOrder ==
     \A r, d \in Roles :
@@ -1111,6 +1134,17 @@ Live_Spec_ParticipantLifecycleOrder ==
 \* transaction of its participant.
 Live_Spec_ProcessSlotLifecycleOrder ==
     [][\A ps \in ProcSlots : SlotStep(ps)]_vars
+
+AcquisitionStep ==
+    \/ \E r \in Roles : part'[r] # part[r] /\ part'[r] \in {"Intent", "Acquiring", "LeaseHeld", "Prepared", "Committed"}
+    \/ \E ps \in ProcSlots : slot'[ps] # slot[ps] /\ slot'[ps] # "Unassigned"
+    \/ rs # "Running" /\ rs' = "Running"
+    \/ runsc # "Running" /\ runsc' = "Running"
+
+\* Spec 3.3/3.4: nothing is acquired, staged, committed or started except
+\* while the generation is starting (teardown and recovery only release).
+Live_Spec_AcquisitionOnlyWhileStarting ==
+    [][AcquisitionStep => decision = "Starting"]_vars
 
 \* FR-17/OR-1: the durable generation document changes only while a
 \* coordinator holds the Domain lock (losers and lost HCs never write).
