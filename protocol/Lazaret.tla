@@ -62,7 +62,11 @@ ProcSlots == {"SandboxRuntimeSupervisor", "SandboxAttachedRunsc",
 \* non-empty snapshot is physical evidence: lease intent, namespace, socket).
 SnapshotRoles == {"PreparedLower", "Network", "Publication"}
 
-HoldingPhases == {"Bootstrapping", "Leading"}
+HoldingPhases == {"Bootstrapping", "Leading", "Serving"}
+\* Leading: lock held and durable identity verified; Serving: it has started
+\* its (one) generation.  An HC instance runs at most one generation and exits
+\* after retiring it (the next CLI starts a new instance).
+LeaderPhases == {"Leading", "Serving"}
 LiveGeneration == {"Starting", "Published", "TearingDown", "Recovering"}
 ReleasePhases == {"TearingDown", "Recovering"}
 ActivePhases == {"LeaseHeld", "Prepared", "Committed"}
@@ -118,7 +122,7 @@ NoSessionsLeft == \A s \in Sessions : sess[s] \notin {"Registered", "Closing"}
 
 -----------------------------------------------------------------------------
 TypeOK ==
-    /\ hc \in [Coordinators -> {"Idle", "Bootstrapping", "Leading", "Exited", "FailedClosed"}]
+    /\ hc \in [Coordinators -> {"Idle", "Bootstrapping", "Leading", "Serving", "Exited", "FailedClosed"}]
     /\ lockHolder \in Coordinators \cup {"None"}
     /\ recordIdentity \in {"Matching", "Mismatched"}
     /\ decision \in {"Vacant", "Starting", "Published", "TearingDown", "Recovering"}
@@ -228,16 +232,17 @@ StartGeneration(c) ==
     /\ hc[c] = "Leading"
     /\ decision = "Vacant"
     /\ gen < MaxGen
+    /\ hc' = [hc EXCEPT ![c] = "Serving"]
     /\ decision' = "Starting"
     /\ gen' = gen + 1
     /\ part' = [r \in Roles |-> "None"]
     /\ slot' = [ps \in ProcSlots |-> "Unassigned"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, rs, runsc,
+    /\ UNCHANGED <<lockHolder, recordIdentity, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 ExitCoordinator(c) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Vacant"
     /\ hc' = [hc EXCEPT ![c] = "Exited"]
     /\ lockHolder' = "None"
@@ -250,7 +255,7 @@ ExitCoordinator(c) ==
 \* "Participant ownership").  Every role first records bare intent.
 
 RecordIntent(c, r) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ part[r] = "None"
     /\ r = "Sandbox" \/ slot["SandboxRuntimeSupervisor"] = "Committed"
@@ -265,7 +270,7 @@ RecordIntent(c, r) ==
 \* lease intent with the intended artifact, network namespace and derived
 \* policy digest (RS entering as committed direct edge), publication paths.
 AcquireSnapshot(c, r) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ part[r] = "Intent"
     /\ r \in SnapshotRoles
@@ -277,7 +282,7 @@ AcquireSnapshot(c, r) ==
 \* Causal child acquisition steps 2-6: the wrapper exists, blocked on its
 \* barrier, and its exact pidfs identity is durably staged.
 StageProcess(c, ps) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ slot[ps] = "Unassigned"
     /\ part[SlotRole(ps)] \in {"Intent", "Acquiring"}
@@ -292,7 +297,7 @@ StageProcess(c, ps) ==
 
 \* Step 9: promote to committed after target-specific readiness.
 CommitProcess(c, ps) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ slot[ps] = "Staged"
     /\ slot' = [slot EXCEPT ![ps] = "Committed"]
@@ -303,7 +308,7 @@ CommitProcess(c, ps) ==
 \* Acquiring -> LeaseHeld (prepared lower: catalog lease inserted),
 \* Prepared (State Anchor, Git routing), Committed (Helper, Sandbox).
 CommitParticipant(c, r) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ part[r] = "Acquiring"
     /\ r \notin {"Network", "Publication"}
@@ -315,7 +320,7 @@ CommitParticipant(c, r) ==
 
 \* The atomic network readiness attestation (spec 3.7).
 MarkNetworkReady(c) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ part["Network"] = "Acquiring"
     /\ part' = [part EXCEPT !["Network"] = "Committed"]
@@ -324,7 +329,7 @@ MarkNetworkReady(c) ==
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 Publish(c) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ part["Publication"] = "Acquiring"
     /\ part' = [part EXCEPT !["Publication"] = "Committed"]
@@ -335,7 +340,7 @@ Publish(c) ==
 
 \* Any acquisition step may fail; the generation is then torn down.
 AbortGeneration(c) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ decision' = "TearingDown"
     /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
@@ -360,7 +365,7 @@ ConnectClient(s, f) ==
 
 \* HC issues a credential bound to the current generation.
 EnrollClient(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Published"
     /\ sess[s] = "Connecting"
     /\ sessFp[s] = "Match"
@@ -370,7 +375,7 @@ EnrollClient(c, s) ==
                    sessFp, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 RefuseConfigurationMismatch(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ sess[s] = "Connecting"
     /\ sessFp[s] = "Mismatch"
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
@@ -380,7 +385,7 @@ RefuseConfigurationMismatch(c, s) ==
 
 \* A credential bound to another generation is refused.
 RefuseStaleCredential(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Published"
     /\ sess[s] = "Enrolled"
     /\ sessGen[s] # gen
@@ -394,7 +399,7 @@ RefuseStaleCredential(c, s) ==
 \* Registration; the Session Terminal reaches Running (spec 3.4 steps 1-5) and
 \* terminal events are admitted on the sandbox route.
 RegisterSession(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Published"
     /\ sess[s] = "Enrolled"
     /\ sessGen[s] = gen
@@ -408,7 +413,7 @@ RegisterSession(c, s) ==
 \* completion: the modeled close removes terminal and escalation routing and
 \* terminates and reaps the session's host process before anything else.
 CloseSession(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ sess[s] = "Registered"
     /\ sess' = [sess EXCEPT ![s] = "Closing"]
     /\ route' = [route EXCEPT ![s] = "None"]
@@ -424,7 +429,7 @@ CloseSession(c, s) ==
 \* Physical terminal release done (exec client reaped, PTY closed, terminal
 \* record clean); the session slot is free.
 FinishSessionRelease(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ sess[s] = "Closing"
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
@@ -447,7 +452,7 @@ ClientExits(s) ==
 \* only on the sandbox route.
 
 PauseTerminalForwarding(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ ptyFwd[s] = TRUE
     /\ esc[s] \in {"Accepted", "Approved"}
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = FALSE]
@@ -456,7 +461,7 @@ PauseTerminalForwarding(c, s) ==
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 ResumeTerminalForwarding(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ ptyFwd[s] = FALSE
     /\ route[s] = "Sandbox"
     /\ esc[s] \notin {"Accepted", "Approved"}
@@ -482,7 +487,7 @@ SubmitEscalation(s, m) ==
                    escApproval, escUnacked, escCancel>>
 
 AcceptEscalation(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Submitted"
     /\ esc' = [esc EXCEPT ![s] = "Accepted"]
     /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
@@ -490,7 +495,7 @@ AcceptEscalation(c, s) ==
                    escMatch, escApproval, escUnacked, escCancel>>
 
 RouteToPrompt(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Accepted"
     /\ route[s] = "Sandbox"
     /\ ptyFwd[s] = FALSE
@@ -502,7 +507,7 @@ RouteToPrompt(c, s) ==
 
 \* Developer decision on the session's own prompt (signed by its Session Anchor).
 ApproveEscalation(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Prompting"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "Developer"]
@@ -511,7 +516,7 @@ ApproveEscalation(c, s) ==
                    escMatch, escUnacked, escCancel>>
 
 AutoApproveEscalation(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Accepted"
     /\ escMatch[s] = "Exact"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
@@ -521,7 +526,7 @@ AutoApproveEscalation(c, s) ==
                    escMatch, escUnacked, escCancel>>
 
 DenyEscalation(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Prompting"
     /\ esc' = [esc EXCEPT ![s] = "Resolved"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
@@ -532,7 +537,7 @@ DenyEscalation(c, s) ==
 
 \* The developer did not answer within the prompt deadline.
 PromptTimeout(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Prompting"
     /\ esc' = [esc EXCEPT ![s] = "Resolved"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
@@ -544,7 +549,7 @@ PromptTimeout(c, s) ==
 \* The approved host process starts (argv launcher, no shell) and takes the
 \* session's terminal.
 StartHostProcess(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Approved"
     /\ ptyFwd[s] = FALSE
     /\ esc' = [esc EXCEPT ![s] = "Running"]
@@ -556,7 +561,7 @@ StartHostProcess(c, s) ==
 \* HC writes one result chunk; at the window bound it pauses the process's
 \* output pipes.
 EmitResultChunk(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Running"
     /\ escUnacked[s] < MaxUnackedChunks
     /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] + 1]
@@ -574,7 +579,7 @@ AckResultChunk(s) ==
 
 \* The host process exited; HC reaped it through its retained pidfd.
 HostProcessExits(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Running"
     /\ esc' = [esc EXCEPT ![s] = "Resolved"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
@@ -586,7 +591,7 @@ HostProcessExits(c, s) ==
 
 \* Execution or acknowledgement deadline: HC terminates and reaps the process.
 HostProcessTimeout(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Running"
     /\ esc' = [esc EXCEPT ![s] = "Resolved"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
@@ -599,7 +604,7 @@ HostProcessTimeout(c, s) ==
 \* Acknowledgement deadline after the process ended: HC removes the
 \* unacknowledged chunk files; the terminal result still follows.
 AckTimeout(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] > 0
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
@@ -609,7 +614,7 @@ AckTimeout(c, s) ==
 
 \* The terminal Escalation Result (outcome, exit status) is written.
 DeliverResult(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] = 0
     /\ esc' = [esc EXCEPT ![s] = "Delivered"]
@@ -642,7 +647,7 @@ RequestCancellation(s) ==
 \* removes unacknowledged chunks, restores the sandbox route; a Cancelled
 \* result follows.
 ApplyCancellation(c, s) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ escCancel[s] = TRUE
     /\ esc' = [esc EXCEPT ![s] = "Resolved"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
@@ -656,20 +661,25 @@ ApplyCancellation(c, s) ==
 -----------------------------------------------------------------------------
 \* Teardown (FR-6) and release (spec 3.3 release, 3.6 unmount/lease release)
 
+\* The last session has left: publication is withdrawn and the HC closes the
+\* connections of clients that have not registered (they are refused).
 BeginTeardown(c) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "Published"
     /\ \A s \in Sessions : sess[s] # "Registered"
     /\ \A s \in Sessions : sess[s] # "Closing"
     /\ decision' = "TearingDown"
+    /\ sess' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "Absent" ELSE sess[s]]
+    /\ sessGen' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN 0 ELSE sessGen[s]]
+    /\ sessFp' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "None" ELSE sessFp[s]]
     /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
-                   sess, sessGen, sessFp, route, ptyFwd,
+                   route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* Any partial or active snapshot moves to release intent, preserving every
 \* recorded identity (slots keep their phase), in release order.
 RecordReleaseIntent(c, r) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision \in ReleasePhases
     /\ part[r] \in LiveSnapshot
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \notin LiveSnapshot
@@ -682,7 +692,7 @@ RecordReleaseIntent(c, r) ==
 \* sandbox, unmounts, stops the helper and exits (a staged RS wrapper is ended
 \* through its exact retained handle).
 ShutdownRuntime(c) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision = "TearingDown"
     /\ rs = "Running"
     /\ \A d \in Roles : part[d] \notin LiveSnapshot
@@ -694,7 +704,7 @@ ShutdownRuntime(c) ==
 
 \* ReleaseIntent -> Clean after absence proof; clears every process slot.
 CleanParticipant(c, r) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision \in ReleasePhases
     /\ part[r] = "ReleaseIntent"
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \in {"None", "Clean"}
@@ -709,7 +719,7 @@ CleanParticipant(c, r) ==
 \* A bare intent becomes the explicit clean snapshot only after the sealed
 \* runtime-absence check.
 CleanBareIntent(c, r) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision \in ReleasePhases
     /\ part[r] = "Intent"
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \in {"None", "Clean"}
@@ -722,7 +732,7 @@ CleanBareIntent(c, r) ==
 
 \* Every participant clean: the generation is retired; a new one may start.
 RetireGeneration(c) ==
-    /\ hc[c] = "Leading"
+    /\ hc[c] \in LeaderPhases
     /\ decision \in ReleasePhases
     /\ \A r \in Roles : part[r] \in {"None", "Clean"}
     /\ decision' = "Vacant"
@@ -852,25 +862,39 @@ Next ==
 \* lock-holding HC takes on its own (its event loop and deadlines) and the
 \* kernel-backed lease-loss edges are fair.  Clients, the sandbox, the
 \* developer, host processes, crashes and new HC instances are not.
+\* All HC steps that serve one session's terminal and escalation (its event
+\* loop turn for that session and that session's deadlines).
+SessionServiceStep(s) ==
+    \E c \in Coordinators :
+        \/ AcceptEscalation(c, s)
+        \/ RouteToPrompt(c, s)
+        \/ AutoApproveEscalation(c, s)
+        \/ PauseTerminalForwarding(c, s)
+        \/ ResumeTerminalForwarding(c, s)
+        \/ StartHostProcess(c, s)
+        \/ PromptTimeout(c, s)
+        \/ HostProcessTimeout(c, s)
+        \/ AckTimeout(c, s)
+        \/ DeliverResult(c, s)
+        \/ ApplyCancellation(c, s)
+        \/ FinishSessionRelease(c, s)
+
+\* All HC steps that bootstrap, tear down or recover the generation.
+GenerationReleaseStep ==
+    \E c \in Coordinators :
+        \/ BootstrapVacantDomain(c)
+        \/ BootstrapRecover(c)
+        \/ RefuseMismatchedRecord(c)
+        \/ BeginTeardown(c)
+        \/ ShutdownRuntime(c)
+        \/ RetireGeneration(c)
+        \/ \E r \in Roles : RecordReleaseIntent(c, r)
+        \/ \E r \in Roles : CleanParticipant(c, r)
+        \/ \E r \in Roles : CleanBareIntent(c, r)
+
 Fairness ==
-    /\ WF_vars(\E c \in Coordinators : BootstrapVacantDomain(c) \/ BootstrapRecover(c) \/ RefuseMismatchedRecord(c))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : AcceptEscalation(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : RouteToPrompt(c, s) \/ AutoApproveEscalation(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : PauseTerminalForwarding(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : ResumeTerminalForwarding(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : StartHostProcess(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : PromptTimeout(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : HostProcessTimeout(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : AckTimeout(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : DeliverResult(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : ApplyCancellation(c, s))
-    /\ \A s \in Sessions : WF_vars(\E c \in Coordinators : FinishSessionRelease(c, s))
-    /\ WF_vars(\E c \in Coordinators : BeginTeardown(c))
-    /\ \A r \in Roles : WF_vars(\E c \in Coordinators : RecordReleaseIntent(c, r))
-    /\ WF_vars(\E c \in Coordinators : ShutdownRuntime(c))
-    /\ \A r \in Roles : WF_vars(\E c \in Coordinators : CleanParticipant(c, r))
-    /\ \A r \in Roles : WF_vars(\E c \in Coordinators : CleanBareIntent(c, r))
-    /\ WF_vars(\E c \in Coordinators : RetireGeneration(c))
+    /\ \A s \in Sessions : WF_vars(SessionServiceStep(s))
+    /\ WF_vars(GenerationReleaseStep)
     /\ WF_vars(RuntimeSupervisorLeaseLossTeardown)
     /\ WF_vars(AttachedRunscParentDeath)
 
@@ -889,7 +913,7 @@ Inv_OR1_LeaderHoldsDomainLock ==
 
 \* OR-1: a Runtime Supervisor with a live lease belongs to the serving leader.
 Inv_OR1_RuntimeLeaseHeldByLeader ==
-    rs = "Running" => \E c \in Coordinators : hc[c] = "Leading"
+    rs = "Running" => \E c \in Coordinators : hc[c] \in LeaderPhases
 
 \* FR-2: every live session of the Domain is bound to the one published
 \* generation and its one committed sandbox.
@@ -917,7 +941,7 @@ Inv_FR6_NoSessionsDuringRelease ==
 \* FR-12: a serving published generation is realised by exactly HC, RS and
 \* attached runsc, all with committed ownership.
 Inv_FR12_PublishedGenerationHasConstitutiveProcesses ==
-    (decision = "Published" /\ \E c \in Coordinators : hc[c] = "Leading") =>
+    (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
         /\ rs = "Running"
         /\ runsc = "Running"
         /\ slot["SandboxRuntimeSupervisor"] = "Committed"
@@ -926,7 +950,7 @@ Inv_FR12_PublishedGenerationHasConstitutiveProcesses ==
 \* FR-13: attached runsc never outlives its RS while a leader serves.
 Inv_FR13_SandboxCoupledToSupervisor ==
     (runsc = "Running" /\ rs # "Running") =>
-        (decision = "Recovering" \/ \A c \in Coordinators : hc[c] # "Leading")
+        (decision = "Recovering" \/ \A c \in Coordinators : hc[c] \notin LeaderPhases)
 
 \* FR-18 (with SR-5 of the earlier revision): network readiness gates the
 \* sandbox start and publication.
@@ -962,7 +986,7 @@ Inv_SR9_FingerprintMismatchNeverEnrolled ==
 Inv_SR16_SessionControlOnlyOnCoordinatorFace ==
     \A s \in Sessions :
         (sess[s] \in {"Registered", "Closing"} \/ esc[s] # "None") =>
-            (decision = "Published" /\ \E c \in Coordinators : hc[c] = "Leading")
+            (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases)
 
 \* SR-17: the sandbox attachment is authorised by the generation's committed
 \* Network role instance (which itself rests on committed helper ownership).
@@ -1041,6 +1065,29 @@ Inv_Spec_MountedStateAnchorNeverUnleased ==
     part["StateAnchor"] \in {"Intent", "Acquiring", "Prepared", "ReleaseIntent"} =>
         part["PreparedLower"] \in {"LeaseHeld", "ReleaseIntent"}
 
+\* The publication participant is committed exactly while the generation is
+\* published.
+Inv_Spec_PublicationMatchesDecision ==
+    decision \in {"Starting", "Published"} =>
+        ((part["Publication"] = "Committed") <=> (decision = "Published"))
+
+\* Nothing is released while the generation is starting or served.
+Inv_Spec_NoReleaseWhileServing ==
+    decision \in {"Starting", "Published"} =>
+        \A r \in Roles : part[r] \notin {"ReleaseIntent", "Clean"}
+
+\* A live HC stops the runtime only after every runtime participant has durable
+\* release intent (physical cleanup is always backed by recorded intent).
+Inv_Spec_RuntimeStopsOnlyAfterReleaseIntent ==
+    (decision \in {"Starting", "Published", "TearingDown"} /\ rs = "Absent" /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
+        \A r \in Roles : r \in {"PreparedLower", "Publication"} \/ part[r] \notin LiveSnapshot
+
+\* Release intents follow the release order (publication withdrawn first).
+Inv_Spec_ReleaseIntentOrder ==
+    \A r, d \in Roles :
+        (decision \in ReleasePhases /\ ReleaseRank(d) < ReleaseRank(r) /\ part[r] \in {"ReleaseIntent", "Clean"}) =>
+            part[d] \notin LiveSnapshot
+
 \* Release order: publication first, prepared-lower lease last.
 Inv_Spec_ReleaseOrder ==
     \A r, d \in Roles :
@@ -1087,6 +1134,17 @@ Live_Spec_ParticipantLifecycleOrder ==
 \* transaction of its participant.
 Live_Spec_ProcessSlotLifecycleOrder ==
     [][\A ps \in ProcSlots : SlotStep(ps)]_vars
+
+AcquisitionStep ==
+    \/ \E r \in Roles : part'[r] # part[r] /\ part'[r] \in {"Intent", "Acquiring", "LeaseHeld", "Prepared", "Committed"}
+    \/ \E ps \in ProcSlots : slot'[ps] # slot[ps] /\ slot'[ps] # "Unassigned"
+    \/ rs # "Running" /\ rs' = "Running"
+    \/ runsc # "Running" /\ runsc' = "Running"
+
+\* Spec 3.3/3.4: nothing is acquired, staged, committed or started except
+\* while the generation is starting (teardown and recovery only release).
+Live_Spec_AcquisitionOnlyWhileStarting ==
+    [][AcquisitionStep => decision = "Starting"]_vars
 
 \* FR-17/OR-1: the durable generation document changes only while a
 \* coordinator holds the Domain lock (losers and lost HCs never write).
