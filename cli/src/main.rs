@@ -9,7 +9,9 @@ mod cmd_doctor;
 mod cmd_internal_roles;
 mod cmd_internal_wrapper;
 mod cmd_launch;
+mod cmd_model;
 mod cmd_state;
+mod cmd_trace;
 
 /// Lazaret: a rootless gVisor sandbox for AI coding agents.
 ///
@@ -34,6 +36,12 @@ enum Command {
     /// spawned through (spec 3.3 step 3). Not for direct use.
     #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
     InternalWrapper(cmd_internal_wrapper::WrapperCommand),
+    /// Check or replay model traces (`lazaret trace replay FILE`).
+    #[command(subcommand)]
+    Trace(cmd_trace::TraceCmd),
+    /// The TLA+ models as generated Rust: check, simulate.
+    #[command(subcommand)]
+    Model(cmd_model::ModelCmd),
     /// Show what a Domain holds durably: generations, participants, process
     /// slots, sessions and terminals (read-only; spec 3.9).
     State(cmd_state::StateCommand),
@@ -72,6 +80,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::InternalWrapper(args) => return cmd_internal_wrapper::run(args),
         Command::State(args) => return cmd_state::run(args),
+        Command::Trace(c) => return cmd_trace::run(c),
+        Command::Model(c) => return cmd_model::run(c),
         Command::InternalCoordinator(args) => return cmd_internal_roles::coordinator(args),
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),

@@ -2,6 +2,10 @@
 pub mod bundle;
 pub mod config;
 pub mod coordinator;
+pub mod core;
 pub mod ownership;
 pub mod records;
+pub mod replay;
+pub mod simulate;
 pub mod terminal;
+pub mod trace;

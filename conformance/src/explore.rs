@@ -1,0 +1,153 @@
+//! A `stateright::Model` over a generated [`Protocol`], and a breadth-first
+//! check of it with the `.cfg` constants.
+//!
+//! A stateright state is exactly the generated `State` (every TLA+ variable,
+//! no symmetry reduction, no view), so its unique-state count is TLC's
+//! distinct-state count. An update that leaves its variable's `TypeOK`
+//! range becomes an `OutOfDomain` node, reported as a `TypeOK` violation.
+
+use std::time::{Duration, Instant};
+
+use lazaret_generated::support::{Cfg, CfgError, GuardId, Protocol, StepError};
+use lazaret_generated::ModelEntry;
+use stateright::{Checker, Model, Property};
+
+/// A node of the explored graph.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Node<S> {
+    State(S),
+    /// A step failed outside the guards (a `TypeOK` range violation).
+    OutOfDomain(StepError),
+}
+
+/// A generated model as a stateright model, optionally with one guard masked.
+#[derive(Debug)]
+pub struct Checked<P: Protocol> {
+    pub cx: P::Constants,
+    pub mask: Option<GuardId>,
+}
+
+/// Why a check could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExploreError {
+    #[error("{file}: {source}")]
+    Cfg {
+        file: &'static str,
+        #[source]
+        source: CfgError,
+    },
+    #[error("Init of {model} fails: {source}")]
+    Init {
+        model: &'static str,
+        #[source]
+        source: StepError,
+    },
+}
+
+impl<P: Protocol> Checked<P> {
+    /// The model with the constants of its `.cfg`.
+    pub fn from_entry(entry: &ModelEntry, mask: Option<GuardId>) -> Result<Self, ExploreError> {
+        let cfg =
+            Cfg::parse(entry.cfg_file, entry.cfg_text).map_err(|source| ExploreError::Cfg {
+                file: entry.cfg_file,
+                source,
+            })?;
+        let cx = P::constants(&cfg).map_err(|source| ExploreError::Cfg {
+            file: entry.cfg_file,
+            source,
+        })?;
+        P::init(&cx).map_err(|source| ExploreError::Init {
+            model: P::NAME,
+            source,
+        })?;
+        Ok(Self { cx, mask })
+    }
+
+    /// The name of the first invariant `node` violates (`TypeOK` for a
+    /// domain violation).
+    pub fn violated(&self, node: &Node<P::State>) -> Option<&'static str> {
+        match node {
+            Node::OutOfDomain(_) => Some("TypeOK"),
+            Node::State(s) => P::invariants()
+                .iter()
+                .find(|inv| !(inv.holds)(&self.cx, s))
+                .map(|inv| inv.name),
+        }
+    }
+
+    fn all_hold(model: &Self, node: &Node<P::State>) -> bool {
+        model.violated(node).is_none()
+    }
+}
+
+impl<P: Protocol> Model for Checked<P> {
+    type State = Node<P::State>;
+    type Action = P::Action;
+
+    fn init_states(&self) -> Vec<Self::State> {
+        match P::init(&self.cx) {
+            Ok(s) => vec![Node::State(s)],
+            Err(e) => vec![Node::OutOfDomain(e)],
+        }
+    }
+
+    fn actions(&self, state: &Self::State, actions: &mut Vec<Self::Action>) {
+        if let Node::State(s) = state {
+            P::enabled_actions(&self.cx, s, self.mask, actions);
+        }
+    }
+
+    fn next_state(&self, last: &Self::State, action: Self::Action) -> Option<Self::State> {
+        let Node::State(s) = last else { return None };
+        match P::step(&self.cx, s, &action, self.mask) {
+            Ok(n) => Some(Node::State(n)),
+            Err(e @ StepError::Domain { .. }) => Some(Node::OutOfDomain(e)),
+            // Not reachable: `actions` only lists enabled actions.
+            Err(StepError::GuardFailed { .. }) => None,
+        }
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![Property::always("invariants", Self::all_hold)]
+    }
+}
+
+/// The outcome of a breadth-first check.
+#[derive(Clone, Debug)]
+pub struct Outcome<P: Protocol> {
+    pub unique_states: usize,
+    pub states: usize,
+    pub max_depth: usize,
+    pub wall: Duration,
+    /// The violated invariant and the path to it (actions from `Init`).
+    pub violation: Option<(&'static str, Vec<P::Action>)>,
+    /// Whether exploration stopped at the `limit` before finishing.
+    pub truncated: bool,
+}
+
+/// Explores every reachable state breadth-first (one thread), stopping at
+/// the first invariant violation or after about `limit` generated states
+/// (stateright's target counts every generated successor, repeats included).
+pub fn check<P: Protocol>(model: Checked<P>, limit: Option<usize>) -> Outcome<P> {
+    let start = Instant::now();
+    let mut builder = model.checker();
+    if let Some(l) = limit {
+        builder = builder.target_state_count(l);
+    }
+    let checker = builder.spawn_bfs().join();
+    let wall = start.elapsed();
+    let violation = checker.discovery("invariants").map(|path| {
+        let last = path.last_state().clone();
+        let name = checker.model().violated(&last).unwrap_or("invariants");
+        (name, path.into_actions())
+    });
+    let generated = checker.state_count();
+    Outcome {
+        unique_states: checker.unique_state_count(),
+        states: generated,
+        max_depth: checker.max_depth(),
+        wall,
+        truncated: violation.is_none() && limit.is_some_and(|l| generated >= l),
+        violation,
+    }
+}

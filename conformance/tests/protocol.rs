@@ -1,0 +1,55 @@
+//! Issue 2 and 3 acceptance for the protocol models: TLC finds no violation
+//! and takes every action; stateright over the generated Rust reaches
+//! exactly TLC's distinct states and every invariant holds. TLC runs once
+//! per model.
+
+use lazaret_conformance::explore::{check, Checked};
+use lazaret_conformance::tlc::run_tlc;
+use lazaret_conformance::workspace_root;
+use lazaret_generated::support::Protocol;
+use lazaret_generated::{lazaret, prepared_lower, MODELS};
+
+fn tlc_and_parity<P: Protocol>() -> Result<(), Box<dyn std::error::Error>> {
+    let name = P::NAME;
+    let e = MODELS
+        .iter()
+        .find(|m| m.name == name)
+        .ok_or_else(|| format!("no model {name}"))?;
+    let tlc = run_tlc(&workspace_root().join(e.tla))?;
+    assert!(
+        tlc.violations.is_empty(),
+        "TLC on {name}: {:?}",
+        tlc.violations
+    );
+    assert_eq!(tlc.exit_code, Some(0), "TLC exit status on {name}");
+    assert!(
+        tlc.uncovered().is_empty(),
+        "TLC on {name}: actions never taken: {:?}",
+        tlc.uncovered()
+    );
+    let sr = check::<P>(Checked::from_entry(e, None)?, None);
+    assert!(
+        sr.violation.is_none(),
+        "stateright on {name}: {:?}",
+        sr.violation
+    );
+    eprintln!(
+        "{name}: TLC {} distinct states in {:?}; stateright {} in {:?}",
+        tlc.distinct, tlc.wall, sr.unique_states, sr.wall
+    );
+    assert_eq!(
+        sr.unique_states as u64, tlc.distinct,
+        "stateright unique states vs TLC distinct states for {name}"
+    );
+    Ok(())
+}
+
+#[test]
+fn lazaret_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn std::error::Error>> {
+    tlc_and_parity::<lazaret::Model>()
+}
+
+#[test]
+fn prepared_lower_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn std::error::Error>> {
+    tlc_and_parity::<prepared_lower::Model>()
+}

@@ -1,0 +1,1193 @@
+---- MODULE Lazaret ----
+\* The Lazaret application protocol (spec "Document authority"; issue 2 item 5).
+\* State-table dialect: protocol/README.md.  Design notes, the action -> spec
+\* table, requirement -> property table, fairness and TLC results:
+\* protocol/Lazaret-notes.md.
+\*
+\* One Domain.  Coordinators are Host Coordinator process instances (one
+\* coordinator ID per process lifetime; an instance never comes back after it
+\* exits, fails closed or is lost).  Sessions are Client Session slots; a slot
+\* is reused after its session is released.  Each session has at most one
+\* escalation request in flight (see the notes for why that is sound).
+EXTENDS Naturals
+
+CONSTANTS
+    Coordinators,       \* Host Coordinator instances (model values)
+    Sessions,           \* Client Session slots (model values)
+    MaxGen,             \* bound on Domain generations
+    MaxUnackedChunks    \* escalation result chunks HC retains unacknowledged (spec 3.8: 8)
+
+VARIABLES
+    hc,             \* per coordinator instance: its lifecycle
+    lockHolder,     \* holder of the Domain flock
+    recordIdentity, \* does the durable generation record match what bootstrap observes
+    decision,       \* durable_decision of the current generation record
+    gen,            \* current generation number in the Domain Store
+    part,           \* durable participant state per role (schemas.md "Participant ownership")
+    slot,           \* durable acquired-child process slot phase (schemas.md "Host process identity")
+    rs,             \* physical Runtime Supervisor process
+    runsc,          \* physical attached runsc client (and with it the Agent Sandbox)
+    sess,           \* per session: protocol session phase
+    sessGen,        \* per session: generation its client credential is bound to
+    sessFp,         \* per session: configuration-fingerprint comparison at enrollment
+    route,          \* per session: terminal route
+    ptyFwd,         \* per session: HC reads the PTY master and admits terminal events
+    esc,            \* per session: escalation request phase
+    escMatch,       \* per session: auto-approval rule classification of the request
+    escApproval,    \* per session: who approved the request
+    escUnacked,     \* per session: result chunks sent and not yet acknowledged
+    escCancel       \* per session: a signed cancellation has arrived and is not yet applied
+
+vars == <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+          sess, sessGen, sessFp, route, ptyFwd,
+          esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* The durable generation document (Domain Store, spec 3.6): only these are
+\* written by store transactions.
+durableVars == <<decision, gen, part, slot>>
+
+-----------------------------------------------------------------------------
+\* Definitions
+
+Roles == {"PreparedLower", "StateAnchor", "GitRouting", "Network", "Helper",
+          "Sandbox", "Publication"}
+
+\* Acquired child edges that require staging (spec 3.3; schemas.md
+\* HostProcessOwnershipSlot).  The direct existing-process edges (Network RS,
+\* Helper RS, Sandbox HC) enter a snapshot already committed and need no slot.
+ProcSlots == {"SandboxRuntimeSupervisor", "SandboxAttachedRunsc",
+              "StateAnchorDaemon", "GitRoutingDaemon", "HelperConnectivityHelper"}
+
+\* Roles whose snapshot is created without a child process (the first
+\* non-empty snapshot is physical evidence: lease intent, namespace, socket).
+SnapshotRoles == {"PreparedLower", "Network", "Publication"}
+
+HoldingPhases == {"Bootstrapping", "Leading", "Serving"}
+\* Leading: lock held and durable identity verified; Serving: it has started
+\* its (one) generation.  An HC instance runs at most one generation and exits
+\* after retiring it (the next CLI starts a new instance).
+LeaderPhases == {"Leading", "Serving"}
+LiveGeneration == {"Starting", "Published", "TearingDown", "Recovering"}
+ReleasePhases == {"TearingDown", "Recovering"}
+ActivePhases == {"LeaseHeld", "Prepared", "Committed"}
+LiveSnapshot == {"Acquiring", "LeaseHeld", "Prepared", "Committed"}
+RequestOpen == {"Accepted", "Prompting", "Approved", "Running"}
+RuleMatches == {"Exact", "Inexact"}
+FingerprintResults == {"Match", "Mismatch"}
+
+\* The single serviceable state of each role (schemas.md "Participant ownership").
+ActiveState(r) ==
+    IF r = "PreparedLower" THEN "LeaseHeld"
+    ELSE IF r = "StateAnchor" THEN "Prepared"
+    ELSE IF r = "GitRouting" THEN "Prepared"
+    ELSE "Committed"
+
+IsActive(r) == part[r] = ActiveState(r)
+
+\* The participant whose snapshot owns a process slot.
+SlotRole(ps) ==
+    IF ps = "SandboxRuntimeSupervisor" THEN "Sandbox"
+    ELSE IF ps = "SandboxAttachedRunsc" THEN "Sandbox"
+    ELSE IF ps = "StateAnchorDaemon" THEN "StateAnchor"
+    ELSE IF ps = "GitRoutingDaemon" THEN "GitRouting"
+    ELSE "Helper"
+
+\* Acquisition order.  The Sandbox participant records its intent first and
+\* holds the RS slot from the start; every other role is acquired under the
+\* committed RS, one after the other in this order; attached runsc is staged
+\* only when all of them are active; publication comes last.  The prepared
+\* lower precedes the State Anchor (lease before mount, spec 3.6) and the
+\* helper precedes the network (committed helper before readiness, spec 3.6).
+AcquireRank(r) ==
+    IF r = "PreparedLower" THEN 1
+    ELSE IF r = "StateAnchor" THEN 2
+    ELSE IF r = "GitRouting" THEN 3
+    ELSE IF r = "Helper" THEN 4
+    ELSE IF r = "Network" THEN 5
+    ELSE IF r = "Sandbox" THEN 6
+    ELSE 7
+
+\* Release order: publication is withdrawn first, the prepared-lower lease is
+\* released last (after the State Anchor mount is gone).
+ReleaseRank(r) ==
+    IF r = "Publication" THEN 1
+    ELSE IF r = "Sandbox" THEN 2
+    ELSE IF r = "Network" THEN 3
+    ELSE IF r = "Helper" THEN 4
+    ELSE IF r = "GitRouting" THEN 5
+    ELSE IF r = "StateAnchor" THEN 6
+    ELSE 7
+
+NoSessionsLeft == \A s \in Sessions : sess[s] \notin {"Registered", "Closing"}
+
+-----------------------------------------------------------------------------
+TypeOK ==
+    /\ hc \in [Coordinators -> {"Idle", "Bootstrapping", "Leading", "Serving", "Exited", "FailedClosed"}]
+    /\ lockHolder \in Coordinators \cup {"None"}
+    /\ recordIdentity \in {"Matching", "Mismatched"}
+    /\ decision \in {"Vacant", "Starting", "Published", "TearingDown", "Recovering"}
+    /\ gen \in 0..MaxGen
+    /\ part \in [Roles -> {"None", "Intent", "Acquiring", "LeaseHeld", "Prepared", "Committed", "ReleaseIntent", "Clean"}]
+    /\ slot \in [ProcSlots -> {"Unassigned", "Staged", "Committed"}]
+    /\ rs \in {"Absent", "Running", "LeaseLost"}
+    /\ runsc \in {"Absent", "Running"}
+    /\ sess \in [Sessions -> {"Absent", "Connecting", "Enrolled", "Registered", "Closing"}]
+    /\ sessGen \in [Sessions -> 0..MaxGen]
+    /\ sessFp \in [Sessions -> {"None", "Match", "Mismatch"}]
+    /\ route \in [Sessions -> {"None", "Sandbox", "Prompt", "HostProcess"}]
+    /\ ptyFwd \in [Sessions -> BOOLEAN]
+    /\ esc \in [Sessions -> {"None", "Submitted", "Accepted", "Prompting", "Approved", "Running", "Resolved", "Delivered"}]
+    /\ escMatch \in [Sessions -> {"None", "Exact", "Inexact"}]
+    /\ escApproval \in [Sessions -> {"None", "Developer", "Auto"}]
+    /\ escUnacked \in [Sessions -> 0..MaxUnackedChunks]
+    /\ escCancel \in [Sessions -> BOOLEAN]
+
+Init ==
+    /\ hc = [c \in Coordinators |-> "Idle"]
+    /\ lockHolder = "None"
+    /\ recordIdentity = "Matching"
+    /\ decision = "Vacant"
+    /\ gen = 0
+    /\ part = [r \in Roles |-> "None"]
+    /\ slot = [ps \in ProcSlots |-> "Unassigned"]
+    /\ rs = "Absent"
+    /\ runsc = "Absent"
+    /\ sess = [s \in Sessions |-> "Absent"]
+    /\ sessGen = [s \in Sessions |-> 0]
+    /\ sessFp = [s \in Sessions |-> "None"]
+    /\ route = [s \in Sessions |-> "None"]
+    /\ ptyFwd = [s \in Sessions |-> FALSE]
+    /\ esc = [s \in Sessions |-> "None"]
+    /\ escMatch = [s \in Sessions |-> "None"]
+    /\ escApproval = [s \in Sessions |-> "None"]
+    /\ escUnacked = [s \in Sessions |-> 0]
+    /\ escCancel = [s \in Sessions |-> FALSE]
+
+-----------------------------------------------------------------------------
+\* Domain lock and Host Coordinator election (spec 3.3, OR-1)
+
+AcquireDomainLock(c) ==
+    /\ hc[c] = "Idle"
+    /\ lockHolder = "None"
+    /\ hc' = [hc EXCEPT ![c] = "Bootstrapping"]
+    /\ lockHolder' = c
+    /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* A concurrent candidate whose non-blocking flock fails exits without opening
+\* the Domain Store.
+LoseDomainLockRace(c) ==
+    /\ hc[c] = "Idle"
+    /\ lockHolder # "None"
+    /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
+    /\ UNCHANGED <<lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Bootstrap of a Domain whose durable record holds no live generation.
+BootstrapVacantDomain(c) ==
+    /\ hc[c] = "Bootstrapping"
+    /\ decision = "Vacant"
+    /\ hc' = [hc EXCEPT ![c] = "Leading"]
+    /\ UNCHANGED <<lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Bootstrap recovery resumes only from matching durable identity.
+BootstrapRecover(c) ==
+    /\ hc[c] = "Bootstrapping"
+    /\ decision \in LiveGeneration
+    /\ recordIdentity = "Matching"
+    /\ hc' = [hc EXCEPT ![c] = "Leading"]
+    /\ decision' = "Recovering"
+    /\ UNCHANGED <<lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* A mismatch fails closed: the record is retained untouched, the lock released.
+RefuseMismatchedRecord(c) ==
+    /\ hc[c] = "Bootstrapping"
+    /\ recordIdentity = "Mismatched"
+    /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
+    /\ lockHolder' = "None"
+    /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Environment: while nobody holds the lock, the retained record stops matching
+\* what a bootstrap would observe (foreign or replaced resource, other store).
+DurableIdentityDiverges ==
+    /\ lockHolder = "None"
+    /\ decision \in LiveGeneration
+    /\ rs = "Absent"
+    /\ runsc = "Absent"
+    /\ recordIdentity = "Matching"
+    /\ recordIdentity' = "Mismatched"
+    /\ UNCHANGED <<hc, lockHolder, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+StartGeneration(c) ==
+    /\ hc[c] = "Leading"
+    /\ decision = "Vacant"
+    /\ gen < MaxGen
+    /\ hc' = [hc EXCEPT ![c] = "Serving"]
+    /\ decision' = "Starting"
+    /\ gen' = gen + 1
+    /\ part' = [r \in Roles |-> "None"]
+    /\ slot' = [ps \in ProcSlots |-> "Unassigned"]
+    /\ UNCHANGED <<lockHolder, recordIdentity, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+ExitCoordinator(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Vacant"
+    /\ hc' = [hc EXCEPT ![c] = "Exited"]
+    /\ lockHolder' = "None"
+    /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+-----------------------------------------------------------------------------
+\* Generation acquisition (spec 3.3 causal acquisition; schemas.md
+\* "Participant ownership").  Every role first records bare intent.
+
+RecordIntent(c, r) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ part[r] = "None"
+    /\ r = "Sandbox" \/ slot["SandboxRuntimeSupervisor"] = "Committed"
+    /\ r = "Sandbox" \/ \A d \in Roles : d = "Sandbox" \/ AcquireRank(d) >= AcquireRank(r) \/ IsActive(d)
+    /\ r # "Publication" \/ part["Sandbox"] = "Committed"
+    /\ part' = [part EXCEPT ![r] = "Intent"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* First non-empty snapshot of a role without a child process: prepared-lower
+\* lease intent with the intended artifact, network namespace and derived
+\* policy digest (RS entering as committed direct edge), publication paths.
+AcquireSnapshot(c, r) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ part[r] = "Intent"
+    /\ r \in SnapshotRoles
+    /\ part' = [part EXCEPT ![r] = "Acquiring"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Causal child acquisition steps 2-6: the wrapper exists, blocked on its
+\* barrier, and its exact pidfs identity is durably staged.
+StageProcess(c, ps) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ slot[ps] = "Unassigned"
+    /\ part[SlotRole(ps)] \in {"Intent", "Acquiring"}
+    /\ ps # "SandboxAttachedRunsc" \/ \A d \in Roles : AcquireRank(d) >= AcquireRank("Sandbox") \/ IsActive(d)
+    /\ slot' = [slot EXCEPT ![ps] = "Staged"]
+    /\ part' = [part EXCEPT ![SlotRole(ps)] = "Acquiring"]
+    /\ rs' = IF ps = "SandboxRuntimeSupervisor" THEN "Running" ELSE rs
+    /\ runsc' = IF ps = "SandboxAttachedRunsc" THEN "Running" ELSE runsc
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Step 9: promote to committed after target-specific readiness.
+CommitProcess(c, ps) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ slot[ps] = "Staged"
+    /\ slot' = [slot EXCEPT ![ps] = "Committed"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Acquiring -> LeaseHeld (prepared lower: catalog lease inserted),
+\* Prepared (State Anchor, Git routing), Committed (Helper, Sandbox).
+CommitParticipant(c, r) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ part[r] = "Acquiring"
+    /\ r \notin {"Network", "Publication"}
+    /\ \A ps \in ProcSlots : SlotRole(ps) # r \/ slot[ps] = "Committed"
+    /\ part' = [part EXCEPT ![r] = ActiveState(r)]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* The atomic network readiness attestation (spec 3.7).
+MarkNetworkReady(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ part["Network"] = "Acquiring"
+    /\ part' = [part EXCEPT !["Network"] = "Committed"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+Publish(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ part["Publication"] = "Acquiring"
+    /\ part' = [part EXCEPT !["Publication"] = "Committed"]
+    /\ decision' = "Published"
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Any acquisition step may fail; the generation is then torn down.
+AbortGeneration(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Starting"
+    /\ decision' = "TearingDown"
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+-----------------------------------------------------------------------------
+\* Client enrollment and session registration (spec 3.3 cryptography, FR-2,
+\* SR-9, SR-16)
+
+\* Client side: a CLI connects to the published Host Coordinator face and asks
+\* for credential enrollment.  f is the comparison of its configuration
+\* fingerprint with the published generation's.
+ConnectClient(s, f) ==
+    /\ sess[s] = "Absent"
+    /\ decision = "Published"
+    /\ lockHolder # "None"
+    /\ sess' = [sess EXCEPT ![s] = "Connecting"]
+    /\ sessFp' = [sessFp EXCEPT ![s] = f]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* HC issues a credential bound to the current generation.
+EnrollClient(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Published"
+    /\ sess[s] = "Connecting"
+    /\ sessFp[s] = "Match"
+    /\ sess' = [sess EXCEPT ![s] = "Enrolled"]
+    /\ sessGen' = [sessGen EXCEPT ![s] = gen]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sessFp, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+RefuseConfigurationMismatch(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ sess[s] = "Connecting"
+    /\ sessFp[s] = "Mismatch"
+    /\ sess' = [sess EXCEPT ![s] = "Absent"]
+    /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* A credential bound to another generation is refused.
+RefuseStaleCredential(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Published"
+    /\ sess[s] = "Enrolled"
+    /\ sessGen[s] # gen
+    /\ sess' = [sess EXCEPT ![s] = "Absent"]
+    /\ sessGen' = [sessGen EXCEPT ![s] = 0]
+    /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Registration; the Session Terminal reaches Running (spec 3.4 steps 1-5) and
+\* terminal events are admitted on the sandbox route.
+RegisterSession(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Published"
+    /\ sess[s] = "Enrolled"
+    /\ sessGen[s] = gen
+    /\ sess' = [sess EXCEPT ![s] = "Registered"]
+    /\ route' = [route EXCEPT ![s] = "Sandbox"]
+    /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sessGen, sessFp, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Session close, client connection loss, PTY or exec-client loss, or guest
+\* completion: the modeled close removes terminal and escalation routing and
+\* terminates and reaps the session's host process before anything else.
+CloseSession(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ sess[s] = "Registered"
+    /\ sess' = [sess EXCEPT ![s] = "Closing"]
+    /\ route' = [route EXCEPT ![s] = "None"]
+    /\ ptyFwd' = [ptyFwd EXCEPT ![s] = FALSE]
+    /\ esc' = [esc EXCEPT ![s] = "None"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
+    /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
+    /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sessGen, sessFp>>
+
+\* Physical terminal release done (exec client reaped, PTY closed, terminal
+\* record clean); the session slot is free.
+FinishSessionRelease(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ sess[s] = "Closing"
+    /\ sess' = [sess EXCEPT ![s] = "Absent"]
+    /\ sessGen' = [sessGen EXCEPT ![s] = 0]
+    /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Client side: a client that is not (or no longer) registered gives up.
+ClientExits(s) ==
+    /\ sess[s] \in {"Connecting", "Enrolled"}
+    /\ sess' = [sess EXCEPT ![s] = "Absent"]
+    /\ sessGen' = [sessGen EXCEPT ![s] = 0]
+    /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+-----------------------------------------------------------------------------
+\* Terminal routing (spec 3.4): the HC stops reading a session's PTY master
+\* before the session's terminal carries a prompt or host process, and resumes
+\* only on the sandbox route.
+
+PauseTerminalForwarding(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ ptyFwd[s] = TRUE
+    /\ esc[s] \in {"Accepted", "Approved"}
+    /\ ptyFwd' = [ptyFwd EXCEPT ![s] = FALSE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+ResumeTerminalForwarding(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ ptyFwd[s] = FALSE
+    /\ route[s] = "Sandbox"
+    /\ esc[s] \notin {"Accepted", "Approved"}
+    /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+-----------------------------------------------------------------------------
+\* Host escalation (spec 3.8)
+
+\* Sandbox side: a signed request bound to the session's Session Request
+\* Capability lands in the generation mailbox.  m is the rule matcher's
+\* classification of its argv (Exact: a rule matches exactly, no shell form,
+\* trailing arguments only where the rule grants them).
+SubmitEscalation(s, m) ==
+    /\ sess[s] = "Registered"
+    /\ esc[s] = "None"
+    /\ esc' = [esc EXCEPT ![s] = "Submitted"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = m]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   escApproval, escUnacked, escCancel>>
+
+AcceptEscalation(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Submitted"
+    /\ esc' = [esc EXCEPT ![s] = "Accepted"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   escMatch, escApproval, escUnacked, escCancel>>
+
+RouteToPrompt(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Accepted"
+    /\ route[s] = "Sandbox"
+    /\ ptyFwd[s] = FALSE
+    /\ esc' = [esc EXCEPT ![s] = "Prompting"]
+    /\ route' = [route EXCEPT ![s] = "Prompt"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd,
+                   escMatch, escApproval, escUnacked, escCancel>>
+
+\* Developer decision on the session's own prompt (signed by its Session Anchor).
+ApproveEscalation(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Prompting"
+    /\ esc' = [esc EXCEPT ![s] = "Approved"]
+    /\ escApproval' = [escApproval EXCEPT ![s] = "Developer"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   escMatch, escUnacked, escCancel>>
+
+AutoApproveEscalation(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Accepted"
+    /\ escMatch[s] = "Exact"
+    /\ esc' = [esc EXCEPT ![s] = "Approved"]
+    /\ escApproval' = [escApproval EXCEPT ![s] = "Auto"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   escMatch, escUnacked, escCancel>>
+
+DenyEscalation(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Prompting"
+    /\ esc' = [esc EXCEPT ![s] = "Resolved"]
+    /\ route' = [route EXCEPT ![s] = "Sandbox"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
+
+\* The developer did not answer within the prompt deadline.
+PromptTimeout(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Prompting"
+    /\ esc' = [esc EXCEPT ![s] = "Resolved"]
+    /\ route' = [route EXCEPT ![s] = "Sandbox"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
+
+\* The approved host process starts (argv launcher, no shell) and takes the
+\* session's terminal.
+StartHostProcess(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Approved"
+    /\ ptyFwd[s] = FALSE
+    /\ esc' = [esc EXCEPT ![s] = "Running"]
+    /\ route' = [route EXCEPT ![s] = "HostProcess"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd,
+                   escMatch, escApproval, escUnacked, escCancel>>
+
+\* HC writes one result chunk; at the window bound it pauses the process's
+\* output pipes.
+EmitResultChunk(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Running"
+    /\ escUnacked[s] < MaxUnackedChunks
+    /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] + 1]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escCancel>>
+
+\* Sandbox side: the Escalation Client acknowledges the next chunk.
+AckResultChunk(s) ==
+    /\ escUnacked[s] > 0
+    /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] - 1]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escCancel>>
+
+\* The host process exited; HC reaped it through its retained pidfd.
+HostProcessExits(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Running"
+    /\ esc' = [esc EXCEPT ![s] = "Resolved"]
+    /\ route' = [route EXCEPT ![s] = "Sandbox"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
+    /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd, escUnacked>>
+
+\* Execution or acknowledgement deadline: HC terminates and reaps the process.
+HostProcessTimeout(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Running"
+    /\ esc' = [esc EXCEPT ![s] = "Resolved"]
+    /\ route' = [route EXCEPT ![s] = "Sandbox"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
+    /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd, escUnacked>>
+
+\* Acknowledgement deadline after the process ended: HC removes the
+\* unacknowledged chunk files; the terminal result still follows.
+AckTimeout(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Resolved"
+    /\ escUnacked[s] > 0
+    /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escCancel>>
+
+\* The terminal Escalation Result (outcome, exit status) is written.
+DeliverResult(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Resolved"
+    /\ escUnacked[s] = 0
+    /\ esc' = [esc EXCEPT ![s] = "Delivered"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   escMatch, escApproval, escUnacked, escCancel>>
+
+\* Sandbox side: the Escalation Client consumed the result; the session may
+\* submit its next request.
+CollectResult(s) ==
+    /\ esc[s] = "Delivered"
+    /\ esc' = [esc EXCEPT ![s] = "None"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   escMatch, escApproval, escUnacked, escCancel>>
+
+\* Sandbox side: a signed cancellation for the open request arrives.  The HC
+\* handles mailbox records at its routing points, so a cancellation is modeled
+\* as arriving while the request holds the terminal (prompt or host process);
+\* Accepted and Approved are HC-internal and left by the HC's next step.
+RequestCancellation(s) ==
+    /\ esc[s] \in {"Prompting", "Running"}
+    /\ escCancel[s] = FALSE
+    /\ escCancel' = [escCancel EXCEPT ![s] = TRUE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked>>
+
+\* HC applies it: withdraws the prompt or terminates and reaps the host process,
+\* removes unacknowledged chunks, restores the sandbox route; a Cancelled
+\* result follows.
+ApplyCancellation(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ escCancel[s] = TRUE
+    /\ esc' = [esc EXCEPT ![s] = "Resolved"]
+    /\ route' = [route EXCEPT ![s] = "Sandbox"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
+    /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
+    /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd>>
+
+-----------------------------------------------------------------------------
+\* Teardown (FR-6) and release (spec 3.3 release, 3.6 unmount/lease release)
+
+\* The last session has left: publication is withdrawn and the HC closes the
+\* connections of clients that have not registered (they are refused).
+BeginTeardown(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Published"
+    /\ \A s \in Sessions : sess[s] # "Registered"
+    /\ \A s \in Sessions : sess[s] # "Closing"
+    /\ decision' = "TearingDown"
+    /\ sess' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "Absent" ELSE sess[s]]
+    /\ sessGen' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN 0 ELSE sessGen[s]]
+    /\ sessFp' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "None" ELSE sessFp[s]]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+                   route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Any partial or active snapshot moves to release intent, preserving every
+\* recorded identity (slots keep their phase), in release order.
+RecordReleaseIntent(c, r) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision \in ReleasePhases
+    /\ part[r] \in LiveSnapshot
+    /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \notin LiveSnapshot
+    /\ part' = [part EXCEPT ![r] = "ReleaseIntent"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Normal teardown: the live HC closes the RS lifetime lease; the RS stops the
+\* sandbox, unmounts, stops the helper and exits (a staged RS wrapper is ended
+\* through its exact retained handle).
+ShutdownRuntime(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "TearingDown"
+    /\ rs = "Running"
+    /\ \A d \in Roles : part[d] \notin LiveSnapshot
+    /\ rs' = "Absent"
+    /\ runsc' = "Absent"
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* ReleaseIntent -> Clean after absence proof; clears every process slot.
+CleanParticipant(c, r) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision \in ReleasePhases
+    /\ part[r] = "ReleaseIntent"
+    /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \in {"None", "Clean"}
+    /\ r = "Publication" \/ rs = "Absent"
+    /\ r = "Publication" \/ runsc = "Absent"
+    /\ part' = [part EXCEPT ![r] = "Clean"]
+    /\ slot' = [ps \in ProcSlots |-> IF SlotRole(ps) = r THEN "Unassigned" ELSE slot[ps]]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* A bare intent becomes the explicit clean snapshot only after the sealed
+\* runtime-absence check.
+CleanBareIntent(c, r) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision \in ReleasePhases
+    /\ part[r] = "Intent"
+    /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \in {"None", "Clean"}
+    /\ rs = "Absent"
+    /\ runsc = "Absent"
+    /\ part' = [part EXCEPT ![r] = "Clean"]
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Every participant clean: the generation is retired; a new one may start.
+RetireGeneration(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision \in ReleasePhases
+    /\ \A r \in Roles : part[r] \in {"None", "Clean"}
+    /\ decision' = "Vacant"
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+-----------------------------------------------------------------------------
+\* Hard loss (spec 3.4, 3.6)
+
+\* The HC process dies: the kernel drops the flock, PTY descriptors close and
+\* open sessions fail, escalation host processes die on their parent-death
+\* edge, and the RS observes the end of its lifetime lease.  Enrolled clients
+\* keep their (now stale) credentials.
+HostCoordinatorLost(c) ==
+    /\ hc[c] \in HoldingPhases
+    /\ hc' = [hc EXCEPT ![c] = "Exited"]
+    /\ lockHolder' = "None"
+    /\ rs' = IF rs = "Running" THEN "LeaseLost" ELSE rs
+    /\ sess' = [s \in Sessions |-> IF sess[s] = "Enrolled" THEN "Enrolled" ELSE "Absent"]
+    /\ sessGen' = [s \in Sessions |-> IF sess[s] = "Enrolled" THEN sessGen[s] ELSE 0]
+    /\ sessFp' = [s \in Sessions |-> IF sess[s] = "Enrolled" THEN sessFp[s] ELSE "None"]
+    /\ route' = [s \in Sessions |-> "None"]
+    /\ ptyFwd' = [s \in Sessions |-> FALSE]
+    /\ esc' = [s \in Sessions |-> "None"]
+    /\ escMatch' = [s \in Sessions |-> "None"]
+    /\ escApproval' = [s \in Sessions |-> "None"]
+    /\ escUnacked' = [s \in Sessions |-> 0]
+    /\ escCancel' = [s \in Sessions |-> FALSE]
+    /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, runsc>>
+
+\* The surviving RS stops the complete sandbox, unmounts its exact State
+\* Anchor (the catalog lease stays held) and exits without opening any store.
+RuntimeSupervisorLeaseLossTeardown ==
+    /\ rs = "LeaseLost"
+    /\ rs' = "Absent"
+    /\ runsc' = "Absent"
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* The RS itself dies before finishing its lease-loss teardown.
+RuntimeSupervisorLost ==
+    /\ rs = "LeaseLost"
+    /\ rs' = "Absent"
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* The parent-death edge armed by the RS stops attached runsc (and the sandbox).
+AttachedRunscParentDeath ==
+    /\ rs = "Absent"
+    /\ runsc = "Running"
+    /\ runsc' = "Absent"
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Legitimate terminal state: every coordinator instance is spent and no
+\* Domain process or client remains.
+Terminated ==
+    /\ \A c \in Coordinators : hc[c] \in {"Exited", "FailedClosed"}
+    /\ rs = "Absent"
+    /\ runsc = "Absent"
+    /\ \A s \in Sessions : sess[s] = "Absent"
+    /\ UNCHANGED vars
+
+-----------------------------------------------------------------------------
+Next ==
+    \/ \E c \in Coordinators : AcquireDomainLock(c)
+    \/ \E c \in Coordinators : LoseDomainLockRace(c)
+    \/ \E c \in Coordinators : BootstrapVacantDomain(c)
+    \/ \E c \in Coordinators : BootstrapRecover(c)
+    \/ \E c \in Coordinators : RefuseMismatchedRecord(c)
+    \/ DurableIdentityDiverges
+    \/ \E c \in Coordinators : StartGeneration(c)
+    \/ \E c \in Coordinators : ExitCoordinator(c)
+    \/ \E c \in Coordinators, r \in Roles : RecordIntent(c, r)
+    \/ \E c \in Coordinators, r \in Roles : AcquireSnapshot(c, r)
+    \/ \E c \in Coordinators, ps \in ProcSlots : StageProcess(c, ps)
+    \/ \E c \in Coordinators, ps \in ProcSlots : CommitProcess(c, ps)
+    \/ \E c \in Coordinators, r \in Roles : CommitParticipant(c, r)
+    \/ \E c \in Coordinators : MarkNetworkReady(c)
+    \/ \E c \in Coordinators : Publish(c)
+    \/ \E c \in Coordinators : AbortGeneration(c)
+    \/ \E s \in Sessions, f \in FingerprintResults : ConnectClient(s, f)
+    \/ \E c \in Coordinators, s \in Sessions : EnrollClient(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : RefuseConfigurationMismatch(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : RefuseStaleCredential(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : RegisterSession(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : CloseSession(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : FinishSessionRelease(c, s)
+    \/ \E s \in Sessions : ClientExits(s)
+    \/ \E c \in Coordinators, s \in Sessions : PauseTerminalForwarding(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : ResumeTerminalForwarding(c, s)
+    \/ \E s \in Sessions, m \in RuleMatches : SubmitEscalation(s, m)
+    \/ \E c \in Coordinators, s \in Sessions : AcceptEscalation(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : RouteToPrompt(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : ApproveEscalation(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : AutoApproveEscalation(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : DenyEscalation(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : PromptTimeout(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : StartHostProcess(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : EmitResultChunk(c, s)
+    \/ \E s \in Sessions : AckResultChunk(s)
+    \/ \E c \in Coordinators, s \in Sessions : HostProcessExits(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : HostProcessTimeout(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : AckTimeout(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : DeliverResult(c, s)
+    \/ \E s \in Sessions : CollectResult(s)
+    \/ \E s \in Sessions : RequestCancellation(s)
+    \/ \E c \in Coordinators, s \in Sessions : ApplyCancellation(c, s)
+    \/ \E c \in Coordinators : BeginTeardown(c)
+    \/ \E c \in Coordinators, r \in Roles : RecordReleaseIntent(c, r)
+    \/ \E c \in Coordinators : ShutdownRuntime(c)
+    \/ \E c \in Coordinators, r \in Roles : CleanParticipant(c, r)
+    \/ \E c \in Coordinators, r \in Roles : CleanBareIntent(c, r)
+    \/ \E c \in Coordinators : RetireGeneration(c)
+    \/ \E c \in Coordinators : HostCoordinatorLost(c)
+    \/ RuntimeSupervisorLeaseLossTeardown
+    \/ RuntimeSupervisorLost
+    \/ AttachedRunscParentDeath
+    \/ Terminated
+
+-----------------------------------------------------------------------------
+\* Fairness (TLC only; justified in Lazaret-notes.md).  Only steps a live,
+\* lock-holding HC takes on its own (its event loop and deadlines) and the
+\* kernel-backed lease-loss edges are fair.  Clients, the sandbox, the
+\* developer, host processes, crashes and new HC instances are not.
+\* All HC steps that serve one session's terminal and escalation (its event
+\* loop turn for that session and that session's deadlines).
+SessionServiceStep(s) ==
+    \E c \in Coordinators :
+        \/ AcceptEscalation(c, s)
+        \/ RouteToPrompt(c, s)
+        \/ AutoApproveEscalation(c, s)
+        \/ PauseTerminalForwarding(c, s)
+        \/ ResumeTerminalForwarding(c, s)
+        \/ StartHostProcess(c, s)
+        \/ PromptTimeout(c, s)
+        \/ HostProcessTimeout(c, s)
+        \/ AckTimeout(c, s)
+        \/ DeliverResult(c, s)
+        \/ ApplyCancellation(c, s)
+        \/ FinishSessionRelease(c, s)
+
+\* All HC steps that bootstrap, tear down or recover the generation.
+GenerationReleaseStep ==
+    \E c \in Coordinators :
+        \/ BootstrapVacantDomain(c)
+        \/ BootstrapRecover(c)
+        \/ RefuseMismatchedRecord(c)
+        \/ BeginTeardown(c)
+        \/ ShutdownRuntime(c)
+        \/ RetireGeneration(c)
+        \/ \E r \in Roles : RecordReleaseIntent(c, r)
+        \/ \E r \in Roles : CleanParticipant(c, r)
+        \/ \E r \in Roles : CleanBareIntent(c, r)
+
+Fairness ==
+    /\ \A s \in Sessions : WF_vars(SessionServiceStep(s))
+    /\ WF_vars(GenerationReleaseStep)
+    /\ WF_vars(RuntimeSupervisorLeaseLossTeardown)
+    /\ WF_vars(AttachedRunscParentDeath)
+
+Spec == Init /\ [][Next]_vars /\ Fairness
+
+-----------------------------------------------------------------------------
+\* Invariants
+
+\* OR-1: the Domain flock elects at most one leader; losers fail closed.
+Inv_OR1_SingleLeader ==
+    \A c1, c2 \in Coordinators :
+        (hc[c1] \in HoldingPhases /\ hc[c2] \in HoldingPhases) => c1 = c2
+
+Inv_OR1_LeaderHoldsDomainLock ==
+    \A c \in Coordinators : (hc[c] \in HoldingPhases) <=> (lockHolder = c)
+
+\* OR-1: a Runtime Supervisor with a live lease belongs to the serving leader.
+Inv_OR1_RuntimeLeaseHeldByLeader ==
+    rs = "Running" => \E c \in Coordinators : hc[c] \in LeaderPhases
+
+\* FR-2: every live session of the Domain is bound to the one published
+\* generation and its one committed sandbox.
+Inv_FR2_SessionsShareOneSandbox ==
+    \A s \in Sessions :
+        sess[s] \in {"Registered", "Closing"} =>
+            /\ sessGen[s] = gen
+            /\ decision = "Published"
+            /\ part["Sandbox"] = "Committed"
+            /\ runsc = "Running"
+
+\* FR-5: a prompt is shown only on the terminal of the session that asked.
+Inv_FR5_PromptOnlyOnRequestingSession ==
+    \A s \in Sessions :
+        /\ route[s] = "Prompt" => esc[s] \in {"Prompting", "Approved"}
+        /\ esc[s] = "Prompting" => route[s] = "Prompt"
+
+Inv_FR5_EscalationOnlyForRegisteredSessions ==
+    \A s \in Sessions : esc[s] # "None" => sess[s] = "Registered"
+
+\* FR-6: no session is served while the generation is released.
+Inv_FR6_NoSessionsDuringRelease ==
+    decision \in ReleasePhases => NoSessionsLeft
+
+\* FR-12: a serving published generation is realised by exactly HC, RS and
+\* attached runsc, all with committed ownership.
+Inv_FR12_PublishedGenerationHasConstitutiveProcesses ==
+    (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
+        /\ rs = "Running"
+        /\ runsc = "Running"
+        /\ slot["SandboxRuntimeSupervisor"] = "Committed"
+        /\ slot["SandboxAttachedRunsc"] = "Committed"
+
+\* FR-13: attached runsc never outlives its RS while a leader serves.
+Inv_FR13_SandboxCoupledToSupervisor ==
+    (runsc = "Running" /\ rs # "Running") =>
+        (decision = "Recovering" \/ \A c \in Coordinators : hc[c] \notin LeaderPhases)
+
+\* FR-18 (with SR-5 of the earlier revision): network readiness gates the
+\* sandbox start and publication.
+Inv_FR18_NetworkReadyBeforeSandbox ==
+    (decision \in {"Starting", "Published"} /\ slot["SandboxAttachedRunsc"] # "Unassigned") =>
+        part["Network"] = "Committed"
+
+Inv_FR18_NetworkReadyBeforePublication ==
+    (decision \in {"Starting", "Published"} /\ part["Publication"] # "None") =>
+        part["Network"] = "Committed"
+
+\* SR-7: a host process runs only after approval and only on its own
+\* session's HostProcess route.
+Inv_SR7_HostProcessOnlyAfterApproval ==
+    \A s \in Sessions : esc[s] = "Running" => escApproval[s] \in {"Developer", "Auto"}
+
+Inv_SR7_HostProcessOnlyOnHostProcessRoute ==
+    \A s \in Sessions : (esc[s] = "Running") <=> (route[s] = "HostProcess")
+
+\* SR-8: auto-approval only for an exact rule match.
+Inv_SR8_AutoApprovalOnlyForExactRule ==
+    \A s \in Sessions : escApproval[s] = "Auto" => escMatch[s] = "Exact"
+
+\* SR-9: only a credential of the current generation registers.
+Inv_SR9_StaleCredentialNeverRegisters ==
+    \A s \in Sessions : sess[s] \in {"Registered", "Closing"} => sessGen[s] = gen
+
+Inv_SR9_FingerprintMismatchNeverEnrolled ==
+    \A s \in Sessions : sess[s] \in {"Enrolled", "Registered", "Closing"} => sessFp[s] = "Match"
+
+\* SR-16: session control and escalation exist only on the live Host
+\* Coordinator face of the published generation.
+Inv_SR16_SessionControlOnlyOnCoordinatorFace ==
+    \A s \in Sessions :
+        (sess[s] \in {"Registered", "Closing"} \/ esc[s] # "None") =>
+            (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases)
+
+\* SR-17: the sandbox attachment is authorised by the generation's committed
+\* Network role instance (which itself rests on committed helper ownership).
+Inv_SR17_SandboxAttachedToCommittedNetworkRole ==
+    (decision \in {"Starting", "Published"} /\ slot["SandboxAttachedRunsc"] # "Unassigned") =>
+        (part["Network"] = "Committed" /\ part["Helper"] = "Committed")
+
+\* DX-4: a session's terminal carries only its own sandbox PTY, its own prompt
+\* or its own host process.
+Inv_DX4_OutputNeverCrossesSessions ==
+    \A s \in Sessions :
+        /\ route[s] # "None" => sess[s] = "Registered"
+        /\ route[s] = "HostProcess" => esc[s] = "Running"
+        /\ route[s] = "Prompt" => esc[s] \in {"Prompting", "Approved"}
+        /\ ptyFwd[s] => route[s] = "Sandbox"
+
+\* Spec 3.4: terminal events and PTY output only on the sandbox route.
+Inv_Spec_TerminalEventsOnlyOnSandboxRoute ==
+    \A s \in Sessions : ptyFwd[s] => (route[s] = "Sandbox" /\ sess[s] = "Registered")
+
+\* OR-3: no host process outlives its request, session or coordinator.
+Inv_OR3_NoStrandedHostProcess ==
+    \A s \in Sessions :
+        esc[s] = "Running" =>
+            (sess[s] = "Registered" /\ lockHolder # "None" /\ route[s] = "HostProcess")
+
+\* Spec 3.8: result chunks exist only for executed requests, within the window.
+Inv_Spec_ResultChunksOnlyFromExecution ==
+    \A s \in Sessions :
+        escUnacked[s] > 0 => (esc[s] \in {"Running", "Resolved"} /\ escUnacked[s] <= MaxUnackedChunks)
+
+\* Spec 3.3: staged ownership never satisfies an active role, readiness or
+\* publication.
+Inv_Spec_StagedNeverSatisfiesActive ==
+    \A r \in Roles :
+        IsActive(r) => \A ps \in ProcSlots : SlotRole(ps) # r \/ slot[ps] = "Committed"
+
+Inv_Spec_StagedNeverSatisfiesReadiness ==
+    (decision \in {"Starting", "Published"} /\ part["Network"] = "Committed") =>
+        (slot["SandboxRuntimeSupervisor"] = "Committed" /\ part["Helper"] = "Committed")
+
+Inv_Spec_StagedNeverPublishes ==
+    decision = "Published" => \A ps \in ProcSlots : slot[ps] = "Committed"
+
+Inv_Spec_PublicationOnlyWhenAllActive ==
+    (decision \in {"Starting", "Published"} /\ part["Publication"] # "None") =>
+        \A r \in Roles : r = "Publication" \/ IsActive(r)
+
+\* Spec 3.3: dependent resources are created only under committed
+\* prerequisites (never under staged ownership).
+Inv_Spec_DependentResourcesNeedCommittedPrerequisites ==
+    decision \in {"Starting", "Published"} =>
+        /\ \A r \in Roles : (r # "Sandbox" /\ part[r] # "None") => slot["SandboxRuntimeSupervisor"] = "Committed"
+        /\ \A ps \in ProcSlots : (ps # "SandboxRuntimeSupervisor" /\ slot[ps] # "Unassigned") => slot["SandboxRuntimeSupervisor"] = "Committed"
+        /\ part["StateAnchor"] # "None" => part["PreparedLower"] = "LeaseHeld"
+        /\ slot["SandboxAttachedRunsc"] # "Unassigned" => (part["StateAnchor"] = "Prepared" /\ part["GitRouting"] = "Prepared")
+
+\* Schemas "Participant ownership": bare intent and clean hold no process
+\* ownership; process slots are filled only inside a snapshot.
+Inv_Spec_EmptySnapshotHoldsNoProcess ==
+    \A ps \in ProcSlots : part[SlotRole(ps)] \in {"None", "Intent", "Clean"} => slot[ps] = "Unassigned"
+
+\* Spec 3.3: a live constitutive process always has durable (staged or
+\* committed) ownership recorded.
+Inv_Spec_LiveProcessesHaveDurableOwnership ==
+    /\ rs # "Absent" => slot["SandboxRuntimeSupervisor"] # "Unassigned"
+    /\ runsc # "Absent" => slot["SandboxAttachedRunsc"] # "Unassigned"
+
+\* Spec 3.3/3.4: runtime participants become clean only after RS and attached
+\* runsc absence is proved.
+Inv_Spec_CleanOnlyAfterRuntimeAbsence ==
+    \A r \in Roles : (r # "Publication" /\ part[r] = "Clean") => (rs = "Absent" /\ runsc = "Absent")
+
+\* Spec 3.6: a mounted (or possibly mounted) State Anchor is never unleased.
+Inv_Spec_MountedStateAnchorNeverUnleased ==
+    part["StateAnchor"] \in {"Intent", "Acquiring", "Prepared", "ReleaseIntent"} =>
+        part["PreparedLower"] \in {"LeaseHeld", "ReleaseIntent"}
+
+\* The publication participant is committed exactly while the generation is
+\* published.
+Inv_Spec_PublicationMatchesDecision ==
+    decision \in {"Starting", "Published"} =>
+        ((part["Publication"] = "Committed") <=> (decision = "Published"))
+
+\* Nothing is released while the generation is starting or served.
+Inv_Spec_NoReleaseWhileServing ==
+    decision \in {"Starting", "Published"} =>
+        \A r \in Roles : part[r] \notin {"ReleaseIntent", "Clean"}
+
+\* A live HC stops the runtime only after every runtime participant has durable
+\* release intent (physical cleanup is always backed by recorded intent).
+Inv_Spec_RuntimeStopsOnlyAfterReleaseIntent ==
+    (decision \in {"Starting", "Published", "TearingDown"} /\ rs = "Absent" /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
+        \A r \in Roles : r \in {"PreparedLower", "Publication"} \/ part[r] \notin LiveSnapshot
+
+\* Release intents follow the release order (publication withdrawn first).
+Inv_Spec_ReleaseIntentOrder ==
+    \A r, d \in Roles :
+        (decision \in ReleasePhases /\ ReleaseRank(d) < ReleaseRank(r) /\ part[r] \in {"ReleaseIntent", "Clean"}) =>
+            part[d] \notin LiveSnapshot
+
+\* Release order: publication first, prepared-lower lease last.
+Inv_Spec_ReleaseOrder ==
+    \A r, d \in Roles :
+        (decision \in ReleasePhases /\ ReleaseRank(d) < ReleaseRank(r) /\ part[r] = "Clean") =>
+            part[d] \in {"None", "Clean"}
+
+\* A vacant Domain has nothing running and nothing unreleased; an RS that lost
+\* its lease always belongs to the retained generation record.
+Inv_Spec_VacantMeansClean ==
+    decision = "Vacant" =>
+        (rs = "Absent" /\ runsc = "Absent" /\ \A r \in Roles : part[r] \in {"None", "Clean"})
+
+Inv_Spec_LeaseLostRuntimeKeepsItsRecord ==
+    rs = "LeaseLost" =>
+        (decision \in LiveGeneration /\ part["Sandbox"] \notin {"None", "Intent", "Clean"})
+
+-----------------------------------------------------------------------------
+\* Temporal properties
+
+ParticipantStep(r) ==
+    \/ part'[r] = part[r]
+    \/ gen' = gen + 1 /\ part'[r] = "None"
+    \/ part[r] = "None" /\ part'[r] = "Intent"
+    \/ part[r] = "Intent" /\ part'[r] = "Acquiring"
+    \/ part[r] = "Acquiring" /\ part'[r] = ActiveState(r)
+    \/ part[r] \in LiveSnapshot /\ part'[r] = "ReleaseIntent"
+    \/ part[r] = "ReleaseIntent" /\ part'[r] = "Clean"
+    \/ part[r] = "Intent" /\ part'[r] = "Clean" /\ rs = "Absent" /\ runsc = "Absent"
+
+SlotStep(ps) ==
+    \/ slot'[ps] = slot[ps]
+    \/ gen' = gen + 1 /\ slot'[ps] = "Unassigned"
+    \/ slot[ps] = "Unassigned" /\ slot'[ps] = "Staged"
+    \/ slot[ps] = "Staged" /\ slot'[ps] = "Committed"
+    \/ slot'[ps] = "Unassigned" /\ part[SlotRole(ps)] = "ReleaseIntent" /\ part'[SlotRole(ps)] = "Clean"
+
+\* Schemas "Participant ownership": no bare intent moves directly to an active
+\* state; only release intent (or a bare intent after runtime absence) becomes
+\* clean; recorded evidence is never cleared by an ordinary transition.
+Live_Spec_ParticipantLifecycleOrder ==
+    [][\A r \in Roles : ParticipantStep(r)]_vars
+
+\* Spec 3.3: Unassigned -> Staged -> Committed, cleared only by the clean
+\* transaction of its participant.
+Live_Spec_ProcessSlotLifecycleOrder ==
+    [][\A ps \in ProcSlots : SlotStep(ps)]_vars
+
+AcquisitionStep ==
+    \/ \E r \in Roles : part'[r] # part[r] /\ part'[r] \in {"Intent", "Acquiring", "LeaseHeld", "Prepared", "Committed"}
+    \/ \E ps \in ProcSlots : slot'[ps] # slot[ps] /\ slot'[ps] # "Unassigned"
+    \/ rs # "Running" /\ rs' = "Running"
+    \/ runsc # "Running" /\ runsc' = "Running"
+
+\* Spec 3.3/3.4: nothing is acquired, staged, committed or started except
+\* while the generation is starting (teardown and recovery only release).
+Live_Spec_AcquisitionOnlyWhileStarting ==
+    [][AcquisitionStep => decision = "Starting"]_vars
+
+\* FR-17/OR-1: the durable generation document changes only while a
+\* coordinator holds the Domain lock (losers and lost HCs never write).
+Live_FR17_StoreWrittenOnlyUnderLock ==
+    [][(lockHolder = "None" /\ lockHolder' = "None") => UNCHANGED durableVars]_vars
+
+\* Spec 3.4/3.6: recovery resumes only from matching durable identity; a
+\* mismatched record is retained untouched.
+Live_Spec_MismatchedRecordRetained ==
+    [][recordIdentity = "Mismatched" => UNCHANGED durableVars]_vars
+
+\* OR-2: an accepted request resolves to a delivered result unless its
+\* session disconnects (or its coordinator is lost) first.
+Live_OR2_AcceptedRequestsResolve ==
+    \A s \in Sessions : (esc[s] = "Accepted") ~> (esc[s] \in {"Delivered", "None"})
+
+\* OR-3: a cancellation always takes effect: nothing stays open or running.
+Live_OR3_CancelNeverStrands ==
+    \A s \in Sessions : escCancel[s] ~> (esc[s] \notin RequestOpen)
+
+\* OR-3: no session's terminal stays taken by a prompt or host process.
+Live_OR3_TerminalRouteReturns ==
+    \A s \in Sessions : (route[s] \in {"Prompt", "HostProcess"}) ~> (route[s] \in {"Sandbox", "None"})
+
+\* FR-6: when no session remains, the generation is torn down (unless a new
+\* session registers first or the coordinator is lost).
+Live_FR6_LastSessionTearsDown ==
+    (decision = "Published" /\ NoSessionsLeft /\ lockHolder # "None") ~>
+        (decision = "Vacant" \/ lockHolder = "None" \/ ~NoSessionsLeft)
+
+Live_FR6_TeardownCompletes ==
+    (decision = "TearingDown" /\ lockHolder # "None") ~>
+        (decision = "Vacant" \/ lockHolder = "None")
+
+\* Spec 3.4/3.6: a started bootstrap recovery completes (unless its own
+\* coordinator is lost).
+Live_Spec_RecoveryCompletes ==
+    (decision = "Recovering" /\ lockHolder # "None") ~>
+        (decision = "Vacant" \/ lockHolder = "None")
+
+\* FR-13: after HC loss the RS lease-loss path leaves no constitutive
+\* process behind.
+Live_FR13_LeaseLossStopsRuntime ==
+    (rs = "LeaseLost") ~> (rs = "Absent" /\ runsc = "Absent")
+
+====

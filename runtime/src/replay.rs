@@ -1,0 +1,220 @@
+//! Replays a trace against a generated model: every step must be enabled
+//! from the previous state, every invariant must hold after it, and a
+//! recorded state must equal the model's.
+
+use lazaret_generated::support::{Protocol, StepError};
+use lazaret_generated::{visit_model, ModelEntry, ModelVisitor, MODELS};
+use serde_json::Value;
+
+use crate::trace::{parse_line, TraceError, TraceLine};
+
+/// Why replay stopped at a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A guard conjunct is false: action, 1-based index, line, TLA+ text.
+    GuardFailed {
+        index: u16,
+        line: u32,
+        text: &'static str,
+    },
+    /// An update left its variable's `TypeOK` range.
+    OutOfDomain(String),
+    /// An invariant fails in the state after the step.
+    InvariantViolated(&'static str),
+    /// The state recorded in the trace differs from the model's.
+    StateMismatch,
+}
+
+/// One variable whose value differs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VarDiff {
+    pub var: String,
+    pub model: Value,
+    pub trace: Value,
+}
+
+/// The first step at which a trace leaves the model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Divergence {
+    pub step: u64,
+    pub line: usize,
+    pub action: String,
+    pub params: Vec<(String, String)>,
+    pub reason: Reason,
+    /// Model state vs the state recorded in the trace (before the step for
+    /// a refused step, after it otherwise), when the trace records one.
+    pub diff: Vec<VarDiff>,
+    /// The model state the step was taken from.
+    pub model_state: Value,
+}
+
+/// The result of a replay.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Conforms { model: String, steps: u64 },
+    Diverged(Divergence),
+}
+
+/// Top-level variables whose values differ between two state views.
+pub fn diff_states(model: &Value, trace: &Value) -> Vec<VarDiff> {
+    let empty = serde_json::Map::new();
+    let m = model.as_object().unwrap_or(&empty);
+    let t = trace.as_object().unwrap_or(&empty);
+    let mut keys: Vec<&String> = m.keys().chain(t.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| m.get(*k) != t.get(*k))
+        .map(|k| VarDiff {
+            var: k.clone(),
+            model: m.get(k).cloned().unwrap_or(Value::Null),
+            trace: t.get(k).cloned().unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+/// Replays the text of a trace file (`file` names it in errors).
+pub fn replay_text(file: &str, text: &str) -> Result<Outcome, TraceError> {
+    let lines: Vec<&str> = text
+        .strip_suffix('\n')
+        .unwrap_or(text)
+        .split('\n')
+        .collect();
+    if text.trim().is_empty() {
+        return Err(TraceError::Empty {
+            file: file.to_string(),
+        });
+    }
+    let first = parse_line(file, 1, lines[0], lines.len() == 1)?;
+    let known = MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ");
+    visit_model(
+        &first.model,
+        Replayer {
+            file,
+            lines: &lines,
+        },
+    )
+    .unwrap_or_else(|| {
+        Err(TraceError::UnknownModel {
+            file: file.to_string(),
+            line: 1,
+            model: first.model.clone(),
+            known,
+        })
+    })
+}
+
+struct Replayer<'a> {
+    file: &'a str,
+    lines: &'a [&'a str],
+}
+
+impl ModelVisitor for Replayer<'_> {
+    type Output = Result<Outcome, TraceError>;
+
+    fn visit<P: Protocol>(self, entry: &ModelEntry) -> Self::Output {
+        let file = self.file;
+        let cfg = lazaret_generated::support::Cfg::parse(entry.cfg_file, entry.cfg_text)
+            .and_then(|c| P::constants(&c))
+            .map_err(|e| TraceError::BadAction {
+                file: file.to_string(),
+                line: 1,
+                detail: format!("constants of {}: {e}", entry.name),
+            })?;
+        replay::<P>(file, &cfg, self.lines)
+    }
+}
+
+/// Replays parsed-on-the-fly `lines` of one model.
+pub fn replay<P: Protocol>(
+    file: &str,
+    cx: &P::Constants,
+    lines: &[&str],
+) -> Result<Outcome, TraceError> {
+    let mut state = P::init(cx).map_err(|e| TraceError::BadAction {
+        file: file.to_string(),
+        line: 1,
+        detail: format!("Init fails: {e}"),
+    })?;
+    let mut steps = 0u64;
+    for (i, text) in lines.iter().enumerate() {
+        let line = i + 1;
+        let t: TraceLine = parse_line(file, line, text, line == lines.len())?;
+        if t.model != P::NAME {
+            return Err(TraceError::MixedModels {
+                file: file.to_string(),
+                line,
+                first: P::NAME.to_string(),
+                found: t.model,
+            });
+        }
+        if t.step != steps + 1 {
+            return Err(TraceError::StepOutOfOrder {
+                file: file.to_string(),
+                line,
+                expected: steps + 1,
+                found: t.step,
+            });
+        }
+        let params: Vec<(&str, &str)> = t
+            .params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let action =
+            P::parse_action(cx, &t.action, &params).map_err(|e| TraceError::BadAction {
+                file: file.to_string(),
+                line,
+                detail: e.to_string(),
+            })?;
+        let before = P::state_view(cx, &state);
+        let diverge = |reason: Reason, diff: Vec<VarDiff>| {
+            Outcome::Diverged(Divergence {
+                step: t.step,
+                line,
+                action: t.action.clone(),
+                params: t.params.clone(),
+                reason,
+                diff,
+                model_state: before.clone(),
+            })
+        };
+        let next = match P::step(cx, &state, &action, None) {
+            Ok(n) => n,
+            Err(StepError::GuardFailed { guard, .. }) => {
+                let diff = t
+                    .state
+                    .as_ref()
+                    .map(|s| diff_states(&before, s))
+                    .unwrap_or_default();
+                return Ok(diverge(
+                    Reason::GuardFailed {
+                        index: guard.index,
+                        line: guard.line,
+                        text: guard.text,
+                    },
+                    diff,
+                ));
+            }
+            Err(e @ StepError::Domain { .. }) => {
+                return Ok(diverge(Reason::OutOfDomain(e.to_string()), Vec::new()))
+            }
+        };
+        let after = P::state_view(cx, &next);
+        if let Some(recorded) = &t.state {
+            let diff = diff_states(&after, recorded);
+            if !diff.is_empty() {
+                return Ok(diverge(Reason::StateMismatch, diff));
+            }
+        }
+        if let Some(inv) = P::invariants().iter().find(|inv| !(inv.holds)(cx, &next)) {
+            return Ok(diverge(Reason::InvariantViolated(inv.name), Vec::new()));
+        }
+        state = next;
+        steps += 1;
+    }
+    Ok(Outcome::Conforms {
+        model: P::NAME.to_string(),
+        steps,
+    })
+}
