@@ -11,7 +11,8 @@
 \*   Domain Store (per Domain, written only by the lock-holding Host
 \*     Coordinator): gen, pl, plArt, sa, refused.
 \*   Physical world and processes: worker, stage, hc, rs, anchorReq, mount,
-\*     and the environment-fault budget/markers hcLosses, leaseLost.
+\*     and the environment-fault budgets/markers hcLosses, workerCrashes,
+\*     leaseLost.
 \* Every action that touches the catalog is one catalog transaction; every
 \* action that touches the Domain Store is one store transaction; no action
 \* writes both stores (the two stores are not one transactional database).
