@@ -27,6 +27,14 @@ fn tlc_and_parity<P: Protocol>() -> Result<(), Box<dyn std::error::Error>> {
         "TLC on {name}: actions never taken: {:?}",
         tlc.uncovered()
     );
+    // Every action of the generated model appears in TLC's coverage, so an
+    // action missing from Next cannot pass as "covered".
+    for action in P::action_names() {
+        assert!(
+            tlc.coverage.iter().any(|c| c.action == *action),
+            "TLC on {name}: action {action} has no coverage line (not in Next?)"
+        );
+    }
     let sr = check::<P>(Checked::from_entry(e, None)?, None);
     assert!(
         sr.violation.is_none(),
