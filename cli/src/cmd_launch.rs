@@ -157,6 +157,38 @@ fn print_timings(config_load: std::time::Duration, t: &ClientTimings, total: std
     eprintln!("{line}");
 }
 
+/// The selected profile's settings this version accepts, validates and
+/// fingerprints but does not yet apply. Each would otherwise fail silently.
+fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec<&'static str> {
+    let mut notes = Vec::new();
+    if profile.isolate_gitignored() {
+        notes.push(
+            "isolate_gitignored (spec 3.5, SR-13): the sandbox sees and can change the \
+             workspace's Git-ignored host files",
+        );
+    }
+    if profile.persistent_dirs().next().is_some() {
+        notes.push(
+            "persistent_dirs (State Anchors, FR-4): writes outside /workspace are discarded \
+             when the Domain stops",
+        );
+    }
+    if !profile.volumes().is_empty() {
+        notes.push("volumes: configured volumes are not mounted");
+    }
+    if !profile.env_references().is_empty() {
+        notes.push("env: configured environment entries are not passed into the sandbox");
+    }
+    if profile.escalation().enabled {
+        notes.push("escalation: host escalation is not available");
+    }
+    notes.push(
+        "network policy (spec 3.7): the sandbox has no network at all; allow and deny \
+         prefixes are not installed",
+    );
+    notes
+}
+
 /// Runs a launch form; the exit code is the command's.
 pub fn run(
     args: &RunArgs,
@@ -184,6 +216,13 @@ pub fn run(
     };
     let config = load_configuration(sys, &request)?;
     let config_load = started.elapsed();
+    // Honest about what this version does not enforce yet; only on a
+    // terminal, so a command's own stderr stays exactly the command's.
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        for note in not_yet_enforced(config.selected()) {
+            eprintln!("lazaret: note: not yet enforced by this version: {note}");
+        }
+    }
     let canonical = config.workspace().label();
     let program = std::env::current_exe().map_err(LaunchError::SelfExe)?;
     let mut coordinator: Vec<OsString> = vec![
@@ -231,6 +270,35 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn selected(text: &str) -> lazaret_runtime::config::SelectedProfileV1 {
+        let layout = SandboxLayoutV1::production().expect("layout");
+        lazaret_runtime::config::decode_document(text.as_bytes())
+            .and_then(|d| d.select("dev", &layout))
+            .expect("the test document is valid")
+    }
+
+    /// Settings that are validated but not applied yet are named, so none
+    /// fails silently; settings that are off or empty are not.
+    #[test]
+    fn unenforced_settings_are_named_only_when_set() {
+        let head = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"oci:/x/layout:t\"\n";
+        let default = not_yet_enforced(&selected(head));
+        assert!(default.iter().any(|n| n.starts_with("isolate_gitignored")));
+        assert!(default.iter().any(|n| n.starts_with("persistent_dirs")));
+        assert!(default.iter().any(|n| n.starts_with("network policy")));
+        assert!(!default.iter().any(|n| n.starts_with("escalation")));
+        let minimal = not_yet_enforced(&selected(&format!(
+            "{head}isolate_gitignored = false\npersistent_dirs = []\n"
+        )));
+        assert_eq!(minimal.len(), 1, "{minimal:?}");
+        assert!(minimal[0].starts_with("network policy"));
+        let full = not_yet_enforced(&selected(&format!(
+            "{head}env = {{ TOKEN = \"env:TOKEN\" }}\n[profiles.dev.escalation]\nenabled = true\n"
+        )));
+        assert!(full.iter().any(|n| n.starts_with("env")));
+        assert!(full.iter().any(|n| n.starts_with("escalation")));
+    }
 
     struct Facts(u32, &'static str, &'static str);
     impl HostFacts for Facts {
