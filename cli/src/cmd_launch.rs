@@ -3,20 +3,32 @@
 //! Host Coordinator, run the command in the sandbox and exit with its status
 //! (128+N when it was killed by signal N).
 //!
-//! Until the terminal work lands, a session's stdio is piped (stdout and
-//! stderr kept separate and streamed); `lazaret <profile>` without a command
-//! runs `/bin/bash` reading from the CLI's stdin.
+//! When stdin and stdout are terminals the session is interactive (spec 3.4,
+//! FR-14, FR-15, DX-5): the local terminal goes raw (restored on every exit
+//! path), the Host Coordinator gives the command a PTY, and window changes
+//! are sent as resizes. Ctrl-C, Ctrl-\ and Ctrl-Z typed locally are plain
+//! bytes in raw mode; the guest terminal's line discipline turns them into
+//! signals for its foreground group. Otherwise the session's stdio is piped
+//! (stdout and stderr kept separate and streamed). Without a command the
+//! session runs `/bin/bash`.
 use clap::{Args, Parser};
 use lazaret_effects::config_resolve::{load_configuration, LoadError, LoadRequest};
 use lazaret_effects::confined::ConfinedSys;
 use lazaret_effects::coordinator::client::{run_session, ClientError, ClientTimings, JoinPlan};
 use lazaret_effects::coordinator::paths::DomainPaths;
 use lazaret_effects::coordinator::COORDINATOR_SUBCOMMAND;
+use lazaret_effects::terminal_mode::{RawModeGuard, RealTerm, TermSys, TerminalModeError};
 use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
-use lazaret_runtime::coordinator::messages::{Hello, PROTOCOL_VERSION};
+use lazaret_runtime::coordinator::messages::{
+    Hello, InteractiveTerminal, TerminalSize, PROTOCOL_VERSION,
+};
 use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Host options of every launch form.
@@ -114,6 +126,55 @@ pub enum LaunchError {
     SelfExe(std::io::Error),
     #[error(transparent)]
     Session(#[from] ClientError),
+    #[error("the local terminal: {0}")]
+    Terminal(#[from] TerminalModeError),
+    #[error("cannot watch the local terminal's window size: {0}")]
+    Watch(std::io::Error),
+}
+
+/// An interactive session's local side: raw mode for as long as it lives,
+/// and the window sizes to send.
+struct LocalTerminal {
+    guard: RawModeGuard,
+    initial: TerminalSize,
+    resizes: Receiver<TerminalSize>,
+}
+
+fn cells(ws: rustix::termios::Winsize) -> TerminalSize {
+    TerminalSize {
+        rows: ws.ws_row,
+        columns: ws.ws_col,
+    }
+}
+
+/// Enters raw mode on stdin and starts turning window changes (SIGWINCH,
+/// and SIGCONT after a local suspension) into sizes.
+fn local_terminal(term: Arc<dyn TermSys>) -> Result<LocalTerminal, LaunchError> {
+    let stdin = std::io::stdin();
+    let mut guard = RawModeGuard::enter(Arc::clone(&term), stdin.as_fd())?;
+    let initial = cells(guard.window_size()?);
+    let events = guard.watch_signals()?;
+    let fd = rustix::io::fcntl_dupfd_cloexec(stdin.as_fd(), 0)
+        .map_err(|e| LaunchError::Watch(e.into()))?;
+    let (tx, resizes) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("window-size".into())
+        .spawn(move || {
+            for _changed in events {
+                let Ok(ws) = term.window_size(fd.as_fd()) else {
+                    continue;
+                };
+                if tx.send(cells(ws)).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(LaunchError::Watch)?;
+    Ok(LocalTerminal {
+        guard,
+        initial,
+        resizes,
+    })
 }
 
 fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
@@ -218,7 +279,7 @@ pub fn run(
     let config_load = started.elapsed();
     // Honest about what this version does not enforce yet; only on a
     // terminal, so a command's own stderr stays exactly the command's.
-    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if std::io::stderr().is_terminal() {
         for note in not_yet_enforced(config.selected()) {
             eprintln!("lazaret: note: not yet enforced by this version: {note}");
         }
@@ -241,7 +302,7 @@ pub fn run(
     } else {
         args.command.clone()
     };
-    let plan = JoinPlan {
+    let mut plan = JoinPlan {
         paths: DomainPaths::new(
             &config.runtime_domain_root().label(),
             &config.storage_domain_root().label(),
@@ -251,16 +312,36 @@ pub fn run(
             domain_id: config.domain_id().0,
             fingerprint: config.fingerprint().0,
             argv,
+            terminal: None,
         },
         coordinator,
     };
     drop(config);
-    let (status, timings) = run_session(
+    let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let local = if interactive {
+        let local = local_terminal(Arc::new(RealTerm))?;
+        plan.hello.terminal = Some(InteractiveTerminal {
+            size: local.initial,
+            term: std::env::var("TERM").ok(),
+        });
+        Some(local)
+    } else {
+        None
+    };
+    let (guard, resizes) = match local {
+        Some(l) => (Some(l.guard), Some(l.resizes)),
+        None => (None, None),
+    };
+    let result = run_session(
         &plan,
         Box::new(std::io::stdin()),
         &mut std::io::stdout(),
         &mut std::io::stderr(),
-    )?;
+        resizes,
+    );
+    // DX-5: the terminal is restored before anything else is printed.
+    drop(guard);
+    let (status, timings) = result?;
     if args.host.timings {
         print_timings(config_load, &timings, started.elapsed());
     }

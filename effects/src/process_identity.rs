@@ -54,6 +54,9 @@ pub enum Signal {
     Quit,
     Term,
     Kill,
+    /// Window change: to a PTY-attached `runsc exec` client, which forwards
+    /// it to the guest terminal's foreground group (docs/terminals.md).
+    Winch,
 }
 
 /// How `waitid(P_PIDFD, ...)` is called.

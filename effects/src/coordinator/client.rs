@@ -6,7 +6,7 @@ use super::channel::{self, ChannelError};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::LOST_LOCK_EXIT;
 use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal,
+    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSignal, TerminalSize,
 };
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -14,6 +14,8 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Join attempts (a coordinator that is stopping is waited out).
@@ -262,37 +264,64 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
     Err(ClientError::GaveUp)
 }
 
-/// Runs one session to completion; returns the command's status.
+/// Runs one session to completion; returns the command's status. For an
+/// interactive session `resizes` carries the new window sizes (spec 3.4,
+/// FR-15); each becomes one `Resize` message.
 pub fn run_session(
     plan: &JoinPlan,
     stdin: Box<dyn Read + Send>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
+    resizes: Option<Receiver<TerminalSize>>,
 ) -> Result<(CommandStatus, ClientTimings), ClientError> {
     let (stream, mut timings) = join(plan)?;
     let t = Instant::now();
-    let mut writer = stream.try_clone().map_err(|source| ClientError::Connect {
-        path: plan.paths.socket(),
-        source,
-    })?;
+    let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|source| {
+        ClientError::Connect {
+            path: plan.paths.socket(),
+            source,
+        }
+    })?));
+    let send = |writer: &Mutex<UnixStream>, msg: &ClientMessage| -> bool {
+        match writer.lock() {
+            Ok(mut w) => channel::send(&mut *w, "client", msg).is_ok(),
+            Err(_) => false,
+        }
+    };
+    let interactive = resizes.is_some();
+    if let Some(resizes) = resizes {
+        let writer = Arc::clone(&writer);
+        std::thread::spawn(move || {
+            for size in resizes {
+                if !send(&writer, &ClientMessage::Resize(size)) {
+                    return;
+                }
+            }
+        });
+    }
     std::thread::spawn(move || {
         let mut stdin = stdin;
         let mut buf = vec![0u8; 32 * 1024];
         loop {
             match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => {
-                    let _ = channel::send(&mut writer, "client", &ClientMessage::StdinClosed);
+                    send(&writer, &ClientMessage::StdinClosed);
                     return;
                 }
                 Ok(n) => {
-                    if channel::send(
-                        &mut writer,
-                        "client",
-                        &ClientMessage::Stdin(buf[..n].to_vec()),
-                    )
-                    .is_err()
-                    {
+                    if !send(&writer, &ClientMessage::Stdin(buf[..n].to_vec())) {
                         return;
+                    }
+                    // The guest line discipline echoes these keys but does
+                    // not reach the foreground group (measured with runsc
+                    // 0.0~20240729); HC signals the exec client, which
+                    // forwards to it (docs/terminals.md).
+                    if interactive {
+                        for signal in TerminalSignal::keys_in(&buf[..n]) {
+                            if !send(&writer, &ClientMessage::Signal(signal)) {
+                                return;
+                            }
+                        }
                     }
                 }
             }

@@ -324,8 +324,7 @@ fn serve(
                 };
                 let ended = forward_end(events_tx);
                 let start = stream.try_clone().map_err(|e| e.to_string()).and_then(|s| {
-                    start_session(broker, store, &ctx, &hello.argv, s, ended)
-                        .map_err(|e| e.to_string())
+                    start_session(broker, store, &ctx, &hello, s, ended).map_err(|e| e.to_string())
                 });
                 let outcome = match start {
                     Ok(()) => {

@@ -11,12 +11,17 @@ use crate::broker::{Broker, BrokerError, CommittedChild};
 use crate::domain_store::{DomainStore, SlotTarget, StoreError, StoreLedger, StoreOp};
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
-use lazaret_runtime::coordinator::messages::{ClientMessage, CommandStatus, CoordinatorMessage};
+use crate::pty::{RealPty, SessionPty, WindowSize};
+use crate::runsc_exec::ExecProcess;
+use lazaret_runtime::coordinator::messages::{
+    ClientMessage, CommandStatus, CoordinatorMessage, Hello, TerminalSignal, TerminalSize,
+};
 use lazaret_runtime::records::domain::Session;
 use lazaret_runtime::records::ids::{CliId, GenerationId, ModelValue, SessionAnchorId, SessionId};
 use lazaret_runtime::records::process::HostProcessOwnershipSlot;
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
+use std::num::NonZeroU16;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -44,7 +49,19 @@ pub enum SessionError {
     NotReady(String),
     #[error("random identifier: {0}")]
     Random(io::Error),
+    #[error("session terminal: {0}")]
+    Pty(#[from] crate::pty::PtyError),
+    #[error("window size {rows}x{columns}: rows and columns must be nonzero")]
+    WindowSize { rows: u16, columns: u16 },
+    #[error("session process JSON: {0}")]
+    ProcessSpec(#[from] crate::runsc_exec::ProcessSpecError),
+    #[error("session process JSON memfd: {0}")]
+    ProcessFile(io::Error),
 }
+
+/// The guest `PATH` of interactive sessions (`--process` replaces the
+/// container's environment).
+const SESSION_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What every session of this generation shares.
 #[derive(Debug)]
@@ -73,16 +90,26 @@ fn inheritable(fd: &OwnedFd) -> Result<(), SessionError> {
 }
 
 /// The exec client's argv: `lazaret __enter ... -- runsc ... exec ...`.
+/// An interactive session names its process JSON (`"terminal": true`)
+/// instead of an argv.
 pub fn exec_client_argv(
     ctx: &SessionContext<'_>,
     stdio: [i32; 3],
-    argv: &[String],
+    command: ExecCommand<'_>,
 ) -> Vec<OsString> {
     let identity = ctx.supervisor.identity();
     let mut target: Vec<OsString> = vec!["runsc".into()];
     target.extend(ctx.runsc_globals.iter().map(OsString::from));
-    target.extend(["exec", "--cwd", "/workspace", ctx.container_id].map(OsString::from));
-    target.extend(argv.iter().map(OsString::from));
+    match command {
+        ExecCommand::Piped(argv) => {
+            target.extend(["exec", "--cwd", "/workspace", ctx.container_id].map(OsString::from));
+            target.extend(argv.iter().map(OsString::from));
+        }
+        ExecCommand::Terminal { process_json } => {
+            target.extend(["exec".into(), "--process".into(), process_json.into()]);
+            target.push(ctx.container_id.into());
+        }
+    }
     let enter = EnterArgs {
         pid: identity.host_pid,
         dev: identity.authority.pidfs_st_dev,
@@ -95,6 +122,15 @@ pub fn exec_client_argv(
     full
 }
 
+/// What the exec client runs.
+#[derive(Clone, Copy, Debug)]
+pub enum ExecCommand<'a> {
+    /// `runsc exec --cwd /workspace CID argv...` with pipes.
+    Piped(&'a [String]),
+    /// `runsc exec --process PATH CID` with the PTY slave as stdio.
+    Terminal { process_json: &'a str },
+}
+
 /// Spawns the exec client for `argv` and starts the forwarding threads;
 /// `ended` is told when the session is over. The CLI stream is answered
 /// with `Exited` by the session itself.
@@ -102,7 +138,7 @@ pub fn start_session(
     broker: &mut Broker<RealProcessSys>,
     store: &DomainStore<'_>,
     ctx: &SessionContext<'_>,
-    argv: &[String],
+    hello: &Hello,
     client: UnixStream,
     ended: Sender<()>,
 ) -> Result<(), SessionError> {
@@ -132,6 +168,20 @@ pub fn start_session(
             slot: HostProcessOwnershipSlot::SessionTerminalExecClient,
         },
     )?;
+    if let Some(terminal) = &hello.terminal {
+        let size = window_size(terminal.size)?;
+        let mut env = vec![SESSION_PATH.to_owned(), "HOME=/root".to_owned()];
+        if let Some(term) = &terminal.term {
+            env.push(format!("TERM={term}"));
+        }
+        let process = ExecProcess {
+            args: hello.argv.clone(),
+            env,
+            terminal: true,
+        };
+        return start_terminal_session(broker, &mut ledger, ctx, &process, size, client, ended);
+    }
+    let argv = &hello.argv;
     let (in_r, in_w) = pipe()?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
@@ -140,22 +190,181 @@ pub fn start_session(
     }
     let stdio = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
     let target = TargetCommand {
-        argv: exec_client_argv(ctx, stdio, argv),
+        argv: exec_client_argv(ctx, stdio, ExecCommand::Piped(argv)),
     };
     let acquired = broker.acquire(&target, &mut ledger);
     // The child has its copies; HC keeps only its own ends.
     drop((in_r, out_w, err_w));
-    let child = acquired?;
-    let committed = broker
-        .commit(child, &mut ledger, |sys, handle| match handle.peek(sys) {
+    let committed = commit(broker, &mut ledger, acquired?)?;
+    spawn_forwarders(committed, client, in_w, out_r, err_r, ended)
+}
+
+fn commit(
+    broker: &mut Broker<RealProcessSys>,
+    ledger: &mut StoreLedger<'_, '_>,
+    child: crate::broker::StagedChild,
+) -> Result<CommittedChild, SessionError> {
+    broker
+        .commit(child, ledger, |sys, handle| match handle.peek(sys) {
             Ok(ChildState::Running) => Ok(()),
             other => Err(format!("exec client ended before readiness: {other:?}")),
         })
         .map_err(|failure| {
             let _ = failure.child.handle().wait(&RealProcessSys);
             SessionError::NotReady(failure.error.to_string())
-        })?;
-    spawn_forwarders(committed, client, in_w, out_r, err_r, ended)
+        })
+}
+
+fn window_size(size: TerminalSize) -> Result<WindowSize, SessionError> {
+    let bad = SessionError::WindowSize {
+        rows: size.rows,
+        columns: size.columns,
+    };
+    match (NonZeroU16::new(size.rows), NonZeroU16::new(size.columns)) {
+        (Some(rows), Some(columns)) => Ok(WindowSize {
+            rows,
+            columns,
+            pixel_width: 0,
+            pixel_height: 0,
+        }),
+        _ => Err(bad),
+    }
+}
+
+/// The interactive form (spec 3.4, FR-14, FR-15): a host PTY whose slave is
+/// the exec client's stdio and whose master HC forwards; the process JSON
+/// (`"terminal": true`) is passed as an inherited memfd.
+fn start_terminal_session(
+    broker: &mut Broker<RealProcessSys>,
+    ledger: &mut StoreLedger<'_, '_>,
+    ctx: &SessionContext<'_>,
+    process: &ExecProcess,
+    size: WindowSize,
+    client: UnixStream,
+    ended: Sender<()>,
+) -> Result<(), SessionError> {
+    let json = process.to_json()?;
+    let memfd = rustix::fs::memfd_create("lazaret-process-json", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| SessionError::ProcessFile(e.into()))?;
+    std::fs::File::from(memfd.try_clone().map_err(SessionError::ProcessFile)?)
+        .write_all(&json)
+        .map_err(SessionError::ProcessFile)?;
+    inheritable(&memfd)?;
+    let (pty, slave) = SessionPty::allocate(&RealPty)?;
+    pty.resize(size)?;
+    inheritable(&slave)?;
+    let fd = slave.as_raw_fd();
+    let process_json = format!("/proc/self/fd/{}", memfd.as_raw_fd());
+    let target = TargetCommand {
+        argv: exec_client_argv(
+            ctx,
+            [fd, fd, fd],
+            ExecCommand::Terminal {
+                process_json: &process_json,
+            },
+        ),
+    };
+    let acquired = broker.acquire(&target, ledger);
+    // The child has its copies; HC keeps only the master.
+    drop((slave, memfd));
+    let committed = commit(broker, ledger, acquired?)?;
+    spawn_terminal_forwarders(committed, client, pty, ended)
+}
+
+/// Master output -> `Stdout` frames; `Stdin` -> master; `Resize` ->
+/// TIOCSWINSZ on the master, then SIGWINCH to the exec client, which runsc
+/// forwards to the guest terminal's foreground group (docs/terminals.md).
+fn spawn_terminal_forwarders(
+    committed: CommittedChild,
+    client: UnixStream,
+    pty: SessionPty<'static, RealPty>,
+    ended: Sender<()>,
+) -> Result<(), SessionError> {
+    let writer = Arc::new(Mutex::new(client.try_clone().map_err(SessionError::Pipe)?));
+    let gone = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(committed);
+    // Blocking descriptors for the two forwarding threads (the master is
+    // opened non-blocking; the flag is shared by the duplicates).
+    let master_out = rustix::io::fcntl_dupfd_cloexec(pty.master(), 0)
+        .map_err(|e| SessionError::Pipe(e.into()))?;
+    rustix::fs::fcntl_setfl(&master_out, rustix::fs::OFlags::empty())
+        .map_err(|e| SessionError::Pipe(e.into()))?;
+    let master_in = master_out.try_clone().map_err(SessionError::Pipe)?;
+    let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    {
+        let writer = Arc::clone(&writer);
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::from(master_out);
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                match file.read(&mut buf) {
+                    // EIO: every slave descriptor is closed.
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let msg = CoordinatorMessage::Stdout(buf[..n].to_vec());
+                        let Ok(mut w) = writer.lock() else { break };
+                        if channel::send(&mut *w, "session", &msg).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = drained_tx.send(());
+        });
+    }
+    {
+        let gone = Arc::clone(&gone);
+        let committed = Arc::clone(&committed);
+        let mut reader = client;
+        std::thread::spawn(move || {
+            let mut input = Some(std::fs::File::from(master_in));
+            loop {
+                match channel::receive::<ClientMessage>(&mut reader, "session") {
+                    Ok(ClientMessage::Stdin(bytes)) => {
+                        if let Some(master) = input.as_mut() {
+                            if master.write_all(&bytes).is_err() {
+                                input = None;
+                            }
+                        }
+                    }
+                    Ok(ClientMessage::Resize(size)) => {
+                        let resized = window_size(size).and_then(|s| Ok(pty.resize(s)?));
+                        match resized {
+                            Ok(()) => {
+                                let _ = committed.handle().signal(&RealProcessSys, Signal::Winch);
+                            }
+                            Err(e) => tracing::warn!(error = %e, "resize refused"),
+                        }
+                    }
+                    Ok(ClientMessage::Signal(key)) => {
+                        let signal = match key {
+                            TerminalSignal::Interrupt => Signal::Int,
+                            TerminalSignal::Quit => Signal::Quit,
+                        };
+                        let _ = committed.handle().signal(&RealProcessSys, signal);
+                    }
+                    // A terminal has no end of input; Ctrl-D is a byte.
+                    Ok(ClientMessage::StdinClosed) | Ok(ClientMessage::Hello(_)) => {}
+                    Err(_) => {
+                        gone.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    std::thread::spawn(move || {
+        let status = wait_session(&committed, &gone);
+        let _ = drained_rx.recv_timeout(DRAIN);
+        if let (Some(status), Ok(mut w)) = (status, writer.lock()) {
+            let _ = channel::send(&mut *w, "session", &CoordinatorMessage::Exited(status));
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = ended.send(());
+    });
+    Ok(())
 }
 
 fn spawn_forwarders(
@@ -213,7 +422,9 @@ fn spawn_forwarders(
                         }
                     }
                     Ok(ClientMessage::StdinClosed) => stdin = None,
-                    Ok(ClientMessage::Hello(_)) => {}
+                    Ok(ClientMessage::Hello(_))
+                    | Ok(ClientMessage::Resize(_))
+                    | Ok(ClientMessage::Signal(_)) => {}
                     Err(_) => {
                         gone.store(true, Ordering::SeqCst);
                         return;

@@ -17,6 +17,7 @@ pub(crate) fn rustix_signal(signal: Signal) -> rustix::process::Signal {
         Signal::Hup => R::HUP,
         Signal::Int => R::INT,
         Signal::Quit => R::QUIT,
+        Signal::Winch => R::WINCH,
         Signal::Term => R::TERM,
         Signal::Kill => R::KILL,
     }

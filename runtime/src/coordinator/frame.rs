@@ -76,6 +76,7 @@ mod tests {
             domain_id: [7; 32],
             fingerprint: [9; 32],
             argv: vec!["sh".into(), "-c".into(), "exit 7".into()],
+            terminal: None,
         });
         let bytes = encode("hello", &hello)?;
         let mut prefix = [0; PREFIX];

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The CLI <-> HC protocol version.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// What a CLI asks of the Domain's coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +17,24 @@ pub struct Hello {
     pub fingerprint: [u8; 32],
     /// The exact argv to run in the sandbox.
     pub argv: Vec<String>,
+    /// Present when the CLI's stdin and stdout are terminals: the session
+    /// gets a PTY (spec 3.4, FR-14); absent for the piped form.
+    pub terminal: Option<InteractiveTerminal>,
+}
+
+/// The CLI's terminal at the start of an interactive session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InteractiveTerminal {
+    pub size: TerminalSize,
+    /// The CLI's `TERM`, passed to the guest process (`None`: unset).
+    pub term: Option<String>,
+}
+
+/// A window size in character cells (zero is refused by the PTY side).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminalSize {
+    pub rows: u16,
+    pub columns: u16,
 }
 
 /// CLI -> HC after the hello.
@@ -25,6 +43,30 @@ pub enum ClientMessage {
     Hello(Hello),
     Stdin(Vec<u8>),
     StdinClosed,
+    /// The CLI's window changed (interactive sessions only, FR-15).
+    Resize(TerminalSize),
+    /// Ctrl-C / Ctrl-\\ typed locally (interactive sessions only, FR-15),
+    /// sent after the byte itself.
+    Signal(TerminalSignal),
+}
+
+/// A signal key of an interactive session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TerminalSignal {
+    Interrupt,
+    Quit,
+}
+
+impl TerminalSignal {
+    /// The signals the default `VINTR`/`VQUIT` keys stand for in `bytes`,
+    /// in order.
+    pub fn keys_in(bytes: &[u8]) -> impl Iterator<Item = TerminalSignal> + '_ {
+        bytes.iter().filter_map(|b| match b {
+            0x03 => Some(TerminalSignal::Interrupt),
+            0x1c => Some(TerminalSignal::Quit),
+            _ => None,
+        })
+    }
 }
 
 /// Why a coordinator refused a session.
@@ -151,4 +193,23 @@ pub enum CoordinatorCommand {
     Refused(String),
     /// Stop the sandbox and exit.
     Stop,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TerminalSignal;
+
+    #[test]
+    fn only_the_intr_and_quit_keys_are_signals_in_order() {
+        let keys: Vec<_> = TerminalSignal::keys_in(b"a\x03b\x1c\x1a\x04\x03").collect();
+        assert_eq!(
+            keys,
+            [
+                TerminalSignal::Interrupt,
+                TerminalSignal::Quit,
+                TerminalSignal::Interrupt
+            ]
+        );
+        assert_eq!(TerminalSignal::keys_in(b"plain text\r").count(), 0);
+    }
 }

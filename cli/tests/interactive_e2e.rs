@@ -1,0 +1,253 @@
+//! End-to-end: `lazaret <profile>` on a terminal is an interactive PTY
+//! session (spec 3.4, FR-14, FR-15, DX-5; issue 6 item 6). A tmux pane is
+//! the user's terminal; the CLI runs in it as the unprivileged test user.
+//! The scenario ends with the chain's leak check.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn test_user() -> String {
+    std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-test".to_owned())
+}
+
+/// The default image (scripts/build-image caches it by content hash).
+fn default_image() -> String {
+    if let Ok(image) = std::env::var("LAZARET_TEST_IMAGE") {
+        return image;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new(root.join("scripts/build-image"))
+        .output()
+        .expect("scripts/build-image");
+    assert!(
+        out.status.success(),
+        "scripts/build-image failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// One tmux server (its own socket) whose only pane runs the CLI.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("tmux");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "s"]).stdout).into_owned()
+    }
+
+    /// Waits until `done` holds for the visible screen; returns the time
+    /// it took.
+    fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&str) -> bool) -> Duration {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if done(&screen) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "waited {limit:?} for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "s"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+/// Every process whose command line or environment names `home`.
+fn processes(home: &Path) -> Vec<String> {
+    let needle = home.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) || name == std::process::id().to_string() {
+            continue;
+        }
+        let read = |f: &str| std::fs::read(entry.path().join(f)).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&read("cmdline")).replace('\0', " ");
+        let environ = String::from_utf8_lossy(&read("environ")).into_owned();
+        if cmdline.contains(&needle) || environ.contains(&needle) {
+            found.push(format!("{name}: {cmdline}"));
+        }
+    }
+    found
+}
+
+/// Files under the runtime root (sockets, logs, bundles, runsc state).
+fn runtime_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                _ => out.push(e.path()),
+            }
+        }
+    }
+    out
+}
+
+/// Within 15 s nothing of this Domain remains: process, mount or runtime file.
+fn assert_nothing_left(home: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let procs = processes(home);
+        let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&*home.to_string_lossy()))
+            .map(str::to_owned)
+            .collect();
+        let files = runtime_files(&home.join("run"));
+        if procs.is_empty() && mounts.is_empty() && files.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[test]
+fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
+    let image = default_image();
+    let home = PathBuf::from("/tmp/lazaret-interactive-e2e");
+    let _ = Command::new("rm").arg("-rf").arg(&home).status();
+    let workspace = home.join("ws");
+    std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
+    std::fs::create_dir_all(home.join("run")).unwrap();
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let config = home.join(".config/lazaret/config.toml");
+    std::fs::write(
+        &config,
+        format!("schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        let status = Command::new("chown")
+            .args(["-R", &format!("{}:", test_user())])
+            .arg(&home)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let h = home.display().to_string();
+    let lazaret = format!(
+        "env -i PATH=/usr/bin:/bin HOME={h} XDG_RUNTIME_DIR={h}/run USER={} TERM=xterm {}",
+        test_user(),
+        env!("CARGO_BIN_EXE_lazaret")
+    );
+    let as_user = if root {
+        format!("runuser -u {} -- {lazaret}", test_user())
+    } else {
+        lazaret
+    };
+    // The pane records the terminal mode before and after the CLI and the
+    // CLI's exit status, then stays open for the capture.
+    let pane = format!(
+        "cd {ws} && stty -g > {h}/before && {as_user} default; echo $? > {h}/status; stty -g > {h}/after; sleep 100",
+        ws = shell_quote(&workspace.display().to_string()),
+    );
+    let tmux = Tmux {
+        socket: format!("lazaret-interactive-e2e-{}", std::process::id()),
+    };
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "s",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        &pane,
+    ]);
+    let prompt = |s: &str| s.trim_end().ends_with("/workspace#");
+    tmux.wait_for("the first prompt", Duration::from_secs(60), prompt);
+
+    // FR-14: the guest sees the pane's size; FR-15: a resize reaches it.
+    tmux.keys(&["stty size", "Enter"]);
+    tmux.wait_for("30 100", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "30 100") && prompt(s)
+    });
+    tmux.run(&["resize-window", "-t", "s", "-x", "120", "-y", "40"]);
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.keys(&["clear; stty size", "Enter"]);
+    tmux.wait_for("40 120", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "40 120") && prompt(s)
+    });
+
+    // Ctrl-C interrupts the foreground job, not the session.
+    tmux.keys(&["clear; sleep 100", "Enter"]);
+    tmux.wait_for("sleep to start", Duration::from_secs(10), |s| {
+        s.contains("sleep 100") && !prompt(s)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.keys(&["C-c"]);
+    let took = tmux.wait_for("the prompt after Ctrl-C", Duration::from_secs(5), prompt);
+    eprintln!("Ctrl-C to the next prompt: {took:?}");
+
+    // The command's status is the CLI's, and the terminal is as it was.
+    tmux.keys(&["exit 3", "Enter"]);
+    let status_file = home.join("status");
+    let start = Instant::now();
+    while !status_file.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the CLI did not exit: {}",
+            tmux.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(std::fs::read_to_string(&status_file).unwrap().trim(), "3");
+    let before = std::fs::read_to_string(home.join("before")).unwrap();
+    let after = std::fs::read_to_string(home.join("after")).unwrap();
+    assert!(!before.trim().is_empty());
+    assert_eq!(before, after, "the terminal mode was not restored");
+    drop(tmux);
+    assert_nothing_left(&home);
+    let _ = Command::new("rm").arg("-rf").arg(&home).status();
+}
