@@ -16,6 +16,7 @@ pub mod prepare;
 pub mod process_env;
 pub mod process_identity;
 pub mod pty;
+pub mod role_argv;
 pub mod runsc_exec;
 pub mod terminal_mode;
 pub mod userns;

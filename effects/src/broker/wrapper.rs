@@ -5,6 +5,7 @@
 //! and execs the target in place.
 use super::sys::WrapperSys;
 use crate::process_identity::{pidfs_authority, IdentityError};
+use crate::role_argv::{ArgProblem, NamedArgs};
 use lazaret_runtime::records::process::{
     BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1,
 };
@@ -58,6 +59,15 @@ pub struct WrapperArgsError {
     pub problem: String,
 }
 
+impl From<ArgProblem> for WrapperArgsError {
+    fn from(p: ArgProblem) -> Self {
+        Self {
+            argument: p.argument,
+            problem: p.problem,
+        }
+    }
+}
+
 impl WrapperArgs {
     pub fn to_argv(
         barrier_fd: RawFd,
@@ -83,63 +93,30 @@ impl WrapperArgs {
     }
 
     pub fn parse(argv: &[OsString]) -> Result<Self, WrapperArgsError> {
-        let fail = |argument, problem: &str| WrapperArgsError {
-            argument,
-            problem: problem.to_owned(),
-        };
-        let names = [
-            "--barrier-fd",
-            "--parent-boot",
-            "--parent-dev",
-            "--parent-ino",
-        ];
-        let mut values = [None, None, None, None];
-        let mut i = 0;
-        loop {
-            let Some(arg) = argv.get(i) else {
-                return Err(fail("--", "missing before the target command"));
-            };
-            if arg == "--" {
-                break;
-            }
-            let Some(slot) = names.iter().position(|n| arg == n) else {
-                return Err(fail("(unknown)", &format!("unexpected {arg:?}")));
-            };
-            let value = argv
-                .get(i + 1)
-                .and_then(|v| v.to_str())
-                .ok_or_else(|| fail(names[slot], "missing or non-UTF-8 value"))?;
-            values[slot] = Some(value.to_owned());
-            i += 2;
-        }
-        let target = argv[i + 1..].to_vec();
-        if target.is_empty() {
-            return Err(fail("TARGET", "the target command is empty"));
-        }
-        let get = |k: usize| {
-            values[k]
-                .clone()
-                .ok_or_else(|| fail(names[k], "is required"))
-        };
-        let number = |k: usize| -> Result<u64, WrapperArgsError> {
-            get(k)?
-                .parse()
-                .map_err(|e| fail(names[k], &format!("not an unsigned integer: {e}")))
-        };
-        let barrier_fd = get(0)?
+        let args = NamedArgs::parse(
+            argv,
+            [
+                "--barrier-fd",
+                "--parent-boot",
+                "--parent-dev",
+                "--parent-ino",
+            ],
+        )?;
+        let barrier_fd = args
+            .get(0)?
             .parse::<RawFd>()
             .ok()
             .filter(|fd| *fd >= 0)
-            .ok_or_else(|| fail(names[0], "not a descriptor number"))?;
-        let boot = BootId::parse(&get(1)?).map_err(|e| fail(names[1], &e.to_string()))?;
+            .ok_or_else(|| args.refuse(0, "not a descriptor number"))?;
+        let boot = BootId::parse(args.get(1)?).map_err(|e| args.refuse(1, &e.to_string()))?;
         Ok(Self {
             barrier_fd,
             parent: PidfsProcessAuthorityV1 {
                 boot_id: boot,
-                pidfs_st_dev: PidfsDev(number(2)?),
-                pidfs_st_ino: PidfsIno(number(3)?),
+                pidfs_st_dev: PidfsDev(args.number(2)?),
+                pidfs_st_ino: PidfsIno(args.number(3)?),
             },
-            target,
+            target: args.target,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! the inherited session pipes onto stdio and execs `runsc exec`.
 use super::nsys::NamespaceSys;
 use crate::process_identity::{ProcessSys, PID_FS_MAGIC};
+use crate::role_argv::{ArgProblem, NamedArgs};
 use lazaret_runtime::records::process::{HostPid, PidfsDev, PidfsIno};
 use std::ffi::OsString;
 use std::io;
@@ -51,6 +52,15 @@ pub enum EnterError {
     },
 }
 
+impl From<ArgProblem> for EnterError {
+    fn from(p: ArgProblem) -> Self {
+        Self::Args {
+            argument: p.argument,
+            problem: p.problem,
+        }
+    }
+}
+
 impl EnterArgs {
     pub fn to_argv(&self) -> Vec<OsString> {
         let mut argv: Vec<OsString> = vec![
@@ -69,61 +79,23 @@ impl EnterArgs {
     }
 
     pub fn parse(argv: &[OsString]) -> Result<Self, EnterError> {
-        let fail = |argument, problem: &str| EnterError::Args {
-            argument,
-            problem: problem.to_owned(),
-        };
-        let names = ["--pid", "--dev", "--ino", "--stdio"];
-        let mut values: [Option<String>; 4] = Default::default();
-        let mut i = 0;
-        loop {
-            let Some(arg) = argv.get(i) else {
-                return Err(fail("--", "missing before the target command"));
-            };
-            if arg == "--" {
-                break;
-            }
-            let slot = names
-                .iter()
-                .position(|n| arg == n)
-                .ok_or_else(|| fail("(unknown)", &format!("unexpected {arg:?}")))?;
-            let value = argv
-                .get(i + 1)
-                .and_then(|v| v.to_str())
-                .ok_or_else(|| fail(names[slot], "missing or non-UTF-8 value"))?;
-            values[slot] = Some(value.to_owned());
-            i += 2;
-        }
-        let target = argv[i + 1..].to_vec();
-        if target.is_empty() {
-            return Err(fail("TARGET", "the target command is empty"));
-        }
-        let get = |k: usize| {
-            values[k]
-                .clone()
-                .ok_or_else(|| fail(names[k], "is required"))
-        };
-        let number = |k: usize| -> Result<u64, EnterError> {
-            get(k)?
-                .parse()
-                .map_err(|e| fail(names[k], &format!("not an unsigned integer: {e}")))
-        };
-        let pid = u32::try_from(number(0)?).map_err(|_| fail("--pid", "out of range"))?;
-        let stdio_text = get(3)?;
-        let fds: Vec<RawFd> = stdio_text
+        let args = NamedArgs::parse(argv, ["--pid", "--dev", "--ino", "--stdio"])?;
+        let pid = u32::try_from(args.number(0)?).map_err(|_| args.refuse(0, "out of range"))?;
+        let fds: Vec<RawFd> = args
+            .get(3)?
             .split(',')
             .map(|f| f.parse::<RawFd>().ok().filter(|fd| *fd > 2))
             .collect::<Option<_>>()
-            .ok_or_else(|| fail("--stdio", "expected three descriptor numbers above 2"))?;
+            .ok_or_else(|| args.refuse(3, "expected three descriptor numbers above 2"))?;
         let stdio: [RawFd; 3] = fds
             .try_into()
-            .map_err(|_| fail("--stdio", "expected exactly three descriptors"))?;
+            .map_err(|_| args.refuse(3, "expected exactly three descriptors"))?;
         Ok(Self {
             pid: HostPid(pid),
-            dev: PidfsDev(number(1)?),
-            ino: PidfsIno(number(2)?),
+            dev: PidfsDev(args.number(1)?),
+            ino: PidfsIno(args.number(2)?),
             stdio,
-            target,
+            target: args.target,
         })
     }
 }
