@@ -220,9 +220,11 @@ fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
     });
 
     // Ctrl-C interrupts the foreground job, not the session.
-    tmux.keys(&["clear; sleep 100", "Enter"]);
+    // `clear` wipes the echoed command line, so the wait keys on a marker
+    // the shell prints after clearing and just before `sleep` starts.
+    tmux.keys(&["clear; echo sleep-starts; sleep 100", "Enter"]);
     tmux.wait_for("sleep to start", Duration::from_secs(10), |s| {
-        s.contains("sleep 100") && !prompt(s)
+        s.lines().any(|l| l.trim() == "sleep-starts") && !prompt(s)
     });
     std::thread::sleep(Duration::from_millis(500));
     tmux.keys(&["C-c"]);
