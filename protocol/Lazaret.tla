@@ -15,7 +15,10 @@ CONSTANTS
     Coordinators,       \* Host Coordinator instances (model values)
     Sessions,           \* Client Session slots (model values)
     MaxGen,             \* bound on Domain generations
-    MaxUnackedChunks    \* escalation result chunks HC retains unacknowledged (spec 3.8: 8)
+    MaxUnackedChunks,   \* escalation result chunks HC retains unacknowledged (spec 3.8: 8)
+    RequiredRoles       \* the roles a generation of this Domain acquires: all of Roles
+                        \* in Lazaret.cfg (the spec); the roles a build implements in
+                        \* LazaretBuild.cfg (Lazaret-notes.md "Required roles")
 
 VARIABLES
     hc,             \* per coordinator instance: its lifecycle
@@ -83,6 +86,11 @@ ActiveState(r) ==
     ELSE "Committed"
 
 IsActive(r) == part[r] = ActiveState(r)
+
+\* A role satisfies every "active before" rule when it is active or when this
+\* Domain's generations do not acquire it at all.  With RequiredRoles = Roles
+\* (the specification) Ready is IsActive.
+Ready(r) == r \notin RequiredRoles \/ IsActive(r)
 
 \* The participant whose snapshot owns a process slot.
 SlotRole(ps) ==
@@ -258,8 +266,9 @@ RecordIntent(c, r) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ part[r] = "None"
+    /\ r \in RequiredRoles
     /\ r = "Sandbox" \/ slot["SandboxRuntimeSupervisor"] = "Committed"
-    /\ r = "Sandbox" \/ \A d \in Roles : d = "Sandbox" \/ AcquireRank(d) >= AcquireRank(r) \/ IsActive(d)
+    /\ r = "Sandbox" \/ \A d \in Roles : d = "Sandbox" \/ AcquireRank(d) >= AcquireRank(r) \/ Ready(d)
     /\ r # "Publication" \/ part["Sandbox"] = "Committed"
     /\ part' = [part EXCEPT ![r] = "Intent"]
     /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
@@ -286,7 +295,8 @@ StageProcess(c, ps) ==
     /\ decision = "Starting"
     /\ slot[ps] = "Unassigned"
     /\ part[SlotRole(ps)] \in {"Intent", "Acquiring"}
-    /\ ps # "SandboxAttachedRunsc" \/ \A d \in Roles : AcquireRank(d) >= AcquireRank("Sandbox") \/ IsActive(d)
+    /\ ps = "SandboxRuntimeSupervisor" \/ slot["SandboxRuntimeSupervisor"] = "Committed"
+    /\ ps # "SandboxAttachedRunsc" \/ \A d \in Roles : AcquireRank(d) >= AcquireRank("Sandbox") \/ Ready(d)
     /\ slot' = [slot EXCEPT ![ps] = "Staged"]
     /\ part' = [part EXCEPT ![SlotRole(ps)] = "Acquiring"]
     /\ rs' = IF ps = "SandboxRuntimeSupervisor" THEN "Running" ELSE rs
@@ -956,11 +966,11 @@ Inv_FR13_SandboxCoupledToSupervisor ==
 \* sandbox start and publication.
 Inv_FR18_NetworkReadyBeforeSandbox ==
     (decision \in {"Starting", "Published"} /\ slot["SandboxAttachedRunsc"] # "Unassigned") =>
-        part["Network"] = "Committed"
+        Ready("Network")
 
 Inv_FR18_NetworkReadyBeforePublication ==
     (decision \in {"Starting", "Published"} /\ part["Publication"] # "None") =>
-        part["Network"] = "Committed"
+        Ready("Network")
 
 \* SR-7: a host process runs only after approval and only on its own
 \* session's HostProcess route.
@@ -992,7 +1002,7 @@ Inv_SR16_SessionControlOnlyOnCoordinatorFace ==
 \* Network role instance (which itself rests on committed helper ownership).
 Inv_SR17_SandboxAttachedToCommittedNetworkRole ==
     (decision \in {"Starting", "Published"} /\ slot["SandboxAttachedRunsc"] # "Unassigned") =>
-        (part["Network"] = "Committed" /\ part["Helper"] = "Committed")
+        (Ready("Network") /\ Ready("Helper"))
 
 \* DX-4: a session's terminal carries only its own sandbox PTY, its own prompt
 \* or its own host process.
@@ -1026,14 +1036,15 @@ Inv_Spec_StagedNeverSatisfiesActive ==
 
 Inv_Spec_StagedNeverSatisfiesReadiness ==
     (decision \in {"Starting", "Published"} /\ part["Network"] = "Committed") =>
-        (slot["SandboxRuntimeSupervisor"] = "Committed" /\ part["Helper"] = "Committed")
+        (slot["SandboxRuntimeSupervisor"] = "Committed" /\ Ready("Helper"))
 
 Inv_Spec_StagedNeverPublishes ==
-    decision = "Published" => \A ps \in ProcSlots : slot[ps] = "Committed"
+    decision = "Published" =>
+        \A ps \in ProcSlots : SlotRole(ps) \notin RequiredRoles \/ slot[ps] = "Committed"
 
 Inv_Spec_PublicationOnlyWhenAllActive ==
     (decision \in {"Starting", "Published"} /\ part["Publication"] # "None") =>
-        \A r \in Roles : r = "Publication" \/ IsActive(r)
+        \A r \in Roles : r = "Publication" \/ Ready(r)
 
 \* Spec 3.3: dependent resources are created only under committed
 \* prerequisites (never under staged ownership).
@@ -1042,7 +1053,7 @@ Inv_Spec_DependentResourcesNeedCommittedPrerequisites ==
         /\ \A r \in Roles : (r # "Sandbox" /\ part[r] # "None") => slot["SandboxRuntimeSupervisor"] = "Committed"
         /\ \A ps \in ProcSlots : (ps # "SandboxRuntimeSupervisor" /\ slot[ps] # "Unassigned") => slot["SandboxRuntimeSupervisor"] = "Committed"
         /\ part["StateAnchor"] # "None" => part["PreparedLower"] = "LeaseHeld"
-        /\ slot["SandboxAttachedRunsc"] # "Unassigned" => (part["StateAnchor"] = "Prepared" /\ part["GitRouting"] = "Prepared")
+        /\ slot["SandboxAttachedRunsc"] # "Unassigned" => (Ready("StateAnchor") /\ Ready("GitRouting"))
 
 \* Schemas "Participant ownership": bare intent and clean hold no process
 \* ownership; process slots are filled only inside a snapshot.

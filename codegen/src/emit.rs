@@ -49,7 +49,7 @@ fn uses(e: &IExpr, name: &str) -> bool {
         | IExpr::Narrow(a, ..)
         | IExpr::Not(a)
         | IExpr::IsElem(_, a) => uses(a, name),
-        IExpr::ElemIn { e: a, .. } => uses(a, name),
+        IExpr::ElemIn { e: a, .. } | IExpr::EnumInConst { e: a, .. } => uses(a, name),
         IExpr::Apply(a, b)
         | IExpr::ElemEq { a, b, .. }
         | IExpr::Add(a, b)
@@ -88,7 +88,7 @@ fn fallible(e: &IExpr) -> bool {
         | IExpr::ToInt(a)
         | IExpr::Not(a)
         | IExpr::IsElem(_, a) => fallible(a),
-        IExpr::ElemIn { e: a, .. } => fallible(a),
+        IExpr::ElemIn { e: a, .. } | IExpr::EnumInConst { e: a, .. } => fallible(a),
         IExpr::Apply(a, b)
         | IExpr::ElemEq { a, b, .. }
         | IExpr::Add(a, b)
@@ -139,6 +139,7 @@ struct Emitter<'m> {
     m: &'m Model,
     set_ty: Vec<String>,
     set_field: Vec<String>,
+    str_set_field: Vec<String>,
     num_field: Vec<String>,
     enum_names: Vec<String>,
     union_names: Vec<String>,
@@ -205,6 +206,7 @@ impl<'m> Emitter<'m> {
             m,
             set_ty,
             set_field: m.sets.iter().map(|s| local(&s.name)).collect(),
+            str_set_field: m.str_sets.iter().map(|s| local(&s.name)).collect(),
             num_field: m.numbers.iter().map(|s| local(&s.name)).collect(),
             enum_names,
             union_names,
@@ -464,6 +466,11 @@ impl<'m> Emitter<'m> {
                     Code(format!("!{m}"), P_UNARY)
                 }
             }
+            IExpr::EnumInConst { set, e } => atom(format!(
+                "cx.{}.contains(&{})",
+                self.str_set_field[*set],
+                wrap(self.ex(e, next), P_UNARY)
+            )),
             IExpr::IsElem(u, x) => atom(format!(
                 "matches!({}, {}::Id(_))",
                 self.ex(x, next).0,
@@ -737,6 +744,21 @@ impl {n} {{
                 init,
                 "{}: cfg.model_values(\"{}\")?,",
                 self.set_field[i], set.name
+            );
+        }
+        for (i, set) in m.str_sets.iter().enumerate() {
+            let ty = set
+                .enum_
+                .map_or_else(|| "String".to_string(), |e| self.enum_names[e].clone());
+            let _ = write!(
+                fields,
+                "/// The strings of `{}`.\npub {}: Vec<{ty}>,",
+                set.name, self.str_set_field[i]
+            );
+            let _ = write!(
+                init,
+                "{}: cfg.strings(\"{}\")?.iter().map(|s| {ty}::from_name(s).ok_or_else(|| CfgError::UnknownString {{ name: \"{}\", value: s.clone() }})).collect::<Result<_, _>>()?,",
+                self.str_set_field[i], set.name, set.name
             );
         }
         for (i, n) in m.numbers.iter().enumerate() {

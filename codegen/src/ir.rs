@@ -47,6 +47,15 @@ pub struct ConstSet {
     pub name: String,
 }
 
+/// A constant set of strings of one enumeration (`RequiredRoles =
+/// {"Sandbox", ...}` in the `.cfg`): a run-time subset of that enumeration.
+#[derive(Clone, Debug)]
+pub struct StrSetConst {
+    pub name: String,
+    /// Index into [`Model::enums`], fixed by the first membership test.
+    pub enum_: Option<usize>,
+}
+
 /// A number constant (a bound).
 #[derive(Clone, Debug)]
 pub struct NumConst {
@@ -147,6 +156,9 @@ pub enum IExpr {
         b_set: usize,
         b: Box<IExpr>,
     },
+    /// A string enum value is a member of a string-set constant (index
+    /// into [`Model::str_sets`]).
+    EnumInConst { set: usize, e: Box<IExpr> },
     /// The union value holds a model value (not a sentinel).
     IsElem(usize, Box<IExpr>),
     /// `lo <= x /\ x <= hi` on `i64`.
@@ -225,6 +237,7 @@ pub struct Model {
     pub file: String,
     pub sha256: String,
     pub sets: Vec<ConstSet>,
+    pub str_sets: Vec<StrSetConst>,
     pub numbers: Vec<NumConst>,
     pub enums: Vec<EnumDef>,
     pub unions: Vec<UnionDef>,

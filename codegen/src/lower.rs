@@ -8,15 +8,17 @@ use crate::ast::{BinOp, Definition, Expr, ExprKind};
 use crate::error::{CodegenError, Pos};
 use crate::ir::{
     Action, Bound, CmpOp, ConstSet, Dom, EnumDef, Guard, IExpr, Invariant, Model, NumConst, Param,
-    TExpr, Ty, UnionDef, Update, VarDef,
+    StrSetConst, TExpr, Ty, UnionDef, Update, VarDef,
 };
 use crate::names::{camel, snake};
 use crate::parser::Parsed;
 
-/// Whether a constant is a set of model values or a number, from the `.cfg`.
+/// Whether a constant is a set of model values, a set of strings or a
+/// number, from the `.cfg`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConstKind {
     Set,
+    Strings,
     Number,
 }
 
@@ -62,7 +64,9 @@ pub fn cfg_kinds(file: &str, text: &str) -> Result<BTreeMap<String, ConstKind>, 
             ));
         }
         let value = value.trim();
-        let kind = if value.starts_with('{') {
+        let kind = if value.starts_with('{') && value[1..].trim_start().starts_with('"') {
+            ConstKind::Strings
+        } else if value.starts_with('{') {
             ConstKind::Set
         } else if value.parse::<i64>().is_ok() {
             ConstKind::Number
@@ -70,7 +74,7 @@ pub fn cfg_kinds(file: &str, text: &str) -> Result<BTreeMap<String, ConstKind>, 
             return Err(CodegenError::unsupported(
                 file,
                 pos,
-                format!("constant value `{value}` (expected a set of model values or a number)"),
+                format!("constant value `{value}` (expected a set of model values, a set of strings or a number)"),
             ));
         };
         out.insert(name, kind);
@@ -124,6 +128,7 @@ pub fn lower(
             file: p.file.clone(),
             sha256: sha256.to_string(),
             sets: Vec::new(),
+            str_sets: Vec::new(),
             numbers: Vec::new(),
             enums: Vec::new(),
             unions: Vec::new(),
@@ -142,6 +147,7 @@ pub fn lower(
     l.init()?;
     l.next()?;
     l.invariants()?;
+    l.str_sets_typed()?;
     Ok(l.m)
 }
 
@@ -212,6 +218,10 @@ impl<'a> Lower<'a> {
         for (name, pos) in &self.p.module.constants {
             match self.kinds.get(name) {
                 Some(ConstKind::Set) => self.m.sets.push(ConstSet { name: name.clone() }),
+                Some(ConstKind::Strings) => self.m.str_sets.push(StrSetConst {
+                    name: name.clone(),
+                    enum_: None,
+                }),
                 Some(ConstKind::Number) => self.m.numbers.push(NumConst { name: name.clone() }),
                 None => {
                     return Err(self.sem(
@@ -226,6 +236,33 @@ impl<'a> Lower<'a> {
 
     fn set_index(&self, name: &str) -> Option<usize> {
         self.m.sets.iter().position(|s| s.name == name)
+    }
+
+    fn str_set_index(&self, name: &str) -> Option<usize> {
+        self.m.str_sets.iter().position(|s| s.name == name)
+    }
+
+    /// Every string-set constant got its enumeration from a membership test.
+    fn str_sets_typed(&self) -> Result<(), CodegenError> {
+        for s in &self.m.str_sets {
+            if s.enum_.is_none() {
+                let pos = self
+                    .p
+                    .module
+                    .constants
+                    .iter()
+                    .find(|(n, _)| *n == s.name)
+                    .map_or(Pos { line: 1, col: 1 }, |(_, p)| *p);
+                return Err(self.sem(
+                    pos,
+                    format!(
+                        "string-set constant `{}` is never tested with `\\in`, so its element type is unknown",
+                        s.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn num_index(&self, name: &str) -> Option<usize> {
@@ -911,7 +948,22 @@ impl<'a> Lower<'a> {
                 self.compare(cmp, a, b, env, pos).map(boolean)
             }
             BinOp::In | BinOp::NotIn => {
-                let x = self.expr(a, env)?;
+                // A string tested against a string-set constant whose
+                // enumeration is known takes that type (`"Network" \in
+                // RequiredRoles`, also through a definition's parameter).
+                let known = match &b.kind {
+                    ExprKind::Ident(n) if lookup(env, n).is_none() => self
+                        .str_set_index(n)
+                        .and_then(|i| self.m.str_sets[i].enum_),
+                    _ => None,
+                };
+                let x = match known {
+                    Some(en) => TExpr {
+                        e: self.value(a, env, &Ty::Enum(en))?,
+                        ty: Ty::Enum(en),
+                    },
+                    None => self.expr(a, env)?,
+                };
                 let m = self.member(x, b, env, a.pos)?;
                 Ok(boolean(if op == BinOp::In {
                     m
@@ -1080,6 +1132,34 @@ impl<'a> Lower<'a> {
                 let ma = self.member(x.clone(), a, env, pos)?;
                 let mb = self.member(x, b, env, pos)?;
                 Ok(IExpr::Or(vec![ma, mb]))
+            }
+            ExprKind::Ident(n) if lookup(env, n).is_none() && self.str_set_index(n).is_some() => {
+                let s = self.str_set_index(n).unwrap_or_default();
+                let Ty::Enum(e) = x.ty else {
+                    return Err(self.sem(
+                        pos,
+                        format!(
+                            "{} tested against the string-set constant `{n}`",
+                            self.ty_name(&x.ty)
+                        ),
+                    ));
+                };
+                match self.m.str_sets[s].enum_ {
+                    Some(prev) if prev != e => {
+                        return Err(self.sem(
+                            pos,
+                            format!(
+                                "`{n}` is tested with values of `{}` here and of `{}` elsewhere",
+                                self.m.enums[e].name, self.m.enums[prev].name
+                            ),
+                        ))
+                    }
+                    _ => self.m.str_sets[s].enum_ = Some(e),
+                }
+                Ok(IExpr::EnumInConst {
+                    set: s,
+                    e: Box::new(x.e),
+                })
             }
             ExprKind::Ident(n) if lookup(env, n).is_none() && self.set_index(n).is_some() => {
                 let s = self.set_index(n).unwrap_or_default();

@@ -112,7 +112,7 @@ fn a_mutant_counterexample_replays_to_the_dropped_guard() -> Result<(), Box<dyn 
     let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
     // Against the real model, the step the mutant allowed is refused by
     // exactly the dropped guard.
-    match replay::<two_phase::Model>("cex.jsonl", &cx, &refs)? {
+    match replay::<two_phase::Model>("cex.jsonl", &cx, &refs, 0)? {
         Outcome::Diverged(d) => {
             assert_eq!(d.action, "RMRcvCommitMsg");
             assert_eq!(

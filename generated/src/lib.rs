@@ -104,6 +104,16 @@ pub const MODELS: &[ModelEntry] = &[
     },
 ];
 
+/// The Lazaret protocol with the roles this build acquires
+/// (`protocol/LazaretBuild.cfg`): checked like the specification's
+/// configuration, and the source of the product's `RequiredRoles`.
+pub const LAZARET_BUILD: ModelEntry = ModelEntry {
+    name: "Lazaret",
+    tla: "protocol/Lazaret.tla",
+    cfg_file: "protocol/LazaretBuild.cfg",
+    cfg_text: include_str!("../../protocol/LazaretBuild.cfg"),
+};
+
 /// Runs `v` on the model called `name`; `None` if there is no such model.
 pub fn visit_model<V: ModelVisitor>(name: &str, v: V) -> Option<V::Output> {
     let entry = MODELS.iter().find(|m| m.name == name)?;

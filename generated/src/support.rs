@@ -125,6 +125,8 @@ pub enum CfgError {
         name: &'static str,
         expected: &'static str,
     },
+    #[error("constant `{name}`: `{value}` is not one of the model's strings for it")]
+    UnknownString { name: &'static str, value: String },
 }
 
 impl Cfg {
@@ -222,6 +224,28 @@ impl Cfg {
                 name,
                 expected: "a set of at most 65535 model values",
             }),
+            None => Err(CfgError::Missing { name }),
+        }
+    }
+
+    /// The strings of string-set constant `name` (`{"A", "B"}`), unquoted.
+    pub fn strings(&self, name: &'static str) -> Result<Vec<String>, CfgError> {
+        let wrong = CfgError::WrongKind {
+            name,
+            expected: "a set of quoted strings",
+        };
+        match self.constants.get(name) {
+            Some(CfgValue::ModelValues(v)) => v
+                .iter()
+                .map(|s| {
+                    s.strip_prefix('"')
+                        .and_then(|s| s.strip_suffix('"'))
+                        .filter(|s| !s.contains('"'))
+                        .map(str::to_string)
+                        .ok_or_else(|| wrong.clone())
+                })
+                .collect(),
+            Some(_) => Err(wrong),
             None => Err(CfgError::Missing { name }),
         }
     }

@@ -78,6 +78,15 @@ pub enum CoreError {
         #[source]
         source: StepError,
     },
+    /// The step would break an invariant of the model: a defect of the
+    /// model or of the code that chose the step; the core refuses it.
+    #[error("{event}: {model} action {action} would violate invariant {invariant}")]
+    Invariant {
+        event: &'static str,
+        model: &'static str,
+        action: &'static str,
+        invariant: &'static str,
+    },
 }
 
 /// The core of one Domain generation.
@@ -113,38 +122,75 @@ impl<P: Protocol> Core<P> {
         self.steps
     }
 
-    /// Takes the step `event` stands for, or refuses it.
-    pub fn handle(&mut self, event: Event<P::Action>) -> Result<Vec<Command>, CoreError> {
-        let action = event.action();
+    /// The constants the core was sized with.
+    pub fn constants(&self) -> &P::Constants {
+        &self.cx
+    }
+
+    /// The Domain generation the core's trace lines carry.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether `action` is enabled now (the step is not taken).
+    pub fn check(&self, action: &P::Action) -> Result<(), CoreError> {
+        self.next_state("check", action).map(|_| ())
+    }
+
+    /// The state after `action`, with every invariant checked on it.
+    fn next_state(&self, event: &'static str, action: &P::Action) -> Result<P::State, CoreError> {
         let name = P::action_name(action);
-        let span = tracing::info_span!("model_step", model = P::NAME, action = name);
-        let _entered = span.enter();
         let next = P::step(&self.cx, &self.state, action, None).map_err(|e| match e {
             StepError::GuardFailed { model, guard } => CoreError::Disabled {
-                event: event.kind(),
+                event,
                 model,
                 action: name,
                 guard,
             },
-            source @ StepError::Domain { .. } => CoreError::Domain {
-                event: event.kind(),
-                source,
-            },
+            source @ StepError::Domain { .. } => CoreError::Domain { event, source },
         })?;
+        if let Some(inv) = P::invariants().iter().find(|i| !(i.holds)(&self.cx, &next)) {
+            return Err(CoreError::Invariant {
+                event,
+                model: P::NAME,
+                action: name,
+                invariant: inv.name,
+            });
+        }
+        Ok(next)
+    }
+
+    /// Takes the step of an effect that is already done (`event` names
+    /// where it came from); returns its trace line.
+    pub fn take(&mut self, event: &'static str, action: &P::Action) -> Result<TraceLine, CoreError> {
+        let name = P::action_name(action);
+        let span = tracing::info_span!("model_step", model = P::NAME, action = name);
+        let _entered = span.enter();
+        let next = self.next_state(event, action)?;
         self.state = next;
         self.steps += 1;
-        let params = P::action_params(&self.cx, action);
-        let mut out = vec![Command::Trace(TraceLine {
+        tracing::debug!(step = self.steps, "model step taken");
+        Ok(TraceLine {
             model: P::NAME.to_string(),
             step: self.steps,
             action: name.to_string(),
-            params: params
-                .iter()
-                .map(|(k, v)| ((*k).to_string(), v.clone()))
+            params: P::action_params(&self.cx, action)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
                 .collect(),
             generation: self.generation,
             state: Some(P::state_view(&self.cx, &self.state)),
-        })];
+            constants: None,
+        })
+    }
+
+    /// Takes the step `event` stands for, or refuses it.
+    pub fn handle(&mut self, event: Event<P::Action>) -> Result<Vec<Command>, CoreError> {
+        let action = event.action();
+        let name = P::action_name(action);
+        let line = self.take(event.kind(), action)?;
+        let params = P::action_params(&self.cx, action);
+        let mut out = vec![Command::Trace(line)];
         if let Event::Request { request, .. } = event {
             out.push(Command::Perform {
                 effect: self.next_effect,
@@ -154,7 +200,6 @@ impl<P: Protocol> Core<P> {
             self.next_effect += 1;
             out.push(Command::Reply { request });
         }
-        tracing::debug!(step = self.steps, "model step taken");
         Ok(out)
     }
 }

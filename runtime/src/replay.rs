@@ -6,7 +6,7 @@ use lazaret_generated::support::{Protocol, StepError};
 use lazaret_generated::{visit_model, ModelEntry, ModelVisitor, MODELS};
 use serde_json::Value;
 
-use crate::trace::{parse_line, TraceError, TraceLine};
+use crate::trace::{header_cfg, parse_line, TraceError, TraceLine, HEADER_ACTION};
 
 /// Why replay stopped at a step.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,22 +114,58 @@ impl ModelVisitor for Replayer<'_> {
 
     fn visit<P: Protocol>(self, entry: &ModelEntry) -> Self::Output {
         let file = self.file;
-        let cfg = lazaret_generated::support::Cfg::parse(entry.cfg_file, entry.cfg_text)
-            .and_then(|c| P::constants(&c))
-            .map_err(|e| TraceError::BadAction {
-                file: file.to_string(),
-                line: 1,
-                detail: format!("constants of {}: {e}", entry.name),
-            })?;
-        replay::<P>(file, &cfg, self.lines)
+        let first = parse_line(file, 1, self.lines[0], self.lines.len() == 1)?;
+        if first.step != 0 {
+            let cfg = lazaret_generated::support::Cfg::parse(entry.cfg_file, entry.cfg_text)
+                .and_then(|c| P::constants(&c))
+                .map_err(|e| TraceError::BadAction {
+                    file: file.to_string(),
+                    line: 1,
+                    detail: format!("constants of {}: {e}", entry.name),
+                })?;
+            return replay::<P>(file, &cfg, self.lines, 0);
+        }
+        // A product trace: the header sizes the constants.
+        let bad = |detail: String| TraceError::BadHeader {
+            file: file.to_string(),
+            line: 1,
+            detail,
+        };
+        if first.action != HEADER_ACTION || !first.params.is_empty() {
+            return Err(bad(format!(
+                "expected action `{HEADER_ACTION}` without parameters, found `{}`",
+                first.action
+            )));
+        }
+        let constants = first
+            .constants
+            .as_ref()
+            .ok_or_else(|| bad("no `constants`".into()))?;
+        let cx = header_cfg(constants)
+            .and_then(|c| P::constants(&c).map_err(|e| e.to_string()))
+            .map_err(bad)?;
+        if let Some(recorded) = &first.state {
+            let init = P::init(&cx).map_err(|e| bad(format!("Init fails: {e}")))?;
+            let diff = diff_states(&P::state_view(&cx, &init), recorded);
+            if !diff.is_empty() {
+                let vars: Vec<&str> = diff.iter().map(|d| d.var.as_str()).collect();
+                return Err(bad(format!(
+                    "the recorded state is not the initial state (differs in {})",
+                    vars.join(", ")
+                )));
+            }
+        }
+        replay::<P>(file, &cx, &self.lines[1..], 1)
     }
 }
 
-/// Replays parsed-on-the-fly `lines` of one model.
+/// Replays parsed-on-the-fly `lines` of one model; `skipped` lines (a
+/// header) precede them in the file.
 pub fn replay<P: Protocol>(
     file: &str,
     cx: &P::Constants,
     lines: &[&str],
+    skipped: usize,
 ) -> Result<Outcome, TraceError> {
     let mut state = P::init(cx).map_err(|e| TraceError::BadAction {
         file: file.to_string(),
@@ -138,8 +174,8 @@ pub fn replay<P: Protocol>(
     })?;
     let mut steps = 0u64;
     for (i, text) in lines.iter().enumerate() {
-        let line = i + 1;
-        let t: TraceLine = parse_line(file, line, text, line == lines.len())?;
+        let line = i + 1 + skipped;
+        let t: TraceLine = parse_line(file, line, text, i + 1 == lines.len())?;
         if t.model != P::NAME {
             return Err(TraceError::MixedModels {
                 file: file.to_string(),

@@ -64,6 +64,7 @@ pub fn simulate<P: Protocol>(
                 .collect(),
             generation,
             state: Some(P::state_view(cx, &state)),
+            constants: None,
         });
     }
     Ok(out)
@@ -92,6 +93,7 @@ pub fn trace_of_path<P: Protocol>(
                 .collect(),
             generation,
             state: Some(P::state_view(cx, &state)),
+            constants: None,
         });
     }
     Ok(out)

@@ -4,7 +4,14 @@
 //! `{"schema":"lazaret-trace-v1","model":"Lazaret","step":1,"action":"Elect",
 //!   "params":{"c":"c1"},"generation":0,"state":{...}}` — `state` (the model
 //! state after the step, as `Protocol::state_view`) is optional.
+//!
+//! A trace written by the product starts with a header, step 0, action
+//! `Init`, that carries the constants the run was sized with (`constants`:
+//! model-value sets as arrays of names, numbers as numbers, string sets as
+//! `{"strings":[...]}`); without a header the replayer uses the model's
+//! `.cfg` constants.
 
+use lazaret_generated::support::{Cfg, CfgValue};
 use serde_json::Value;
 
 /// The schema id of every line.
@@ -23,7 +30,12 @@ pub struct TraceLine {
     pub generation: u64,
     /// The model state after the step, when recorded.
     pub state: Option<Value>,
+    /// Only on the step-0 header: the constants of the run.
+    pub constants: Option<Value>,
 }
+
+/// The action name of the step-0 header line.
+pub const HEADER_ACTION: &str = "Init";
 
 impl TraceLine {
     /// The line as compact JSON (no trailing newline), fields in the
@@ -44,6 +56,10 @@ impl TraceLine {
             q(&self.action),
             self.generation
         );
+        if let Some(c) = &self.constants {
+            out.push_str(",\"constants\":");
+            out.push_str(&c.to_string());
+        }
         if let Some(s) = &self.state {
             out.push_str(",\"state\":");
             out.push_str(&s.to_string());
@@ -112,6 +128,12 @@ pub enum TraceError {
         expected: u64,
         found: u64,
     },
+    #[error("{file}:{line}: the step-0 header: {detail}")]
+    BadHeader {
+        file: String,
+        line: usize,
+        detail: String,
+    },
     #[error("{file}:{line}: {detail}")]
     BadAction {
         file: String,
@@ -127,8 +149,53 @@ const FIELDS: &[&str] = &[
     "action",
     "params",
     "generation",
+    "constants",
     "state",
 ];
+
+/// The constants of a step-0 header as the `.cfg` values they stand for:
+/// an array of names is a set of model values, a number a number,
+/// `{"strings":[...]}` a set of strings.
+pub fn header_cfg(constants: &Value) -> Result<Cfg, String> {
+    let Value::Object(map) = constants else {
+        return Err("`constants` is not an object".into());
+    };
+    let mut cfg = Cfg::default();
+    for (name, value) in map {
+        let names = |v: &Value| -> Option<Vec<String>> {
+            v.as_array()?
+                .iter()
+                .map(|x| x.as_str().map(str::to_string))
+                .collect()
+        };
+        let parsed = match value {
+            Value::Number(n) => CfgValue::Number(
+                n.as_i64()
+                    .ok_or_else(|| format!("constant `{name}`: {n} is not an integer"))?,
+            ),
+            Value::Array(_) => CfgValue::ModelValues(
+                names(value)
+                    .ok_or_else(|| format!("constant `{name}`: expected an array of names"))?,
+            ),
+            Value::Object(o) if o.len() == 1 && o.contains_key("strings") => {
+                CfgValue::ModelValues(
+                    names(&o["strings"])
+                        .ok_or_else(|| format!("constant `{name}`: `strings` is not an array of strings"))?
+                        .into_iter()
+                        .map(|s| format!("\"{s}\""))
+                        .collect(),
+                )
+            }
+            other => {
+                return Err(format!(
+                    "constant `{name}`: expected an array of names, a number or {{\"strings\":[...]}}, found {other}"
+                ))
+            }
+        };
+        cfg.constants.insert(name.clone(), parsed);
+    }
+    Ok(cfg)
+}
 
 /// Parses one line (1-based `line`); `last` says whether it is the last
 /// line of the file (where a cut-off object is reported as truncated).
@@ -214,6 +281,7 @@ pub fn parse_line(
         params,
         generation,
         state: obj.get("state").cloned(),
+        constants: obj.get("constants").cloned(),
     })
 }
 
@@ -230,6 +298,7 @@ mod tests {
             params: vec![("s".into(), "s1".into())],
             generation: 2,
             state: Some(serde_json::json!({"x": 1})),
+            constants: None,
         };
         let text = line.to_json();
         assert!(text.starts_with("{\"schema\":\"lazaret-trace-v1\",\"model\":\"M\",\"step\":3,"));

@@ -98,7 +98,7 @@ fn requests_yield_trace_effect_and_reply_and_the_trace_replays(
         .ok_or("no TwoPhase")?;
     let cx = two_phase::Model::constants(&Cfg::parse(entry.cfg_file, entry.cfg_text)?)?;
     assert_eq!(
-        replay::<two_phase::Model>("core.jsonl", &cx, &lines)?,
+        replay::<two_phase::Model>("core.jsonl", &cx, &lines, 0)?,
         Outcome::Conforms {
             model: "TwoPhase".into(),
             steps: 4

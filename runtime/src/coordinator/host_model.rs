@@ -1,0 +1,275 @@
+//! The Host Coordinator's model core (issue 3 item 4; spec "Document
+//! authority"): every lifecycle decision of one Host Coordinator process is
+//! a step of the generated Lazaret model, sized for this one process.
+//!
+//! The effects side asks `check` before it performs a step's effect and
+//! `take`s the step once the effect is done (a durable write, a spawn, a
+//! reply); a disabled step is an error, never applied. Each taken step is a
+//! trace line; the header line carries the constants so `lazaret trace
+//! replay` checks the run against the same model.
+//!
+//! Sizing: one coordinator (this process; an HC runs at most one
+//! generation and exits), `SESSION_SLOTS` session slots, `MaxGen` 1 (the
+//! model's generation counter counts this trace's generations; the real
+//! generation ID is each line's `generation`), `MaxUnackedChunks` 8 (spec
+//! 3.8), and `RequiredRoles` from `protocol/LazaretBuild.cfg`: the roles
+//! this build acquires, checked by TLC like the specification's own
+//! configuration.
+
+use lazaret_generated::lazaret::{
+    Action, Constants, CoordinatorsId, Model, Roles, Sess, SessionsId, State,
+};
+use lazaret_generated::support::{Cfg, CfgError, Protocol, StepError};
+use lazaret_generated::LAZARET_BUILD;
+use serde_json::{json, Value};
+
+use crate::core::{Core, CoreError};
+use crate::trace::{TraceLine, HEADER_ACTION};
+
+/// Concurrent sessions one Domain serves (each is a model session slot).
+pub const SESSION_SLOTS: u16 = 16;
+
+/// Result chunks HC retains unacknowledged (spec 3.8).
+const MAX_UNACKED_CHUNKS: i64 = 8;
+
+/// Why the model core could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HostModelError {
+    #[error("{file}: {source}")]
+    Cfg {
+        file: &'static str,
+        #[source]
+        source: CfgError,
+    },
+    #[error("the initial state: {0}")]
+    Init(#[from] StepError),
+}
+
+/// The model core of one Host Coordinator process.
+#[derive(Debug)]
+pub struct HostModel {
+    core: Core<Model>,
+}
+
+impl HostModel {
+    /// A core in the model's initial state. `coordinator` names this
+    /// process in the trace; `generation` is the Domain generation its
+    /// trace lines carry.
+    pub fn new(coordinator: String, generation: u64) -> Result<Self, HostModelError> {
+        let cfg_err = |source| HostModelError::Cfg {
+            file: LAZARET_BUILD.cfg_file,
+            source,
+        };
+        let build = Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)
+            .and_then(|c| Constants::from_cfg(&c))
+            .map_err(cfg_err)?;
+        let cx = Constants {
+            coordinators: vec![coordinator],
+            sessions: (1..=SESSION_SLOTS).map(|i| format!("s{i}")).collect(),
+            max_gen: 1,
+            max_unacked_chunks: MAX_UNACKED_CHUNKS,
+            required_roles: build.required_roles,
+        };
+        Ok(Self {
+            core: Core::new(cx, generation)?,
+        })
+    }
+
+    /// The only coordinator of this core: this process.
+    pub fn me(&self) -> CoordinatorsId {
+        CoordinatorsId(0)
+    }
+
+    /// Whether this build's generations acquire role `r`.
+    pub fn requires(&self, r: Roles) -> bool {
+        self.core.constants().required_roles.contains(&r)
+    }
+
+    /// The roles this build acquires, in acquisition order.
+    pub fn required_roles(&self) -> Vec<Roles> {
+        Roles::ALL
+            .into_iter()
+            .filter(|r| self.requires(*r))
+            .collect()
+    }
+
+    pub fn state(&self) -> &State {
+        self.core.state()
+    }
+
+    /// A session slot no session holds, if any.
+    pub fn free_session(&self) -> Option<SessionsId> {
+        SessionsId::all(self.core.constants().sessions.len())
+            .find(|s| self.state().sess.get(s.index()) == Some(&Sess::Absent))
+    }
+
+    /// The step-0 header: the constants and the initial state.
+    pub fn header(&self) -> TraceLine {
+        let cx = self.core.constants();
+        TraceLine {
+            model: Model::NAME.to_string(),
+            step: 0,
+            action: HEADER_ACTION.to_string(),
+            params: Vec::new(),
+            generation: self.core.generation(),
+            state: Model::init(cx)
+                .ok()
+                .map(|init| Model::state_view(cx, &init)),
+            constants: Some(constants_view(cx)),
+        }
+    }
+
+    /// Whether `action` is enabled now; nothing changes.
+    pub fn check(&self, action: &Action) -> Result<(), CoreError> {
+        self.core.check(action)
+    }
+
+    /// Takes the step `action` (its effect is done) and returns its trace
+    /// line; a disabled step or one that would break an invariant is refused
+    /// and nothing changes.
+    pub fn take(&mut self, action: Action) -> Result<TraceLine, CoreError> {
+        self.core.take("effect completion", &action)
+    }
+}
+
+/// The header's `constants`: the same values `header_cfg` reads back.
+fn constants_view(cx: &Constants) -> Value {
+    json!({
+        "Coordinators": cx.coordinators,
+        "Sessions": cx.sessions,
+        "MaxGen": cx.max_gen,
+        "MaxUnackedChunks": cx.max_unacked_chunks,
+        "RequiredRoles": {
+            "strings": cx.required_roles.iter().map(|r| r.name()).collect::<Vec<_>>()
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::{replay_text, Outcome};
+    use lazaret_generated::lazaret::ProcSlots;
+
+    fn launch_steps(c: CoordinatorsId) -> Vec<Action> {
+        vec![
+            Action::AcquireDomainLock { c },
+            Action::BootstrapVacantDomain { c },
+            Action::StartGeneration { c },
+            Action::RecordIntent {
+                c,
+                r: Roles::Sandbox,
+            },
+            Action::StageProcess {
+                c,
+                ps: ProcSlots::SandboxRuntimeSupervisor,
+            },
+            Action::CommitProcess {
+                c,
+                ps: ProcSlots::SandboxRuntimeSupervisor,
+            },
+            Action::StageProcess {
+                c,
+                ps: ProcSlots::SandboxAttachedRunsc,
+            },
+            Action::CommitProcess {
+                c,
+                ps: ProcSlots::SandboxAttachedRunsc,
+            },
+            Action::CommitParticipant {
+                c,
+                r: Roles::Sandbox,
+            },
+            Action::RecordIntent {
+                c,
+                r: Roles::Publication,
+            },
+            Action::AcquireSnapshot {
+                c,
+                r: Roles::Publication,
+            },
+            Action::Publish { c },
+        ]
+    }
+
+    /// The launch path of this build is enabled step by step, and its
+    /// trace (header included) replays clean.
+    #[test]
+    fn the_build_launch_path_replays() -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-test".into(), 7)?;
+        assert_eq!(m.required_roles(), vec![Roles::Sandbox, Roles::Publication]);
+        let c = m.me();
+        let mut text = m.header().to_json() + "\n";
+        for a in launch_steps(c) {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        let s = m.free_session().ok_or("no free session")?;
+        for a in [
+            Action::ConnectClient {
+                s,
+                f: lazaret_generated::lazaret::FingerprintResults::Match,
+            },
+            Action::EnrollClient { c, s },
+            Action::RegisterSession { c, s },
+            Action::CloseSession { c, s },
+            Action::FinishSessionRelease { c, s },
+            Action::BeginTeardown { c },
+            Action::RecordReleaseIntent {
+                c,
+                r: Roles::Publication,
+            },
+            Action::CleanParticipant {
+                c,
+                r: Roles::Publication,
+            },
+            Action::RecordReleaseIntent {
+                c,
+                r: Roles::Sandbox,
+            },
+            Action::ShutdownRuntime { c },
+            Action::CleanParticipant {
+                c,
+                r: Roles::Sandbox,
+            },
+            Action::RetireGeneration { c },
+            Action::ExitCoordinator { c },
+        ] {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        match replay_text("host.jsonl", &text)? {
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 25),
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        Ok(())
+    }
+
+    /// A step out of order is refused with its guard and changes nothing.
+    #[test]
+    fn a_disabled_step_is_refused_and_not_applied() -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-test".into(), 1)?;
+        let c = m.me();
+        let before = m.state().clone();
+        let err = m
+            .take(Action::StartGeneration { c })
+            .expect_err("StartGeneration before the lock");
+        assert!(
+            err.to_string().contains("hc[c] = \"Leading\""),
+            "{err}"
+        );
+        assert_eq!(m.state(), &before);
+        // Publishing before the sandbox is committed is refused too.
+        for a in launch_steps(c).into_iter().take(4) {
+            m.take(a)?;
+        }
+        assert!(m.check(&Action::Publish { c }).is_err());
+        assert!(m
+            .check(&Action::RecordIntent {
+                c,
+                r: Roles::Network
+            })
+            .is_err());
+        Ok(())
+    }
+}
