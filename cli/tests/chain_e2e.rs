@@ -50,6 +50,8 @@ fn default_image() -> String {
 struct Env {
     home: PathBuf,
     workspace: PathBuf,
+    /// Whether the scenario launches a Domain (and so must keep a trace).
+    traced: bool,
 }
 
 fn chown_tree(path: &Path) {
@@ -72,7 +74,11 @@ impl Env {
         std::fs::create_dir_all(home.join("run")).unwrap();
         std::fs::create_dir_all(&workspace).unwrap();
         std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let env = Env { home, workspace };
+        let env = Env {
+            home,
+            workspace,
+            traced: true,
+        };
         env.write_config("config.toml", image, "");
         chown_tree(&env.home);
         env
@@ -166,6 +172,7 @@ impl Env {
                 .collect();
             let files = runtime_files(&self.home.join("run"));
             if procs.is_empty() && mounts.is_empty() && files.is_empty() {
+                self.assert_traces_replay();
                 return;
             }
             assert!(
@@ -181,6 +188,46 @@ impl Drop for Env {
     fn drop(&mut self) {
         if !std::thread::panicking() {
             let _ = Command::new("rm").arg("-rf").arg(&self.home).status();
+        }
+    }
+}
+
+impl Env {
+    /// The kept traces of this scenario's Domains, each of which must
+    /// replay clean against the model (issue 6 item 9).
+    fn traces(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = runtime_files(&self.home)
+            .into_iter()
+            .filter(|p| !p.starts_with(&self.workspace))
+            .filter(|p| {
+                p.parent().is_some_and(|d| d.ends_with("traces"))
+                    && p.extension().is_some_and(|e| e == "jsonl")
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn assert_traces_replay(&self) {
+        let traces = self.traces();
+        assert!(
+            !self.traced || !traces.is_empty(),
+            "no trace was kept under {}",
+            self.home.display()
+        );
+        for t in traces {
+            let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
+                .args(["trace", "replay"])
+                .arg(&t)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{} does not replay: {}{}",
+                t.display(),
+                text(&out.stdout),
+                text(&out.stderr)
+            );
         }
     }
 }
@@ -398,7 +445,10 @@ fn another_configuration_is_refused_naming_the_running_one() {
 fn bad_input_gets_one_actionable_message_and_leaves_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let image = default_image();
-    let env = Env::new("bad-input", &image);
+    let mut env = Env::new("bad-input", &image);
+    // Most refusals come before any coordinator; the traces that exist
+    // (a missing image is refused by a coordinator) must still replay.
+    env.traced = false;
     let unreadable = env.home.join("unreadable-layout");
     std::fs::create_dir_all(&unreadable).unwrap();
     std::fs::write(
@@ -522,14 +572,18 @@ fn losing_the_coordinator_stops_the_sandbox() {
     let out = session.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
     // The sandbox, RS and runsc state go; only the dead coordinator's
-    // socket and log remain, for the next coordinator to replace under the
-    // flock.
+    // socket, log and trace remain, for the next coordinator to replace
+    // (socket, log) and continue (trace) under the flock.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let procs = env.processes();
         let rest: Vec<PathBuf> = runtime_files(&env.home.join("run"))
             .into_iter()
-            .filter(|p| !p.ends_with("hc.sock") && !p.ends_with("coordinator.log"))
+            .filter(|p| {
+                !p.ends_with("hc.sock")
+                    && !p.ends_with("coordinator.log")
+                    && !p.ends_with("gen-1.jsonl")
+            })
             .collect();
         if procs.is_empty() && rest.is_empty() {
             break;
@@ -540,10 +594,29 @@ fn losing_the_coordinator_stops_the_sandbox() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // A new launch in the same Domain replaces the stale socket and log.
+    // A new launch in the same Domain recovers generation 1 (bootstrap
+    // recovery continues its trace), replaces the stale socket and log, and
+    // runs generation 2.
     let out = env.run(&["default", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
+    let traces = env.traces();
+    let names: Vec<String> = traces
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    assert_eq!(names, ["gen-1.jsonl", "gen-2.jsonl"]);
+    let recovered = std::fs::read_to_string(&traces[0]).unwrap();
+    for action in [
+        "\"HostCoordinatorLost\"",
+        "\"BootstrapRecover\"",
+        "\"RetireGeneration\"",
+    ] {
+        assert!(
+            recovered.contains(action),
+            "{action} missing from {recovered}"
+        );
+    }
 }
 
 /// A CLI that goes away (SIGTERM) ends its session: HC sees the client

@@ -133,6 +133,7 @@ fn assert_nothing_left(home: &Path) {
             .collect();
         let files = runtime_files(&home.join("run"));
         if procs.is_empty() && mounts.is_empty() && files.is_empty() {
+            assert_traces_replay(home);
             return;
         }
         assert!(
@@ -140,6 +141,32 @@ fn assert_nothing_left(home: &Path) {
             "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The Domain's kept traces replay clean against the model (issue 6 item 9).
+fn assert_traces_replay(home: &Path) {
+    let traces: Vec<PathBuf> = runtime_files(home)
+        .into_iter()
+        .filter(|p| {
+            p.parent().is_some_and(|d| d.ends_with("traces"))
+                && p.extension().is_some_and(|e| e == "jsonl")
+        })
+        .collect();
+    assert!(!traces.is_empty(), "no trace kept under {}", home.display());
+    for t in traces {
+        let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
+            .args(["trace", "replay"])
+            .arg(&t)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{} does not replay: {}{}",
+            t.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

@@ -158,7 +158,10 @@ pub enum IExpr {
     },
     /// A string enum value is a member of a string-set constant (index
     /// into [`Model::str_sets`]).
-    EnumInConst { set: usize, e: Box<IExpr> },
+    EnumInConst {
+        set: usize,
+        e: Box<IExpr>,
+    },
     /// The union value holds a model value (not a sentinel).
     IsElem(usize, Box<IExpr>),
     /// `lo <= x /\ x <= hi` on `i64`.

@@ -952,9 +952,9 @@ impl<'a> Lower<'a> {
                 // enumeration is known takes that type (`"Network" \in
                 // RequiredRoles`, also through a definition's parameter).
                 let known = match &b.kind {
-                    ExprKind::Ident(n) if lookup(env, n).is_none() => self
-                        .str_set_index(n)
-                        .and_then(|i| self.m.str_sets[i].enum_),
+                    ExprKind::Ident(n) if lookup(env, n).is_none() => {
+                        self.str_set_index(n).and_then(|i| self.m.str_sets[i].enum_)
+                    }
                     _ => None,
                 };
                 let x = match known {

@@ -162,7 +162,11 @@ impl<P: Protocol> Core<P> {
 
     /// Takes the step of an effect that is already done (`event` names
     /// where it came from); returns its trace line.
-    pub fn take(&mut self, event: &'static str, action: &P::Action) -> Result<TraceLine, CoreError> {
+    pub fn take(
+        &mut self,
+        event: &'static str,
+        action: &P::Action,
+    ) -> Result<TraceLine, CoreError> {
         let name = P::action_name(action);
         let span = tracing::info_span!("model_step", model = P::NAME, action = name);
         let _entered = span.enter();

@@ -13,6 +13,9 @@ pub enum LedgerError {
     Ack(Box<AckRefusal>),
     #[error("coordinator link: {0}")]
     Link(String),
+    /// The protocol model does not allow the step (spec "Document authority").
+    #[error("protocol model: {0}")]
+    Model(String),
     #[error("cannot encode the staged ownership message: {0}")]
     Message(#[from] lazaret_runtime::records::process::MessageError),
 }

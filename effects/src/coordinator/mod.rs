@@ -3,15 +3,20 @@
 //! namespace-entering helper exec clients run through.
 //!
 //! Every child is spawned through the causal acquisition broker
-//! ([`crate::broker`]); the decisions come from
-//! `lazaret_runtime::coordinator::decide` and this module only carries them
-//! out.
+//! ([`crate::broker`]); every lifecycle decision is a step of the generated
+//! Lazaret model (`lazaret_runtime::coordinator::host_model`), checked before
+//! this module carries it out and traced after.
 pub mod channel;
 pub mod client;
 pub mod enter;
+pub mod hc_model;
 pub mod host;
+pub mod launch;
+pub mod model_ledger;
 pub mod nsys;
 pub mod paths;
+pub mod recovery;
+pub mod release;
 pub mod session;
 pub mod supervisor;
 

@@ -30,6 +30,10 @@ impl DomainPaths {
     pub fn store(&self) -> PathBuf {
         self.storage.join("domain.redb")
     }
+    /// Where the traces of finished generations are kept.
+    pub fn traces(&self) -> PathBuf {
+        self.storage.join("traces")
+    }
     /// One generation's bundle, runsc state and init copy.
     pub fn generation(&self, id: u64) -> PathBuf {
         self.runtime.join(format!("gen-{id}"))

@@ -25,6 +25,7 @@ use lazaret_runtime::coordinator::messages::{
 };
 use lazaret_runtime::records::ids::{CoordinatorId, DomainId, GenerationId};
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessOwnership};
+use sha2::Digest as _;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -134,11 +135,12 @@ pub fn prepare_namespaces<N: NamespaceSys>(ns: &N) -> Result<(), SupervisorError
 /// plus the read-only bind of the init's directory at
 /// [`lazaret_runtime::bundle::INIT_DIR`], a mount point the preparer created,
 /// so runsc never writes into the prepared lower.
+/// Returns the SHA-256 of the `config.json` written.
 pub fn write_bundle(
     plan: &SupervisorPlan,
     bundle: &Path,
     netns: &Path,
-) -> Result<(), SupervisorError> {
+) -> Result<[u8; 32], SupervisorError> {
     let workspace = PathBuf::from(&plan.workspace);
     let git =
         git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
@@ -189,8 +191,9 @@ pub fn write_bundle(
         serde_json::to_vec_pretty(&spec).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
     let path = bundle.join("config.json");
     std::fs::create_dir_all(bundle)
-        .and_then(|()| std::fs::write(&path, text))
-        .map_err(|source| SupervisorError::Write { path, source })
+        .and_then(|()| std::fs::write(&path, &text))
+        .map_err(|source| SupervisorError::Write { path, source })?;
+    Ok(sha2::Sha256::digest(&text).into())
 }
 
 /// The runsc global flags of this generation (shared by run and exec).
@@ -300,7 +303,7 @@ fn launch_and_serve<N: NamespaceSys>(
         source,
     })?;
     let netns = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
-    write_bundle(plan, &bundle, &netns)?;
+    let bundle_digest = write_bundle(plan, &bundle, &netns)?;
 
     // init's stdin is the lifetime pipe; runsc's stderr is kept for errors.
     let (init_r, init_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -396,6 +399,7 @@ fn launch_and_serve<N: NamespaceSys>(
         &SupervisorMessage::SandboxRunning {
             container_id: plan.container_id.clone(),
             runsc_root: runsc_root.display().to_string(),
+            bundle_digest,
         },
     )?;
     // Serve until Stop, HC loss, or the sandbox ending on its own.

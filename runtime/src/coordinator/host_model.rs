@@ -8,8 +8,11 @@
 //! trace line; the header line carries the constants so `lazaret trace
 //! replay` checks the run against the same model.
 //!
-//! Sizing: one coordinator (this process; an HC runs at most one
-//! generation and exits), `SESSION_SLOTS` session slots, `MaxGen` 1 (the
+//! Sizing: this coordinator and [`SUCCESSORS`] successors (an HC runs at
+//! most one generation and exits; a coordinator that finds the generation
+//! of one that died continues that generation's trace as the next free
+//! successor, so the recovery replays from `Init` with the rest of the
+//! generation's history), `SESSION_SLOTS` session slots, `MaxGen` 1 (the
 //! model's generation counter counts this trace's generations; the real
 //! generation ID is each line's `generation`), `MaxUnackedChunks` 8 (spec
 //! 3.8), and `RequiredRoles` from `protocol/LazaretBuild.cfg`: the roles
@@ -17,17 +20,21 @@
 //! configuration.
 
 use lazaret_generated::lazaret::{
-    Action, Constants, CoordinatorsId, Model, Roles, Sess, SessionsId, State,
+    Action, Constants, CoordinatorsId, Hc, Model, Roles, Sess, SessionsId, State,
 };
 use lazaret_generated::support::{Cfg, CfgError, Protocol, StepError};
 use lazaret_generated::LAZARET_BUILD;
 use serde_json::{json, Value};
 
 use crate::core::{Core, CoreError};
-use crate::trace::{TraceLine, HEADER_ACTION};
+use crate::trace::{header_cfg, parse_line, TraceError, TraceLine, HEADER_ACTION};
 
 /// Concurrent sessions one Domain serves (each is a model session slot).
 pub const SESSION_SLOTS: u16 = 16;
+
+/// Coordinators after the first that may continue a generation's trace
+/// (each one that dies mid-recovery uses one).
+pub const SUCCESSORS: usize = 3;
 
 /// Result chunks HC retains unacknowledged (spec 3.8).
 const MAX_UNACKED_CHUNKS: i64 = 8;
@@ -43,12 +50,17 @@ pub enum HostModelError {
     },
     #[error("the initial state: {0}")]
     Init(#[from] StepError),
+    #[error("the trace to continue: {0}")]
+    Trace(#[from] TraceError),
+    #[error("the trace to continue, line {line}: {detail}")]
+    Resume { line: usize, detail: String },
 }
 
 /// The model core of one Host Coordinator process.
 #[derive(Debug)]
 pub struct HostModel {
     core: Core<Model>,
+    me: CoordinatorsId,
 }
 
 impl HostModel {
@@ -63,8 +75,10 @@ impl HostModel {
         let build = Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)
             .and_then(|c| Constants::from_cfg(&c))
             .map_err(cfg_err)?;
+        let mut coordinators = vec![coordinator];
+        coordinators.extend((1..=SUCCESSORS).map(|i| format!("successor-{i}")));
         let cx = Constants {
-            coordinators: vec![coordinator],
+            coordinators,
             sessions: (1..=SESSION_SLOTS).map(|i| format!("s{i}")).collect(),
             max_gen: 1,
             max_unacked_chunks: MAX_UNACKED_CHUNKS,
@@ -72,12 +86,76 @@ impl HostModel {
         };
         Ok(Self {
             core: Core::new(cx, generation)?,
+            me: CoordinatorsId(0),
         })
     }
 
-    /// The only coordinator of this core: this process.
+    /// Continues the trace `text` of a generation whose coordinator died:
+    /// every complete line is replayed (a last line cut off by the crash is
+    /// dropped), and this process becomes the first successor that has not
+    /// run yet. Returns the core and how many lines (header included) it
+    /// kept.
+    pub fn resume(file: &str, text: &str) -> Result<(Self, usize), HostModelError> {
+        let lines: Vec<&str> = text.lines().collect();
+        let header = lines.first().ok_or(TraceError::Empty {
+            file: file.to_string(),
+        })?;
+        let header = parse_line(file, 1, header, false)?;
+        let bad = |line: usize, detail: String| HostModelError::Resume { line, detail };
+        if header.step != 0 || header.action != HEADER_ACTION {
+            return Err(bad(1, "the first line is not the step-0 header".into()));
+        }
+        let constants = header
+            .constants
+            .as_ref()
+            .ok_or_else(|| bad(1, "the header has no constants".into()))?;
+        let cx = header_cfg(constants)
+            .and_then(|c| Constants::from_cfg(&c).map_err(|e| e.to_string()))
+            .map_err(|e| bad(1, e))?;
+        let mut core: Core<Model> = Core::new(cx, header.generation)?;
+        let mut kept = 1;
+        for (i, text) in lines.iter().enumerate().skip(1) {
+            let line = i + 1;
+            let t = match parse_line(file, line, text, line == lines.len()) {
+                Ok(t) => t,
+                // The coordinator died while appending its last line.
+                Err(TraceError::Truncated { .. }) => break,
+                Err(e) => return Err(e.into()),
+            };
+            let params: Vec<(&str, &str)> = t
+                .params
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let action = Model::parse_action(core.constants(), &t.action, &params)
+                .map_err(|e| bad(line, e.to_string()))?;
+            core.take("replay", &action)
+                .map_err(|e| bad(line, e.to_string()))?;
+            kept += 1;
+        }
+        let me = CoordinatorsId::all(core.constants().coordinators.len())
+            .skip(1)
+            .find(|c| core.state().hc.get(c.index()) == Some(&Hc::Idle))
+            .ok_or_else(|| bad(kept, "every successor of this generation has run".into()))?;
+        Ok((Self { core, me }, kept))
+    }
+
+    /// The coordinator this process is in the model.
     pub fn me(&self) -> CoordinatorsId {
-        CoordinatorsId(0)
+        self.me
+    }
+
+    /// The coordinators holding the Domain lock in the model (at most one):
+    /// after a crash, the one that died.
+    pub fn holders(&self) -> Vec<CoordinatorsId> {
+        CoordinatorsId::all(self.core.constants().coordinators.len())
+            .filter(|c| {
+                matches!(
+                    self.state().hc.get(c.index()),
+                    Some(Hc::Bootstrapping | Hc::Leading | Hc::Serving)
+                )
+            })
+            .collect()
     }
 
     /// Whether this build's generations acquire role `r`.
@@ -245,6 +323,61 @@ mod tests {
         Ok(())
     }
 
+    /// A successor continues the trace of a coordinator that died while
+    /// serving (its last line cut off), recovers the generation, and the
+    /// whole file replays from Init.
+    #[test]
+    fn a_successor_continues_a_dead_coordinators_trace() -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-dead".into(), 4)?;
+        let dead = m.me();
+        let mut text = m.header().to_json() + "\n";
+        for a in launch_steps(dead) {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        text += "{\"schema\":\"lazaret-trace-v1\",\"model\":\"Laz";
+        let (mut r, kept) = HostModel::resume("gen-4.jsonl", &text)?;
+        assert_eq!(kept, 13);
+        assert_eq!(r.holders(), vec![dead]);
+        let me = r.me();
+        assert_eq!(me, CoordinatorsId(1));
+        let mut text: String = text.lines().take(kept).map(|l| format!("{l}\n")).collect();
+        for a in [
+            Action::HostCoordinatorLost { c: dead },
+            Action::RuntimeSupervisorLeaseLossTeardown,
+            Action::AcquireDomainLock { c: me },
+            Action::BootstrapRecover { c: me },
+            Action::RecordReleaseIntent {
+                c: me,
+                r: Roles::Publication,
+            },
+            Action::RecordReleaseIntent {
+                c: me,
+                r: Roles::Sandbox,
+            },
+            Action::CleanParticipant {
+                c: me,
+                r: Roles::Publication,
+            },
+            Action::CleanParticipant {
+                c: me,
+                r: Roles::Sandbox,
+            },
+            Action::RetireGeneration { c: me },
+        ] {
+            text += &r.take(a)?.to_json();
+            text.push('\n');
+        }
+        match replay_text("gen-4.jsonl", &text)? {
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 21),
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        // A second successor would be the next one.
+        let (again, _) = HostModel::resume("gen-4.jsonl", &text)?;
+        assert_eq!(again.me(), CoordinatorsId(2));
+        Ok(())
+    }
+
     /// A step out of order is refused with its guard and changes nothing.
     #[test]
     fn a_disabled_step_is_refused_and_not_applied() -> Result<(), Box<dyn std::error::Error>> {
@@ -254,10 +387,7 @@ mod tests {
         let err = m
             .take(Action::StartGeneration { c })
             .expect_err("StartGeneration before the lock");
-        assert!(
-            err.to_string().contains("hc[c] = \"Leading\""),
-            "{err}"
-        );
+        assert!(err.to_string().contains("hc[c] = \"Leading\""), "{err}");
         assert_eq!(m.state(), &before);
         // Publishing before the sandbox is committed is refused too.
         for a in launch_steps(c).into_iter().take(4) {

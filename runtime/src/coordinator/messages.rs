@@ -153,6 +153,9 @@ pub enum SupervisorMessage {
     SandboxRunning {
         container_id: String,
         runsc_root: String,
+        /// SHA-256 of the bundle's `config.json` (the Sandbox snapshot's
+        /// `bundle_digest`).
+        bundle_digest: [u8; 32],
     },
     /// The launch failed.
     Failed(String),

@@ -1,0 +1,246 @@
+//! The Host Coordinator's model core and its trace file (issue 3 items 4
+//! and 5): every lifecycle step of this process is checked against the
+//! generated Lazaret model before its effect and recorded after it, one
+//! JSON line per step, in a file of the generation under the Domain runtime
+//! directory; at exit the file moves under the Domain's storage root, which
+//! keeps the newest [`KEPT_TRACES`].
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use lazaret_generated::lazaret::{Action, CoordinatorsId, State};
+use lazaret_runtime::coordinator::host_model::{HostModel, HostModelError};
+use lazaret_runtime::core::CoreError;
+use lazaret_runtime::trace::TraceLine;
+
+/// Traces kept under a Domain's storage root.
+pub const KEPT_TRACES: usize = 32;
+
+/// Why a dead coordinator's trace cannot be continued.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Model(#[from] HostModelError),
+}
+
+/// The model core of this process and the trace it writes.
+#[derive(Debug)]
+pub struct HcModel {
+    model: HostModel,
+    log: TraceLog,
+}
+
+impl HcModel {
+    /// The core for generation `generation`, its trace written to `path`.
+    pub fn new(
+        coordinator: String,
+        generation: u64,
+        path: PathBuf,
+    ) -> Result<Self, HostModelError> {
+        let model = HostModel::new(coordinator, generation)?;
+        let log = TraceLog::create(path, &model.header());
+        Ok(Self { model, log })
+    }
+
+    /// Continues the trace at `path` of a generation whose coordinator
+    /// died (see [`HostModel::resume`]); a last line cut off by the crash is
+    /// removed from the file first.
+    pub fn resume(path: PathBuf) -> Result<Self, ResumeError> {
+        let io = |source| ResumeError::Io {
+            path: path.clone(),
+            source,
+        };
+        let text = std::fs::read_to_string(&path).map_err(io)?;
+        let (model, kept) = HostModel::resume(&path.display().to_string(), &text)?;
+        let keep: String = text.lines().take(kept).map(|l| format!("{l}\n")).collect();
+        if keep.len() != text.len() {
+            std::fs::write(&path, keep).map_err(io)?;
+        }
+        let file = OpenOptions::new().append(true).open(&path).map_err(io)?;
+        Ok(Self {
+            model,
+            log: TraceLog {
+                path,
+                file: Some(file),
+            },
+        })
+    }
+
+    pub fn me(&self) -> CoordinatorsId {
+        self.model.me()
+    }
+
+    pub fn state(&self) -> &State {
+        self.model.state()
+    }
+
+    pub fn model(&self) -> &HostModel {
+        &self.model
+    }
+
+    /// Whether `action` is enabled now.
+    pub fn check(&self, action: &Action) -> Result<(), CoreError> {
+        self.model.check(action)
+    }
+
+    /// Records the step `action`, whose effect is done.
+    pub fn take(&mut self, action: Action) -> Result<(), CoreError> {
+        let line = self.model.take(action)?;
+        self.log.append(&line);
+        Ok(())
+    }
+
+    /// Closes the trace and moves it under `archive`, keeping the newest
+    /// [`KEPT_TRACES`] there.
+    pub fn archive(self, archive: &Path) {
+        self.log.archive(archive);
+    }
+}
+
+/// An append-only JSON-lines file. A failed write is reported once and
+/// leaves the trace incomplete (replay then stops at the gap); the Domain
+/// keeps serving.
+#[derive(Debug)]
+struct TraceLog {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl TraceLog {
+    fn create(path: PathBuf, header: &TraceLine) -> Self {
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path);
+        let mut log = Self {
+            file: match file {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot create the trace file; this run is not traced");
+                    None
+                }
+            },
+            path,
+        };
+        log.append(header);
+        log
+    }
+
+    fn append(&mut self, line: &TraceLine) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        let mut text = line.to_json();
+        text.push('\n');
+        if let Err(e) = file.write_all(text.as_bytes()) {
+            tracing::warn!(path = %self.path.display(), error = %e, "trace write failed; the trace ends here");
+            self.file = None;
+        }
+    }
+
+    fn archive(mut self, dir: &Path) {
+        self.file = None;
+        if let Err(e) = move_and_prune(&self.path, dir) {
+            tracing::warn!(path = %self.path.display(), archive = %dir.display(), error = %e, "cannot keep the trace");
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Copies `path` into `dir` (they may be on different filesystems), removes
+/// it, and removes the oldest traces beyond [`KEPT_TRACES`].
+fn move_and_prune(path: &Path, dir: &Path) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "trace path has no name"))?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    let target = dir.join(name);
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&target)?;
+    io::copy(&mut File::open(path)?, &mut out)?;
+    out.sync_all()?;
+    std::fs::remove_file(path)?;
+    prune(dir, KEPT_TRACES)
+}
+
+/// Keeps the `keep` traces with the highest generation numbers.
+fn prune(dir: &Path, keep: usize) -> io::Result<()> {
+    let mut traces: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let generation = name
+                .strip_prefix("gen-")?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()?;
+            Some((generation, e.path()))
+        })
+        .collect();
+    traces.sort();
+    let excess = traces.len().saturating_sub(keep);
+    for (_, path) in traces.into_iter().take(excess) {
+        std::fs::remove_file(path)?;
+    }
+    Ok(())
+}
+
+/// The trace file name of generation `id`.
+pub fn trace_name(id: u64) -> String {
+    format!("gen-{id}.jsonl")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_keeps_the_newest_generations() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        for g in 1..=40u64 {
+            std::fs::write(dir.path().join(trace_name(g)), "x")?;
+        }
+        std::fs::write(dir.path().join("notes.txt"), "kept")?;
+        prune(dir.path(), KEPT_TRACES)?;
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), KEPT_TRACES + 1);
+        assert!(left.contains(&"notes.txt".to_owned()));
+        assert!(!left.contains(&trace_name(8)));
+        assert!(left.contains(&trace_name(9)));
+        assert!(left.contains(&trace_name(40)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_trace_moves_under_the_archive() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join(trace_name(3));
+        let mut m = HcModel::new("hc-t".into(), 3, path.clone())?;
+        let c = m.me();
+        m.take(Action::AcquireDomainLock { c })?;
+        assert!(m.take(Action::StartGeneration { c }).is_err());
+        let archive = dir.path().join("traces");
+        m.archive(&archive);
+        assert!(!path.exists());
+        let text = std::fs::read_to_string(archive.join(trace_name(3)))?;
+        assert_eq!(text.lines().count(), 2, "{text}");
+        match lazaret_runtime::replay::replay_text("t", &text)? {
+            lazaret_runtime::replay::Outcome::Conforms { steps, .. } => assert_eq!(steps, 1),
+            other => panic!("{other:?}"),
+        }
+        Ok(())
+    }
+}

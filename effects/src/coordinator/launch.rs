@@ -1,0 +1,550 @@
+//! Launch and publication of a generation (spec 3.3, 3.6; FR-12): the model
+//! steps `StartGeneration`, `RecordIntent`/`StageProcess`/`CommitProcess` of
+//! the Runtime Supervisor and the attached runsc, `CommitParticipant`,
+//! then the publication's `RecordIntent`, `AcquireSnapshot` and `Publish`.
+//! Each is checked against the model before its durable write and recorded
+//! after it.
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use lazaret_generated::lazaret::{Action, ProcSlots, Roles};
+use lazaret_runtime::coordinator::messages::{
+    CoordinatorCommand, SupervisorMessage, SupervisorPlan,
+};
+use lazaret_runtime::ownership::participant::ParticipantOp;
+use lazaret_runtime::records::domain::{Domain, Generation};
+use lazaret_runtime::records::ids::{
+    ConfigurationFingerprint, ContainerId, DomainId, GenerationId, HostPath, ModelValue,
+    NetworkSidecarId, ProfileName, SandboxId, Sha256Digest,
+};
+use lazaret_runtime::records::participant::{
+    ParticipantOwnership, ParticipantRole, PublicationOwnership,
+};
+use lazaret_runtime::records::process::{
+    HostProcessIdentity, HostProcessOwnershipSlot, PersistedHostProcessOwnership,
+    StagedProcessOwnership,
+};
+
+use super::channel;
+use super::host::{micros, CoordinatorError, Hc, HcEvent, LaunchInputs};
+use super::model_ledger::ModelLedger;
+use super::session::random_bytes;
+use super::supervisor::INIT_NAME;
+use super::SUPERVISOR_SUBCOMMAND;
+use crate::broker::sys::TargetCommand;
+use crate::broker::CommittedChild;
+use crate::domain_store::{accept_staged_ownership, SlotTarget, StoreLedger, StoreOp};
+use crate::image::reference::ImageRef;
+use crate::image::resolve;
+use crate::image::store::BlobStore;
+use crate::prepare::{prepare, RealPrepareHost};
+use crate::process_identity::real::RealProcessSys;
+use crate::process_identity::{identity_of, ChildState, ProcessHandle, ProcessSys, Signal};
+use crate::userns::{map_and_verify, plan_maps, Identity, RealHost};
+
+/// How long RS may take for each launch step.
+const SUPERVISOR_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long RS may take to stop the sandbox and exit.
+pub(super) const SUPERVISOR_EXIT: Duration = Duration::from_secs(20);
+
+/// The running generation.
+pub(super) struct LaunchedGeneration {
+    pub id: GenerationId,
+    pub dir: PathBuf,
+    pub supervisor: CommittedChild,
+    pub to_supervisor: UnixStream,
+    pub container_id: String,
+    pub runsc_root: PathBuf,
+}
+
+fn model_err(e: lazaret_runtime::core::CoreError) -> CoordinatorError {
+    CoordinatorError::Model(e.to_string())
+}
+
+/// The durable decision value of the model's `decision`.
+pub(super) fn decision_value(name: &str) -> Result<ModelValue, CoordinatorError> {
+    ModelValue::new(name).map_err(|e| CoordinatorError::Model(format!("decision {name}: {e}")))
+}
+
+/// The store's participant role for a model role.
+pub(super) fn participant_role(r: Roles) -> ParticipantRole {
+    match r {
+        Roles::PreparedLower => ParticipantRole::PreparedLower,
+        Roles::StateAnchor => ParticipantRole::StateAnchor,
+        Roles::GitRouting => ParticipantRole::GitRouting,
+        Roles::Network => ParticipantRole::Network,
+        Roles::Helper => ParticipantRole::Helper,
+        Roles::Sandbox => ParticipantRole::Sandbox,
+        Roles::Publication => ParticipantRole::Publication,
+    }
+}
+
+/// StartGeneration, then the launch; on success the generation runs with
+/// its Sandbox participant committed (not yet published).
+pub(super) fn launch_generation(
+    hc: &mut Hc<'_, '_>,
+    launch: &LaunchInputs<'_>,
+    events_tx: &Sender<HcEvent>,
+    timings: &mut Vec<(String, u64)>,
+) -> Result<LaunchedGeneration, CoordinatorError> {
+    let _span = tracing::info_span!("LaunchGeneration").entered();
+    let mut phase_timer = Instant::now();
+    let mut mark = |name: &str, timings: &mut Vec<(String, u64)>| {
+        timings.push((name.to_owned(), micros(phase_timer)));
+        phase_timer = Instant::now();
+    };
+    let image_err = |detail: String| CoordinatorError::Image {
+        reference: launch.image.clone(),
+        detail,
+    };
+    let reference = ImageRef::parse(&launch.image).map_err(|e| image_err(e.to_string()))?;
+    let blobs_dir = launch.storage_root.join("blobs");
+    let blobs = BlobStore::open(&blobs_dir).map_err(|e| image_err(e.to_string()))?;
+    let image = resolve(&reference, &blobs, &mut |_| {}).map_err(|e| image_err(e.to_string()))?;
+    mark("resolve_image", timings);
+    let me =
+        Identity::current(&mut RealHost).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
+    let maps =
+        plan_maps(&mut RealHost, &me).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
+    let lower = prepare(
+        &mut RealPrepareHost::new(maps.clone()),
+        &launch.storage_root,
+        &blobs,
+        &image,
+        &maps,
+    )
+    .map_err(|e| CoordinatorError::Prepare {
+        reference: launch.image.clone(),
+        detail: e.to_string(),
+    })?;
+    mark("prepare_lower", timings);
+
+    let id = hc.id;
+    let running = launch.running;
+    let invalid = |what: &str, e: String| CoordinatorError::Supervisor(format!("{what}: {e}"));
+    let c = hc.model.me();
+    let generation = Generation {
+        domain_id: DomainId(running.domain_id),
+        generation_id: id,
+        configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
+        coordinator_id: hc.coordinator_id,
+        network_sidecar_id: NetworkSidecarId(random_bytes().map_err(CoordinatorError::Boot)?),
+        sandbox_id: SandboxId(random_bytes().map_err(CoordinatorError::Boot)?),
+        durable_decision: decision_value("Starting")?,
+    };
+    let domain = Domain {
+        domain_id: DomainId(running.domain_id),
+        profile_name: ProfileName::new(launch.profile.clone())
+            .map_err(|e| invalid("profile", e.to_string()))?,
+        canonical_workspace: HostPath::new(running.workspace.clone().into_bytes())
+            .map_err(|e| invalid("workspace", e.to_string()))?,
+    };
+    hc.step(Action::StartGeneration { c }, |hc| {
+        hc.apply(&[
+            StoreOp::PutDomain(domain),
+            StoreOp::InsertGeneration(generation),
+        ])
+    })?;
+    mark("store_generation", timings);
+
+    let dir = launch.paths.generation(id.0);
+    let init_dir = dir.join("sbin");
+    let init = init_dir.join(INIT_NAME);
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| CoordinatorError::Io { path, source }
+    };
+    std::fs::create_dir_all(&init_dir).map_err(io_err(&init_dir))?;
+    std::fs::write(&init, launch.init_binary)
+        .and_then(|()| std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o555)))
+        .map_err(io_err(&init))?;
+
+    // The lifetime channel: a socketpair whose RS end RS inherits.
+    let (hc_end, rs_end) = UnixStream::pair().map_err(io_err(&dir))?;
+    let rs_fd: OwnedFd = rs_end.into();
+    rustix::io::fcntl_setfd(&rs_fd, rustix::io::FdFlags::empty())
+        .map_err(|e| io_err(&dir)(e.into()))?;
+    let store_ledger = StoreLedger::new(
+        hc.store,
+        SlotTarget::Participant {
+            generation: id,
+            slot: HostProcessOwnershipSlot::SandboxRuntimeSupervisor,
+        },
+    )
+    .map_err(|e| hc.store_err(e))?;
+    let target = TargetCommand {
+        argv: vec![
+            launch.program.into(),
+            SUPERVISOR_SUBCOMMAND.into(),
+            "--channel-fd".into(),
+            rs_fd.as_raw_fd().to_string().into(),
+        ],
+    };
+    let mut ledger = ModelLedger::new(
+        store_ledger,
+        &mut hc.model,
+        Some(Roles::Sandbox),
+        ProcSlots::SandboxRuntimeSupervisor,
+    );
+    let acquired = hc.broker.acquire(&target, &mut ledger);
+    drop(rs_fd);
+    let child = acquired?;
+    mark("spawn_supervisor", timings);
+    let container_id = format!("lazaret-{}-{}", hex_prefix(&running.domain_id), id.0);
+    let plan = SupervisorPlan {
+        domain_id: running.domain_id,
+        generation_id: id.0,
+        coordinator_id: hc.coordinator_id.0,
+        container_id: container_id.clone(),
+        generation_dir: dir.display().to_string(),
+        rootfs: lower.rootfs.display().to_string(),
+        workspace: running.workspace.clone(),
+        init: init_dir.display().to_string(),
+        hostname: "lazaret".to_owned(),
+        env: vec![
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+            "HOME=/root".to_owned(),
+            "TERM=xterm".to_owned(),
+        ],
+    };
+    let mut rs = hc_end;
+    // From here on a failure ends RS exactly: closing the lifetime channel
+    // makes it stop, and its retained handle is reaped.
+    let result = (|| {
+        rs.set_read_timeout(Some(SUPERVISOR_TIMEOUT))
+            .map_err(io_err(&dir))?;
+        channel::send(&mut rs, "supervisor", &CoordinatorCommand::Plan(plan))?;
+        let verified = match channel::receive::<SupervisorMessage>(&mut rs, "supervisor")? {
+            SupervisorMessage::UserNamespace { pid } => i32::try_from(pid)
+                .map_err(|_| format!("PID {pid} out of range"))
+                .and_then(|pid| {
+                    map_and_verify(&mut RealHost, pid, &maps).map_err(|e| e.to_string())
+                }),
+            other => Err(format!("expected UserNamespace, got {other:?}")),
+        };
+        if let Err(why) = verified {
+            let _ = channel::send(
+                &mut rs,
+                "supervisor",
+                &CoordinatorCommand::Refused(why.clone()),
+            );
+            return Err(CoordinatorError::Userns(why));
+        }
+        channel::send(&mut rs, "supervisor", &CoordinatorCommand::MapsVerified)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        drop(rs);
+        reap_supervisor(hc, child.handle());
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
+    mark("verify_userns", timings);
+    let store_ledger = StoreLedger::new(
+        hc.store,
+        SlotTarget::Participant {
+            generation: id,
+            slot: HostProcessOwnershipSlot::SandboxRuntimeSupervisor,
+        },
+    )
+    .map_err(|e| hc.store_err(e))?;
+    let mut ledger = ModelLedger::new(
+        store_ledger,
+        &mut hc.model,
+        None,
+        ProcSlots::SandboxRuntimeSupervisor,
+    );
+    let committed = hc
+        .broker
+        .commit(child, &mut ledger, |sys, handle| match handle.peek(sys) {
+            Ok(ChildState::Running) => Ok(()),
+            other => Err(format!("{other:?}")),
+        });
+    let supervisor = match committed {
+        Ok(s) => s,
+        Err(f) => {
+            drop(rs);
+            reap_supervisor(hc, f.child.handle());
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(CoordinatorError::Supervisor(f.error.to_string()));
+        }
+    };
+    let running_sandbox = match serve_supervisor_launch(hc, id, &mut rs) {
+        Ok(r) => r,
+        Err(e) => {
+            drop(rs);
+            reap_supervisor(hc, supervisor.handle());
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    mark("runsc_run_ready", timings);
+    let commit = commit_sandbox(hc, id, &container_id, &running_sandbox)
+        .and_then(|()| rs.set_read_timeout(None).map_err(io_err(&dir)))
+        .and_then(|()| rs.try_clone().map_err(io_err(&dir)));
+    let to_supervisor = match commit {
+        Ok(t) => t,
+        Err(e) => {
+            drop(rs);
+            reap_supervisor(hc, supervisor.handle());
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    mark("commit_sandbox", timings);
+    let lost = events_tx.clone();
+    std::thread::spawn(move || {
+        let why = match channel::receive::<SupervisorMessage>(&mut rs, "supervisor") {
+            Ok(SupervisorMessage::Failed(why)) => why,
+            Ok(other) => format!("unexpected {other:?}"),
+            Err(e) => e.to_string(),
+        };
+        let _ = lost.send(HcEvent::SupervisorLost(why));
+    });
+    Ok(LaunchedGeneration {
+        id,
+        dir,
+        supervisor,
+        to_supervisor,
+        container_id,
+        runsc_root: running_sandbox.runsc_root,
+    })
+}
+
+fn hex_prefix(bytes: &[u8; 32]) -> String {
+    bytes[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What RS reports once the sandbox runs.
+struct RunningSandbox {
+    runsc_root: PathBuf,
+    bundle_digest: [u8; 32],
+}
+
+/// HC's half of RS's acquisition of the attached runsc (spec 3.3 steps 1,
+/// 6, 9 for an RS-launched child), until the sandbox runs.
+fn serve_supervisor_launch(
+    hc: &mut Hc<'_, '_>,
+    generation: GenerationId,
+    rs: &mut UnixStream,
+) -> Result<RunningSandbox, CoordinatorError> {
+    let c = hc.model.me();
+    let ps = ProcSlots::SandboxAttachedRunsc;
+    for _ in 0..16 {
+        match channel::receive::<SupervisorMessage>(rs, "supervisor")? {
+            SupervisorMessage::ConfirmIntent => {
+                channel::send(rs, "supervisor", &CoordinatorCommand::IntentConfirmed)?;
+            }
+            SupervisorMessage::Staged(bytes) => {
+                let answer = hc
+                    .model
+                    .check(&Action::StageProcess { c, ps })
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        accept_staged_ownership(hc.store, &bytes).map_err(|e| e.to_string())
+                    });
+                let reply = match answer {
+                    Ok(ack) => {
+                        hc.model
+                            .take(Action::StageProcess { c, ps })
+                            .map_err(model_err)?;
+                        CoordinatorCommand::Ack(ack)
+                    }
+                    Err(e) => CoordinatorCommand::Refused(e),
+                };
+                channel::send(rs, "supervisor", &reply)?;
+            }
+            SupervisorMessage::Committed(bytes) => {
+                let answer = hc
+                    .model
+                    .check(&Action::CommitProcess { c, ps })
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        StagedProcessOwnership::decode(&bytes).map_err(|e| e.to_string())
+                    })
+                    .and_then(|staged| {
+                        hc.store
+                            .apply(&[StoreOp::CommitProcess {
+                                target: SlotTarget::Participant {
+                                    generation,
+                                    slot: staged.slot,
+                                },
+                                identity: staged.identity,
+                            }])
+                            .map_err(|e| e.to_string())
+                    });
+                let reply = match answer {
+                    Ok(()) => {
+                        hc.model
+                            .take(Action::CommitProcess { c, ps })
+                            .map_err(model_err)?;
+                        CoordinatorCommand::IntentConfirmed
+                    }
+                    Err(e) => CoordinatorCommand::Refused(e),
+                };
+                channel::send(rs, "supervisor", &reply)?;
+            }
+            SupervisorMessage::SandboxRunning {
+                runsc_root,
+                bundle_digest,
+                ..
+            } => {
+                return Ok(RunningSandbox {
+                    runsc_root: PathBuf::from(runsc_root),
+                    bundle_digest,
+                })
+            }
+            SupervisorMessage::Failed(why) => return Err(CoordinatorError::Supervisor(why)),
+            SupervisorMessage::UserNamespace { .. } => {
+                return Err(CoordinatorError::Supervisor(
+                    "a second user namespace request".into(),
+                ))
+            }
+        }
+    }
+    Err(CoordinatorError::Supervisor(
+        "more launch messages than a launch has".into(),
+    ))
+}
+
+/// CommitParticipant(Sandbox): the snapshot gains the container, runsc root
+/// and bundle digest, and this coordinator enters it as the committed
+/// direct edge (schemas.md "Participant ownership"), in one transaction
+/// that also activates the participant.
+fn commit_sandbox(
+    hc: &mut Hc<'_, '_>,
+    generation: GenerationId,
+    container_id: &str,
+    sandbox: &RunningSandbox,
+) -> Result<(), CoordinatorError> {
+    let c = hc.model.me();
+    let invalid = |what: &str, e: String| CoordinatorError::Supervisor(format!("{what}: {e}"));
+    let pidfd = RealProcessSys
+        .pidfd_open(RealProcessSys.own_pid())
+        .map_err(CoordinatorError::Boot)?;
+    let own = identity_of(&RealProcessSys, &pidfd)
+        .map_err(|e| CoordinatorError::Supervisor(format!("own identity: {e}")))?;
+    let current = hc
+        .store
+        .participant(generation, ParticipantRole::Sandbox)
+        .map_err(|e| hc.store_err(e))?
+        .and_then(|p| p.ownership);
+    let Some(ParticipantOwnership::Sandbox(mut snapshot)) = current else {
+        return Err(CoordinatorError::Model(
+            "the Sandbox participant has no snapshot to commit".into(),
+        ));
+    };
+    snapshot.container_id = Some(
+        ContainerId::new(container_id.to_owned())
+            .map_err(|e| invalid("container id", e.to_string()))?,
+    );
+    snapshot.runtime_root = Some(
+        HostPath::new(sandbox.runsc_root.display().to_string().into_bytes())
+            .map_err(|e| invalid("runsc root", e.to_string()))?,
+    );
+    snapshot.bundle_digest = Some(Sha256Digest(sandbox.bundle_digest));
+    // The direct existing-process edge enters Committed directly.
+    snapshot.host_coordinator =
+        PersistedHostProcessOwnership::Committed(HostProcessIdentity { identity: own });
+    hc.step(
+        Action::CommitParticipant {
+            c,
+            r: Roles::Sandbox,
+        },
+        |hc| {
+            hc.apply(&[StoreOp::Participant {
+                generation,
+                role: ParticipantRole::Sandbox,
+                op: ParticipantOp::Activate(ParticipantOwnership::Sandbox(snapshot)),
+            }])
+        },
+    )
+}
+
+/// The publication's RecordIntent, AcquireSnapshot and Publish: the socket
+/// clients join on is recorded, then the generation is published.
+pub(super) fn publish(
+    hc: &mut Hc<'_, '_>,
+    socket: &Path,
+    runtime_dir: &Path,
+) -> Result<(), CoordinatorError> {
+    let c = hc.model.me();
+    let generation = hc.id;
+    let role = ParticipantRole::Publication;
+    let path = |p: &Path| {
+        HostPath::new(p.display().to_string().into_bytes())
+            .map_err(|e| CoordinatorError::Model(format!("publication path: {e}")))
+    };
+    let socket_path = path(socket)?;
+    // Until the TLS protocol exists, what clients rely on to reach this face
+    // and nobody else's is the 0700 runtime directory holding the socket
+    // (SR-10); it stands as the publication identity.
+    let identity_path = path(runtime_dir)?;
+    hc.step(
+        Action::RecordIntent {
+            c,
+            r: Roles::Publication,
+        },
+        |hc| hc.apply(&[StoreOp::InsertParticipantIntent { generation, role }]),
+    )?;
+    hc.step(
+        Action::AcquireSnapshot {
+            c,
+            r: Roles::Publication,
+        },
+        |hc| {
+            hc.apply(&[StoreOp::Participant {
+                generation,
+                role,
+                op: ParticipantOp::Acquire(ParticipantOwnership::Publication(
+                    PublicationOwnership {
+                        socket_path: Some(socket_path.clone()),
+                        identity_path: None,
+                    },
+                )),
+            }])
+        },
+    )?;
+    hc.step(Action::Publish { c }, |hc| {
+        hc.apply(&[
+            StoreOp::Participant {
+                generation,
+                role,
+                op: ParticipantOp::Activate(ParticipantOwnership::Publication(
+                    PublicationOwnership {
+                        socket_path: Some(socket_path),
+                        identity_path: Some(identity_path),
+                    },
+                )),
+            },
+            StoreOp::SetDurableDecision {
+                generation,
+                decision: decision_value("Published")?,
+            },
+        ])
+    })
+}
+
+/// Ends a Runtime Supervisor exactly: it stops on the closed lifetime
+/// channel; after [`SUPERVISOR_EXIT`] it is killed through its pidfd; it is
+/// reaped either way.
+pub(super) fn reap_supervisor(hc: &Hc<'_, '_>, handle: &ProcessHandle) {
+    let deadline = Instant::now() + SUPERVISOR_EXIT;
+    loop {
+        match hc.broker.poll(handle) {
+            Ok(ChildState::Running) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(ChildState::Running) => {
+                let _ = hc.broker.signal(handle, Signal::Kill);
+                let _ = hc.broker.wait(handle);
+                return;
+            }
+            Ok(_) | Err(_) => return,
+        }
+    }
+}
