@@ -1,41 +1,67 @@
-//! `lazaret state`: what a Domain holds durably (issue 5 deliverable 5;
-//! spec 3.9's read-only part, DX-6: human and machine-readable output, no
+//! `lazaret state [PROFILE] [--workspace DIR] [--config FILE] [--json]`:
+//! what a Domain holds durably and what recovery would find (issue 5
+//! deliverable 5; spec 3.2 reserves `state` as the maintenance command, 3.9
+//! read-only inspection, DX-6 human and machine-readable output, no
 //! persisted file contents).
 //!
-//! The Domain Store may be opened only by the process holding the Domain
-//! flock (spec 3.6 "Durable generation document refinement", FR-17). So
-//! this command becomes the lock holder when no Host Coordinator holds it,
-//! reads one validated snapshot, and releases the lock; while a Host
-//! Coordinator holds it, it refuses (reading through Host Coordinator IPC
-//! comes with the session protocol). Nothing is created unless a Domain
-//! Store already exists.
+//! The Domain is located exactly as a launch locates it (profile, canonical
+//! workspace and configured roots through `config_resolve::locate_domain`),
+//! without creating anything; `--domain-root DIR` names a persistent Domain
+//! Root directly instead. The Domain Store may be opened only by the process
+//! holding the Domain flock (spec 3.6 "Durable generation document
+//! refinement", FR-17): when no Host Coordinator holds it this command
+//! becomes the lock holder, reads one validated snapshot and releases the
+//! lock; while a Host Coordinator holds it, it shows what can be seen from
+//! outside the store and says so.
+//!
+//! Exit status: 0 the store was read, 3 the Domain is live (store not
+//! readable from here), 4 no Domain exists there, 1 any error, 2 bad usage.
+mod evidence;
+mod live;
+mod ownership;
+mod render;
+
 use clap::Args;
+use evidence::GenerationEvidence;
+use lazaret_effects::config_resolve::{locate_domain, DomainLocation, LoadError, LoadRequest};
+use lazaret_effects::confined::{ConfinedSys, RealSys};
+use lazaret_effects::coordinator::paths::DomainPaths;
 use lazaret_effects::domain_lock::{DomainLock, DomainLockError};
 use lazaret_effects::domain_root::DomainRootLayout;
 use lazaret_effects::domain_store::{DomainDocument, DomainStore, StoreError};
+use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::process_identity::real::RealProcessSys;
 use lazaret_effects::process_identity::ProcessSys;
-use lazaret_runtime::records::process::PersistedHostProcessOwnership;
-use lazaret_runtime::records::terminal::SessionTerminal;
-use serde_json::{json, Value};
-use std::fmt::Write as _;
+use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
+use live::{LiveView, RuntimePaths};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 the Domain Store was read; 3 the Domain is live (its Host \
+                  Coordinator holds the store); 4 there is no Domain Store there (nothing is \
+                  created); 1 an error; 2 bad usage. --json field names: docs/durable-state.md."
+)]
 pub struct StateCommand {
-    /// The Domain Root to read (the directory holding domain.lock and
-    /// domain.redb). Required until the configuration loader lands; then the
-    /// Domain is found from --profile and --workspace instead.
-    #[arg(long, value_name = "DIR")]
-    domain_root: PathBuf,
-    /// Refuse unless the Domain belongs to this workspace (canonicalized).
+    /// The profile whose Domain to show, for the workspace (required unless
+    /// --domain-root is given; then the Domain must belong to it).
+    #[arg(value_name = "PROFILE", required_unless_present = "domain_root")]
+    profile: Option<String>,
+    /// Agent Workspace directory (default: the current directory). With
+    /// --domain-root, the Domain must belong to it.
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
-    /// Refuse unless the Domain belongs to this profile.
-    #[arg(long, value_name = "P")]
-    profile: Option<String>,
+    /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
+    /// else ~/.config/lazaret/config.toml).
+    #[arg(long, value_name = "FILE", conflicts_with = "domain_root")]
+    config: Option<String>,
+    /// Read this persistent Domain Root (the directory holding domain.lock
+    /// and domain.redb) instead of locating the Domain from the
+    /// configuration.
+    #[arg(long, value_name = "DIR")]
+    domain_root: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -43,22 +69,26 @@ pub struct StateCommand {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    #[error("cannot locate the Domain of profile {profile:?}: {source}")]
+    Locate {
+        profile: String,
+        #[source]
+        source: Box<LoadError>,
+    },
+    #[error("name the profile (`lazaret state PROFILE`) or a Domain Root (`--domain-root DIR`)")]
+    NoTarget,
+    #[error("the sandbox layout could not be constructed: {0}")]
+    Layout(String),
     #[error("Domain Root {path}: {source}")]
     DomainRoot { path: PathBuf, source: io::Error },
     #[error("Domain Root {path} is not a directory")]
     NotADirectory { path: PathBuf },
-    #[error("no Domain Store at {path}: this Domain has never been started (nothing was created)")]
-    NoStore { path: PathBuf },
-    #[error("the Domain at {root} is held by a running Host Coordinator; only that coordinator may open its store, and `lazaret state` cannot ask it yet (Host Coordinator IPC is not implemented). Run it again after the Domain's last session has ended")]
-    Held { root: PathBuf },
     #[error(transparent)]
     Lock(DomainLockError),
     #[error("cannot read the current boot ID: {0}")]
     BootId(io::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("the Domain Store at {path} has no Domain record")]
-    NoDomainRecord { path: PathBuf },
     #[error("the Domain at {root} belongs to profile {recorded:?}, not {requested:?}")]
     ProfileMismatch {
         root: PathBuf,
@@ -73,91 +103,205 @@ pub enum StateError {
         recorded: String,
         requested: String,
     },
+    #[error("the Domain Store {store} records {recorded}, not {expected}; it is left as it is: inspect it with `lazaret state --domain-root {root}`", root = store.parent().unwrap_or(Path::new("/")).display())]
+    OtherDomain {
+        store: PathBuf,
+        recorded: String,
+        expected: String,
+    },
 }
 
-impl StateError {
+/// Where the Domain is and how it was found.
+#[derive(Debug)]
+pub struct Target {
+    /// Set when the Domain was located from the configuration.
+    pub located: Option<DomainLocation>,
+    /// The persistent Domain Root.
+    pub domain_root: PathBuf,
+    pub lock: PathBuf,
+    pub store: PathBuf,
+    /// The runtime Domain root (unknown with `--domain-root`).
+    pub runtime: Option<RuntimePaths>,
+}
+
+/// What was found there.
+#[derive(Debug)]
+pub enum Outcome {
+    /// No Domain Store: the Domain never ran here; nothing was created.
+    Absent,
+    /// A Host Coordinator holds the lock; only it may open the store.
+    Live(LiveView),
+    /// The store as read under the lock, with recovery evidence aligned
+    /// with `document.generations`.
+    Read {
+        document: DomainDocument,
+        evidence: Vec<GenerationEvidence>,
+    },
+}
+
+#[derive(Debug)]
+pub struct Report {
+    pub target: Target,
+    /// The command that starts (and so recovers) this Domain, quoted.
+    pub relaunch: String,
+    /// The command that shows this Domain again, quoted.
+    pub show_again: String,
+    pub outcome: Outcome,
+}
+
+impl Report {
     fn exit_code(&self) -> u8 {
-        match self {
-            Self::Held { .. } => 3,
-            _ => 1,
+        match self.outcome {
+            Outcome::Read { .. } => 0,
+            Outcome::Live(_) => 3,
+            Outcome::Absent => 4,
         }
     }
 }
 
 pub fn run(command: StateCommand) -> ExitCode {
-    match inspect(&command) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+    match inspect(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {
+        Ok(report) => {
+            print!("{}", render::render(&report, command.json));
+            ExitCode::from(report.exit_code())
         }
         Err(e) => {
             eprintln!("lazaret state: {e}");
-            ExitCode::from(e.exit_code())
+            ExitCode::FAILURE
         }
     }
 }
 
-/// Where the Domain Root comes from. Today only the explicit option; the
-/// configuration loader will supply the root from profile and workspace.
-fn domain_root(command: &StateCommand) -> DomainRootLayout {
-    DomainRootLayout::new(&command.domain_root)
+/// A word as a POSIX shell would need it (single-quoted unless plain).
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@,%".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
-fn inspect(command: &StateCommand) -> Result<String, StateError> {
-    let layout = domain_root(command);
-    let root = layout.root().to_owned();
-    let meta = std::fs::metadata(&root).map_err(|source| StateError::DomainRoot {
-        path: root.clone(),
-        source,
+/// `lazaret <profile> ...` or, for a profile named `state`, the explicit
+/// form (spec 3.2), then the given options, in backquotes.
+fn command_line(
+    profile: Option<&str>,
+    subcommand: Option<&str>,
+    options: &[(&str, &str)],
+) -> String {
+    let mut words: Vec<String> = vec!["lazaret".to_owned()];
+    match (subcommand, profile) {
+        (Some(sub), Some(p)) => words.extend([sub.to_owned(), shell_word(p)]),
+        (Some(sub), None) => words.push(sub.to_owned()),
+        (None, Some("state")) => words.extend(["run", "--profile", "state"].map(String::from)),
+        (None, Some(p)) => words.push(shell_word(p)),
+        (None, None) => words.push("<profile>".to_owned()),
+    }
+    for (name, value) in options {
+        words.push((*name).to_owned());
+        words.push(shell_word(value));
+    }
+    format!("`{}`", words.join(" "))
+}
+
+fn located_target(
+    command: &StateCommand,
+    profile: &str,
+    sys: &dyn ConfinedSys,
+    env: &dyn HostEnvironment,
+) -> Result<Target, StateError> {
+    let layout = SandboxLayoutV1::production().map_err(|e| StateError::Layout(e.to_string()))?;
+    let workspace = command
+        .workspace
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("."));
+    let request = LoadRequest {
+        profile,
+        config: command.config.as_deref(),
+        workspace: &workspace,
+        env,
+        layout: &layout,
+    };
+    let location = locate_domain(sys, &request).map_err(|source| StateError::Locate {
+        profile: profile.to_owned(),
+        source: Box::new(source),
     })?;
-    if !meta.is_dir() {
-        return Err(StateError::NotADirectory { path: root });
-    }
-    let store_path = layout.store_path();
-    if !std::fs::symlink_metadata(&store_path).is_ok_and(|m| m.is_file()) {
-        return Err(StateError::NoStore { path: store_path });
-    }
-    let lock = match DomainLock::try_acquire(&layout.lock_path()) {
-        Ok(lock) => lock,
-        Err(DomainLockError::Held { .. }) => return Err(StateError::Held { root }),
-        Err(e) => return Err(StateError::Lock(e)),
-    };
-    let boot = RealProcessSys.boot_id().map_err(StateError::BootId)?;
-    let document = {
-        let store = DomainStore::open(&lock, &store_path, boot)?;
-        store.document()?
-    };
-    drop(lock);
-    check_owner(command, &root, &store_path, &document)?;
-    Ok(if command.json {
-        let mut text = serde_json::to_string_pretty(&to_json(&root, &document))
-            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-        text.push('\n');
-        text
-    } else {
-        to_text(&root, &document)
+    // The same paths the launch hands its Host Coordinator.
+    let paths = DomainPaths::new(&location.runtime_domain_root, &location.storage_domain_root);
+    Ok(Target {
+        domain_root: paths.storage.clone(),
+        lock: paths.lock(),
+        store: paths.store(),
+        runtime: Some(RuntimePaths {
+            dir: paths.runtime.clone(),
+            socket: paths.socket(),
+            log: paths.log(),
+        }),
+        located: Some(location),
     })
 }
 
+fn explicit_target(root: &Path) -> Result<Target, StateError> {
+    let meta = std::fs::metadata(root).map_err(|source| StateError::DomainRoot {
+        path: root.to_owned(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(StateError::NotADirectory {
+            path: root.to_owned(),
+        });
+    }
+    let layout = DomainRootLayout::new(root);
+    Ok(Target {
+        located: None,
+        domain_root: root.to_owned(),
+        lock: layout.lock_path(),
+        store: layout.store_path(),
+        runtime: None,
+    })
+}
+
+/// The explicit checks of `--domain-root` (PROFILE, `--workspace`), or,
+/// for a located Domain, that the store records that very Domain (SR-11).
 fn check_owner(
     command: &StateCommand,
-    root: &Path,
-    store_path: &Path,
+    target: &Target,
     document: &DomainDocument,
 ) -> Result<(), StateError> {
-    if command.profile.is_none() && command.workspace.is_none() {
+    let Some(domain) = &document.domain else {
         return Ok(());
+    };
+    if let Some(location) = &target.located {
+        let workspace = location.workspace.as_os_str().as_encoded_bytes();
+        if domain.domain_id.0 == location.domain_id.0
+            && domain.profile_name.as_str() == location.profile
+            && domain.canonical_workspace.as_bytes() == workspace
+        {
+            return Ok(());
+        }
+        return Err(StateError::OtherDomain {
+            store: target.store.clone(),
+            recorded: format!(
+                "Domain {} (profile {:?}, workspace {})",
+                domain.domain_id,
+                domain.profile_name.as_str(),
+                domain.canonical_workspace
+            ),
+            expected: format!(
+                "Domain {} of profile {:?} in {}",
+                location.domain_id,
+                location.profile,
+                location.workspace.display()
+            ),
+        });
     }
-    let domain = document
-        .domain
-        .as_ref()
-        .ok_or_else(|| StateError::NoDomainRecord {
-            path: store_path.to_owned(),
-        })?;
     if let Some(requested) = &command.profile {
         if domain.profile_name.as_str() != requested {
             return Err(StateError::ProfileMismatch {
-                root: root.to_owned(),
+                root: target.domain_root.clone(),
                 recorded: domain.profile_name.to_string(),
                 requested: requested.clone(),
             });
@@ -169,10 +313,9 @@ fn check_owner(
                 path: workspace.clone(),
                 source,
             })?;
-        let requested = std::os::unix::ffi::OsStrExt::as_bytes(canonical.as_os_str());
-        if requested != domain.canonical_workspace.as_bytes() {
+        if canonical.as_os_str().as_encoded_bytes() != domain.canonical_workspace.as_bytes() {
             return Err(StateError::WorkspaceMismatch {
-                root: root.to_owned(),
+                root: target.domain_root.clone(),
                 recorded: domain.canonical_workspace.to_string(),
                 requested: canonical.display().to_string(),
             });
@@ -181,181 +324,111 @@ fn check_owner(
     Ok(())
 }
 
-fn slot_json(slot: &PersistedHostProcessOwnership) -> Value {
-    match slot.identity() {
-        None => json!({ "phase": slot.phase_name() }),
-        Some(id) => json!({
-            "phase": slot.phase_name(),
-            "host_pid": id.host_pid.0,
-            "start_time_ticks": id.start_time_ticks,
-            "boot_id": id.authority.boot_id.to_string(),
-            "pidfs_st_dev": id.authority.pidfs_st_dev.0,
-            "pidfs_st_ino": id.authority.pidfs_st_ino.0,
-        }),
+/// Becomes the lock holder and reads one validated snapshot, or says why
+/// the store cannot be read from here.
+fn observe<P: ProcessSys>(
+    command: &StateCommand,
+    target: &Target,
+    procs: &P,
+) -> Result<Result<DomainDocument, Outcome>, StateError> {
+    if !std::fs::symlink_metadata(&target.store).is_ok_and(|m| m.is_file()) {
+        return Ok(Err(Outcome::Absent));
     }
-}
-
-fn slot_text(slot: &PersistedHostProcessOwnership) -> String {
-    match slot.identity() {
-        None => slot.phase_name().to_owned(),
-        Some(id) => format!(
-            "{} pid {} start {} (boot {}, pidfs {}:{})",
-            slot.phase_name(),
-            id.host_pid.0,
-            id.start_time_ticks,
-            id.authority.boot_id,
-            id.authority.pidfs_st_dev.0,
-            id.authority.pidfs_st_ino.0
-        ),
-    }
-}
-
-fn terminal_json(t: &SessionTerminal) -> Value {
-    let s = &t.snapshot;
-    json!({
-        "session_id": t.session_id.to_string(),
-        "state": format!("{:?}", t.state),
-        "container_id": s.container_id.as_ref().map(|c| c.to_string()),
-        "host_coordinator": slot_json(&s.host_coordinator),
-        "exec_client": slot_json(&s.exec_client),
-        "pty_master": s.pty_master.map(|p| json!({
-            "master_fd": p.master_fd, "device": p.device, "inode": p.inode
-        })),
-        "guest_process": s.guest_process.map(|g| json!({
-            "leader_pid": g.leader_pid,
-            "leader_start_time": g.leader_start_time,
-            "process_group_id": g.process_group_id
-        })),
-    })
-}
-
-fn to_json(root: &Path, doc: &DomainDocument) -> Value {
-    let generations: Vec<Value> = doc
-        .generations
-        .iter()
-        .map(|g| {
-            let gen = &g.generation;
-            json!({
-                "generation_id": gen.generation_id.0,
-                "durable_decision": gen.durable_decision.as_str(),
-                "configuration_fingerprint": gen.configuration_fingerprint.to_string(),
-                "coordinator_id": gen.coordinator_id.to_string(),
-                "network_sidecar_id": gen.network_sidecar_id.to_string(),
-                "sandbox_id": gen.sandbox_id.to_string(),
-                "participants": g.participants.iter().map(|p| json!({
-                    "role": format!("{:?}", p.role),
-                    "state": format!("{:?}", p.state),
-                    "ownership": p.ownership.as_ref().map(|o| serde_json::to_value(o).unwrap_or(Value::Null)),
-                })).collect::<Vec<_>>(),
-                "sessions": g.sessions.iter().map(|s| json!({
-                    "session_id": s.session_id.to_string(),
-                    "cli_id": s.cli_id.to_string(),
-                    "session_anchor_id": s.session_anchor_id.to_string(),
-                    "session_phase": s.session_phase.as_str(),
-                })).collect::<Vec<_>>(),
-                "terminals": g.terminals.iter().map(terminal_json).collect::<Vec<_>>(),
-                "mailbox": g.mailbox.as_ref().map(|m| json!({
-                    "state": format!("{:?}", m.state),
-                    "identity_path": m.identity_path.to_string(),
-                    "inbox_path": m.inbox_path.to_string(),
-                    "outbox_path": m.outbox_path.to_string(),
-                })),
-            })
-        })
-        .collect();
-    json!({
-        "domain_root": root.display().to_string(),
-        "domain": doc.domain.as_ref().map(|d| json!({
-            "domain_id": d.domain_id.to_string(),
-            "profile": d.profile_name.as_str(),
-            "workspace": d.canonical_workspace.to_string(),
-        })),
-        "generations": generations,
-    })
-}
-
-fn to_text(root: &Path, doc: &DomainDocument) -> String {
-    let mut out = String::new();
-    // Writing to a String cannot fail; the results are ignored on purpose.
-    let mut line = |text: String| {
-        out.push_str(&text);
-        out.push('\n');
+    let lock = match DomainLock::try_acquire(&target.lock) {
+        Ok(lock) => lock,
+        Err(DomainLockError::Held { .. }) => {
+            return Ok(Err(Outcome::Live(live::observe(
+                &target.lock,
+                target.runtime.as_ref(),
+            ))))
+        }
+        Err(e) => return Err(StateError::Lock(e)),
     };
-    line(format!("Domain Root {}", root.display()));
-    match &doc.domain {
-        Some(d) => {
-            line(format!("Domain      {}", d.domain_id));
-            line(format!("profile     {}", d.profile_name));
-            line(format!("workspace   {}", d.canonical_workspace));
-        }
-        None => line("Domain      (no Domain record)".to_owned()),
+    let boot = procs.boot_id().map_err(StateError::BootId)?;
+    let document = {
+        let store = DomainStore::open(&lock, &target.store, boot)?;
+        store.document()?
+    };
+    // Held only for the read: a launch that starts now waits it out.
+    drop(lock);
+    check_owner(command, target, &document)?;
+    Ok(Ok(document))
+}
+
+fn inspect<P: ProcessSys>(
+    command: &StateCommand,
+    sys: &dyn ConfinedSys,
+    env: &dyn HostEnvironment,
+    procs: &P,
+) -> Result<Report, StateError> {
+    let target = match (&command.domain_root, &command.profile) {
+        (Some(root), _) => explicit_target(root)?,
+        (None, Some(profile)) => located_target(command, profile, sys, env)?,
+        // clap already requires PROFILE unless --domain-root is given.
+        (None, None) => return Err(StateError::NoTarget),
+    };
+    let observed = observe(command, &target, procs)?;
+    let record = observed.as_ref().ok().and_then(|d| d.domain.as_ref());
+    let profile: Option<String> = match (&target.located, record) {
+        (Some(l), _) => Some(l.profile.clone()),
+        (None, Some(d)) => Some(d.profile_name.to_string()),
+        (None, None) => command.profile.clone(),
+    };
+    let workspace: Option<String> = match (&target.located, record) {
+        (Some(l), _) => Some(l.workspace.display().to_string()),
+        (None, Some(d)) => Some(d.canonical_workspace.to_string()),
+        (None, None) => None,
+    };
+    let mut options: Vec<(&str, &str)> = Vec::new();
+    if let Some(w) = &workspace {
+        options.push(("--workspace", w));
     }
-    if doc.generations.is_empty() {
-        line("no generations".to_owned());
+    if let Some(c) = &command.config {
+        options.push(("--config", c));
     }
-    for g in &doc.generations {
-        let gen = &g.generation;
-        line(format!(
-            "generation {}  decision {}  fingerprint {}",
-            gen.generation_id, gen.durable_decision, gen.configuration_fingerprint
-        ));
-        line(format!(
-            "  coordinator {}  network sidecar {}  sandbox {}",
-            gen.coordinator_id, gen.network_sidecar_id, gen.sandbox_id
-        ));
-        line(format!("  participants ({})", g.participants.len()));
-        for p in &g.participants {
-            let mut text = format!("    {:<14} {:?}", format!("{:?}", p.role), p.state);
-            match &p.ownership {
-                None => text.push_str("  (bare intent)"),
-                Some(o) => {
-                    let _ = write!(text, "  {o:?}");
-                }
-            }
-            line(text);
+    let relaunch = command_line(profile.as_deref(), None, &options);
+    let root = target.domain_root.display().to_string();
+    let show_again = match &target.located {
+        Some(_) => command_line(profile.as_deref(), Some("state"), &options),
+        None => command_line(None, Some("state"), &[("--domain-root", &root)]),
+    };
+    let outcome = match observed {
+        Err(outcome) => outcome,
+        Ok(document) => {
+            let evidence = document
+                .generations
+                .iter()
+                .map(|g| evidence::gather(procs, g, &relaunch))
+                .collect();
+            Outcome::Read { document, evidence }
         }
-        line(format!("  sessions ({})", g.sessions.len()));
-        for s in &g.sessions {
-            line(format!(
-                "    session {}  phase {}  cli {}",
-                s.session_id, s.session_phase, s.cli_id
-            ));
-        }
-        line(format!("  session terminals ({})", g.terminals.len()));
-        for t in &g.terminals {
-            let s = &t.snapshot;
-            line(format!(
-                "    session {}  {:?}  container {}",
-                t.session_id,
-                t.state,
-                s.container_id
-                    .as_ref()
-                    .map_or("-".to_owned(), |c| c.to_string())
-            ));
-            line(format!(
-                "      host coordinator {}",
-                slot_text(&s.host_coordinator)
-            ));
-            line(format!(
-                "      exec client      {}",
-                slot_text(&s.exec_client)
-            ));
-            if let Some(p) = s.pty_master {
-                line(format!(
-                    "      pty              master fd {}, devpts {}:{}",
-                    p.master_fd, p.device, p.inode
-                ));
-            }
-            if let Some(g) = s.guest_process {
-                line(format!(
-                    "      guest            leader {} start {} group {}",
-                    g.leader_pid, g.leader_start_time, g.process_group_id
-                ));
-            }
-        }
-        if let Some(m) = &g.mailbox {
-            line(format!("  mailbox {:?}  inbox {}", m.state, m.inbox_path));
-        }
+    };
+    Ok(Report {
+        target,
+        relaunch,
+        show_again,
+        outcome,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggested_commands_quote_words_and_launch_a_state_profile_explicitly() {
+        assert_eq!(
+            command_line(Some("dev"), None, &[("--workspace", "/home/a b/it's")]),
+            r"`lazaret dev --workspace '/home/a b/it'\''s'`"
+        );
+        assert_eq!(
+            command_line(Some("state"), None, &[]),
+            "`lazaret run --profile state`"
+        );
+        assert_eq!(
+            command_line(Some("state"), Some("state"), &[("--config", "/c.toml")]),
+            "`lazaret state state --config /c.toml`"
+        );
+        assert_eq!(command_line(None, None, &[]), "`lazaret <profile>`");
     }
-    out
 }

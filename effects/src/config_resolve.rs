@@ -252,6 +252,14 @@ impl RootPlan {
         self.storage_label.join(&self.profile_rel)
     }
 
+    fn storage_domain_label(&self) -> PathBuf {
+        self.storage_label.join(&self.domain_rel)
+    }
+
+    fn runtime_domain_label(&self) -> PathBuf {
+        self.runtime_label.join(&self.domain_rel)
+    }
+
     /// Tree entries for the planned roots (no identities yet).
     fn entries(&self) -> [TreeEntry; 5] {
         let entry = |role, key: KeyPath, label: PathBuf| TreeEntry {
@@ -280,12 +288,12 @@ impl RootPlan {
             entry(
                 TreeRole::StorageDomain,
                 label_key("(persistent Domain root)"),
-                self.storage_label.join(&self.domain_rel),
+                self.storage_domain_label(),
             ),
             entry(
                 TreeRole::RuntimeDomain,
                 label_key("(runtime Domain root)"),
-                self.runtime_label.join(&self.domain_rel),
+                self.runtime_domain_label(),
             ),
         ]
     }
@@ -364,12 +372,19 @@ fn expand(
     Ok(expand_host_path(decl, &home, profile_dir))
 }
 
-/// Loads and resolves the selected profile.
-pub fn load_configuration(
-    sys: &dyn ConfinedSys,
-    request: &LoadRequest<'_>,
-) -> Result<ResolvedDomainConfiguration, LoadError> {
-    let _span = tracing::info_span!("ResolveConfiguration", profile = request.profile).entered();
+/// Steps 1 and 2 of a load: the source read and decoded, the profile
+/// selected, the workspace opened, the Domain ID derived and the roots
+/// planned. Nothing is created.
+struct Planned<'a> {
+    loader: Loader<'a>,
+    source: OpenedObject,
+    selected: SelectedProfileV1,
+    workspace: OpenedObject,
+    domain_id: DomainIdV1,
+    roots_plan: RootPlan,
+}
+
+fn plan<'a>(sys: &'a dyn ConfinedSys, request: &LoadRequest<'_>) -> Result<Planned<'a>, LoadError> {
     let user = sys
         .user_ids()
         .map_err(|source| LoadError::User(ConfinedError::UserIds { source }))?;
@@ -399,6 +414,72 @@ pub fn load_configuration(
     let domain_id =
         DomainIdV1::compute(selected.name(), &bytes(&workspace.label())).map_err(&cfg)?;
     let roots_plan = RootPlan::new(&loader, &selected, env, domain_id)?;
+    drop(cfg);
+    Ok(Planned {
+        loader,
+        source,
+        selected,
+        workspace,
+        domain_id,
+        roots_plan,
+    })
+}
+
+/// Where a profile's Domain for a workspace lives, found exactly as a load
+/// finds it (same source, selection, canonical workspace, Domain ID and
+/// root plan) but without creating, resolving or opening anything beyond
+/// the configuration source and the workspace. For read-only tools such as
+/// `lazaret state` (spec 3.9: a Domain is resolved through trusted host
+/// metadata, never an arbitrary path).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainLocation {
+    /// The selected profile's name.
+    pub profile: String,
+    /// The configuration source's canonical label.
+    pub config_file: PathBuf,
+    /// The canonical Agent Workspace label.
+    pub workspace: PathBuf,
+    pub domain_id: DomainIdV1,
+    /// The persistent Domain root (lock and Domain Store), as planned.
+    pub storage_domain_root: PathBuf,
+    /// The runtime Domain root (socket, generation directories), as planned.
+    pub runtime_domain_root: PathBuf,
+}
+
+/// Locates the selected profile's Domain for the requested workspace.
+pub fn locate_domain(
+    sys: &dyn ConfinedSys,
+    request: &LoadRequest<'_>,
+) -> Result<DomainLocation, LoadError> {
+    let _span = tracing::info_span!("LocateDomain", profile = request.profile).entered();
+    let planned = plan(sys, request)?;
+    let roots = &planned.roots_plan;
+    Ok(DomainLocation {
+        profile: planned.selected.name().as_str().to_owned(),
+        config_file: planned.loader.file.clone(),
+        workspace: planned.workspace.label(),
+        domain_id: planned.domain_id,
+        storage_domain_root: roots.storage_domain_label(),
+        runtime_domain_root: roots.runtime_domain_label(),
+    })
+}
+
+/// Loads and resolves the selected profile.
+pub fn load_configuration(
+    sys: &dyn ConfinedSys,
+    request: &LoadRequest<'_>,
+) -> Result<ResolvedDomainConfiguration, LoadError> {
+    let _span = tracing::info_span!("ResolveConfiguration", profile = request.profile).entered();
+    let env = request.env;
+    let Planned {
+        loader,
+        source,
+        selected,
+        workspace,
+        domain_id,
+        roots_plan,
+    } = plan(sys, request)?;
+    let cfg = loader.config_err();
     let profile_label = roots_plan.profile_label();
 
     // 3. Overlap rules on canonical labels, before anything is created.

@@ -427,3 +427,57 @@ fn a_replaced_object_fails_revalidation_through_its_plan() {
     std::fs::create_dir_all(f.path("run/lazaret")).expect("mkdir");
     assert!(r.runtime_root().revalidate(&RealSys).is_err());
 }
+
+/// `locate_domain` (for read-only tools like `lazaret state`) finds the
+/// Domain where a load puts it, from a workspace given through a symlink
+/// too, and creates nothing on the way.
+#[test]
+fn locating_a_domain_finds_the_load_roots_and_creates_nothing() {
+    let f = Fixture::new();
+    let config = f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    symlink(f.path("ws"), f.path("ws-link")).expect("symlink");
+    let layout = SandboxLayoutV1::production().expect("layout");
+    let env = f.env(&[]);
+    let request = LoadRequest {
+        profile: "dev",
+        config: None,
+        workspace: &f.path("ws-link"),
+        env: &env,
+        layout: &layout,
+    };
+    let located =
+        lazaret_effects::config_resolve::locate_domain(&RealSys, &request).expect("locate");
+    assert!(
+        !f.path("home/.local").exists(),
+        "locate created the storage root"
+    );
+    assert!(
+        !f.path("run/lazaret").exists(),
+        "locate created the runtime root"
+    );
+    assert_eq!(located.profile, "dev");
+    assert_eq!(located.config_file, config);
+    assert_eq!(located.workspace, f.path("ws"));
+    let loaded = f.load_in(&f.path("ws-link"), &[]).expect("load");
+    assert_eq!(located.domain_id, loaded.domain_id());
+    assert_eq!(
+        located.storage_domain_root,
+        loaded.storage_domain_root().label()
+    );
+    assert_eq!(
+        located.runtime_domain_root,
+        loaded.runtime_domain_root().label()
+    );
+    // An unknown profile names the profile and the file.
+    let other = LoadRequest {
+        profile: "nope",
+        ..request
+    };
+    let m = lazaret_effects::config_resolve::locate_domain(&RealSys, &other)
+        .expect_err("unknown profile")
+        .to_string();
+    assert!(
+        m.contains("nope") && m.contains(config.to_str().unwrap()),
+        "{m}"
+    );
+}

@@ -5,7 +5,7 @@
 
 use lazaret_effects::domain_lock::{DomainLock, DomainLockError};
 use lazaret_effects::domain_store::{
-    accept_staged_ownership, DomainStore, SlotTarget, StoreError, StoreOp,
+    accept_staged_ownership, DomainStore, RecordedSlot, SlotHolder, SlotTarget, StoreError, StoreOp,
 };
 use lazaret_runtime::ownership::mailbox::MailboxOp;
 use lazaret_runtime::ownership::participant::ParticipantOp;
@@ -166,6 +166,114 @@ fn a_store_round_trip_survives_reopen() {
         DomainStore::create(&lock, &path, BOOT),
         Err(StoreError::CreateFile { .. })
     ));
+}
+
+/// The read-only view `lazaret state` uses: every recorded process slot
+/// with where it sits, and whether a generation still owns anything.
+#[test]
+fn process_slots_and_cleanliness_are_read_from_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = DomainLock::try_acquire(&dir.path().join("domain.lock")).unwrap();
+    let store = DomainStore::create(&lock, &dir.path().join("domain.redb"), BOOT).unwrap();
+    seeded(&store);
+    let terminal_hc = SlotTarget::Terminal {
+        generation: GEN,
+        session: SESSION,
+        slot: HostProcessOwnershipSlot::SessionTerminalHostCoordinator,
+    };
+    store
+        .apply(&[
+            StoreOp::CommitProcess {
+                target: sandbox_target(HostProcessOwnershipSlot::SandboxHostCoordinator),
+                identity: identity(1),
+            },
+            StoreOp::StageProcess {
+                target: sandbox_target(HostProcessOwnershipSlot::SandboxAttachedRunsc),
+                identity: identity(3),
+            },
+            StoreOp::CommitProcess {
+                target: terminal_hc,
+                identity: identity(1),
+            },
+        ])
+        .unwrap();
+    let g = store.generation_document(GEN).unwrap().unwrap();
+    assert!(!g.is_clean());
+    let sandbox = |slot, ownership| RecordedSlot {
+        holder: SlotHolder::Participant(ParticipantRole::Sandbox),
+        slot,
+        ownership,
+    };
+    let terminal = |slot, ownership| RecordedSlot {
+        holder: SlotHolder::Terminal(SESSION),
+        slot,
+        ownership,
+    };
+    use HostProcessOwnershipSlot as S;
+    use PersistedHostProcessOwnership as P;
+    assert_eq!(
+        g.process_slots(),
+        vec![
+            sandbox(
+                S::SandboxHostCoordinator,
+                P::Committed(HostProcessIdentity {
+                    identity: identity(1)
+                })
+            ),
+            sandbox(S::SandboxRuntimeSupervisor, P::Unassigned),
+            sandbox(S::SandboxAttachedRunsc, P::Staged(identity(3))),
+            terminal(
+                S::SessionTerminalHostCoordinator,
+                P::Committed(HostProcessIdentity {
+                    identity: identity(1)
+                })
+            ),
+            terminal(S::SessionTerminalExecClient, P::Unassigned),
+        ]
+    );
+    // Release and clean everything: the generation owns nothing any more,
+    // and a clean participant has no slots left to show.
+    let clean = AbsenceProof::ExactAbsence;
+    store
+        .apply(&[
+            StoreOp::Participant {
+                generation: GEN,
+                role: ParticipantRole::Sandbox,
+                op: ParticipantOp::BeginRelease {
+                    released_state_anchor: None,
+                },
+            },
+            StoreOp::Participant {
+                generation: GEN,
+                role: ParticipantRole::Sandbox,
+                op: ParticipantOp::Clean(clean),
+            },
+            StoreOp::Terminal {
+                generation: GEN,
+                session: SESSION,
+                op: TerminalOp::BeginRelease,
+            },
+            StoreOp::Terminal {
+                generation: GEN,
+                session: SESSION,
+                op: TerminalOp::Clean(clean),
+            },
+        ])
+        .unwrap();
+    let g = store.generation_document(GEN).unwrap().unwrap();
+    assert!(!g.is_clean(), "the mailbox is still in Intent");
+    store
+        .apply(&[StoreOp::Mailbox {
+            generation: GEN,
+            op: MailboxOp::Clean(AbsenceProof::SealedRuntimeAbsence),
+        }])
+        .unwrap();
+    let g = store.generation_document(GEN).unwrap().unwrap();
+    assert!(g.is_clean());
+    assert!(g
+        .process_slots()
+        .iter()
+        .all(|s| s.ownership == P::Unassigned));
 }
 
 #[test]

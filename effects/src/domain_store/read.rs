@@ -6,8 +6,9 @@ use lazaret_runtime::ownership::{participant, terminal};
 use lazaret_runtime::records::codec;
 use lazaret_runtime::records::domain::{Domain, Generation, Mailbox, Session};
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
-use lazaret_runtime::records::participant::{Participant, ParticipantRole};
-use lazaret_runtime::records::terminal::SessionTerminal;
+use lazaret_runtime::records::participant::{Participant, ParticipantRole, ParticipantState};
+use lazaret_runtime::records::process::{HostProcessOwnershipSlot, PersistedHostProcessOwnership};
+use lazaret_runtime::records::terminal::{SessionTerminal, SessionTerminalState};
 use redb::{ReadTransaction, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 
@@ -19,6 +20,83 @@ pub struct GenerationDocument {
     pub sessions: Vec<Session>,
     pub terminals: Vec<SessionTerminal>,
     pub mailbox: Option<Mailbox>,
+}
+
+/// Where a recorded host-process slot sits in a generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotHolder {
+    Participant(ParticipantRole),
+    Terminal(SessionId),
+}
+
+/// One host-process slot of a generation as recorded (Unassigned included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedSlot {
+    pub holder: SlotHolder,
+    pub slot: HostProcessOwnershipSlot,
+    pub ownership: PersistedHostProcessOwnership,
+}
+
+impl GenerationDocument {
+    /// Whether every participant, session terminal and the mailbox is
+    /// Clean: nothing physical is left for recovery. A generation without
+    /// any such row owns nothing and is clean too.
+    pub fn is_clean(&self) -> bool {
+        self.participants
+            .iter()
+            .all(|p| p.state == ParticipantState::Clean)
+            && self
+                .terminals
+                .iter()
+                .all(|t| t.state == SessionTerminalState::Clean)
+            && self
+                .mailbox
+                .as_ref()
+                .is_none_or(|m| m.state == ParticipantState::Clean)
+    }
+
+    /// Every host-process slot the generation's participants and session
+    /// terminals record, in role order then session order. A bare Intent
+    /// participant has no snapshot and so no slots.
+    pub fn process_slots(&self) -> Vec<RecordedSlot> {
+        let mut out = Vec::new();
+        for p in &self.participants {
+            let Some(ownership) = &p.ownership else {
+                continue;
+            };
+            for slot in HostProcessOwnershipSlot::ALL {
+                if slot.participant_role() != Some(p.role) {
+                    continue;
+                }
+                if let Some(recorded) = ownership.slot(slot) {
+                    out.push(RecordedSlot {
+                        holder: SlotHolder::Participant(p.role),
+                        slot,
+                        ownership: *recorded,
+                    });
+                }
+            }
+        }
+        for t in &self.terminals {
+            for (slot, ownership) in [
+                (
+                    HostProcessOwnershipSlot::SessionTerminalHostCoordinator,
+                    t.snapshot.host_coordinator,
+                ),
+                (
+                    HostProcessOwnershipSlot::SessionTerminalExecClient,
+                    t.snapshot.exec_client,
+                ),
+            ] {
+                out.push(RecordedSlot {
+                    holder: SlotHolder::Terminal(t.session_id),
+                    slot,
+                    ownership,
+                });
+            }
+        }
+        out
+    }
 }
 
 /// Everything a Domain holds durably (for recovery and `lazaret state`).
