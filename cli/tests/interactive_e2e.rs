@@ -231,6 +231,42 @@ fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
     let took = tmux.wait_for("the prompt after Ctrl-C", Duration::from_secs(5), prompt);
     eprintln!("Ctrl-C to the next prompt: {took:?}");
 
+    // Ctrl-Z stops the foreground job (SIGTSTP to the terminal's
+    // foreground group); job control sees it stopped, `fg` resumes it and
+    // Ctrl-C then ends it.
+    tmux.keys(&["clear; echo sleep-again; sleep 100", "Enter"]);
+    tmux.wait_for("sleep to start again", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "sleep-again") && !prompt(s)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.keys(&["C-z"]);
+    let took = tmux.wait_for("the job to stop", Duration::from_secs(5), |s| {
+        s.lines()
+            .any(|l| l.contains("Stopped") && l.contains("sleep 100"))
+            && prompt(s)
+    });
+    eprintln!("Ctrl-Z to the stopped-job prompt: {took:?}");
+    tmux.keys(&["clear; jobs -l; echo jobs-listed", "Enter"]);
+    tmux.wait_for("jobs to list the stopped sleep", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "jobs-listed")
+            && s.lines()
+                .any(|l| l.starts_with("[1]+") && l.contains("Stopped") && l.contains("sleep 100"))
+            && prompt(s)
+    });
+    tmux.keys(&["clear; fg", "Enter"]);
+    tmux.wait_for("fg to resume sleep", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "sleep 100") && !prompt(s)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("the prompt after fg and Ctrl-C", Duration::from_secs(5), prompt);
+    tmux.keys(&["clear; jobs; echo no-jobs-left", "Enter"]);
+    tmux.wait_for("an empty job table", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "no-jobs-left")
+            && !s.lines().any(|l| l.starts_with("[1]"))
+            && prompt(s)
+    });
+
     // The command's status is the CLI's, and the terminal is as it was.
     tmux.keys(&["exit 3", "Enter"]);
     let status_file = home.join("status");

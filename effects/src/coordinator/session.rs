@@ -342,6 +342,7 @@ fn spawn_terminal_forwarders(
                         let signal = match key {
                             TerminalSignal::Interrupt => Signal::Int,
                             TerminalSignal::Quit => Signal::Quit,
+                            TerminalSignal::Suspend => Signal::Tstp,
                         };
                         let _ = committed.handle().signal(&RealProcessSys, signal);
                     }
