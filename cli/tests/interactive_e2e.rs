@@ -147,64 +147,127 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// One Domain of the test user: home, workspace, config, and the command
+/// that runs the CLI as that user.
+struct Domain {
+    home: PathBuf,
+    workspace: PathBuf,
+    as_user: String,
+}
+
+impl Domain {
+    fn new(name: &str) -> Domain {
+        let image = default_image();
+        let home = PathBuf::from(format!("/tmp/lazaret-{name}"));
+        let _ = Command::new("rm").arg("-rf").arg(&home).status();
+        let workspace = home.join("ws");
+        std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
+        std::fs::create_dir_all(home.join("run")).unwrap();
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let config = home.join(".config/lazaret/config.toml");
+        std::fs::write(
+            &config,
+            format!("schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let root = rustix::process::geteuid().is_root();
+        if root {
+            let status = Command::new("chown")
+                .args(["-R", &format!("{}:", test_user())])
+                .arg(&home)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let h = home.display().to_string();
+        let lazaret = format!(
+            "env -i PATH=/usr/bin:/bin HOME={h} XDG_RUNTIME_DIR={h}/run USER={} TERM=xterm {}",
+            test_user(),
+            env!("CARGO_BIN_EXE_lazaret")
+        );
+        let as_user = if root {
+            format!("runuser -u {} -- {lazaret}", test_user())
+        } else {
+            lazaret
+        };
+        Domain {
+            home,
+            workspace,
+            as_user,
+        }
+    }
+
+    /// A pane command: records the terminal mode before and after the CLI
+    /// (`TAG.before`, `TAG.after`) and its exit status (`TAG.status`), then
+    /// stays open for the capture.
+    fn pane(&self, tag: &str, cli_args: &str) -> String {
+        let h = self.home.display();
+        format!(
+            "cd {ws} && stty -g > {h}/{tag}.before && {as_user} {cli_args}; echo $? > {h}/{tag}.status; stty -g > {h}/{tag}.after; sleep 100",
+            ws = shell_quote(&self.workspace.display().to_string()),
+            as_user = self.as_user,
+        )
+    }
+
+    /// A tmux server of its own whose one pane runs `pane`.
+    fn tmux(&self, tag: &str, pane: &str) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("lazaret-e2e-{tag}-{}", std::process::id()),
+        };
+        tmux.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "s",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            pane,
+        ]);
+        tmux
+    }
+
+    /// Waits for `TAG.status` and returns it; checks the terminal mode was
+    /// restored.
+    fn status(&self, tag: &str, tmux: &Tmux) -> String {
+        let status_file = self.home.join(format!("{tag}.status"));
+        let start = Instant::now();
+        while !status_file.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the CLI {tag} did not exit: {}",
+                tmux.screen()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let before = std::fs::read_to_string(self.home.join(format!("{tag}.before"))).unwrap();
+        let after = std::fs::read_to_string(self.home.join(format!("{tag}.after"))).unwrap();
+        assert!(!before.trim().is_empty());
+        assert_eq!(before, after, "the terminal mode of {tag} was not restored");
+        std::fs::read_to_string(&status_file)
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    fn finish(self) {
+        assert_nothing_left(&self.home);
+        let _ = Command::new("rm").arg("-rf").arg(&self.home).status();
+    }
+}
+
+fn prompt(s: &str) -> bool {
+    s.trim_end().ends_with("/workspace#")
+}
+
 #[test]
 fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
-    let image = default_image();
-    let home = PathBuf::from("/tmp/lazaret-interactive-e2e");
-    let _ = Command::new("rm").arg("-rf").arg(&home).status();
-    let workspace = home.join("ws");
-    std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
-    std::fs::create_dir_all(home.join("run")).unwrap();
-    std::fs::create_dir_all(&workspace).unwrap();
-    std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let config = home.join(".config/lazaret/config.toml");
-    std::fs::write(
-        &config,
-        format!("schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"),
-    )
-    .unwrap();
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let root = rustix::process::geteuid().is_root();
-    if root {
-        let status = Command::new("chown")
-            .args(["-R", &format!("{}:", test_user())])
-            .arg(&home)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    let h = home.display().to_string();
-    let lazaret = format!(
-        "env -i PATH=/usr/bin:/bin HOME={h} XDG_RUNTIME_DIR={h}/run USER={} TERM=xterm {}",
-        test_user(),
-        env!("CARGO_BIN_EXE_lazaret")
-    );
-    let as_user = if root {
-        format!("runuser -u {} -- {lazaret}", test_user())
-    } else {
-        lazaret
-    };
-    // The pane records the terminal mode before and after the CLI and the
-    // CLI's exit status, then stays open for the capture.
-    let pane = format!(
-        "cd {ws} && stty -g > {h}/before && {as_user} default; echo $? > {h}/status; stty -g > {h}/after; sleep 100",
-        ws = shell_quote(&workspace.display().to_string()),
-    );
-    let tmux = Tmux {
-        socket: format!("lazaret-interactive-e2e-{}", std::process::id()),
-    };
-    tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "s",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        &pane,
-    ]);
-    let prompt = |s: &str| s.trim_end().ends_with("/workspace#");
+    let domain = Domain::new("interactive-e2e");
+    let tmux = domain.tmux("main", &domain.pane("main", "default"));
     tmux.wait_for("the first prompt", Duration::from_secs(60), prompt);
 
     // FR-14: the guest sees the pane's size; FR-15: a resize reaches it.
@@ -247,19 +310,28 @@ fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
     });
     eprintln!("Ctrl-Z to the stopped-job prompt: {took:?}");
     tmux.keys(&["clear; jobs -l; echo jobs-listed", "Enter"]);
-    tmux.wait_for("jobs to list the stopped sleep", Duration::from_secs(10), |s| {
-        s.lines().any(|l| l.trim() == "jobs-listed")
-            && s.lines()
-                .any(|l| l.starts_with("[1]+") && l.contains("Stopped") && l.contains("sleep 100"))
-            && prompt(s)
-    });
+    tmux.wait_for(
+        "jobs to list the stopped sleep",
+        Duration::from_secs(10),
+        |s| {
+            s.lines().any(|l| l.trim() == "jobs-listed")
+                && s.lines().any(|l| {
+                    l.starts_with("[1]+") && l.contains("Stopped") && l.contains("sleep 100")
+                })
+                && prompt(s)
+        },
+    );
     tmux.keys(&["clear; fg", "Enter"]);
     tmux.wait_for("fg to resume sleep", Duration::from_secs(10), |s| {
         s.lines().any(|l| l.trim() == "sleep 100") && !prompt(s)
     });
     std::thread::sleep(Duration::from_millis(300));
     tmux.keys(&["C-c"]);
-    tmux.wait_for("the prompt after fg and Ctrl-C", Duration::from_secs(5), prompt);
+    tmux.wait_for(
+        "the prompt after fg and Ctrl-C",
+        Duration::from_secs(5),
+        prompt,
+    );
     tmux.keys(&["clear; jobs; echo no-jobs-left", "Enter"]);
     tmux.wait_for("an empty job table", Duration::from_secs(10), |s| {
         s.lines().any(|l| l.trim() == "no-jobs-left")
@@ -269,23 +341,134 @@ fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
 
     // The command's status is the CLI's, and the terminal is as it was.
     tmux.keys(&["exit 3", "Enter"]);
-    let status_file = home.join("status");
-    let start = Instant::now();
-    while !status_file.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the CLI did not exit: {}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(std::fs::read_to_string(&status_file).unwrap().trim(), "3");
-    let before = std::fs::read_to_string(home.join("before")).unwrap();
-    let after = std::fs::read_to_string(home.join("after")).unwrap();
-    assert!(!before.trim().is_empty());
-    assert_eq!(before, after, "the terminal mode was not restored");
+    assert_eq!(domain.status("main", &tmux), "3");
     drop(tmux);
-    assert_nothing_left(&home);
-    let _ = Command::new("rm").arg("-rf").arg(&home).status();
+    domain.finish();
+}
+
+/// Host PIDs whose command line contains every one of `needles`, with
+/// `argv[0]` equal to `program` when given.
+fn pids_with(program: Option<&str>, needles: &[&str]) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<i32>() else {
+            continue;
+        };
+        let raw = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let argv: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let line = argv.join(" ");
+        if program.is_some_and(|p| argv.first().map(String::as_str) != Some(p)) {
+            continue;
+        }
+        if needles.iter().all(|n| line.contains(n)) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// SIGKILL through a pidfd (the workspace sends no signal by numeric PID).
+fn kill_through_pidfd(pid: i32) {
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+    rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL).unwrap();
+}
+
+/// Spec 3.4 release order on client loss: a CLI killed with SIGKILL gets its
+/// session's guest group SIGHUP, then (the guest ignores SIGTERM and traps
+/// SIGHUP) SIGTERM and SIGKILL after the graces; the exec client is reaped.
+/// Another session holds the sandbox open all along, a third joins after
+/// the release, and nothing is left at the end.
+#[test]
+fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
+    let domain = Domain::new("release-e2e");
+    let holder = domain.tmux("holder", &domain.pane("holder", "default"));
+    holder.wait_for("the holder's prompt", Duration::from_secs(60), prompt);
+    let exec_clients = || pids_with(None, &["runsc", " exec ", "--internal-pid-file"]);
+    let before: Vec<i32> = exec_clients();
+    assert_eq!(before.len(), 1, "the holder's exec client: {before:?}");
+
+    // The guest traps SIGHUP (records it) and ignores SIGTERM: only
+    // SIGKILL ends it.
+    let script = "trap 'echo hup >> /workspace/got-hup' HUP; trap '' TERM; echo trapped-ready; while :; do sleep 1; done";
+    let victim = domain.tmux(
+        "victim",
+        &domain.pane(
+            "victim",
+            &format!("default -- bash -c {}", shell_quote(script)),
+        ),
+    );
+    victim.wait_for("the trapping guest", Duration::from_secs(20), |s| {
+        s.lines().any(|l| l.trim() == "trapped-ready")
+    });
+    let victim_exec: Vec<i32> = exec_clients()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert_eq!(victim_exec.len(), 1, "the victim's exec client");
+    let cli = pids_with(Some(env!("CARGO_BIN_EXE_lazaret")), &["trapped-ready"]);
+    assert_eq!(cli.len(), 1, "the victim's CLI: {cli:?}");
+    std::thread::sleep(Duration::from_millis(300));
+
+    let killed = Instant::now();
+    kill_through_pidfd(cli[0]);
+    while alive(victim_exec[0]) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the victim's exec client outlived its CLI by 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let released = killed.elapsed();
+    eprintln!("CLI SIGKILL to exec client reaped (release done): {released:?}");
+    let hup = std::fs::read_to_string(domain.workspace.join("got-hup")).unwrap_or_default();
+    assert!(
+        hup.lines().any(|l| l == "hup"),
+        "the guest group got no SIGHUP: {hup:?}"
+    );
+    // SIGHUP, 1 s grace, SIGTERM (ignored), 1 s grace, SIGKILL.
+    assert!(
+        released >= Duration::from_secs(2),
+        "released after {released:?}: the graces were not waited out"
+    );
+    assert!(
+        released < Duration::from_secs(10),
+        "release took {released:?}"
+    );
+
+    // The guest group is gone, seen from the session that stayed.
+    holder.keys(&[
+        "clear; echo left=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'trapped-read[y]')",
+        "Enter",
+    ]);
+    holder.wait_for("the guest process count", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "left=0") && prompt(s)
+    });
+
+    // The Domain lives on: a new session joins after the release.
+    let joiner = domain.tmux(
+        "joiner",
+        &domain.pane(
+            "joiner",
+            "default -- bash -c 'echo joined-after-release; exit 5'",
+        ),
+    );
+    assert_eq!(domain.status("joiner", &joiner), "5");
+    assert!(joiner
+        .screen()
+        .lines()
+        .any(|l| l.trim() == "joined-after-release"));
+
+    holder.keys(&["exit", "Enter"]);
+    assert_eq!(domain.status("holder", &holder), "0");
+    drop((holder, victim, joiner));
+    domain.finish();
 }

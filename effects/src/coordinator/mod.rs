@@ -9,11 +9,13 @@
 pub mod channel;
 pub mod client;
 pub mod enter;
+pub mod guest_runner;
 pub mod host;
 pub mod nsys;
 pub mod paths;
 pub mod session;
 pub mod supervisor;
+pub mod terminal_session;
 
 /// Hidden subcommand names of the `lazaret` binary.
 pub const COORDINATOR_SUBCOMMAND: &str = "__coordinator";
