@@ -67,7 +67,7 @@ impl Tmux {
                 start.elapsed() < limit,
                 "waited {limit:?} for {what}; screen:\n{screen}"
             );
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -470,5 +470,124 @@ fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
     holder.keys(&["exit", "Enter"]);
     assert_eq!(domain.status("holder", &holder), "0");
     drop((holder, victim, joiner));
+    domain.finish();
+}
+
+fn signal_through_pidfd(pid: i32, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+    rustix::process::pidfd_send_signal(&pidfd, signal).unwrap();
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Round trips of typed commands in `tmux`: `echo rt-N` until `rt-N` is on
+/// the screen.
+fn round_trips(tmux: &Tmux, label: &str, count: usize) -> Vec<Duration> {
+    (0..count)
+        .map(|n| {
+            let mark = format!("{label}-{n}");
+            tmux.keys(&[&format!("clear; echo {mark}"), "Enter"]);
+            tmux.wait_for(&mark, Duration::from_secs(10), |s| {
+                s.lines().any(|l| l.trim() == mark)
+            })
+        })
+        .collect()
+}
+
+/// Spec 3.4: bounded queues and PTY backpressure; one session's data
+/// cannot consume another session's capacity. A flooding session, first
+/// read by its terminal and then with its CLI stopped (nobody reads), does
+/// not slow the other session's interactive round trips beyond a generous
+/// bound, and the Host Coordinator does not buffer the flood.
+#[test]
+fn a_flooding_session_does_not_stall_another_sessions_echo() {
+    let domain = Domain::new("flood-e2e");
+    let quiet = domain.tmux("quiet", &domain.pane("quiet", "default"));
+    quiet.wait_for(
+        "the quiet session's prompt",
+        Duration::from_secs(60),
+        prompt,
+    );
+    let idle = round_trips(&quiet, "idle", 5);
+
+    let flood = "echo flood-starts; yes flood-line-of-text | head -c 2000000000; echo flood-done";
+    let flooder = domain.tmux(
+        "flooder",
+        &domain.pane(
+            "flooder",
+            &format!("default -- bash -c {}", shell_quote(flood)),
+        ),
+    );
+    flooder.wait_for("the flood", Duration::from_secs(20), |s| {
+        s.contains("flood-line-of-text")
+    });
+    let coordinator = pids_with(
+        None,
+        &["__coordinator", &domain.workspace.display().to_string()],
+    );
+    assert_eq!(
+        coordinator.len(),
+        1,
+        "one Host Coordinator: {coordinator:?}"
+    );
+    let flowing = round_trips(&quiet, "flowing", 5);
+
+    // Nobody reads the flooding session now: its queue fills, the guest
+    // blocks on the PTY, and the other session stays interactive.
+    let cli = pids_with(Some(env!("CARGO_BIN_EXE_lazaret")), &["flood-starts"]);
+    assert_eq!(cli.len(), 1, "the flooding CLI: {cli:?}");
+    let runuser = parent_of(cli[0]).filter(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .unwrap_or_default()
+            .starts_with(b"runuser")
+    });
+    signal_through_pidfd(cli[0], rustix::process::Signal::STOP);
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_stopped = rss_kib(coordinator[0]);
+    let stalled = round_trips(&quiet, "stalled", 5);
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_later = rss_kib(coordinator[0]);
+    eprintln!(
+        "round trips idle {idle:?}\n  while the flood is read {flowing:?}\n  while its client is stopped {stalled:?}\n  coordinator RSS {rss_stopped} KiB -> {rss_later} KiB"
+    );
+    for rt in flowing.iter().chain(&stalled) {
+        assert!(
+            *rt < Duration::from_secs(3),
+            "a round trip took {rt:?} during the other session's flood"
+        );
+    }
+    assert!(
+        rss_later < rss_stopped + 8 * 1024,
+        "the coordinator grew from {rss_stopped} to {rss_later} KiB while the flood was unread"
+    );
+
+    // The flood was still running (head had not finished); Ctrl-C ends it.
+    signal_through_pidfd(cli[0], rustix::process::Signal::CONT);
+    // runuser, the CLI's parent, stops itself when its child stops
+    // (util-linux su-common) and needs its own SIGCONT.
+    if let Some(parent) = runuser {
+        signal_through_pidfd(parent, rustix::process::Signal::CONT);
+    }
+    assert!(!domain.home.join("flooder.status").exists());
+    std::thread::sleep(Duration::from_millis(300));
+    flooder.keys(&["C-c"]);
+    assert_eq!(domain.status("flooder", &flooder), "130");
+    quiet.keys(&["exit", "Enter"]);
+    assert_eq!(domain.status("quiet", &quiet), "0");
+    drop((quiet, flooder));
     domain.finish();
 }
