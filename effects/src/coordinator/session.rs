@@ -3,6 +3,8 @@
 //! and stderr separate and streams them to the CLI, forwards stdin, and
 //! reports the command's status. A CLI that disconnects gets its command
 //! terminated (SIGTERM, grace, SIGKILL through the retained pidfd).
+//! The interactive form (a host PTY) is handed to `terminal_session`, where
+//! the pure terminal machine drives it, release order included.
 use super::channel;
 use super::enter::EnterArgs;
 use super::guest_runner::STDIO_PLACEHOLDER;
