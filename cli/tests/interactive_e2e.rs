@@ -67,7 +67,7 @@ impl Tmux {
                 start.elapsed() < limit,
                 "waited {limit:?} for {what}; screen:\n{screen}"
             );
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -174,64 +174,127 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// One Domain of the test user: home, workspace, config, and the command
+/// that runs the CLI as that user.
+struct Domain {
+    home: PathBuf,
+    workspace: PathBuf,
+    as_user: String,
+}
+
+impl Domain {
+    fn new(name: &str) -> Domain {
+        let image = default_image();
+        let home = PathBuf::from(format!("/tmp/lazaret-{name}"));
+        let _ = Command::new("rm").arg("-rf").arg(&home).status();
+        let workspace = home.join("ws");
+        std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
+        std::fs::create_dir_all(home.join("run")).unwrap();
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let config = home.join(".config/lazaret/config.toml");
+        std::fs::write(
+            &config,
+            format!("schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let root = rustix::process::geteuid().is_root();
+        if root {
+            let status = Command::new("chown")
+                .args(["-R", &format!("{}:", test_user())])
+                .arg(&home)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let h = home.display().to_string();
+        let lazaret = format!(
+            "env -i PATH=/usr/bin:/bin HOME={h} XDG_RUNTIME_DIR={h}/run USER={} TERM=xterm {}",
+            test_user(),
+            env!("CARGO_BIN_EXE_lazaret")
+        );
+        let as_user = if root {
+            format!("runuser -u {} -- {lazaret}", test_user())
+        } else {
+            lazaret
+        };
+        Domain {
+            home,
+            workspace,
+            as_user,
+        }
+    }
+
+    /// A pane command: records the terminal mode before and after the CLI
+    /// (`TAG.before`, `TAG.after`) and its exit status (`TAG.status`), then
+    /// stays open for the capture.
+    fn pane(&self, tag: &str, cli_args: &str) -> String {
+        let h = self.home.display();
+        format!(
+            "cd {ws} && stty -g > {h}/{tag}.before && {as_user} {cli_args}; echo $? > {h}/{tag}.status; stty -g > {h}/{tag}.after; sleep 100",
+            ws = shell_quote(&self.workspace.display().to_string()),
+            as_user = self.as_user,
+        )
+    }
+
+    /// A tmux server of its own whose one pane runs `pane`.
+    fn tmux(&self, tag: &str, pane: &str) -> Tmux {
+        let tmux = Tmux {
+            socket: format!("lazaret-e2e-{tag}-{}", std::process::id()),
+        };
+        tmux.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "s",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            pane,
+        ]);
+        tmux
+    }
+
+    /// Waits for `TAG.status` and returns it; checks the terminal mode was
+    /// restored.
+    fn status(&self, tag: &str, tmux: &Tmux) -> String {
+        let status_file = self.home.join(format!("{tag}.status"));
+        let start = Instant::now();
+        while !status_file.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the CLI {tag} did not exit: {}",
+                tmux.screen()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let before = std::fs::read_to_string(self.home.join(format!("{tag}.before"))).unwrap();
+        let after = std::fs::read_to_string(self.home.join(format!("{tag}.after"))).unwrap();
+        assert!(!before.trim().is_empty());
+        assert_eq!(before, after, "the terminal mode of {tag} was not restored");
+        std::fs::read_to_string(&status_file)
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    fn finish(self) {
+        assert_nothing_left(&self.home);
+        let _ = Command::new("rm").arg("-rf").arg(&self.home).status();
+    }
+}
+
+fn prompt(s: &str) -> bool {
+    s.trim_end().ends_with("/workspace#")
+}
+
 #[test]
 fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
-    let image = default_image();
-    let home = PathBuf::from("/tmp/lazaret-interactive-e2e");
-    let _ = Command::new("rm").arg("-rf").arg(&home).status();
-    let workspace = home.join("ws");
-    std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
-    std::fs::create_dir_all(home.join("run")).unwrap();
-    std::fs::create_dir_all(&workspace).unwrap();
-    std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let config = home.join(".config/lazaret/config.toml");
-    std::fs::write(
-        &config,
-        format!("schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"),
-    )
-    .unwrap();
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let root = rustix::process::geteuid().is_root();
-    if root {
-        let status = Command::new("chown")
-            .args(["-R", &format!("{}:", test_user())])
-            .arg(&home)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    let h = home.display().to_string();
-    let lazaret = format!(
-        "env -i PATH=/usr/bin:/bin HOME={h} XDG_RUNTIME_DIR={h}/run USER={} TERM=xterm {}",
-        test_user(),
-        env!("CARGO_BIN_EXE_lazaret")
-    );
-    let as_user = if root {
-        format!("runuser -u {} -- {lazaret}", test_user())
-    } else {
-        lazaret
-    };
-    // The pane records the terminal mode before and after the CLI and the
-    // CLI's exit status, then stays open for the capture.
-    let pane = format!(
-        "cd {ws} && stty -g > {h}/before && {as_user} default; echo $? > {h}/status; stty -g > {h}/after; sleep 100",
-        ws = shell_quote(&workspace.display().to_string()),
-    );
-    let tmux = Tmux {
-        socket: format!("lazaret-interactive-e2e-{}", std::process::id()),
-    };
-    tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "s",
-        "-x",
-        "100",
-        "-y",
-        "30",
-        &pane,
-    ]);
-    let prompt = |s: &str| s.trim_end().ends_with("/workspace#");
+    let domain = Domain::new("interactive-e2e");
+    let tmux = domain.tmux("main", &domain.pane("main", "default"));
     tmux.wait_for("the first prompt", Duration::from_secs(60), prompt);
 
     // FR-14: the guest sees the pane's size; FR-15: a resize reaches it.
@@ -258,25 +321,308 @@ fn a_terminal_session_resizes_takes_ctrl_c_and_restores_the_terminal() {
     let took = tmux.wait_for("the prompt after Ctrl-C", Duration::from_secs(5), prompt);
     eprintln!("Ctrl-C to the next prompt: {took:?}");
 
+    // Ctrl-Z stops the foreground job (SIGTSTP to the terminal's
+    // foreground group); job control sees it stopped, `fg` resumes it and
+    // Ctrl-C then ends it.
+    tmux.keys(&["clear; echo sleep-again; sleep 100", "Enter"]);
+    tmux.wait_for("sleep to start again", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "sleep-again") && !prompt(s)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.keys(&["C-z"]);
+    let took = tmux.wait_for("the job to stop", Duration::from_secs(5), |s| {
+        s.lines()
+            .any(|l| l.contains("Stopped") && l.contains("sleep 100"))
+            && prompt(s)
+    });
+    eprintln!("Ctrl-Z to the stopped-job prompt: {took:?}");
+    tmux.keys(&["clear; jobs -l; echo jobs-listed", "Enter"]);
+    tmux.wait_for(
+        "jobs to list the stopped sleep",
+        Duration::from_secs(10),
+        |s| {
+            s.lines().any(|l| l.trim() == "jobs-listed")
+                && s.lines().any(|l| {
+                    l.starts_with("[1]+") && l.contains("Stopped") && l.contains("sleep 100")
+                })
+                && prompt(s)
+        },
+    );
+    tmux.keys(&["clear; fg", "Enter"]);
+    tmux.wait_for("fg to resume sleep", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "sleep 100") && !prompt(s)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    tmux.keys(&["C-c"]);
+    tmux.wait_for(
+        "the prompt after fg and Ctrl-C",
+        Duration::from_secs(5),
+        prompt,
+    );
+    tmux.keys(&["clear; jobs; echo no-jobs-left", "Enter"]);
+    tmux.wait_for("an empty job table", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "no-jobs-left")
+            && !s.lines().any(|l| l.starts_with("[1]"))
+            && prompt(s)
+    });
+
     // The command's status is the CLI's, and the terminal is as it was.
     tmux.keys(&["exit 3", "Enter"]);
-    let status_file = home.join("status");
-    let start = Instant::now();
-    while !status_file.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the CLI did not exit: {}",
-            tmux.screen()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(std::fs::read_to_string(&status_file).unwrap().trim(), "3");
-    let before = std::fs::read_to_string(home.join("before")).unwrap();
-    let after = std::fs::read_to_string(home.join("after")).unwrap();
-    assert!(!before.trim().is_empty());
-    assert_eq!(before, after, "the terminal mode was not restored");
+    assert_eq!(domain.status("main", &tmux), "3");
     drop(tmux);
-    assert_nothing_left(&home);
-    let _ = Command::new("rm").arg("-rf").arg(&home).status();
+    domain.finish();
+}
+
+/// Host PIDs whose command line contains every one of `needles`, with
+/// `argv[0]` equal to `program` when given.
+fn pids_with(program: Option<&str>, needles: &[&str]) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<i32>() else {
+            continue;
+        };
+        let raw = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let argv: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let line = argv.join(" ");
+        if program.is_some_and(|p| argv.first().map(String::as_str) != Some(p)) {
+            continue;
+        }
+        if needles.iter().all(|n| line.contains(n)) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// SIGKILL through a pidfd (the workspace sends no signal by numeric PID).
+fn kill_through_pidfd(pid: i32) {
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+    rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL).unwrap();
+}
+
+/// Spec 3.4 release order on client loss: a CLI killed with SIGKILL gets its
+/// session's guest group SIGHUP, then (the guest ignores SIGTERM and traps
+/// SIGHUP) SIGTERM and SIGKILL after the graces; the exec client is reaped.
+/// Another session holds the sandbox open all along, a third joins after
+/// the release, and nothing is left at the end.
+#[test]
+fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
+    let domain = Domain::new("release-e2e");
+    let holder = domain.tmux("holder", &domain.pane("holder", "default"));
+    holder.wait_for("the holder's prompt", Duration::from_secs(60), prompt);
+    let exec_clients = || pids_with(None, &["runsc", " exec ", "--internal-pid-file"]);
+    let before: Vec<i32> = exec_clients();
+    assert_eq!(before.len(), 1, "the holder's exec client: {before:?}");
+
+    // The guest traps SIGHUP (records it) and ignores SIGTERM: only
+    // SIGKILL ends it.
+    let script = "trap 'echo hup >> /workspace/got-hup' HUP; trap '' TERM; echo trapped-ready; while :; do sleep 1; done";
+    let victim = domain.tmux(
+        "victim",
+        &domain.pane(
+            "victim",
+            &format!("default -- bash -c {}", shell_quote(script)),
+        ),
+    );
+    victim.wait_for("the trapping guest", Duration::from_secs(20), |s| {
+        s.lines().any(|l| l.trim() == "trapped-ready")
+    });
+    let victim_exec: Vec<i32> = exec_clients()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert_eq!(victim_exec.len(), 1, "the victim's exec client");
+    let cli = pids_with(Some(env!("CARGO_BIN_EXE_lazaret")), &["trapped-ready"]);
+    assert_eq!(cli.len(), 1, "the victim's CLI: {cli:?}");
+    std::thread::sleep(Duration::from_millis(300));
+
+    let killed = Instant::now();
+    kill_through_pidfd(cli[0]);
+    while alive(victim_exec[0]) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the victim's exec client outlived its CLI by 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let released = killed.elapsed();
+    eprintln!("CLI SIGKILL to exec client reaped (release done): {released:?}");
+    let hup = std::fs::read_to_string(domain.workspace.join("got-hup")).unwrap_or_default();
+    assert!(
+        hup.lines().any(|l| l == "hup"),
+        "the guest group got no SIGHUP: {hup:?}"
+    );
+    // SIGHUP, 1 s grace, SIGTERM (ignored), 1 s grace, SIGKILL.
+    assert!(
+        released >= Duration::from_secs(2),
+        "released after {released:?}: the graces were not waited out"
+    );
+    assert!(
+        released < Duration::from_secs(10),
+        "release took {released:?}"
+    );
+
+    // The guest group is gone, seen from the session that stayed.
+    holder.keys(&[
+        "clear; echo left=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'trapped-read[y]')",
+        "Enter",
+    ]);
+    holder.wait_for("the guest process count", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "left=0") && prompt(s)
+    });
+
+    // The Domain lives on: a new session joins after the release.
+    let joiner = domain.tmux(
+        "joiner",
+        &domain.pane(
+            "joiner",
+            "default -- bash -c 'echo joined-after-release; exit 5'",
+        ),
+    );
+    assert_eq!(domain.status("joiner", &joiner), "5");
+    assert!(joiner
+        .screen()
+        .lines()
+        .any(|l| l.trim() == "joined-after-release"));
+
+    holder.keys(&["exit", "Enter"]);
+    assert_eq!(domain.status("holder", &holder), "0");
+    drop((holder, victim, joiner));
+    domain.finish();
+}
+
+fn signal_through_pidfd(pid: i32, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+    rustix::process::pidfd_send_signal(&pidfd, signal).unwrap();
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Round trips of typed commands in `tmux`: `echo rt-N` until `rt-N` is on
+/// the screen.
+fn round_trips(tmux: &Tmux, label: &str, count: usize) -> Vec<Duration> {
+    (0..count)
+        .map(|n| {
+            let mark = format!("{label}-{n}");
+            tmux.keys(&[&format!("clear; echo {mark}"), "Enter"]);
+            tmux.wait_for(&mark, Duration::from_secs(10), |s| {
+                s.lines().any(|l| l.trim() == mark)
+            })
+        })
+        .collect()
+}
+
+/// Spec 3.4: bounded queues and PTY backpressure; one session's data
+/// cannot consume another session's capacity. A flooding session, first
+/// read by its terminal and then with its CLI stopped (nobody reads), does
+/// not slow the other session's interactive round trips beyond a generous
+/// bound, and the Host Coordinator does not buffer the flood.
+#[test]
+fn a_flooding_session_does_not_stall_another_sessions_echo() {
+    let domain = Domain::new("flood-e2e");
+    let quiet = domain.tmux("quiet", &domain.pane("quiet", "default"));
+    quiet.wait_for(
+        "the quiet session's prompt",
+        Duration::from_secs(60),
+        prompt,
+    );
+    let idle = round_trips(&quiet, "idle", 5);
+
+    let flood = "echo flood-starts; yes flood-line-of-text | head -c 2000000000; echo flood-done";
+    let flooder = domain.tmux(
+        "flooder",
+        &domain.pane(
+            "flooder",
+            &format!("default -- bash -c {}", shell_quote(flood)),
+        ),
+    );
+    flooder.wait_for("the flood", Duration::from_secs(20), |s| {
+        s.contains("flood-line-of-text")
+    });
+    // A child the coordinator forked but has not exec'd yet shows the
+    // coordinator's command line too; the coordinator is the one whose
+    // parent is not a match.
+    let matches = pids_with(
+        None,
+        &["__coordinator", &domain.workspace.display().to_string()],
+    );
+    let coordinator: Vec<i32> = matches
+        .iter()
+        .copied()
+        .filter(|p| !parent_of(*p).is_some_and(|pp| matches.contains(&pp)))
+        .collect();
+    assert_eq!(
+        coordinator.len(),
+        1,
+        "one Host Coordinator: {coordinator:?}"
+    );
+    let flowing = round_trips(&quiet, "flowing", 5);
+
+    // Nobody reads the flooding session now: its queue fills, the guest
+    // blocks on the PTY, and the other session stays interactive.
+    let cli = pids_with(Some(env!("CARGO_BIN_EXE_lazaret")), &["flood-starts"]);
+    assert_eq!(cli.len(), 1, "the flooding CLI: {cli:?}");
+    let runuser = parent_of(cli[0]).filter(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .unwrap_or_default()
+            .starts_with(b"runuser")
+    });
+    signal_through_pidfd(cli[0], rustix::process::Signal::STOP);
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_stopped = rss_kib(coordinator[0]);
+    let stalled = round_trips(&quiet, "stalled", 5);
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_later = rss_kib(coordinator[0]);
+    eprintln!(
+        "round trips idle {idle:?}\n  while the flood is read {flowing:?}\n  while its client is stopped {stalled:?}\n  coordinator RSS {rss_stopped} KiB -> {rss_later} KiB"
+    );
+    for rt in flowing.iter().chain(&stalled) {
+        assert!(
+            *rt < Duration::from_secs(3),
+            "a round trip took {rt:?} during the other session's flood"
+        );
+    }
+    assert!(
+        rss_later < rss_stopped + 8 * 1024,
+        "the coordinator grew from {rss_stopped} to {rss_later} KiB while the flood was unread"
+    );
+
+    // The flood was still running (head had not finished); Ctrl-C ends it.
+    signal_through_pidfd(cli[0], rustix::process::Signal::CONT);
+    // runuser, the CLI's parent, stops itself when its child stops
+    // (util-linux su-common) and needs its own SIGCONT.
+    if let Some(parent) = runuser {
+        signal_through_pidfd(parent, rustix::process::Signal::CONT);
+    }
+    assert!(!domain.home.join("flooder.status").exists());
+    std::thread::sleep(Duration::from_millis(300));
+    flooder.keys(&["C-c"]);
+    assert_eq!(domain.status("flooder", &flooder), "130");
+    quiet.keys(&["exit", "Enter"]);
+    assert_eq!(domain.status("quiet", &quiet), "0");
+    drop((quiet, flooder));
+    domain.finish();
 }

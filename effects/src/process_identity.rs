@@ -57,6 +57,9 @@ pub enum Signal {
     /// Window change: to a PTY-attached `runsc exec` client, which forwards
     /// it to the guest terminal's foreground group (docs/terminals.md).
     Winch,
+    /// Terminal stop (Ctrl-Z): to a PTY-attached `runsc exec` client, which
+    /// forwards it to the guest terminal's foreground group.
+    Tstp,
 }
 
 /// How `waitid(P_PIDFD, ...)` is called.

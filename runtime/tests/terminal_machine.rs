@@ -96,11 +96,11 @@ fn accepted_commands(kind: Kind) -> Vec<Command> {
                 pixel_width: 0,
                 pixel_height: 0,
             },
-            Command::SignalGroup(GuestSignal::WindowChange),
+            Command::SignalForeground(GuestSignal::WindowChange),
         ],
-        Kind::Interrupt => vec![Command::SignalGroup(GuestSignal::Interrupt)],
-        Kind::Quit => vec![Command::SignalGroup(GuestSignal::Quit)],
-        Kind::Suspend => vec![Command::SignalGroup(GuestSignal::Suspend)],
+        Kind::Interrupt => vec![Command::SignalForeground(GuestSignal::Interrupt)],
+        Kind::Quit => vec![Command::SignalForeground(GuestSignal::Quit)],
+        Kind::Suspend => vec![Command::SignalForeground(GuestSignal::Suspend)],
         Kind::Close => vec![Command::RecordReleaseIntent, Command::ObserveGroup],
     }
 }
@@ -680,7 +680,7 @@ fn one_sessions_flood_does_not_touch_another_sessions_control_capacity() {
     assert_eq!(resize.len(), 2);
     assert_eq!(
         table.step(b).unwrap().unwrap().unwrap(),
-        vec![Command::SignalGroup(GuestSignal::Interrupt)]
+        vec![Command::SignalForeground(GuestSignal::Interrupt)]
     );
     assert_eq!(table.inbound_len(a), 4);
     // A's events are still served in order afterwards.

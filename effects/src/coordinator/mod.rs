@@ -9,6 +9,7 @@
 pub mod channel;
 pub mod client;
 pub mod enter;
+pub mod guest_runner;
 pub mod hc_model;
 pub mod host;
 pub mod launch;
@@ -19,6 +20,7 @@ pub mod recovery;
 pub mod release;
 pub mod session;
 pub mod supervisor;
+pub mod terminal_session;
 
 /// Hidden subcommand names of the `lazaret` binary.
 pub const COORDINATOR_SUBCOMMAND: &str = "__coordinator";

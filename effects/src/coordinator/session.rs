@@ -3,8 +3,12 @@
 //! and stderr separate and streams them to the CLI, forwards stdin, and
 //! reports the command's status. A CLI that disconnects gets its command
 //! terminated (SIGTERM, grace, SIGKILL through the retained pidfd).
+//! The interactive form (a host PTY) is handed to `terminal_session`, where
+//! the pure terminal machine drives it, release order included.
 use super::channel;
 use super::enter::EnterArgs;
+use super::guest_runner::STDIO_PLACEHOLDER;
+use super::terminal_session::{self, GuestTarget, TerminalParts};
 use super::ENTER_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError, CommittedChild};
@@ -12,9 +16,9 @@ use crate::domain_store::{DomainStore, SlotTarget, StoreError, StoreLedger, Stor
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::pty::{RealPty, SessionPty, WindowSize};
-use crate::runsc_exec::ExecProcess;
+use crate::runsc_exec::{ExecProcess, Runsc};
 use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, Hello, TerminalSignal, TerminalSize,
+    ClientMessage, CommandStatus, CoordinatorMessage, Hello, TerminalSize,
 };
 use lazaret_runtime::records::domain::Session;
 use lazaret_runtime::records::ids::{CliId, GenerationId, ModelValue, SessionAnchorId, SessionId};
@@ -105,8 +109,12 @@ pub fn exec_client_argv(
             target.extend(["exec", "--cwd", "/workspace", ctx.container_id].map(OsString::from));
             target.extend(argv.iter().map(OsString::from));
         }
-        ExecCommand::Terminal { process_json } => {
-            target.extend(["exec".into(), "--process".into(), process_json.into()]);
+        ExecCommand::Terminal {
+            process_json,
+            internal_pid_file,
+        } => {
+            target.extend(["exec", "--process", process_json].map(OsString::from));
+            target.extend(["--internal-pid-file", internal_pid_file].map(OsString::from));
             target.push(ctx.container_id.into());
         }
     }
@@ -127,8 +135,12 @@ pub fn exec_client_argv(
 pub enum ExecCommand<'a> {
     /// `runsc exec --cwd /workspace CID argv...` with pipes.
     Piped(&'a [String]),
-    /// `runsc exec --process PATH CID` with the PTY slave as stdio.
-    Terminal { process_json: &'a str },
+    /// `runsc exec --process PATH --internal-pid-file PIDFILE CID` with the
+    /// PTY slave as stdio.
+    Terminal {
+        process_json: &'a str,
+        internal_pid_file: &'a str,
+    },
 }
 
 /// Spawns the exec client for `argv` and starts the forwarding threads;
@@ -179,7 +191,17 @@ pub fn start_session(
             env,
             terminal: true,
         };
-        return start_terminal_session(broker, &mut ledger, ctx, &process, size, client, ended);
+        let session = (session, ctx.generation);
+        return start_terminal_session(
+            broker,
+            &mut ledger,
+            ctx,
+            session,
+            &process,
+            size,
+            client,
+            ended,
+        );
     }
     let argv = &hello.argv;
     let (in_r, in_w) = pipe()?;
@@ -231,13 +253,50 @@ fn window_size(size: TerminalSize) -> Result<WindowSize, SessionError> {
     }
 }
 
+/// Guest control for the Host Coordinator: `runsc` runs through
+/// `lazaret __enter` into the Runtime Supervisor's namespaces, like the exec
+/// client; the runner fills in the `--stdio` descriptors.
+fn guest_target(ctx: &SessionContext<'_>) -> GuestTarget {
+    let identity = ctx.supervisor.identity();
+    let enter = EnterArgs {
+        pid: identity.host_pid,
+        dev: identity.authority.pidfs_st_dev,
+        ino: identity.authority.pidfs_st_ino,
+        stdio: [-1; 3],
+        target: Vec::new(),
+    };
+    let mut prefix: Vec<OsString> = vec![ctx.program.into(), ENTER_SUBCOMMAND.into()];
+    let mut stdio_next = false;
+    for arg in enter.to_argv() {
+        prefix.push(if stdio_next {
+            STDIO_PLACEHOLDER.into()
+        } else {
+            arg.clone()
+        });
+        stdio_next = arg == "--stdio";
+    }
+    GuestTarget {
+        runsc: Runsc {
+            prefix,
+            runsc: "runsc".into(),
+            global: ctx.runsc_globals.iter().map(OsString::from).collect(),
+        },
+        container: ctx.container_id.to_owned(),
+    }
+}
+
 /// The interactive form (spec 3.4, FR-14, FR-15): a host PTY whose slave is
 /// the exec client's stdio and whose master HC forwards; the process JSON
-/// (`"terminal": true`) is passed as an inherited memfd.
+/// (`"terminal": true`) is passed as an inherited memfd, and the guest
+/// leader PID comes back through an inherited pipe named as
+/// `--internal-pid-file`. The pure terminal machine drives the session from
+/// here on (`terminal_session`).
+#[allow(clippy::too_many_arguments)] // one call site; each is a distinct owned part
 fn start_terminal_session(
     broker: &mut Broker<RealProcessSys>,
     ledger: &mut StoreLedger<'_, '_>,
     ctx: &SessionContext<'_>,
+    (session, generation): (SessionId, GenerationId),
     process: &ExecProcess,
     size: WindowSize,
     client: UnixStream,
@@ -250,121 +309,40 @@ fn start_terminal_session(
         .write_all(&json)
         .map_err(SessionError::ProcessFile)?;
     inheritable(&memfd)?;
+    let (pid_r, pid_w) = pipe()?;
+    inheritable(&pid_w)?;
     let (pty, slave) = SessionPty::allocate(&RealPty)?;
     pty.resize(size)?;
     inheritable(&slave)?;
     let fd = slave.as_raw_fd();
     let process_json = format!("/proc/self/fd/{}", memfd.as_raw_fd());
+    let internal_pid_file = format!("/proc/self/fd/{}", pid_w.as_raw_fd());
     let target = TargetCommand {
         argv: exec_client_argv(
             ctx,
             [fd, fd, fd],
             ExecCommand::Terminal {
                 process_json: &process_json,
+                internal_pid_file: &internal_pid_file,
             },
         ),
     };
     let acquired = broker.acquire(&target, ledger);
-    // The child has its copies; HC keeps only the master.
-    drop((slave, memfd));
+    // The child has its copies; HC keeps only the master and the pipe's
+    // read end.
+    drop((slave, memfd, pid_w));
     let committed = commit(broker, ledger, acquired?)?;
-    spawn_terminal_forwarders(committed, client, pty, ended)
-}
-
-/// Master output -> `Stdout` frames; `Stdin` -> master; `Resize` ->
-/// TIOCSWINSZ on the master, then SIGWINCH to the exec client, which runsc
-/// forwards to the guest terminal's foreground group (docs/terminals.md).
-fn spawn_terminal_forwarders(
-    committed: CommittedChild,
-    client: UnixStream,
-    pty: SessionPty<'static, RealPty>,
-    ended: Sender<()>,
-) -> Result<(), SessionError> {
-    let writer = Arc::new(Mutex::new(client.try_clone().map_err(SessionError::Pipe)?));
-    let gone = Arc::new(AtomicBool::new(false));
-    let committed = Arc::new(committed);
-    // Blocking descriptors for the two forwarding threads (the master is
-    // opened non-blocking; the flag is shared by the duplicates).
-    let master_out = rustix::io::fcntl_dupfd_cloexec(pty.master(), 0)
-        .map_err(|e| SessionError::Pipe(e.into()))?;
-    rustix::fs::fcntl_setfl(&master_out, rustix::fs::OFlags::empty())
-        .map_err(|e| SessionError::Pipe(e.into()))?;
-    let master_in = master_out.try_clone().map_err(SessionError::Pipe)?;
-    let (drained_tx, drained_rx) = mpsc::channel::<()>();
-    {
-        let writer = Arc::clone(&writer);
-        std::thread::spawn(move || {
-            let mut file = std::fs::File::from(master_out);
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                match file.read(&mut buf) {
-                    // EIO: every slave descriptor is closed.
-                    Ok(0) => break,
-                    Ok(n) => {
-                        let msg = CoordinatorMessage::Stdout(buf[..n].to_vec());
-                        let Ok(mut w) = writer.lock() else { break };
-                        if channel::send(&mut *w, "session", &msg).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-            let _ = drained_tx.send(());
-        });
-    }
-    {
-        let gone = Arc::clone(&gone);
-        let committed = Arc::clone(&committed);
-        let mut reader = client;
-        std::thread::spawn(move || {
-            let mut input = Some(std::fs::File::from(master_in));
-            loop {
-                match channel::receive::<ClientMessage>(&mut reader, "session") {
-                    Ok(ClientMessage::Stdin(bytes)) => {
-                        if let Some(master) = input.as_mut() {
-                            if master.write_all(&bytes).is_err() {
-                                input = None;
-                            }
-                        }
-                    }
-                    Ok(ClientMessage::Resize(size)) => {
-                        let resized = window_size(size).and_then(|s| Ok(pty.resize(s)?));
-                        match resized {
-                            Ok(()) => {
-                                let _ = committed.handle().signal(&RealProcessSys, Signal::Winch);
-                            }
-                            Err(e) => tracing::warn!(error = %e, "resize refused"),
-                        }
-                    }
-                    Ok(ClientMessage::Signal(key)) => {
-                        let signal = match key {
-                            TerminalSignal::Interrupt => Signal::Int,
-                            TerminalSignal::Quit => Signal::Quit,
-                        };
-                        let _ = committed.handle().signal(&RealProcessSys, signal);
-                    }
-                    // A terminal has no end of input; Ctrl-D is a byte.
-                    Ok(ClientMessage::StdinClosed) | Ok(ClientMessage::Hello(_)) => {}
-                    Err(_) => {
-                        gone.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                }
-            }
-        });
-    }
-    std::thread::spawn(move || {
-        let status = wait_session(&committed, &gone);
-        let _ = drained_rx.recv_timeout(DRAIN);
-        if let (Some(status), Ok(mut w)) = (status, writer.lock()) {
-            let _ = channel::send(&mut *w, "session", &CoordinatorMessage::Exited(status));
-            let _ = w.shutdown(std::net::Shutdown::Both);
-        }
-        let _ = ended.send(());
-    });
-    Ok(())
+    terminal_session::spawn(TerminalParts {
+        session,
+        generation,
+        committed,
+        pty,
+        client,
+        pid_pipe: pid_r,
+        guest: guest_target(ctx),
+        ended,
+    })
+    .map_err(SessionError::Pipe)
 }
 
 fn spawn_forwarders(

@@ -18,6 +18,7 @@ pub(crate) fn rustix_signal(signal: Signal) -> rustix::process::Signal {
         Signal::Int => R::INT,
         Signal::Quit => R::QUIT,
         Signal::Winch => R::WINCH,
+        Signal::Tstp => R::TSTP,
         Signal::Term => R::TERM,
         Signal::Kill => R::KILL,
     }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The CLI <-> HC protocol version.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// What a CLI asks of the Domain's coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,8 +45,8 @@ pub enum ClientMessage {
     StdinClosed,
     /// The CLI's window changed (interactive sessions only, FR-15).
     Resize(TerminalSize),
-    /// Ctrl-C / Ctrl-\\ typed locally (interactive sessions only, FR-15),
-    /// sent after the byte itself.
+    /// Ctrl-C / Ctrl-\\ / Ctrl-Z typed locally (interactive sessions only,
+    /// FR-15), sent after the byte itself.
     Signal(TerminalSignal),
 }
 
@@ -55,15 +55,18 @@ pub enum ClientMessage {
 pub enum TerminalSignal {
     Interrupt,
     Quit,
+    /// SIGTSTP for the foreground job (Ctrl-Z).
+    Suspend,
 }
 
 impl TerminalSignal {
-    /// The signals the default `VINTR`/`VQUIT` keys stand for in `bytes`,
-    /// in order.
+    /// The signals the default `VINTR`/`VQUIT`/`VSUSP` keys stand for in
+    /// `bytes`, in order.
     pub fn keys_in(bytes: &[u8]) -> impl Iterator<Item = TerminalSignal> + '_ {
         bytes.iter().filter_map(|b| match b {
             0x03 => Some(TerminalSignal::Interrupt),
             0x1c => Some(TerminalSignal::Quit),
+            0x1a => Some(TerminalSignal::Suspend),
             _ => None,
         })
     }
@@ -203,13 +206,14 @@ mod tests {
     use super::TerminalSignal;
 
     #[test]
-    fn only_the_intr_and_quit_keys_are_signals_in_order() {
+    fn only_the_intr_quit_and_susp_keys_are_signals_in_order() {
         let keys: Vec<_> = TerminalSignal::keys_in(b"a\x03b\x1c\x1a\x04\x03").collect();
         assert_eq!(
             keys,
             [
                 TerminalSignal::Interrupt,
                 TerminalSignal::Quit,
+                TerminalSignal::Suspend,
                 TerminalSignal::Interrupt
             ]
         );

@@ -178,7 +178,17 @@ pub enum Command {
         pixel_width: u16,
         pixel_height: u16,
     },
+    /// Release signals (SIGHUP, SIGTERM, SIGKILL) for the recorded guest
+    /// process group, sent only after an observation found the leader
+    /// matching.
     SignalGroup(GuestSignal),
+    /// Terminal keys and resize (SIGINT, SIGQUIT, SIGTSTP, SIGWINCH) for the
+    /// session terminal's foreground process group, as a real terminal's
+    /// line discipline would send them. With runsc this is a signal to the
+    /// PTY-attached exec client, which runsc forwards to that group
+    /// (docs/terminals.md): under job control the foreground job has its own
+    /// group, which the recorded leader group does not reach.
+    SignalForeground(GuestSignal),
     /// Observe the recorded leader and group; answer with [`Input::Observed`].
     ObserveGroup,
     StartTimer {
@@ -534,9 +544,9 @@ impl Machine {
                     pixel_width: r.pixel_width,
                     pixel_height: r.pixel_height,
                 },
-                Command::SignalGroup(GuestSignal::WindowChange),
+                Command::SignalForeground(GuestSignal::WindowChange),
             ],
-            SessionTerminalEvent::Signal(s) => vec![Command::SignalGroup(s.signal.into())],
+            SessionTerminalEvent::Signal(s) => vec![Command::SignalForeground(s.signal.into())],
             SessionTerminalEvent::Close(_) => self.begin_release(ReleaseReason::ClientClose),
         })
     }

@@ -1,0 +1,679 @@
+//! One interactive session driven by the pure terminal machine
+//! (`lazaret_runtime::terminal::machine`; spec 3.4 "Session Terminals",
+//! FR-14, FR-15). The machine decides; this file only carries out its
+//! commands and turns what happens (client messages, PTY reads, the exec
+//! client's exit, guest observations, timer expiries) into its inputs.
+//!
+//! Threads of one session, nothing shared with other sessions:
+//! - the reader decodes client messages into a bounded channel
+//!   (`SessionLimits::inbound_events_max`); when it is full the reader stops
+//!   reading the socket;
+//! - the writer sends frames from a bounded channel to the client;
+//! - the identity thread reads the guest leader PID from the exec client's
+//!   `--internal-pid-file` pipe and its group and start time from the guest;
+//! - the loop owns the machine, the PTY master (non-blocking) and the exec
+//!   client's pidfd. It reads the master only while the machine's
+//!   `pty_read_budget()` is positive, so a session whose client is slow
+//!   leaves its guest blocked in the kernel PTY buffer while every other
+//!   session keeps its own capacity (spec 3.4: bounded queues and PTY
+//!   backpressure).
+//!
+//! Release (close, client loss, PTY loss, exec-client loss) follows the
+//! machine's order: SIGHUP, grace, SIGTERM, grace, SIGKILL to the recorded
+//! guest process group, each only after an observation found the leader
+//! identity unchanged; then the exec client is killed if needed and reaped,
+//! and the PTY closed. There is no reattachment.
+use super::channel;
+use super::guest_runner::EnteredRunner;
+use crate::broker::CommittedChild;
+use crate::process_identity::real::RealProcessSys;
+use crate::process_identity::{ChildState, Signal};
+use crate::pty::{Pumped, RealPty, SessionPty, WindowSize};
+use crate::runsc_exec::{GuestControl, GuestTools, Runsc};
+use lazaret_runtime::coordinator::messages::{
+    ClientMessage, CommandStatus, CoordinatorMessage, TerminalSignal, TerminalSize,
+};
+use lazaret_runtime::records::ids::{GenerationId, SessionId};
+use lazaret_runtime::records::terminal::GuestProcessIdentity;
+use lazaret_runtime::terminal::machine::{
+    Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseTimings, TimerKind,
+};
+use lazaret_runtime::terminal::protocol::{
+    Chunk, SessionExit, SessionExitOutcome, SessionTerminalEvent, SessionTerminalMessage,
+    TerminalInput, TerminalResize, TerminalSignalKind, MAX_CHUNK_BYTES,
+};
+use lazaret_runtime::terminal::sessions::SessionLimits;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use std::collections::VecDeque;
+use std::io;
+use std::num::NonZeroU16;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Frames waiting for the writer thread (each at most one 16 KiB chunk).
+const WRITER_FRAMES_MAX: usize = 4;
+/// Client events handled per loop turn before PTY output gets its turn.
+const EVENTS_PER_TURN_MAX: usize = 64;
+/// PTY reads per loop turn.
+const READS_PER_TURN_MAX: usize = 16;
+/// How long the loop waits for the guest leader identity when a release
+/// needs it.
+const IDENTITY_WAIT: Duration = Duration::from_secs(10);
+/// How long the exec client may take to write `--internal-pid-file`.
+const PID_FILE_WAIT: Duration = Duration::from_secs(10);
+/// How long the last frames (the exit) may take to reach the client.
+const WRITER_FINISH: Duration = Duration::from_secs(5);
+/// Longest poll sleep without a timer.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+static RUNNER: EnteredRunner = EnteredRunner;
+
+/// Where guest control runs: the runsc invocation (through `__enter`) and
+/// the exact container.
+#[derive(Clone, Debug)]
+pub struct GuestTarget {
+    pub runsc: Runsc,
+    pub container: String,
+}
+
+impl GuestTarget {
+    fn control(&self) -> GuestControl<'static, EnteredRunner> {
+        GuestControl::new(
+            &RUNNER,
+            self.runsc.clone(),
+            GuestTools::default(),
+            self.container.clone(),
+        )
+    }
+}
+
+/// Everything one interactive session owns once its exec client runs.
+#[derive(Debug)]
+pub struct TerminalParts {
+    pub session: SessionId,
+    pub generation: GenerationId,
+    pub committed: CommittedChild,
+    pub pty: SessionPty<'static, RealPty>,
+    pub client: UnixStream,
+    /// Read end of the pipe named by `--internal-pid-file`.
+    pub pid_pipe: OwnedFd,
+    pub guest: GuestTarget,
+    /// Told once the release finished (Clean or retained).
+    pub ended: Sender<()>,
+}
+
+enum Inbound {
+    Message(ClientMessage),
+    Lost,
+}
+
+enum Leader {
+    Waiting(Receiver<Option<GuestProcessIdentity>>),
+    Known(Option<GuestProcessIdentity>),
+}
+
+/// Starts the session's threads.
+pub fn spawn(parts: TerminalParts) -> io::Result<()> {
+    let limits = SessionLimits::default();
+    let (wake_r, wake_w) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )?;
+    let wake_w = Arc::new(wake_w);
+    let writer_stream = parts.client.try_clone()?;
+    let (inbound_tx, inbound_rx) = mpsc::sync_channel::<Inbound>(limits.inbound_events_max);
+    let (out_tx, out_rx) = mpsc::sync_channel::<CoordinatorMessage>(WRITER_FRAMES_MAX);
+    let (writer_done_tx, writer_done_rx) = mpsc::channel::<()>();
+    let writer_failed = Arc::new(AtomicBool::new(false));
+    let (leader_tx, leader_rx) = mpsc::channel();
+    {
+        let wake = Arc::clone(&wake_w);
+        let stream = parts.client;
+        std::thread::spawn(move || read_client(stream, &inbound_tx, &wake));
+    }
+    {
+        let wake = Arc::clone(&wake_w);
+        let failed = Arc::clone(&writer_failed);
+        std::thread::spawn(move || {
+            write_client(writer_stream, &out_rx, &failed, &wake);
+            let _ = writer_done_tx.send(());
+        });
+    }
+    {
+        let control = parts.guest.control();
+        let pipe = parts.pid_pipe;
+        std::thread::spawn(move || {
+            let _ = leader_tx.send(read_leader(&pipe, &control));
+        });
+    }
+    let driver = Driver {
+        machine: Machine::new(
+            parts.session,
+            parts.generation,
+            ReleaseTimings::default(),
+            limits.client_queue_bytes_max,
+        ),
+        session: parts.session,
+        generation: parts.generation,
+        committed: parts.committed,
+        pty: Some(parts.pty),
+        exec_running: true,
+        pty_eof: false,
+        timers: Vec::new(),
+        inbound: inbound_rx,
+        staged: VecDeque::new(),
+        client_lost_fed: false,
+        to_writer: Some(out_tx),
+        writer_failed,
+        pending_out: None,
+        leader: Leader::Waiting(leader_rx),
+        control: parts.guest.control(),
+        wake: wake_r,
+        release_started: None,
+    };
+    let ended = parts.ended;
+    std::thread::spawn(move || {
+        let _span = tracing::info_span!("SessionTerminal").entered();
+        driver.run();
+        // The exit frame gets a bounded time to reach the client.
+        let _ = writer_done_rx.recv_timeout(WRITER_FINISH);
+        let _ = ended.send(());
+    });
+    Ok(())
+}
+
+fn poke(wake: &OwnedFd) {
+    // A full wake pipe already wakes the loop.
+    let _ = rustix::io::write(wake, &[1]);
+}
+
+fn read_client(mut stream: UnixStream, tx: &SyncSender<Inbound>, wake: &OwnedFd) {
+    loop {
+        let inbound = match channel::receive::<ClientMessage>(&mut stream, "session") {
+            Ok(message) => Inbound::Message(message),
+            Err(_) => Inbound::Lost,
+        };
+        let lost = matches!(inbound, Inbound::Lost);
+        // Blocks while the session's inbound queue is full: the socket
+        // then holds the client back.
+        if tx.send(inbound).is_err() {
+            return;
+        }
+        poke(wake);
+        if lost {
+            return;
+        }
+    }
+}
+
+fn write_client(
+    mut stream: UnixStream,
+    rx: &Receiver<CoordinatorMessage>,
+    failed: &AtomicBool,
+    wake: &OwnedFd,
+) {
+    for message in rx {
+        if channel::send(&mut stream, "session", &message).is_err() {
+            failed.store(true, Ordering::SeqCst);
+            poke(wake);
+            return;
+        }
+        poke(wake);
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// Spec 3.4 acquisition step 3: the leader PID from the exec client, then
+/// its group and start time from the guest.
+fn read_leader(
+    pipe: &OwnedFd,
+    control: &GuestControl<'static, EnteredRunner>,
+) -> Option<GuestProcessIdentity> {
+    let deadline = Instant::now() + PID_FILE_WAIT;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 32];
+    // runsc writes the PID with one write and keeps the descriptor until it
+    // exits, so the first read that ends in a digit has all of it.
+    while text.is_empty() {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        let timeout = Timespec::try_from(left).ok()?;
+        let mut fds = [PollFd::new(pipe, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+        match rustix::io::read(pipe, &mut buf) {
+            Ok(0) => return None,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+            Err(_) => return None,
+        }
+    }
+    let pid: u32 = std::str::from_utf8(&text).ok()?.trim().parse().ok()?;
+    match control.leader_identity(pid) {
+        Ok(identity) => {
+            tracing::info!(
+                leader = identity.leader_pid,
+                group = identity.process_group_id,
+                start = identity.leader_start_time,
+                "guest leader identity recorded"
+            );
+            Some(identity)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "guest leader identity unavailable; release will refuse group signals");
+            None
+        }
+    }
+}
+
+struct Driver {
+    machine: Machine,
+    session: SessionId,
+    generation: GenerationId,
+    committed: CommittedChild,
+    pty: Option<SessionPty<'static, RealPty>>,
+    exec_running: bool,
+    pty_eof: bool,
+    timers: Vec<(TimerKind, Instant)>,
+    inbound: Receiver<Inbound>,
+    /// Decoded events of the last client message, fed one at a time while
+    /// no input waits for the PTY.
+    staged: VecDeque<SessionTerminalEvent>,
+    client_lost_fed: bool,
+    to_writer: Option<SyncSender<CoordinatorMessage>>,
+    writer_failed: Arc<AtomicBool>,
+    pending_out: Option<CoordinatorMessage>,
+    leader: Leader,
+    control: GuestControl<'static, EnteredRunner>,
+    wake: OwnedFd,
+    release_started: Option<Instant>,
+}
+
+fn process_signal(signal: GuestSignal) -> Signal {
+    match signal {
+        GuestSignal::Interrupt => Signal::Int,
+        GuestSignal::Quit => Signal::Quit,
+        GuestSignal::Suspend => Signal::Tstp,
+        GuestSignal::WindowChange => Signal::Winch,
+        GuestSignal::Hangup => Signal::Hup,
+        GuestSignal::Terminate => Signal::Term,
+        GuestSignal::Kill => Signal::Kill,
+    }
+}
+
+/// The CLI protocol's status for the session's one `SessionExit`.
+fn command_status(exit: SessionExit) -> CommandStatus {
+    match (exit.outcome(), exit.exit_code()) {
+        (SessionExitOutcome::Exited, Some(code)) => {
+            CommandStatus::from_wait(Some(i32::from(code)), None)
+        }
+        // Released by Lazaret: reported as killed (128 + 9).
+        (SessionExitOutcome::Terminated, _) | (SessionExitOutcome::Exited, None) => {
+            CommandStatus::Signalled(9)
+        }
+        (SessionExitOutcome::RuntimeLost, _) => CommandStatus::Exited(255),
+    }
+}
+
+fn exec_status(code: Option<i32>, signal: Option<i32>) -> ExecStatus {
+    match (code, signal) {
+        (_, Some(s)) => ExecStatus::Signalled(u8::try_from(s).unwrap_or(u8::MAX)),
+        (Some(c), None) => ExecStatus::Exited(u8::try_from(c & 0xff).unwrap_or(u8::MAX)),
+        (None, None) => ExecStatus::Exited(u8::MAX),
+    }
+}
+
+impl Driver {
+    fn run(mut self) {
+        let mut work = VecDeque::new();
+        loop {
+            self.take_client_events(&mut work);
+            self.forward_messages();
+            if self.finished() {
+                break;
+            }
+            self.wait(&mut work);
+            while let Some(input) = work.pop_front() {
+                self.feed(input, &mut work);
+            }
+        }
+    }
+
+    fn finished(&self) -> bool {
+        (self.machine.is_clean() || self.machine.retained().is_some()) && self.pending_out.is_none()
+    }
+
+    fn feed(&mut self, input: Input, work: &mut VecDeque<Input>) {
+        match self.machine.handle(input) {
+            Ok(commands) => {
+                for command in commands {
+                    self.execute(command, work);
+                }
+            }
+            Err(refusal) => tracing::debug!(%refusal, "terminal machine refused an input"),
+        }
+    }
+
+    /// Client events, one at a time, while no input waits for the PTY.
+    fn take_client_events(&mut self, work: &mut VecDeque<Input>) {
+        if self.writer_failed.load(Ordering::SeqCst) && !self.client_lost_fed {
+            self.client_lost_fed = true;
+            self.feed(Input::ClientLost, work);
+        }
+        for _ in 0..EVENTS_PER_TURN_MAX {
+            if self.pty.as_ref().is_some_and(|p| p.input_pending() > 0) {
+                break;
+            }
+            if let Some(event) = self.staged.pop_front() {
+                let input = Input::Client {
+                    generation: self.generation,
+                    event,
+                };
+                self.feed(input, work);
+            } else {
+                match self.inbound.try_recv() {
+                    Ok(Inbound::Message(message)) => self.stage(message),
+                    Ok(Inbound::Lost) => {
+                        if !self.client_lost_fed {
+                            self.client_lost_fed = true;
+                            self.feed(Input::ClientLost, work);
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            while let Some(input) = work.pop_front() {
+                self.feed(input, work);
+            }
+        }
+    }
+
+    /// One client message as protocol events (input split into chunks).
+    fn stage(&mut self, message: ClientMessage) {
+        let session_id = self.session;
+        match message {
+            ClientMessage::Stdin(bytes) => {
+                for piece in bytes.chunks(MAX_CHUNK_BYTES) {
+                    if let Ok(bytes) = Chunk::new(piece.to_vec()) {
+                        self.staged
+                            .push_back(SessionTerminalEvent::Input(TerminalInput {
+                                session_id,
+                                bytes,
+                            }));
+                    }
+                }
+            }
+            ClientMessage::Resize(TerminalSize { rows, columns }) => {
+                match (NonZeroU16::new(rows), NonZeroU16::new(columns)) {
+                    (Some(rows), Some(columns)) => {
+                        self.staged
+                            .push_back(SessionTerminalEvent::Resize(TerminalResize {
+                                session_id,
+                                rows,
+                                columns,
+                                pixel_width: 0,
+                                pixel_height: 0,
+                            }));
+                    }
+                    _ => tracing::warn!(
+                        rows,
+                        columns,
+                        "resize refused: rows and columns must be nonzero"
+                    ),
+                }
+            }
+            ClientMessage::Signal(key) => {
+                let signal = match key {
+                    TerminalSignal::Interrupt => TerminalSignalKind::Interrupt,
+                    TerminalSignal::Quit => TerminalSignalKind::Quit,
+                    TerminalSignal::Suspend => TerminalSignalKind::Suspend,
+                };
+                self.staged.push_back(SessionTerminalEvent::Signal(
+                    lazaret_runtime::terminal::protocol::TerminalSignal { session_id, signal },
+                ));
+            }
+            // A terminal has no end of input; Ctrl-D is a byte.
+            ClientMessage::StdinClosed | ClientMessage::Hello(_) => {}
+        }
+    }
+
+    fn leader(&mut self) -> Option<GuestProcessIdentity> {
+        if let Leader::Waiting(rx) = &self.leader {
+            self.leader = Leader::Known(rx.recv_timeout(IDENTITY_WAIT).ok().flatten());
+        }
+        match self.leader {
+            Leader::Known(identity) => identity,
+            Leader::Waiting(_) => None,
+        }
+    }
+
+    fn execute(&mut self, command: Command, work: &mut VecDeque<Input>) {
+        match command {
+            Command::WritePty(chunk) => {
+                if let Some(pty) = self.pty.as_mut() {
+                    if let Err(e) = pty.write_input(&chunk) {
+                        tracing::warn!(error = %e, "PTY lost");
+                        work.push_back(Input::PtyLost);
+                    }
+                }
+            }
+            Command::SetWindowSize {
+                rows,
+                columns,
+                pixel_width,
+                pixel_height,
+            } => {
+                let size = WindowSize {
+                    rows,
+                    columns,
+                    pixel_width,
+                    pixel_height,
+                };
+                if let Some(Err(e)) = self.pty.as_ref().map(|p| p.resize(size)) {
+                    tracing::warn!(error = %e, "resize refused");
+                }
+            }
+            Command::SignalForeground(signal) => {
+                let sent = self
+                    .committed
+                    .handle()
+                    .signal(&RealProcessSys, process_signal(signal));
+                if let Err(e) = sent {
+                    tracing::warn!(error = %e, signal = signal.name(), "cannot signal the exec client");
+                }
+            }
+            Command::SignalGroup(signal) => {
+                let _span =
+                    tracing::info_span!("SignalGuestGroup", signal = signal.name()).entered();
+                match self.leader() {
+                    Some(identity) => {
+                        if let Err(e) = self.control.signal(&identity, signal) {
+                            tracing::warn!(error = %e, "guest group signal failed");
+                        }
+                    }
+                    None => tracing::warn!("no recorded guest group; signal not sent"),
+                }
+            }
+            Command::ObserveGroup => {
+                let observation = match self.leader() {
+                    Some(identity) => self.control.observe(&identity),
+                    None => GroupObservation::Mismatch,
+                };
+                tracing::info!(?observation, "guest group observed");
+                work.push_back(Input::Observed(observation));
+            }
+            Command::StartTimer { timer, after_ms } => {
+                self.timers.retain(|(t, _)| *t != timer);
+                self.timers
+                    .push((timer, Instant::now() + Duration::from_millis(after_ms)));
+            }
+            Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
+            Command::RecordReleaseIntent => {
+                self.release_started = Some(Instant::now());
+                tracing::info!(reason = ?self.machine.release_reason(), "RecordReleaseIntent");
+            }
+            Command::TerminateExecClient => {
+                if let Err(e) = self
+                    .committed
+                    .handle()
+                    .signal(&RealProcessSys, Signal::Kill)
+                {
+                    tracing::warn!(error = %e, "cannot kill the exec client");
+                }
+            }
+            Command::ReapExecClient => match self.committed.handle().poll(&RealProcessSys) {
+                Ok(state) => tracing::info!(?state, "exec client reaped"),
+                Err(e) => tracing::warn!(error = %e, "cannot reap the exec client"),
+            },
+            Command::ClosePty => {
+                if let Some(pty) = self.pty.take() {
+                    pty.close();
+                }
+            }
+            Command::RecordClean => {
+                let took = self.release_started.map(|t| t.elapsed());
+                tracing::info!(?took, "RecordClean: session terminal released");
+            }
+            Command::RetainReleaseIntent(reason) => {
+                let took = self.release_started.map(|t| t.elapsed());
+                tracing::warn!(
+                    ?reason,
+                    ?took,
+                    "RetainReleaseIntent: left for Domain teardown"
+                );
+            }
+        }
+    }
+
+    /// Moves queued client messages to the writer, as far as it takes them.
+    fn forward_messages(&mut self) {
+        loop {
+            if self.pending_out.is_none() {
+                self.pending_out = self.machine.poll_message().map(|m| match m {
+                    SessionTerminalMessage::Output(out) => {
+                        CoordinatorMessage::Stdout(out.bytes.as_bytes().to_vec())
+                    }
+                    SessionTerminalMessage::Exit(exit) => {
+                        CoordinatorMessage::Exited(command_status(exit))
+                    }
+                });
+            }
+            let (Some(message), Some(writer)) = (self.pending_out.take(), self.to_writer.as_ref())
+            else {
+                return;
+            };
+            match writer.try_send(message) {
+                Ok(()) => {}
+                Err(TrySendError::Full(message)) => {
+                    self.pending_out = Some(message);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.to_writer = None;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sleeps until something happens (bounded by the nearest timer), then
+    /// turns it into machine inputs.
+    fn wait(&mut self, work: &mut VecDeque<Input>) {
+        let now = Instant::now();
+        let next_timer = self.timers.iter().map(|(_, at)| *at).min();
+        let sleep = next_timer
+            .map(|at| at.saturating_duration_since(now))
+            .unwrap_or(IDLE_POLL)
+            .min(IDLE_POLL);
+        let budget = self.machine.pty_read_budget();
+        let mut master_events = PollFlags::empty();
+        if let Some(pty) = self.pty.as_ref() {
+            if budget > 0 && !self.pty_eof {
+                master_events |= PollFlags::IN;
+            }
+            if pty.input_pending() > 0 {
+                master_events |= PollFlags::OUT;
+            }
+        }
+        let timeout = Timespec::try_from(sleep).unwrap_or(Timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        });
+        {
+            let master = self
+                .pty
+                .as_ref()
+                .filter(|_| !master_events.is_empty())
+                .map(|p| p.master());
+            let mut fds = Vec::with_capacity(3);
+            fds.push(PollFd::new(&self.wake, PollFlags::IN));
+            if self.exec_running {
+                fds.push(PollFd::new(self.committed.handle().pidfd(), PollFlags::IN));
+            }
+            if let Some(master) = master.as_ref() {
+                fds.push(PollFd::new(master, master_events));
+            }
+            if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
+                if e != rustix::io::Errno::INTR {
+                    tracing::warn!(error = %e, "session poll failed");
+                }
+            }
+        }
+        let mut sink = [0u8; 64];
+        while matches!(rustix::io::read(&self.wake, &mut sink), Ok(n) if n > 0) {}
+        if self.exec_running {
+            match self.committed.handle().peek(&RealProcessSys) {
+                Ok(ChildState::Running) => {}
+                Ok(ChildState::Exited { code, signal }) => {
+                    self.exec_running = false;
+                    work.push_back(Input::ExecClientExited(exec_status(code, signal)));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the exec client is lost");
+                    self.exec_running = false;
+                    work.push_back(Input::ExecClientLost);
+                }
+            }
+        }
+        self.pump_pty(work);
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = self.timers.iter().partition(|(_, at)| *at <= now);
+        self.timers = later;
+        work.extend(due.into_iter().map(|(t, _)| Input::Timer(t)));
+    }
+
+    fn pump_pty(&mut self, work: &mut VecDeque<Input>) {
+        for _ in 0..READS_PER_TURN_MAX {
+            let budget = self.machine.pty_read_budget();
+            let Some(pty) = self.pty.as_ref() else { return };
+            if self.pty_eof || budget == 0 {
+                break;
+            }
+            match pty.pump(budget) {
+                Ok(Pumped::Data(chunk)) => self.feed(Input::PtyData(chunk), work),
+                Ok(Pumped::Eof) => {
+                    self.pty_eof = true;
+                    work.push_back(Input::PtyEof);
+                }
+                Ok(Pumped::WouldBlock | Pumped::Paused) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "PTY lost");
+                    self.pty_eof = true;
+                    work.push_back(Input::PtyLost);
+                }
+            }
+        }
+        if let Some(pty) = self.pty.as_mut() {
+            if pty.input_pending() > 0 {
+                if let Err(e) = pty.flush_input() {
+                    tracing::warn!(error = %e, "PTY lost");
+                    work.push_back(Input::PtyLost);
+                }
+            }
+        }
+    }
+}
