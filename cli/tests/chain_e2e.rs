@@ -208,6 +208,27 @@ impl Env {
         out
     }
 
+    /// Every generation the Domain Store holds ended retired and clean
+    /// (issue 5: teardown and recovery write ReleaseIntent -> Clean).
+    fn assert_store_clean(&self) {
+        let out = self.run(&["state", "default", "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(state["status"], "inactive", "{state}");
+        let generations = state["generations"].as_array().unwrap();
+        assert!(!generations.is_empty(), "{state}");
+        for g in generations {
+            assert_eq!(g["durable_decision"], "Vacant", "{g}");
+            assert_eq!(g["clean"], true, "{g}");
+        }
+    }
+
     fn assert_traces_replay(&self) {
         let traces = self.traces();
         assert!(
@@ -215,6 +236,9 @@ impl Env {
             "no trace was kept under {}",
             self.home.display()
         );
+        if self.traced {
+            self.assert_store_clean();
+        }
         for t in traces {
             let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
                 .args(["trace", "replay"])

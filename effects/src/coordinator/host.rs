@@ -32,7 +32,10 @@ use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
 };
 use lazaret_runtime::core::CoreError;
-use lazaret_runtime::records::ids::{CoordinatorId, GenerationId};
+use lazaret_runtime::ownership::terminal::TerminalOp;
+use lazaret_runtime::ownership::AbsenceProof;
+use lazaret_runtime::records::ids::{CoordinatorId, GenerationId, SessionId};
+use lazaret_runtime::records::terminal::SessionTerminalState;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -134,6 +137,8 @@ pub(super) struct Hc<'s, 'l> {
     pub id: GenerationId,
     pub coordinator_id: CoordinatorId,
     pub generation: Option<LaunchedGeneration>,
+    /// The Domain Store session of each registered model session slot.
+    pub sessions: std::collections::HashMap<SessionsId, SessionId>,
 }
 
 impl Hc<'_, '_> {
@@ -241,8 +246,7 @@ pub fn run_coordinator(
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     );
-    let model = HcModel::new(name, id.0, paths.runtime.join(trace_name(id.0)))
-        .map_err(|e| CoordinatorError::Model(e.to_string()))?;
+    let model = own_trace(name, id, &paths)?;
     let mut hc = Hc {
         broker,
         store: &store,
@@ -250,6 +254,7 @@ pub fn run_coordinator(
         id,
         coordinator_id,
         generation: None,
+        sessions: std::collections::HashMap::new(),
     };
     let launch = LaunchInputs {
         image: config.selected().image().to_string(),
@@ -281,6 +286,31 @@ pub fn run_coordinator(
     // past this point every outcome reached the client.
     let _ = std::fs::remove_file(paths.log());
     result.and(released).and(exited).map(|()| Outcome::Done)
+}
+
+/// The model core of this coordinator. A coordinator that died before it
+/// started generation `id` left that generation's trace: this process
+/// continues it as a successor, after the dead one's `HostCoordinatorLost`
+/// (the flock this process holds proves it gone).
+fn own_trace(
+    name: String,
+    id: GenerationId,
+    paths: &DomainPaths,
+) -> Result<HcModel, CoordinatorError> {
+    let path = paths.runtime.join(trace_name(id.0));
+    if !path.exists() {
+        return HcModel::new(name, id.0, path).map_err(|e| CoordinatorError::Model(e.to_string()));
+    }
+    let mut model = HcModel::resume(path.clone()).map_err(|e| CoordinatorError::Recovery {
+        generation: id.0,
+        detail: e.to_string(),
+    })?;
+    for dead in model.model().holders() {
+        model
+            .take(Action::HostCoordinatorLost { c: dead })
+            .map_err(|e| CoordinatorError::Model(e.to_string()))?;
+    }
+    Ok(model)
 }
 
 /// Recovers any generation a coordinator that died left behind (each in
@@ -371,9 +401,13 @@ fn serve(
             }
             HcEvent::SessionEnded(s) => {
                 if hc.model.state().sess[s.index()] == Sess::Registered {
-                    hc.step(Action::CloseSession { c, s }, |_| Ok(()))?;
+                    hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
                 }
-                hc.step(Action::FinishSessionRelease { c, s }, |_| Ok(()))?;
+                // The session's loop reaped its exec client and closed its
+                // PTY before it said the session ended (spec 3.4).
+                hc.step(Action::FinishSessionRelease { c, s }, |hc| {
+                    clean_terminal(hc, s)
+                })?;
             }
             HcEvent::SupervisorLost(why) => {
                 tracing::warn!(%why, "Runtime Supervisor lost");
@@ -381,7 +415,7 @@ fn serve(
                 // release finishes when its exec client has been reaped.
                 for s in SessionsId::all(usize::from(SESSION_SLOTS)) {
                     if hc.model.state().sess[s.index()] == Sess::Registered {
-                        hc.step(Action::CloseSession { c, s }, |_| Ok(()))?;
+                        hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
                     }
                 }
             }
@@ -468,7 +502,8 @@ fn admit(
                 .map_err(|e| e.to_string())
         });
     match start {
-        Ok(()) => hc.step(Action::RegisterSession { c, s }, |_| {
+        Ok(session) => hc.step(Action::RegisterSession { c, s }, |hc| {
+            hc.sessions.insert(s, session);
             reply(&mut stream, &joined);
             Ok(())
         }),
@@ -480,6 +515,45 @@ fn admit(
             Ok(())
         }),
     }
+}
+
+/// CloseSession: the session terminal's durable ReleaseIntent (evidence
+/// kept) before its release.
+fn release_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorError> {
+    terminal_op(hc, s, false)
+}
+
+/// FinishSessionRelease: the terminal is Clean once its exec client is
+/// reaped and its PTY closed; the slot is free again.
+fn clean_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorError> {
+    terminal_op(hc, s, true)?;
+    hc.sessions.remove(&s);
+    Ok(())
+}
+
+fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), CoordinatorError> {
+    let Some(&session) = hc.sessions.get(&s) else {
+        return Ok(());
+    };
+    let generation = hc.id;
+    let terminal = hc
+        .store
+        .terminal(generation, session)
+        .map_err(|e| hc.store_err(e))?;
+    let op = match terminal.map(|t| t.state) {
+        Some(SessionTerminalState::Intent | SessionTerminalState::Running) if !clean => {
+            TerminalOp::BeginRelease
+        }
+        Some(SessionTerminalState::ReleaseIntent) if clean => {
+            TerminalOp::Clean(AbsenceProof::ExactAbsence)
+        }
+        _ => return Ok(()),
+    };
+    hc.apply(&[StoreOp::Terminal {
+        generation,
+        session,
+        op,
+    }])
 }
 
 /// A session's end becomes an HC event naming its slot.

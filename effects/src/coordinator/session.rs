@@ -153,7 +153,7 @@ pub fn start_session(
     hello: &Hello,
     client: UnixStream,
     ended: Sender<()>,
-) -> Result<(), SessionError> {
+) -> Result<SessionId, SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
     let session = SessionId(random_bytes().map_err(SessionError::Random)?);
     store.apply(&[
@@ -191,17 +191,18 @@ pub fn start_session(
             env,
             terminal: true,
         };
-        let session = (session, ctx.generation);
+        let id = session;
         return start_terminal_session(
             broker,
             &mut ledger,
             ctx,
-            session,
+            (session, ctx.generation),
             &process,
             size,
             client,
             ended,
-        );
+        )
+        .map(|()| id);
     }
     let argv = &hello.argv;
     let (in_r, in_w) = pipe()?;
@@ -218,7 +219,7 @@ pub fn start_session(
     // The child has its copies; HC keeps only its own ends.
     drop((in_r, out_w, err_w));
     let committed = commit(broker, &mut ledger, acquired?)?;
-    spawn_forwarders(committed, client, in_w, out_r, err_r, ended)
+    spawn_forwarders(committed, client, in_w, out_r, err_r, ended).map(|()| session)
 }
 
 fn commit(

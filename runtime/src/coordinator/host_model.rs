@@ -20,7 +20,8 @@
 //! configuration.
 
 use lazaret_generated::lazaret::{
-    Action, Constants, CoordinatorsId, Hc, Model, Roles, Sess, SessionsId, State,
+    Action, Constants, CoordinatorsId, Decision, Hc, Model, Part, Roles, Sess, SessionsId, Slot,
+    State,
 };
 use lazaret_generated::support::{Cfg, CfgError, Protocol, StepError};
 use lazaret_generated::LAZARET_BUILD;
@@ -54,6 +55,16 @@ pub enum HostModelError {
     Trace(#[from] TraceError),
     #[error("the trace to continue, line {line}: {detail}")]
     Resume { line: usize, detail: String },
+}
+
+/// The durable part of the model state: what the Domain Store records of a
+/// generation (`decision`, and `part` and `slot` indexed like `Roles::ALL`
+/// and `ProcSlots::ALL`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurableView {
+    pub decision: Decision,
+    pub part: Vec<Part>,
+    pub slot: Vec<Slot>,
 }
 
 /// The model core of one Host Coordinator process.
@@ -140,6 +151,33 @@ impl HostModel {
         Ok((Self { core, me }, kept))
     }
 
+    /// The durable part of the current state.
+    pub fn durable(&self) -> DurableView {
+        durable_of(self.state())
+    }
+
+    /// A coordinator that died after the durable effect of a step and
+    /// before its trace line leaves the Domain Store one step ahead of the
+    /// trace. Returns the one step of `c` enabled now whose durable result
+    /// is `store`; `None` when there is none or more than one (the trace
+    /// and the store then disagree in a way recovery must not guess at).
+    pub fn catch_up(&self, c: CoordinatorsId, store: &DurableView) -> Option<Action> {
+        let cx = self.core.constants();
+        let name = cx.coordinators.get(c.index())?;
+        let mut enabled = Vec::new();
+        Model::enabled_actions(cx, self.state(), None, &mut enabled);
+        let mut found = enabled.into_iter().filter(|a| {
+            Model::action_params(cx, a)
+                .iter()
+                .any(|(k, v)| *k == "c" && v == name)
+                && self.core.check(a).is_ok()
+                && Model::step(cx, self.state(), a, None)
+                    .is_ok_and(|next| durable_of(&next) == *store)
+        });
+        let first = found.next()?;
+        found.next().is_none().then_some(first)
+    }
+
     /// The coordinator this process is in the model.
     pub fn me(&self) -> CoordinatorsId {
         self.me
@@ -207,6 +245,14 @@ impl HostModel {
     /// and nothing changes.
     pub fn take(&mut self, action: Action) -> Result<TraceLine, CoreError> {
         self.core.take("effect completion", &action)
+    }
+}
+
+fn durable_of(st: &State) -> DurableView {
+    DurableView {
+        decision: st.decision,
+        part: st.part.clone(),
+        slot: st.slot.clone(),
     }
 }
 
@@ -372,6 +418,27 @@ mod tests {
             Outcome::Conforms { steps, .. } => assert_eq!(steps, 21),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
+        // A coordinator that died after a durable write and before its
+        // trace line: the store is one step ahead and the successor takes
+        // exactly that step for it.
+        let mut m = HostModel::new("hc-dead".into(), 5)?;
+        let dead = m.me();
+        for a in launch_steps(dead).into_iter().take(4) {
+            m.take(a)?;
+        }
+        let mut ahead = m.durable();
+        ahead.slot[ProcSlots::SandboxRuntimeSupervisor.index()] = Slot::Staged;
+        ahead.part[Roles::Sandbox.index()] = Part::Acquiring;
+        assert_eq!(
+            m.catch_up(dead, &ahead),
+            Some(Action::StageProcess {
+                c: dead,
+                ps: ProcSlots::SandboxRuntimeSupervisor
+            })
+        );
+        // Two steps ahead is not guessed at.
+        ahead.slot[ProcSlots::SandboxRuntimeSupervisor.index()] = Slot::Committed;
+        assert_eq!(m.catch_up(dead, &ahead), None);
         // A second successor would be the next one.
         let (again, _) = HostModel::resume("gen-4.jsonl", &text)?;
         assert_eq!(again.me(), CoordinatorsId(2));
