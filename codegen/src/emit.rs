@@ -1095,6 +1095,61 @@ pub fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) 
         }
     }
 
+    /// An expression of type `Option<rust_ty(t)>` reading the JSON value
+    /// `code` (a `&serde_json::Value`) as `view` writes it.
+    fn unview(&self, t: &Ty, code: &str, depth: usize) -> String {
+        let position = |set: usize| {
+            format!(
+                "cx.{}.iter().position(|x| x == s).and_then(|p| u16::try_from(p).ok()).map({})",
+                self.set_field[set], self.set_ty[set]
+            )
+        };
+        match t {
+            Ty::Bool => format!("{code}.as_bool()"),
+            Ty::Int => format!("{code}.as_i64()"),
+            Ty::Range { lo, hi } => format!(
+                "{code}.as_i64().filter(|n| ({}..={}).contains(n)).and_then(|n| {}::try_from(n).ok())",
+                self.bound(lo),
+                self.bound(hi),
+                self.rust_ty(t)
+            ),
+            Ty::Enum(i) => format!("{code}.as_str().and_then({}::from_name)", self.enum_names[*i]),
+            Ty::Elem(i) => format!("{code}.as_str().and_then(|s| {})", position(*i)),
+            Ty::Union(u) => {
+                let un = &self.union_names[*u];
+                let mut arms = String::new();
+                for sent in &self.m.unions[*u].sentinels {
+                    let _ = write!(arms, "\"{sent}\" => Some({un}::{}),", camel(sent));
+                }
+                let _ = write!(
+                    arms,
+                    "_ => {}.map({un}::Id),",
+                    position(self.m.unions[*u].set)
+                );
+                format!("{code}.as_str().and_then(|s| match s {{ {arms} }})")
+            }
+            Ty::Func(d, r) => {
+                let k = format!("k{depth}");
+                let o = format!("o{depth}");
+                let x = format!("x{depth}");
+                let key = match d {
+                    Dom::Set(i) => format!(
+                        "cx.{}.get({k}.index()).cloned().unwrap_or_default()",
+                        self.set_field[*i]
+                    ),
+                    Dom::Enum(_) => format!("{k}.name().to_string()"),
+                    Dom::Range(..) => format!("{k}.to_string()"),
+                };
+                let inner = self.unview(r, &x, depth + 1);
+                format!(
+                    "{code}.as_object().filter(|{o}| {o}.len() == {}.count()).and_then(|{o}| {}.map(|{k}| {o}.get(&{key}).and_then(|{x}| {inner})).collect::<Option<Vec<_>>>())",
+                    self.dom_iter(d),
+                    self.dom_iter(d)
+                )
+            }
+        }
+    }
+
     fn views(&self, s: &mut String) {
         let mut body = String::from("let mut m = serde_json::Map::new();");
         for (i, v) in self.m.vars.iter().enumerate() {
@@ -1112,6 +1167,26 @@ pub fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) 
             "/// The state as JSON keyed by TLA+ variable names, model values by name.
 pub fn state_view({}: &Constants, st: &State) -> serde_json::Value {{ {body} }}",
             param_name(&body, "cx")
+        );
+        let mut fields = String::new();
+        for (i, v) in self.m.vars.iter().enumerate() {
+            let _ = write!(
+                fields,
+                "{}: {}?,",
+                self.var_field[i],
+                self.unview(&v.ty, &format!("o.get(\"{}\")?", v.name), 0)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "/// The state `state_view` wrote, or `None` when `v` is not one: a
+/// variable missing or extra, or a value outside its `TypeOK` domain.
+pub fn state_from_view({}: &Constants, v: &serde_json::Value) -> Option<State> {{
+    let o = v.as_object().filter(|o| o.len() == {})?;
+    Some(State {{ {fields} }})
+}}",
+            param_name(&fields, "cx"),
+            self.m.vars.len()
         );
 
         let mut name_arms = String::new();
@@ -1215,6 +1290,7 @@ impl Protocol for Model {{
     fn action_params(cx: &Constants, action: &Action) -> Vec<(&'static str, String)> {{ action_params(cx, action) }}
     fn parse_action(cx: &Constants, name: &str, params: &[(&str, &str)]) -> Result<Action, ActionParseError> {{ parse_action(cx, name, params) }}
     fn state_view(cx: &Constants, st: &State) -> serde_json::Value {{ state_view(cx, st) }}
+    fn state_from_view(cx: &Constants, v: &serde_json::Value) -> Option<State> {{ state_from_view(cx, v) }}
 }}",
             self.m.name
         );

@@ -5826,6 +5826,246 @@ pub fn state_view(cx: &Constants, st: &State) -> serde_json::Value {
     );
     serde_json::Value::Object(m)
 }
+/// The state `state_view` wrote, or `None` when `v` is not one: a
+/// variable missing or extra, or a value outside its `TypeOK` domain.
+pub fn state_from_view(cx: &Constants, v: &serde_json::Value) -> Option<State> {
+    let o = v.as_object().filter(|o| o.len() == 19)?;
+    Some(State {
+        hc: o
+            .get("hc")?
+            .as_object()
+            .filter(|o0| o0.len() == CoordinatorsId::all(cx.coordinators.len()).count())
+            .and_then(|o0| {
+                CoordinatorsId::all(cx.coordinators.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx
+                                    .coordinators
+                                    .get(k0.index())
+                                    .cloned()
+                                    .unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(Hc::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        lock_holder: o
+            .get("lockHolder")?
+            .as_str()
+            .and_then(|s| match s {
+                "None" => Some(LockHolder::None),
+                _ => {
+                    cx.coordinators
+                        .iter()
+                        .position(|x| x == s)
+                        .and_then(|p| u16::try_from(p).ok())
+                        .map(CoordinatorsId)
+                        .map(LockHolder::Id)
+                }
+            })?,
+        record_identity: o
+            .get("recordIdentity")?
+            .as_str()
+            .and_then(RecordIdentity::from_name)?,
+        decision: o.get("decision")?.as_str().and_then(Decision::from_name)?,
+        gen_: o
+            .get("gen")?
+            .as_i64()
+            .filter(|n| (0..=cx.max_gen).contains(n))
+            .and_then(|n| u16::try_from(n).ok())?,
+        part: o
+            .get("part")?
+            .as_object()
+            .filter(|o0| o0.len() == Roles::ALL.into_iter().count())
+            .and_then(|o0| {
+                Roles::ALL
+                    .into_iter()
+                    .map(|k0| {
+                        o0
+                            .get(&k0.name().to_string())
+                            .and_then(|x0| x0.as_str().and_then(Part::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        slot: o
+            .get("slot")?
+            .as_object()
+            .filter(|o0| o0.len() == ProcSlots::ALL.into_iter().count())
+            .and_then(|o0| {
+                ProcSlots::ALL
+                    .into_iter()
+                    .map(|k0| {
+                        o0
+                            .get(&k0.name().to_string())
+                            .and_then(|x0| x0.as_str().and_then(Slot::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        rs: o.get("rs")?.as_str().and_then(Rs::from_name)?,
+        runsc: o.get("runsc")?.as_str().and_then(Runsc::from_name)?,
+        sess: o
+            .get("sess")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(Sess::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        sess_gen: o
+            .get("sessGen")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| {
+                                x0
+                                    .as_i64()
+                                    .filter(|n| (0..=cx.max_gen).contains(n))
+                                    .and_then(|n| u16::try_from(n).ok())
+                            })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        sess_fp: o
+            .get("sessFp")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(SessFp::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        route: o
+            .get("route")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(Route::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        pty_fwd: o
+            .get("ptyFwd")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_bool())
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        esc: o
+            .get("esc")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(Esc::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        esc_match: o
+            .get("escMatch")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(EscMatch::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        esc_approval: o
+            .get("escApproval")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(EscApproval::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        esc_unacked: o
+            .get("escUnacked")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| {
+                                x0
+                                    .as_i64()
+                                    .filter(|n| (0..=cx.max_unacked_chunks).contains(n))
+                                    .and_then(|n| u16::try_from(n).ok())
+                            })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        esc_cancel: o
+            .get("escCancel")?
+            .as_object()
+            .filter(|o0| o0.len() == SessionsId::all(cx.sessions.len()).count())
+            .and_then(|o0| {
+                SessionsId::all(cx.sessions.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.sessions.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_bool())
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+    })
+}
 /// The TLA+ name of an action.
 pub fn action_name(action: &Action) -> &'static str {
     match *action {
@@ -7113,5 +7353,8 @@ impl Protocol for Model {
     }
     fn state_view(cx: &Constants, st: &State) -> serde_json::Value {
         state_view(cx, st)
+    }
+    fn state_from_view(cx: &Constants, v: &serde_json::Value) -> Option<State> {
+        state_from_view(cx, v)
     }
 }

@@ -3143,6 +3143,312 @@ pub fn state_view(cx: &Constants, st: &State) -> serde_json::Value {
     );
     serde_json::Value::Object(m)
 }
+/// The state `state_view` wrote, or `None` when `v` is not one: a
+/// variable missing or extra, or a value outside its `TypeOK` domain.
+pub fn state_from_view(cx: &Constants, v: &serde_json::Value) -> Option<State> {
+    let o = v.as_object().filter(|o| o.len() == 17)?;
+    Some(State {
+        prep: o
+            .get("prep")?
+            .as_object()
+            .filter(|o0| o0.len() == ArtifactsId::all(cx.artifacts.len()).count())
+            .and_then(|o0| {
+                ArtifactsId::all(cx.artifacts.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.artifacts.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(PrepStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        artifact: o
+            .get("artifact")?
+            .as_object()
+            .filter(|o0| o0.len() == ArtifactsId::all(cx.artifacts.len()).count())
+            .and_then(|o0| {
+                ArtifactsId::all(cx.artifacts.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.artifacts.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| {
+                                x0.as_str().and_then(ArtifactStates::from_name)
+                            })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        lease: o
+            .get("lease")?
+            .as_object()
+            .filter(|o0| o0.len() == ArtifactsId::all(cx.artifacts.len()).count())
+            .and_then(|o0| {
+                ArtifactsId::all(cx.artifacts.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.artifacts.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| {
+                                x0
+                                    .as_object()
+                                    .filter(|o1| {
+                                        o1.len() == DomainsId::all(cx.domains.len()).count()
+                                    })
+                                    .and_then(|o1| {
+                                        DomainsId::all(cx.domains.len())
+                                            .map(|k1| {
+                                                o1
+                                                    .get(
+                                                        &cx.domains.get(k1.index()).cloned().unwrap_or_default(),
+                                                    )
+                                                    .and_then(|x1| {
+                                                        x1
+                                                            .as_object()
+                                                            .filter(|o2| o2.len() == (1..=cx.max_gen).count())
+                                                            .and_then(|o2| {
+                                                                (1..=cx.max_gen)
+                                                                    .map(|k2| {
+                                                                        o2.get(&k2.to_string()).and_then(|x2| x2.as_bool())
+                                                                    })
+                                                                    .collect::<Option<Vec<_>>>()
+                                                            })
+                                                    })
+                                            })
+                                            .collect::<Option<Vec<_>>>()
+                                    })
+                            })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        worker: o
+            .get("worker")?
+            .as_object()
+            .filter(|o0| o0.len() == ArtifactsId::all(cx.artifacts.len()).count())
+            .and_then(|o0| {
+                ArtifactsId::all(cx.artifacts.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.artifacts.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(WorkerStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        stage: o
+            .get("stage")?
+            .as_object()
+            .filter(|o0| o0.len() == ArtifactsId::all(cx.artifacts.len()).count())
+            .and_then(|o0| {
+                ArtifactsId::all(cx.artifacts.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.artifacts.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(StageStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        gen_: o
+            .get("gen")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| {
+                                x0
+                                    .as_i64()
+                                    .filter(|n| (0..=cx.max_gen).contains(n))
+                                    .and_then(|n| u16::try_from(n).ok())
+                            })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        pl: o
+            .get("pl")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(PlStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        pl_art: o
+            .get("plArt")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| {
+                                x0
+                                    .as_str()
+                                    .and_then(|s| match s {
+                                        "None" => Some(PlArt::None),
+                                        _ => {
+                                            cx.artifacts
+                                                .iter()
+                                                .position(|x| x == s)
+                                                .and_then(|p| u16::try_from(p).ok())
+                                                .map(ArtifactsId)
+                                                .map(PlArt::Id)
+                                        }
+                                    })
+                            })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        sa: o
+            .get("sa")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(SaStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        refused: o
+            .get("refused")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_bool())
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        hc: o
+            .get("hc")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(HcStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        rs: o
+            .get("rs")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(RsStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        anchor_req: o
+            .get("anchorReq")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_bool())
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        mount: o
+            .get("mount")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_str().and_then(MountStates::from_name))
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        hc_losses: o
+            .get("hcLosses")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| {
+                                x0
+                                    .as_i64()
+                                    .filter(|n| (0..=cx.max_hc_loss).contains(n))
+                                    .and_then(|n| u16::try_from(n).ok())
+                            })
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+        worker_crashes: o
+            .get("workerCrashes")?
+            .as_i64()
+            .filter(|n| (0..=cx.max_worker_crash).contains(n))
+            .and_then(|n| u16::try_from(n).ok())?,
+        lease_lost: o
+            .get("leaseLost")?
+            .as_object()
+            .filter(|o0| o0.len() == DomainsId::all(cx.domains.len()).count())
+            .and_then(|o0| {
+                DomainsId::all(cx.domains.len())
+                    .map(|k0| {
+                        o0
+                            .get(
+                                &cx.domains.get(k0.index()).cloned().unwrap_or_default(),
+                            )
+                            .and_then(|x0| x0.as_bool())
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })?,
+    })
+}
 /// The TLA+ name of an action.
 pub fn action_name(action: &Action) -> &'static str {
     match *action {
@@ -3759,5 +4065,8 @@ impl Protocol for Model {
     }
     fn state_view(cx: &Constants, st: &State) -> serde_json::Value {
         state_view(cx, st)
+    }
+    fn state_from_view(cx: &Constants, v: &serde_json::Value) -> Option<State> {
+        state_from_view(cx, v)
     }
 }

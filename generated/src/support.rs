@@ -437,6 +437,8 @@ pub trait Protocol: 'static {
     ) -> Result<Self::Action, ActionParseError>;
     /// The state as a JSON object keyed by TLA+ variable names.
     fn state_view(cx: &Self::Constants, st: &Self::State) -> serde_json::Value;
+    /// The state `state_view` wrote, or `None` if `v` is not one.
+    fn state_from_view(cx: &Self::Constants, v: &serde_json::Value) -> Option<Self::State>;
 }
 
 #[cfg(test)]

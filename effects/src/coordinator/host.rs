@@ -11,7 +11,7 @@
 //! `RegisterSession`, `CloseSession`, `FinishSessionRelease`); launch and
 //! publication are in [`super::launch`], teardown in [`super::release`].
 use super::channel::{self, ChannelError};
-use super::hc_model::{trace_name, HcModel};
+use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::{launch_generation, publish, LaunchedGeneration};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::recover_all;
@@ -239,13 +239,7 @@ pub fn run_coordinator(
     let broker = Broker::claim(RealProcessSys, program.clone())?;
     let id = next_generation(&store, &store_path)?;
     let coordinator_id = CoordinatorId(random_bytes().map_err(CoordinatorError::Boot)?);
-    let name = format!(
-        "hc-{}",
-        coordinator_id.0[..4]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
+    let name = coordinator_name(&coordinator_id);
     let model = own_trace(name, id, &paths)?;
     let mut hc = Hc {
         broker,

@@ -23,7 +23,7 @@ use lazaret_runtime::records::process::{
     HostProcessOwnershipSlot, PersistedHostProcessOwnership, PidfsProcessIdentityV1,
 };
 
-use super::hc_model::{trace_name, HcModel};
+use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::host::{CoordinatorError, Hc};
 use super::launch::{decision_value, participant_role};
 use super::paths::DomainPaths;
@@ -81,12 +81,30 @@ fn recover(
 ) -> Result<(), CoordinatorError> {
     let _span = tracing::info_span!("BootstrapRecover", generation = g.0).entered();
     let path = paths.runtime.join(trace_name(g.0));
-    let old = HcModel::resume(path).map_err(|e| CoordinatorError::Recovery {
-        generation: g.0,
-        detail: format!(
-            "{e}; without the trace of the coordinator that died this generation cannot be recovered by this version"
-        ),
-    })?;
+    let old = if path.exists() {
+        HcModel::resume(path).map_err(|e| CoordinatorError::Recovery {
+            generation: g.0,
+            detail: e.to_string(),
+        })?
+    } else {
+        // The trace is gone (a reboot empties the runtime directory): the
+        // recovery starts from the state the durable record describes.
+        let durable = durable_view(hc, g)?;
+        let dead = hc
+            .store
+            .generation_document(g)
+            .map_err(|e| hc.store_err(e))?
+            .map(|d| coordinator_name(&d.generation.coordinator_id))
+            .unwrap_or_else(|| "hc-unknown".into());
+        tracing::warn!(
+            generation = g.0,
+            "the trace of this generation is gone; recovering from the durable record"
+        );
+        HcModel::recovered(path, dead, g.0, &durable).map_err(|e| CoordinatorError::Recovery {
+            generation: g.0,
+            detail: e.to_string(),
+        })?
+    };
     let own_model = std::mem::replace(&mut hc.model, old);
     let own_id = std::mem::replace(&mut hc.id, g);
     let result = recover_generation(hc, paths);

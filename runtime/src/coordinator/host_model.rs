@@ -20,8 +20,8 @@
 //! configuration.
 
 use lazaret_generated::lazaret::{
-    Action, Constants, CoordinatorsId, Decision, Hc, Model, Part, Roles, Sess, SessionsId, Slot,
-    State,
+    Action, Constants, CoordinatorsId, Decision, Hc, LockHolder, Model, Part, ProcSlots, Roles, Rs,
+    Runsc, Sess, SessionsId, Slot, State,
 };
 use lazaret_generated::support::{Cfg, CfgError, Protocol, StepError};
 use lazaret_generated::LAZARET_BUILD;
@@ -55,6 +55,8 @@ pub enum HostModelError {
     Trace(#[from] TraceError),
     #[error("the trace to continue, line {line}: {detail}")]
     Resume { line: usize, detail: String },
+    #[error("the state rebuilt from the durable record violates {0}")]
+    Rebuilt(&'static str),
 }
 
 /// The durable part of the model state: what the Domain Store records of a
@@ -72,6 +74,9 @@ pub struct DurableView {
 pub struct HostModel {
     core: Core<Model>,
     me: CoordinatorsId,
+    /// The state the trace starts from: `Init`, or a state rebuilt from the
+    /// durable record ([`HostModel::recovered`]).
+    start: Option<State>,
 }
 
 impl HostModel {
@@ -79,25 +84,51 @@ impl HostModel {
     /// process in the trace; `generation` is the Domain generation its
     /// trace lines carry.
     pub fn new(coordinator: String, generation: u64) -> Result<Self, HostModelError> {
-        let cfg_err = |source| HostModelError::Cfg {
-            file: LAZARET_BUILD.cfg_file,
-            source,
-        };
-        let build = Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)
-            .and_then(|c| Constants::from_cfg(&c))
-            .map_err(cfg_err)?;
-        let mut coordinators = vec![coordinator];
-        coordinators.extend((1..=SUCCESSORS).map(|i| format!("successor-{i}")));
-        let cx = Constants {
-            coordinators,
-            sessions: (1..=SESSION_SLOTS).map(|i| format!("s{i}")).collect(),
-            max_gen: 1,
-            max_unacked_chunks: MAX_UNACKED_CHUNKS,
-            required_roles: build.required_roles,
-        };
         Ok(Self {
-            core: Core::new(cx, generation)?,
+            core: Core::new(constants(coordinator)?, generation)?,
             me: CoordinatorsId(0),
+            start: None,
+        })
+    }
+
+    /// A core for recovering generation `generation` whose trace is gone
+    /// (for example after a reboot emptied the runtime directory): the
+    /// state is rebuilt from what the Domain Store records (`durable`) —
+    /// the dead coordinator `dead` holding the lock and serving, the
+    /// runtime present exactly where its process slots are still recorded,
+    /// no session — and must satisfy every invariant. The trace then
+    /// records this start state in its header, and this process is the
+    /// first successor.
+    pub fn recovered(
+        dead: String,
+        generation: u64,
+        durable: &DurableView,
+    ) -> Result<Self, HostModelError> {
+        let cx = constants(dead)?;
+        let mut st = Model::init(&cx)?;
+        let c = CoordinatorsId(0);
+        st.hc[c.index()] = Hc::Serving;
+        st.lock_holder = LockHolder::Id(c);
+        st.decision = durable.decision;
+        st.gen_ = 1;
+        st.part.clone_from(&durable.part);
+        st.slot.clone_from(&durable.slot);
+        let held = |ps: ProcSlots| durable.slot.get(ps.index()) != Some(&Slot::Unassigned);
+        st.rs = if held(ProcSlots::SandboxRuntimeSupervisor) {
+            Rs::Running
+        } else {
+            Rs::Absent
+        };
+        st.runsc = if held(ProcSlots::SandboxAttachedRunsc) {
+            Runsc::Running
+        } else {
+            Runsc::Absent
+        };
+        let core = Core::from_state(cx, generation, st.clone()).map_err(HostModelError::Rebuilt)?;
+        Ok(Self {
+            core,
+            me: CoordinatorsId(1),
+            start: Some(st),
         })
     }
 
@@ -148,7 +179,14 @@ impl HostModel {
             .skip(1)
             .find(|c| core.state().hc.get(c.index()) == Some(&Hc::Idle))
             .ok_or_else(|| bad(kept, "every successor of this generation has run".into()))?;
-        Ok((Self { core, me }, kept))
+        Ok((
+            Self {
+                core,
+                me,
+                start: None,
+            },
+            kept,
+        ))
     }
 
     /// The durable part of the current state.
@@ -228,9 +266,12 @@ impl HostModel {
             action: HEADER_ACTION.to_string(),
             params: Vec::new(),
             generation: self.core.generation(),
-            state: Model::init(cx)
-                .ok()
-                .map(|init| Model::state_view(cx, &init)),
+            state: match &self.start {
+                Some(st) => Some(Model::state_view(cx, st)),
+                None => Model::init(cx)
+                    .ok()
+                    .map(|init| Model::state_view(cx, &init)),
+            },
             constants: Some(constants_view(cx)),
         }
     }
@@ -246,6 +287,25 @@ impl HostModel {
     pub fn take(&mut self, action: Action) -> Result<TraceLine, CoreError> {
         self.core.take("effect completion", &action)
     }
+}
+
+/// The constants of a trace whose first coordinator is `coordinator`.
+fn constants(coordinator: String) -> Result<Constants, HostModelError> {
+    let build = Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)
+        .and_then(|c| Constants::from_cfg(&c))
+        .map_err(|source| HostModelError::Cfg {
+            file: LAZARET_BUILD.cfg_file,
+            source,
+        })?;
+    let mut coordinators = vec![coordinator];
+    coordinators.extend((1..=SUCCESSORS).map(|i| format!("successor-{i}")));
+    Ok(Constants {
+        coordinators,
+        sessions: (1..=SESSION_SLOTS).map(|i| format!("s{i}")).collect(),
+        max_gen: 1,
+        max_unacked_chunks: MAX_UNACKED_CHUNKS,
+        required_roles: build.required_roles,
+    })
 }
 
 fn durable_of(st: &State) -> DurableView {
@@ -442,6 +502,65 @@ mod tests {
         // A second successor would be the next one.
         let (again, _) = HostModel::resume("gen-4.jsonl", &text)?;
         assert_eq!(again.me(), CoordinatorsId(2));
+        Ok(())
+    }
+
+    /// Without the dead coordinator's trace the state is rebuilt from the
+    /// durable record; the recovery replays from that recorded start.
+    #[test]
+    fn a_recovery_without_the_trace_starts_from_the_durable_record(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut served = HostModel::new("hc-dead".into(), 6)?;
+        let dead = served.me();
+        for a in launch_steps(dead) {
+            served.take(a)?;
+        }
+        let mut r = HostModel::recovered("hc-dead".into(), 6, &served.durable())?;
+        assert_eq!(r.holders(), vec![dead]);
+        let me = r.me();
+        let mut text = r.header().to_json() + "\n";
+        for a in [
+            Action::HostCoordinatorLost { c: dead },
+            Action::RuntimeSupervisorLeaseLossTeardown,
+            Action::AcquireDomainLock { c: me },
+            Action::BootstrapRecover { c: me },
+            Action::RecordReleaseIntent {
+                c: me,
+                r: Roles::Publication,
+            },
+            Action::RecordReleaseIntent {
+                c: me,
+                r: Roles::Sandbox,
+            },
+            Action::CleanParticipant {
+                c: me,
+                r: Roles::Publication,
+            },
+            Action::CleanParticipant {
+                c: me,
+                r: Roles::Sandbox,
+            },
+            Action::RetireGeneration { c: me },
+        ] {
+            text += &r.take(a)?.to_json();
+            text.push('\n');
+        }
+        match replay_text("gen-6.jsonl", &text)? {
+            Outcome::Conforms {
+                steps,
+                recorded_start,
+                ..
+            } => assert_eq!((steps, recorded_start), (9, true)),
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        // A durable record no state satisfies is refused: the publication
+        // committed while the generation is only starting.
+        let mut bad = served.durable();
+        bad.decision = Decision::Starting;
+        assert!(matches!(
+            HostModel::recovered("hc-dead".into(), 6, &bad),
+            Err(HostModelError::Rebuilt(_))
+        ));
         Ok(())
     }
 
