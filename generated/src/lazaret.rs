@@ -4,8 +4,8 @@
 
 use crate::support::{
     expect_params, narrow, param, parse_enum, parse_model_value, value_name,
-    ActionParseError, Cfg, CfgError, GuardId, GuardInfo, InvariantInfo, Protocol,
-    StepError,
+    ActionParseError, Cfg, CfgError, GuardId, GuardInfo, InvariantInfo,
+    ActionPropertyInfo, Protocol, StepError,
 };
 /// The TLA+ module name.
 pub const NAME: &str = "Lazaret";
@@ -5588,6 +5588,164 @@ pub const INVARIANTS: &[InvariantInfo<Constants, State>] = &[
         holds: inv_spec_lease_lost_runtime_keeps_its_record,
     },
 ];
+/// `Live_Spec_ParticipantLifecycleOrder` (line 1130): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.
+pub fn live_spec_participant_lifecycle_order(
+    _cx: &Constants,
+    st: &State,
+    next: &State,
+) -> bool {
+    Roles::ALL
+        .into_iter()
+        .all(|r_79| {
+            next.part[r_79.index()] == st.part[r_79.index()]
+                || i64::from(next.gen_) == i64::from(st.gen_) + 1
+                    && next.part[r_79.index()] == Part::None
+                || st.part[r_79.index()] == Part::None
+                    && next.part[r_79.index()] == Part::Intent
+                || st.part[r_79.index()] == Part::Intent
+                    && next.part[r_79.index()] == Part::Acquiring
+                || st.part[r_79.index()] == Part::Acquiring
+                    && next.part[r_79.index()]
+                        == (if r_79 == Roles::PreparedLower {
+                            Part::LeaseHeld
+                        } else if r_79 == Roles::StateAnchor {
+                            Part::Prepared
+                        } else if r_79 == Roles::GitRouting {
+                            Part::Prepared
+                        } else {
+                            Part::Committed
+                        })
+                || (st.part[r_79.index()] == Part::Acquiring
+                    || st.part[r_79.index()] == Part::LeaseHeld
+                    || st.part[r_79.index()] == Part::Prepared
+                    || st.part[r_79.index()] == Part::Committed)
+                    && next.part[r_79.index()] == Part::ReleaseIntent
+                || st.part[r_79.index()] == Part::ReleaseIntent
+                    && next.part[r_79.index()] == Part::Clean
+                || st.part[r_79.index()] == Part::Intent
+                    && next.part[r_79.index()] == Part::Clean && st.rs == Rs::Absent
+                    && st.runsc == Runsc::Absent
+        }) || next == st
+}
+/// `Live_Spec_ProcessSlotLifecycleOrder` (line 1135): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.
+pub fn live_spec_process_slot_lifecycle_order(
+    _cx: &Constants,
+    st: &State,
+    next: &State,
+) -> bool {
+    ProcSlots::ALL
+        .into_iter()
+        .all(|ps_80| {
+            next.slot[ps_80.index()] == st.slot[ps_80.index()]
+                || i64::from(next.gen_) == i64::from(st.gen_) + 1
+                    && next.slot[ps_80.index()] == Slot::Unassigned
+                || st.slot[ps_80.index()] == Slot::Unassigned
+                    && next.slot[ps_80.index()] == Slot::Staged
+                || st.slot[ps_80.index()] == Slot::Staged
+                    && next.slot[ps_80.index()] == Slot::Committed
+                || next.slot[ps_80.index()] == Slot::Unassigned
+                    && st
+                        .part[(if ps_80 == ProcSlots::SandboxRuntimeSupervisor {
+                        Roles::Sandbox
+                    } else if ps_80 == ProcSlots::SandboxAttachedRunsc {
+                        Roles::Sandbox
+                    } else if ps_80 == ProcSlots::StateAnchorDaemon {
+                        Roles::StateAnchor
+                    } else if ps_80 == ProcSlots::GitRoutingDaemon {
+                        Roles::GitRouting
+                    } else {
+                        Roles::Helper
+                    })
+                        .index()] == Part::ReleaseIntent
+                    && next
+                        .part[(if ps_80 == ProcSlots::SandboxRuntimeSupervisor {
+                        Roles::Sandbox
+                    } else if ps_80 == ProcSlots::SandboxAttachedRunsc {
+                        Roles::Sandbox
+                    } else if ps_80 == ProcSlots::StateAnchorDaemon {
+                        Roles::StateAnchor
+                    } else if ps_80 == ProcSlots::GitRoutingDaemon {
+                        Roles::GitRouting
+                    } else {
+                        Roles::Helper
+                    })
+                        .index()] == Part::Clean
+        }) || next == st
+}
+/// `Live_Spec_AcquisitionOnlyWhileStarting` (line 1146): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.
+pub fn live_spec_acquisition_only_while_starting(
+    _cx: &Constants,
+    st: &State,
+    next: &State,
+) -> bool {
+    (!(Roles::ALL
+        .into_iter()
+        .any(|r_81| {
+            next.part[r_81.index()] != st.part[r_81.index()]
+                && (next.part[r_81.index()] == Part::Intent
+                    || next.part[r_81.index()] == Part::Acquiring
+                    || next.part[r_81.index()] == Part::LeaseHeld
+                    || next.part[r_81.index()] == Part::Prepared
+                    || next.part[r_81.index()] == Part::Committed)
+        })
+        || ProcSlots::ALL
+            .into_iter()
+            .any(|ps_82| {
+                next.slot[ps_82.index()] != st.slot[ps_82.index()]
+                    && next.slot[ps_82.index()] != Slot::Unassigned
+            }) || st.rs != Rs::Running && next.rs == Rs::Running
+        || st.runsc != Runsc::Running && next.runsc == Runsc::Running)
+        || st.decision == Decision::Starting) || next == st
+}
+/// `Live_FR17_StoreWrittenOnlyUnderLock` (line 1151): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.
+pub fn live_fr17_store_written_only_under_lock(
+    _cx: &Constants,
+    st: &State,
+    next: &State,
+) -> bool {
+    (!(st.lock_holder == LockHolder::None && next.lock_holder == LockHolder::None)
+        || next.decision == st.decision && next.gen_ == st.gen_ && next.part == st.part
+            && next.slot == st.slot) || next == st
+}
+/// `Live_Spec_MismatchedRecordRetained` (line 1156): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.
+pub fn live_spec_mismatched_record_retained(
+    _cx: &Constants,
+    st: &State,
+    next: &State,
+) -> bool {
+    (st.record_identity != RecordIdentity::Mismatched
+        || next.decision == st.decision && next.gen_ == st.gen_ && next.part == st.part
+            && next.slot == st.slot) || next == st
+}
+/// The box-action `Live_*` properties, checked on every step (the other
+/// temporal properties are TLC's only).
+pub const ACTION_PROPERTIES: &[ActionPropertyInfo<Constants, State>] = &[
+    ActionPropertyInfo {
+        name: "Live_Spec_ParticipantLifecycleOrder",
+        line: 1130,
+        holds: live_spec_participant_lifecycle_order,
+    },
+    ActionPropertyInfo {
+        name: "Live_Spec_ProcessSlotLifecycleOrder",
+        line: 1135,
+        holds: live_spec_process_slot_lifecycle_order,
+    },
+    ActionPropertyInfo {
+        name: "Live_Spec_AcquisitionOnlyWhileStarting",
+        line: 1146,
+        holds: live_spec_acquisition_only_while_starting,
+    },
+    ActionPropertyInfo {
+        name: "Live_FR17_StoreWrittenOnlyUnderLock",
+        line: 1151,
+        holds: live_fr17_store_written_only_under_lock,
+    },
+    ActionPropertyInfo {
+        name: "Live_Spec_MismatchedRecordRetained",
+        line: 1156,
+        holds: live_spec_mismatched_record_retained,
+    },
+];
 /// The state as JSON keyed by TLA+ variable names, model values by name.
 pub fn state_view(cx: &Constants, st: &State) -> serde_json::Value {
     let mut m = serde_json::Map::new();
@@ -7021,6 +7179,9 @@ impl Protocol for Model {
     }
     fn invariants() -> &'static [InvariantInfo<Constants, State>] {
         INVARIANTS
+    }
+    fn action_properties() -> &'static [ActionPropertyInfo<Constants, State>] {
+        ACTION_PROPERTIES
     }
     fn action_names() -> &'static [&'static str] {
         ACTION_NAMES

@@ -4,8 +4,8 @@
 
 use crate::support::{
     expect_params, narrow, param, parse_model_value, range_index, value_name,
-    ActionParseError, Cfg, CfgError, GuardId, GuardInfo, InvariantInfo, Protocol,
-    StepError,
+    ActionParseError, Cfg, CfgError, GuardId, GuardInfo, InvariantInfo,
+    ActionPropertyInfo, Protocol, StepError,
 };
 /// The TLA+ module name.
 pub const NAME: &str = "PreparedLower";
@@ -2942,6 +2942,32 @@ pub const INVARIANTS: &[InvariantInfo<Constants, State>] = &[
         holds: inv_spec_refusal_only_on_inconsistency,
     },
 ];
+/// `Live_OR7_ArtifactLifecycleForward` (line 777): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.
+pub fn live_or7_artifact_lifecycle_forward(
+    cx: &Constants,
+    st: &State,
+    next: &State,
+) -> bool {
+    ArtifactsId::all(cx.artifacts.len())
+        .all(|a_62| {
+            next.artifact[a_62.index()] == st.artifact[a_62.index()]
+                || st.artifact[a_62.index()] == ArtifactStates::None
+                    && next.artifact[a_62.index()] == ArtifactStates::Available
+                || st.artifact[a_62.index()] == ArtifactStates::Available
+                    && next.artifact[a_62.index()] == ArtifactStates::Reclaiming
+                || st.artifact[a_62.index()] == ArtifactStates::Reclaiming
+                    && next.artifact[a_62.index()] == ArtifactStates::Removed
+        }) || next == st
+}
+/// The box-action `Live_*` properties, checked on every step (the other
+/// temporal properties are TLC's only).
+pub const ACTION_PROPERTIES: &[ActionPropertyInfo<Constants, State>] = &[
+    ActionPropertyInfo {
+        name: "Live_OR7_ArtifactLifecycleForward",
+        line: 777,
+        holds: live_or7_artifact_lifecycle_forward,
+    },
+];
 /// The state as JSON keyed by TLA+ variable names, model values by name.
 pub fn state_view(cx: &Constants, st: &State) -> serde_json::Value {
     let mut m = serde_json::Map::new();
@@ -3740,6 +3766,9 @@ impl Protocol for Model {
     }
     fn invariants() -> &'static [InvariantInfo<Constants, State>] {
         INVARIANTS
+    }
+    fn action_properties() -> &'static [ActionPropertyInfo<Constants, State>] {
+        ACTION_PROPERTIES
     }
     fn action_names() -> &'static [&'static str] {
         ACTION_NAMES
