@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::ast::{BinOp, Definition, Expr, ExprKind};
 use crate::error::{CodegenError, Pos};
 use crate::ir::{
-    Action, ActionProperty, Bound, CmpOp, ConstSet, Dom, EnumDef, Guard, IExpr, Invariant, Model, NumConst, Param,
-    TExpr, Ty, UnionDef, Update, VarDef,
+    Action, ActionProperty, Bound, CmpOp, ConstSet, Dom, EnumDef, Guard, IExpr, Invariant, Model,
+    NumConst, Param, TExpr, Ty, UnionDef, Update, VarDef,
 };
 use crate::names::{camel, snake};
 use crate::parser::Parsed;
@@ -1481,7 +1481,9 @@ impl<'a> Lower<'a> {
         }
         Ok(IExpr::And(
             vs.into_iter()
-                .map(|(i, _)| IExpr::Cmp(CmpOp::Eq, Box::new(IExpr::Next(i)), Box::new(IExpr::Var(i))))
+                .map(|(i, _)| {
+                    IExpr::Cmp(CmpOp::Eq, Box::new(IExpr::Next(i)), Box::new(IExpr::Var(i)))
+                })
                 .collect(),
         ))
     }
@@ -1503,7 +1505,10 @@ impl<'a> Lower<'a> {
             }
             let body = self.p.body(d)?;
             let ExprKind::BoxAction(action, sub) = &body.kind else {
-                return Err(self.unsup(body.pos, "a `Live_*` body that starts `[][` but is not `[][A]_v`"));
+                return Err(self.unsup(
+                    body.pos,
+                    "a `Live_*` body that starts `[][` but is not `[][A]_v`",
+                ));
             };
             self.allow_primes = true;
             let a = self.lower_bool(action, &Vec::new());

@@ -510,7 +510,11 @@ impl<'a> ExprParser<'a> {
                     self.i += 1;
                     Ok(self.mk(t, ExprKind::At))
                 }
-                "[]" if matches!(self.toks.get(self.i + 1).map(|t| &t.tok), Some(Tok::Sym("["))) => {
+                "[]" if matches!(
+                    self.toks.get(self.i + 1).map(|t| &t.tok),
+                    Some(Tok::Sym("["))
+                ) =>
+                {
                     self.box_action(t)
                 }
                 "[]" | "<>" | "~>" => Err(CodegenError::unsupported(

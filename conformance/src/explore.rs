@@ -24,7 +24,10 @@ pub enum Node<S> {
     /// A step failed outside the guards (a `TypeOK` range violation).
     OutOfDomain(StepError),
     /// A step to `next` that falsifies the action property `property`.
-    BadStep { property: &'static str, next: S },
+    BadStep {
+        property: &'static str,
+        next: S,
+    },
 }
 
 /// A generated model as a stateright model, optionally with one guard masked.

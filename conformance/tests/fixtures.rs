@@ -100,8 +100,8 @@ fn mutation_verdicts_on_two_phase() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 #[test]
-fn an_action_property_kills_a_mutant_no_invariant_sees_first() -> Result<(), Box<dyn std::error::Error>>
-{
+fn an_action_property_kills_a_mutant_no_invariant_sees_first(
+) -> Result<(), Box<dyn std::error::Error>> {
     // Without `tmState = "init"`, TMAbort revises a commit: the step itself
     // falsifies Live_Spec_DecisionIsFinal, before any invariant fails.
     let e = entry("TwoPhase")?;
