@@ -626,12 +626,12 @@ impl<'m> Emitter<'m> {
             "range_index",
             "value_name",
             "ActionParseError",
+            "ActionPropertyInfo",
             "Cfg",
             "CfgError",
             "GuardId",
             "GuardInfo",
             "InvariantInfo",
-            "ActionPropertyInfo",
             "Protocol",
             "StepError",
         ]

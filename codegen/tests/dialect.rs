@@ -58,7 +58,7 @@ fn fixtures_lower_to_the_expected_ir() -> Result<(), CodegenError> {
     assert_eq!(props, ["Live_Spec_DecisionIsFinal"]);
     let rust = lazaret_codegen::emit::emit(&m)?;
     assert!(
-        rust.contains("pub fn live_spec_decision_is_final(_cx: &Constants, st: &State, next: &State) -> bool {\n    st.tm_state == TmState::Init || next.tm_state == st.tm_state || next == st\n}"),
+        rust.contains("pub fn live_spec_decision_is_final(_cx: &Constants, st: &State, next: &State) -> bool {\n    (st.tm_state == TmState::Init || next.tm_state == st.tm_state) || next == st\n}"),
         "{rust}"
     );
 

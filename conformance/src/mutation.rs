@@ -490,10 +490,10 @@ mod tests {
         let text = format!(
             "# Notes\n\n{JUSTIFICATION_HEADING}\n\n| action | conjunct | reason |\n| --- | --- | --- |\n| `B` | `x = 1 \\/ y = 2` | restates guard 2 \\| as written |\n\n## Next\n| A | `x = 1` | ignored: another section |\n"
         );
-        let j = Justifications::parse("n.md", &text, GUARDS);
-        let j = j.as_ref().map_err(ToString::to_string);
+        let parsed = Justifications::parse("n.md", &text, GUARDS);
+        let j = parsed.as_ref().map_err(ToString::to_string);
         assert_eq!(
-            j.map(|j| j.rows.clone()),
+            j.clone().map(|j| j.rows.clone()),
             Ok(vec![Justification {
                 action: "B".into(),
                 conjunct: "x = 1 \\/ y = 2".into(),

@@ -4,8 +4,8 @@
 
 use crate::support::{
     expect_params, narrow, param, parse_model_value, range_index, value_name,
-    ActionParseError, Cfg, CfgError, GuardId, GuardInfo, InvariantInfo,
-    ActionPropertyInfo, Protocol, StepError,
+    ActionParseError, ActionPropertyInfo, Cfg, CfgError, GuardId, GuardInfo,
+    InvariantInfo, Protocol, StepError,
 };
 /// The TLA+ module name.
 pub const NAME: &str = "PreparedLower";
