@@ -40,6 +40,8 @@ fn uses(e: &IExpr, name: &str) -> bool {
         | IExpr::EnumLit(..)
         | IExpr::Sentinel(..)
         | IExpr::Var(_)
+        | IExpr::Next(_)
+        | IExpr::Stutter
         | IExpr::NumConst(_) => false,
         IExpr::Wrap(_, a)
         | IExpr::EnumCast { e: a, .. }
@@ -79,6 +81,8 @@ fn fallible(e: &IExpr) -> bool {
         | IExpr::EnumLit(..)
         | IExpr::Sentinel(..)
         | IExpr::Var(_)
+        | IExpr::Next(_)
+        | IExpr::Stutter
         | IExpr::NumConst(_)
         | IExpr::Local(_) => false,
         IExpr::Wrap(_, a)
@@ -297,6 +301,8 @@ impl<'m> Emitter<'m> {
                 if next { "next" } else { "st" },
                 self.var_field[*i]
             )),
+            IExpr::Next(i) => atom(format!("next.{}", self.var_field[*i])),
+            IExpr::Stutter => Code("next == st".into(), P_CMP),
             IExpr::NumConst(i) => atom(format!("cx.{}", self.num_field[*i])),
             IExpr::Local(n) => atom(n.clone()),
             IExpr::At(x) => self.ex(x, true),
@@ -614,6 +620,7 @@ impl<'m> Emitter<'m> {
         self.enabled(&mut s);
         self.apply(&mut s);
         self.invariants(&mut s);
+        self.action_properties(&mut s);
         self.views(&mut s);
         self.protocol_impl(&mut s);
         let imports = [
@@ -626,6 +633,7 @@ impl<'m> Emitter<'m> {
             "range_index",
             "value_name",
             "ActionParseError",
+            "ActionPropertyInfo",
             "Cfg",
             "CfgError",
             "GuardId",
@@ -1051,6 +1059,32 @@ pub fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) 
         );
     }
 
+    fn action_properties(&self, s: &mut String) {
+        let mut table = String::new();
+        for p in &self.m.action_properties {
+            let body = self.ex(&p.expr, false).0;
+            let f = snake(&p.name);
+            let _ = writeln!(
+                s,
+                "/// `{}` (line {}): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.\npub fn {f}({}: &Constants, {}: &State, {}: &State) -> bool {{ {body} }}",
+                p.name,
+                p.line,
+                param_name(&body, "cx"),
+                param_name(&body, "st"),
+                param_name(&body, "next")
+            );
+            let _ = write!(
+                table,
+                "ActionPropertyInfo {{ name: \"{}\", line: {}, holds: {f} }},",
+                p.name, p.line
+            );
+        }
+        let _ = writeln!(
+            s,
+            "/// The box-action `Live_*` properties, checked on every step (the other\n/// temporal properties are TLC's only).\npub const ACTION_PROPERTIES: &[ActionPropertyInfo<Constants, State>] = &[{table}];"
+        );
+    }
+
     fn view(&self, t: &Ty, code: &str, depth: usize) -> String {
         match t {
             Ty::Bool | Ty::Range { .. } | Ty::Int => format!("serde_json::Value::from({code})"),
@@ -1285,6 +1319,7 @@ impl Protocol for Model {{
     fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) -> Result<State, StepError> {{ step(cx, st, action, mask) }}
     fn guards() -> &'static [GuardInfo] {{ GUARDS }}
     fn invariants() -> &'static [InvariantInfo<Constants, State>] {{ INVARIANTS }}
+    fn action_properties() -> &'static [ActionPropertyInfo<Constants, State>] {{ ACTION_PROPERTIES }}
     fn action_names() -> &'static [&'static str] {{ ACTION_NAMES }}
     fn action_name(action: &Action) -> &'static str {{ action_name(action) }}
     fn action_params(cx: &Constants, action: &Action) -> Vec<(&'static str, String)> {{ action_params(cx, action) }}
