@@ -18,13 +18,14 @@ use super::recovery::recover_all;
 use super::release::{abort, no_sessions_left, teardown};
 use super::session::{random_bytes, start_session, SessionContext};
 use super::supervisor::runsc_globals;
+use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
 use crate::confined::RealSys;
 use crate::domain_lock::{DomainLock, DomainLockError};
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
 use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::ProcessSys;
+use crate::process_identity::{identity_of, ProcessSys};
 use lazaret_generated::lazaret::{Action, Decision, FingerprintResults, Sess, SessionsId};
 use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
@@ -34,7 +35,10 @@ use lazaret_runtime::coordinator::messages::{
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
-use lazaret_runtime::records::ids::{CoordinatorId, GenerationId, SessionId};
+use lazaret_runtime::records::ids::{ContainerId, CoordinatorId, GenerationId, SessionId};
+use lazaret_runtime::records::process::{
+    HostProcessIdentity, PersistedHostProcessOwnership, PidfsProcessIdentityV1,
+};
 use lazaret_runtime::records::terminal::SessionTerminalState;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -114,6 +118,8 @@ pub(super) enum HcEvent {
     /// The session in this slot ended: its exec client is reaped and its
     /// PTY closed.
     SessionEnded(SessionsId),
+    /// The session in this slot has its guest leader identity.
+    SessionRunning(SessionsId, TerminalEvidence),
     SupervisorLost(String),
 }
 
@@ -139,6 +145,8 @@ pub(super) struct Hc<'s, 'l> {
     pub generation: Option<LaunchedGeneration>,
     /// The Domain Store session of each registered model session slot.
     pub sessions: std::collections::HashMap<SessionsId, SessionId>,
+    /// This coordinator's own pidfs identity (its committed direct edges).
+    pub own: PidfsProcessIdentityV1,
 }
 
 impl Hc<'_, '_> {
@@ -166,6 +174,15 @@ impl Hc<'_, '_> {
             source,
         }
     }
+}
+
+/// This process's pidfs identity.
+fn own_identity() -> Result<PidfsProcessIdentityV1, CoordinatorError> {
+    let pidfd = RealProcessSys
+        .pidfd_open(RealProcessSys.own_pid())
+        .map_err(CoordinatorError::Boot)?;
+    identity_of(&RealProcessSys, &pidfd)
+        .map_err(|e| CoordinatorError::Supervisor(format!("own identity: {e}")))
 }
 
 fn model_err(e: CoreError) -> CoordinatorError {
@@ -249,6 +266,7 @@ pub fn run_coordinator(
         coordinator_id,
         generation: None,
         sessions: std::collections::HashMap::new(),
+        own: own_identity()?,
     };
     let launch = LaunchInputs {
         image: config.selected().image().to_string(),
@@ -393,6 +411,11 @@ fn serve(
                     hc, launch, stream, &hello, matches, cold, timings, events_tx,
                 )?;
             }
+            HcEvent::SessionRunning(s, evidence) => {
+                if let Err(e) = record_running(hc, s, evidence) {
+                    tracing::warn!(error = %e, "the session terminal's Running record");
+                }
+            }
             HcEvent::SessionEnded(s) => {
                 if hc.model.state().sess[s.index()] == Sess::Registered {
                     hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
@@ -488,12 +511,21 @@ fn admit(
         timings,
     };
     let ended = forward_end(events_tx, s);
+    let running = forward_running(events_tx, s);
     let start = stream
         .try_clone()
         .map_err(|e| e.to_string())
         .and_then(|client| {
-            start_session(&mut hc.broker, hc.store, &ctx, hello, client, ended)
-                .map_err(|e| e.to_string())
+            start_session(
+                &mut hc.broker,
+                hc.store,
+                &ctx,
+                hello,
+                client,
+                ended,
+                running,
+            )
+            .map_err(|e| e.to_string())
         });
     match start {
         Ok(session) => hc.step(Action::RegisterSession { c, s }, |hc| {
@@ -547,6 +579,57 @@ fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), Co
         generation,
         session,
         op,
+    }])
+}
+
+/// A session's guest identity becomes an HC event naming its slot.
+fn forward_running(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<TerminalEvidence> {
+    let (tx, rx) = mpsc::channel::<TerminalEvidence>();
+    let events = events_tx.clone();
+    std::thread::spawn(move || {
+        if let Ok(evidence) = rx.recv() {
+            let _ = events.send(HcEvent::SessionRunning(slot, evidence));
+        }
+    });
+    tx
+}
+
+/// The terminal's durable Running record (spec 3.4 step 4): this
+/// coordinator's committed direct edge, the PTY master, the container and
+/// the guest leader join the committed exec client in one transaction.
+/// Below the model's abstraction (its `RegisterSession` covers the
+/// terminal reaching Running), so not a model step.
+fn record_running(
+    hc: &mut Hc<'_, '_>,
+    s: SessionsId,
+    evidence: TerminalEvidence,
+) -> Result<(), CoordinatorError> {
+    let (Some(&session), Some(g)) = (hc.sessions.get(&s), hc.generation.as_ref()) else {
+        return Ok(());
+    };
+    let generation = hc.id;
+    let container = ContainerId::new(g.container_id.clone())
+        .map_err(|e| CoordinatorError::Model(format!("container id: {e}")))?;
+    let Some(t) = hc
+        .store
+        .terminal(generation, session)
+        .map_err(|e| hc.store_err(e))?
+    else {
+        return Ok(());
+    };
+    if t.state != SessionTerminalState::Intent {
+        return Ok(());
+    }
+    let mut snapshot = t.snapshot.clone();
+    snapshot.container_id = Some(container);
+    snapshot.host_coordinator =
+        PersistedHostProcessOwnership::Committed(HostProcessIdentity { identity: hc.own });
+    snapshot.pty_master = Some(evidence.pty);
+    snapshot.guest_process = Some(evidence.guest);
+    hc.apply(&[StoreOp::Terminal {
+        generation,
+        session,
+        op: TerminalOp::Run(snapshot),
     }])
 }
 

@@ -42,8 +42,7 @@ use crate::image::reference::ImageRef;
 use crate::image::resolve;
 use crate::image::store::BlobStore;
 use crate::prepare::{prepare, RealPrepareHost};
-use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::{identity_of, ChildState, ProcessHandle, ProcessSys, Signal};
+use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::userns::{map_and_verify, plan_maps, Identity, RealHost};
 
 /// How long RS may take for each launch step.
@@ -423,11 +422,7 @@ fn commit_sandbox(
 ) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
     let invalid = |what: &str, e: String| CoordinatorError::Supervisor(format!("{what}: {e}"));
-    let pidfd = RealProcessSys
-        .pidfd_open(RealProcessSys.own_pid())
-        .map_err(CoordinatorError::Boot)?;
-    let own = identity_of(&RealProcessSys, &pidfd)
-        .map_err(|e| CoordinatorError::Supervisor(format!("own identity: {e}")))?;
+    let own = hc.own;
     let current = hc
         .store
         .participant(generation, ParticipantRole::Sandbox)

@@ -8,7 +8,7 @@
 use super::channel;
 use super::enter::EnterArgs;
 use super::guest_runner::STDIO_PLACEHOLDER;
-use super::terminal_session::{self, GuestTarget, TerminalParts};
+use super::terminal_session::{self, GuestTarget, TerminalEvidence, TerminalParts};
 use super::ENTER_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError, CommittedChild};
@@ -153,6 +153,7 @@ pub fn start_session(
     hello: &Hello,
     client: UnixStream,
     ended: Sender<()>,
+    running: Sender<TerminalEvidence>,
 ) -> Result<SessionId, SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
     let session = SessionId(random_bytes().map_err(SessionError::Random)?);
@@ -200,7 +201,7 @@ pub fn start_session(
             &process,
             size,
             client,
-            ended,
+            (ended, running),
         )
         .map(|()| id);
     }
@@ -301,7 +302,7 @@ fn start_terminal_session(
     process: &ExecProcess,
     size: WindowSize,
     client: UnixStream,
-    ended: Sender<()>,
+    (ended, running): (Sender<()>, Sender<TerminalEvidence>),
 ) -> Result<(), SessionError> {
     let json = process.to_json()?;
     let memfd = rustix::fs::memfd_create("lazaret-process-json", rustix::fs::MemfdFlags::CLOEXEC)
@@ -342,6 +343,7 @@ fn start_terminal_session(
         pid_pipe: pid_r,
         guest: guest_target(ctx),
         ended,
+        running,
     })
     .map_err(SessionError::Pipe)
 }
