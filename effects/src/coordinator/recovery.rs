@@ -13,7 +13,7 @@
 //! the generation unrecovered and this coordinator fails closed.
 use std::time::{Duration, Instant};
 
-use lazaret_generated::lazaret::{Action, Decision, Part, ProcSlots, Roles, Rs, Runsc, Slot};
+use lazaret_generated::lazaret::{Action, Decision, Part, ProcSlots, Roles, Slot};
 use lazaret_runtime::coordinator::host_model::DurableView;
 use lazaret_runtime::records::ids::GenerationId;
 use lazaret_runtime::records::participant::{
@@ -229,19 +229,8 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
     }
     let (supervisor, runsc) = recorded_runtime(hc)?;
     let runsc_outlived = wait_absent(hc.id, supervisor.as_ref(), runsc.as_ref())?;
-    let state = hc.model.state();
-    match (state.rs, state.runsc) {
-        (Rs::LeaseLost, Runsc::Running) if runsc_outlived => {
-            hc.step(Action::RuntimeSupervisorLost, |_| Ok(()))?;
-            hc.step(Action::AttachedRunscParentDeath, |_| Ok(()))?;
-        }
-        (Rs::LeaseLost, _) => {
-            hc.step(Action::RuntimeSupervisorLeaseLossTeardown, |_| Ok(()))?;
-        }
-        (Rs::Absent, Runsc::Running) => {
-            hc.step(Action::AttachedRunscParentDeath, |_| Ok(()))?;
-        }
-        _ => {}
+    for action in hc.model.model().runtime_absent(runsc_outlived) {
+        hc.step(action, |_| Ok(()))?;
     }
     // The generation's runtime files (bundle, runsc state of a runsc that
     // was killed) go once its processes are proved absent.

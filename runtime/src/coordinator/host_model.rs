@@ -30,6 +30,17 @@ use serde_json::{json, Value};
 use crate::core::{Core, CoreError};
 use crate::trace::{header_cfg, parse_line, TraceError, TraceLine, HEADER_ACTION};
 
+/// Release order (the model's `ReleaseRank`).
+const RELEASE_ORDER: [Roles; 7] = [
+    Roles::Publication,
+    Roles::Sandbox,
+    Roles::Network,
+    Roles::Helper,
+    Roles::GitRouting,
+    Roles::StateAnchor,
+    Roles::PreparedLower,
+];
+
 /// Concurrent sessions one Domain serves (each is a model session slot).
 pub const SESSION_SLOTS: u16 = 16;
 
@@ -214,6 +225,57 @@ impl HostModel {
         });
         let first = found.next()?;
         found.next().is_none().then_some(first)
+    }
+
+    /// The next step of a release (teardown, failed launch or recovery),
+    /// decided from the model state alone: release intent for every live
+    /// snapshot in release order (publication first, prepared lower last),
+    /// `ShutdownRuntime` while RS runs, then `CleanParticipant` /
+    /// `CleanBareIntent` in release order, then `RetireGeneration`. `None`
+    /// once the generation is retired (or when no release is under way).
+    pub fn next_release(&self) -> Option<Action> {
+        let c = self.me;
+        let st = self.state();
+        if !matches!(st.decision, Decision::TearingDown | Decision::Recovering) {
+            return None;
+        }
+        let part = |r: Roles| st.part[r.index()];
+        if let Some(r) = RELEASE_ORDER.into_iter().find(|r| {
+            matches!(
+                part(*r),
+                Part::Acquiring | Part::LeaseHeld | Part::Prepared | Part::Committed
+            )
+        }) {
+            return Some(Action::RecordReleaseIntent { c, r });
+        }
+        if st.rs == Rs::Running && st.decision == Decision::TearingDown {
+            return Some(Action::ShutdownRuntime { c });
+        }
+        for r in RELEASE_ORDER {
+            match part(r) {
+                Part::ReleaseIntent => return Some(Action::CleanParticipant { c, r }),
+                Part::Intent => return Some(Action::CleanBareIntent { c, r }),
+                _ => {}
+            }
+        }
+        Some(Action::RetireGeneration { c })
+    }
+
+    /// The environment steps that record a lease loss once recovery has
+    /// proved RS and attached runsc absent: RS finished its lease-loss
+    /// teardown, or (`runsc_outlived`) RS died first and runsc followed on
+    /// its parent-death edge.
+    pub fn runtime_absent(&self, runsc_outlived: bool) -> Vec<Action> {
+        let st = self.state();
+        match (st.rs, st.runsc) {
+            (Rs::LeaseLost, Runsc::Running) if runsc_outlived => vec![
+                Action::RuntimeSupervisorLost,
+                Action::AttachedRunscParentDeath,
+            ],
+            (Rs::LeaseLost, _) => vec![Action::RuntimeSupervisorLeaseLossTeardown],
+            (Rs::Absent, Runsc::Running) => vec![Action::AttachedRunscParentDeath],
+            _ => Vec::new(),
+        }
     }
 
     /// The coordinator this process is in the model.
@@ -448,8 +510,20 @@ mod tests {
         let me = r.me();
         assert_eq!(me, CoordinatorsId(1));
         let mut text: String = text.lines().take(kept).map(|l| format!("{l}\n")).collect();
+        text += &r.take(Action::HostCoordinatorLost { c: dead })?.to_json();
+        text.push('\n');
+        assert_eq!(
+            r.runtime_absent(true),
+            vec![
+                Action::RuntimeSupervisorLost,
+                Action::AttachedRunscParentDeath
+            ]
+        );
+        assert_eq!(
+            r.runtime_absent(false),
+            vec![Action::RuntimeSupervisorLeaseLossTeardown]
+        );
         for a in [
-            Action::HostCoordinatorLost { c: dead },
             Action::RuntimeSupervisorLeaseLossTeardown,
             Action::AcquireDomainLock { c: me },
             Action::BootstrapRecover { c: me },
@@ -561,6 +635,40 @@ mod tests {
             HostModel::recovered("hc-dead".into(), 6, &bad),
             Err(HostModelError::Rebuilt(_))
         ));
+        Ok(())
+    }
+
+    /// The release decided by the core is enabled step by step, from a
+    /// served generation, a launch that failed half way, and a recovery.
+    #[test]
+    fn next_release_walks_every_release_to_retirement() -> Result<(), Box<dyn std::error::Error>> {
+        for cut in [4, 6, 8, 12] {
+            let mut m = HostModel::new("hc".into(), 1)?;
+            let c = m.me();
+            for a in launch_steps(c).into_iter().take(cut) {
+                m.take(a)?;
+            }
+            let first = if cut == 12 {
+                Action::BeginTeardown { c }
+            } else {
+                Action::AbortGeneration { c }
+            };
+            assert_eq!(m.next_release(), None);
+            m.take(first)?;
+            let mut steps = 0;
+            while let Some(a) = m.next_release() {
+                m.take(a)?;
+                steps += 1;
+                assert!(steps < 32, "release does not end");
+            }
+            assert_eq!(m.state().decision, Decision::Vacant, "cut {cut}");
+            assert_eq!(m.state().rs, Rs::Absent, "cut {cut}");
+            assert!(m
+                .state()
+                .part
+                .iter()
+                .all(|p| matches!(p, Part::None | Part::Clean)));
+        }
         Ok(())
     }
 
