@@ -165,8 +165,6 @@ pub(super) fn launch_generation(
     // The lifetime channel: a socketpair whose RS end RS inherits.
     let (hc_end, rs_end) = UnixStream::pair().map_err(io_err(&dir))?;
     let rs_fd: OwnedFd = rs_end.into();
-    rustix::io::fcntl_setfd(&rs_fd, rustix::io::FdFlags::empty())
-        .map_err(|e| io_err(&dir)(e.into()))?;
     let store_ledger = StoreLedger::new(
         hc.store,
         SlotTarget::Participant {
@@ -182,6 +180,7 @@ pub(super) fn launch_generation(
             "--channel-fd".into(),
             rs_fd.as_raw_fd().to_string().into(),
         ],
+        inherit: vec![rs_fd.as_raw_fd()],
     };
     let mut ledger = ModelLedger::new(
         store_ledger,

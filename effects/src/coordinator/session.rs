@@ -88,11 +88,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SessionError> {
         .map_err(|e| SessionError::Pipe(e.into()))
 }
 
-fn inheritable(fd: &OwnedFd) -> Result<(), SessionError> {
-    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
-        .map_err(|e| SessionError::Pipe(e.into()))
-}
-
 /// The exec client's argv: `lazaret __enter ... -- runsc ... exec ...`.
 /// An interactive session names its process JSON (`"terminal": true`)
 /// instead of an argv.
@@ -209,12 +204,10 @@ pub fn start_session(
     let (in_r, in_w) = pipe()?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    for fd in [&in_r, &out_w, &err_w] {
-        inheritable(fd)?;
-    }
     let stdio = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
     let target = TargetCommand {
         argv: exec_client_argv(ctx, stdio, ExecCommand::Piped(argv)),
+        inherit: stdio.to_vec(),
     };
     let acquired = broker.acquire(&target, &mut ledger);
     // The child has its copies; HC keeps only its own ends.
@@ -310,12 +303,9 @@ fn start_terminal_session(
     std::fs::File::from(memfd.try_clone().map_err(SessionError::ProcessFile)?)
         .write_all(&json)
         .map_err(SessionError::ProcessFile)?;
-    inheritable(&memfd)?;
     let (pid_r, pid_w) = pipe()?;
-    inheritable(&pid_w)?;
     let (pty, slave) = SessionPty::allocate(&RealPty)?;
     pty.resize(size)?;
-    inheritable(&slave)?;
     let fd = slave.as_raw_fd();
     let process_json = format!("/proc/self/fd/{}", memfd.as_raw_fd());
     let internal_pid_file = format!("/proc/self/fd/{}", pid_w.as_raw_fd());
@@ -328,6 +318,7 @@ fn start_terminal_session(
                 internal_pid_file: &internal_pid_file,
             },
         ),
+        inherit: vec![fd, memfd.as_raw_fd(), pid_w.as_raw_fd()],
     };
     let acquired = broker.acquire(&target, ledger);
     // The child has its copies; HC keeps only the master and the pipe's
