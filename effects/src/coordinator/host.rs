@@ -510,6 +510,7 @@ fn admit(
         cold,
         timings,
     };
+    let session = SessionId(random_bytes().map_err(CoordinatorError::Boot)?);
     let ended = forward_end(events_tx, s);
     let running = forward_running(events_tx, s);
     let start = stream
@@ -520,6 +521,7 @@ fn admit(
                 &mut hc.broker,
                 hc.store,
                 &ctx,
+                session,
                 hello,
                 client,
                 ended,
@@ -533,7 +535,15 @@ fn admit(
             reply(&mut stream, &joined);
             Ok(())
         }),
-        Err(e) => hc.step(Action::ClientExits { s }, |_| {
+        Err(e) => hc.step(Action::ClientExits { s }, |hc| {
+            // Whatever of the session's terminal was recorded is released:
+            // no exec client of it is left.
+            // A bare terminal intent stays until the teardown's sweep.
+            hc.sessions.insert(s, session);
+            if let Err(e) = terminal_op(hc, s, false).and_then(|()| clean_terminal(hc, s)) {
+                tracing::warn!(error = %e, "releasing the terminal of a session that did not start");
+            }
+            hc.sessions.remove(&s);
             reply(
                 &mut stream,
                 &CoordinatorMessage::Refused(Refusal::SessionFailed(e)),

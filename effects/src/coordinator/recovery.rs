@@ -260,7 +260,7 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
 /// then the terminal goes ReleaseIntent -> Clean. The model abstracts
 /// terminals into its sessions, which `HostCoordinatorLost` already closed;
 /// these rows are the durable evidence below that abstraction.
-fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
     let generation = hc.id;
     let document = hc
         .store

@@ -15,6 +15,7 @@ use lazaret_runtime::ownership::AbsenceProof;
 use super::channel;
 use super::host::{CoordinatorError, Hc};
 use super::launch::{decision_value, participant_role, reap_supervisor, LaunchedGeneration};
+use super::recovery::clean_terminals;
 use crate::domain_store::StoreOp;
 
 /// Whether no session is registered or closing (the model's
@@ -88,7 +89,10 @@ pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
                 if let Some(g) = hc.generation.take() {
                     stop_generation(hc, &g);
                 }
-                Ok(())
+                // With the runtime gone, any session terminal still
+                // recorded (a session that never started leaves a bare
+                // intent) is proved absent and cleaned.
+                clean_terminals(hc)
             }
             Action::CleanParticipant { r, .. } => hc.apply(&[StoreOp::Participant {
                 generation,

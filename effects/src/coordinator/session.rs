@@ -138,20 +138,23 @@ pub enum ExecCommand<'a> {
     },
 }
 
-/// Spawns the exec client for `argv` and starts the forwarding threads;
-/// `ended` is told when the session is over. The CLI stream is answered
-/// with `Exited` by the session itself.
+/// Spawns the exec client for `argv` as Domain Store session `session`
+/// and starts the forwarding threads; `ended` is told when the session is
+/// over. The CLI stream is answered with `Exited` by the session itself. On
+/// an error no exec client of the session is left (the broker reaps a
+/// refused wrapper, a failed commit is waited for).
+#[allow(clippy::too_many_arguments)]
 pub fn start_session(
     broker: &mut Broker<RealProcessSys>,
     store: &DomainStore<'_>,
     ctx: &SessionContext<'_>,
+    session: SessionId,
     hello: &Hello,
     client: UnixStream,
     ended: Sender<()>,
     running: Sender<TerminalEvidence>,
 ) -> Result<SessionId, SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
-    let session = SessionId(random_bytes().map_err(SessionError::Random)?);
     store.apply(&[
         StoreOp::InsertSession(Session {
             generation_id: ctx.generation,
