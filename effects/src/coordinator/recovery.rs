@@ -228,7 +228,11 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
         hc.step(Action::HostCoordinatorLost { c: dead }, |_| Ok(()))?;
     }
     let (supervisor, runsc) = recorded_runtime(hc)?;
-    let runsc_outlived = wait_absent(hc.id, supervisor.as_ref(), runsc.as_ref())?;
+    let runsc_outlived = wait_absent(
+        hc.id,
+        ("Runtime Supervisor", supervisor.as_ref()),
+        runsc.as_ref(),
+    )?;
     for action in hc.model.model().runtime_absent(runsc_outlived) {
         hc.step(action, |_| Ok(()))?;
     }
@@ -272,7 +276,11 @@ pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorErro
             continue;
         }
         let exec_client = t.snapshot.exec_client.identity().copied();
-        wait_absent(generation, exec_client.as_ref(), None)?;
+        wait_absent(
+            generation,
+            ("session exec client", exec_client.as_ref()),
+            None,
+        )?;
         let bare =
             t.state == SessionTerminalState::Intent && t.snapshot == TerminalSnapshot::default();
         let mut ops = Vec::new();
@@ -335,12 +343,13 @@ fn present(identity: &PidfsProcessIdentityV1) -> Result<bool, String> {
     }
 }
 
-/// Waits until RS and attached runsc are absent; one still present after
+/// Waits until the first recorded process (RS, or a session's exec client,
+/// named for errors) and attached runsc are absent; one still present after
 /// [`LEASE_LOSS_GRACE`] is ended through its exact match. Returns whether
-/// runsc was still present when RS was already gone.
+/// runsc was still present when the first was already gone.
 fn wait_absent(
     generation: GenerationId,
-    supervisor: Option<&PidfsProcessIdentityV1>,
+    (first_name, supervisor): (&str, Option<&PidfsProcessIdentityV1>),
     runsc: Option<&PidfsProcessIdentityV1>,
 ) -> Result<bool, CoordinatorError> {
     let unproved = |what: &str, detail: String| CoordinatorError::Recovery {
@@ -354,7 +363,7 @@ fn wait_absent(
         let rs_here = supervisor
             .map(present)
             .transpose()
-            .map_err(|e| unproved("Runtime Supervisor", e))?
+            .map_err(|e| unproved(first_name, e))?
             .unwrap_or(false);
         let runsc_here = runsc
             .map(present)
