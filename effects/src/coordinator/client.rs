@@ -5,6 +5,7 @@
 use super::channel::{self, ChannelError};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::LOST_LOCK_EXIT;
+use crate::crash_point::crash_point;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSignal, TerminalSize,
 };
@@ -127,6 +128,7 @@ fn hello(
     timings: &mut ClientTimings,
 ) -> Result<Attempt, ClientError> {
     let t = Instant::now();
+    crash_point!(Cli, "hello", "before", "Hello");
     channel::send(
         &mut stream,
         "client",
@@ -275,6 +277,7 @@ pub fn run_session(
     resizes: Option<Receiver<TerminalSize>>,
 ) -> Result<(CommandStatus, ClientTimings), ClientError> {
     let (stream, mut timings) = join(plan)?;
+    crash_point!(Cli, "joined", "after", "Joined");
     let t = Instant::now();
     let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|source| {
         ClientError::Connect {
@@ -330,15 +333,19 @@ pub fn run_session(
     let mut reader = stream;
     loop {
         match channel::receive::<CoordinatorMessage>(&mut reader, "client")? {
-            CoordinatorMessage::Stdout(bytes) => stdout
-                .write_all(&bytes)
-                .and_then(|()| stdout.flush())
-                .map_err(ClientError::Output)?,
+            CoordinatorMessage::Stdout(bytes) => {
+                stdout
+                    .write_all(&bytes)
+                    .and_then(|()| stdout.flush())
+                    .map_err(ClientError::Output)?;
+                crash_point!(Cli, "output", "after", "Stdout");
+            }
             CoordinatorMessage::Stderr(bytes) => stderr
                 .write_all(&bytes)
                 .and_then(|()| stderr.flush())
                 .map_err(ClientError::Output)?,
             CoordinatorMessage::Exited(status) => {
+                crash_point!(Cli, "status", "before", "Exited");
                 timings.phases.push(("command".into(), t.elapsed()));
                 return Ok((status, timings));
             }
