@@ -1201,4 +1201,52 @@ Live_Spec_RecoveryCompletes ==
 Live_FR13_LeaseLossStopsRuntime ==
     (rs = "LeaseLost") ~> (rs = "Absent" /\ runsc = "Absent")
 
+-----------------------------------------------------------------------------
+\* Action properties added for guard mutation (docs/mutation-report.md): each
+\* states a rule of the specification as a step predicate, checked by TLC and
+\* by stateright over the generated Rust on every step.
+
+\* Spec 3.3 (non-blocking Domain flock; "concurrent losers shall fail closed",
+\* OR-1), 3.4/3.6 (recovery resumes only from matching durable identity, a
+\* mismatch fails closed): one Host Coordinator instance per process lifetime
+\* moves only forward.  A candidate fails closed only when the flock is held,
+\* a bootstrap leads only from a matching record and fails closed only on a
+\* mismatched one, and a spent instance never takes the lock again.
+CoordinatorStep(c) ==
+    \/ hc'[c] = hc[c]
+    \/ hc[c] = "Idle" /\ hc'[c] = "Bootstrapping" /\ lockHolder = "None"
+    \/ hc[c] = "Idle" /\ hc'[c] = "FailedClosed" /\ lockHolder # "None"
+    \/ hc[c] = "Bootstrapping" /\ hc'[c] = "Leading" /\ recordIdentity = "Matching"
+    \/ hc[c] = "Bootstrapping" /\ hc'[c] = "FailedClosed" /\ recordIdentity = "Mismatched"
+    \/ hc[c] = "Leading" /\ hc'[c] = "Serving"
+    \/ hc[c] \in HoldingPhases /\ hc'[c] = "Exited"
+
+Live_OR1_CoordinatorLifecycleOrder ==
+    [][\A c \in Coordinators : CoordinatorStep(c)]_vars
+
+\* Schemas "durable_decision"; glossary Domain generation (a generation is
+\* torn down or recovered, never dropped); spec 3.4 "Failure before the
+\* running state never admits the terminal": Vacant -> Starting ->
+\* (Published ->) TearingDown -> Vacant, and bootstrap recovery only of a
+\* live generation.
+DecisionStep ==
+    \/ decision' = decision
+    \/ decision = "Vacant" /\ decision' = "Starting"
+    \/ decision = "Starting" /\ decision' \in {"Published", "TearingDown"}
+    \/ decision = "Published" /\ decision' = "TearingDown"
+    \/ decision \in LiveGeneration /\ decision' = "Recovering"
+    \/ decision \in ReleasePhases /\ decision' = "Vacant"
+
+Live_Spec_GenerationDecisionOrder ==
+    [][DecisionStep]_vars
+
+\* SR-16 (session control only on the live Host Coordinator face of the
+\* published generation); spec 3.3 cryptography (the HC issues the client
+\* leaf bound to the published generation): a credential is issued only by a
+\* serving leader of a published generation.
+Live_SR16_CredentialsIssuedOnlyByPublishedLeader ==
+    [][\A s \in Sessions :
+          (sess[s] # "Enrolled" /\ sess'[s] = "Enrolled") =>
+              (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases)]_vars
+
 ====

@@ -782,4 +782,112 @@ Live_OR7_ArtifactLifecycleForward ==
 Live_Spec_MissingLeaseReported ==
     <>[](\A d \in Domains : leaseLost[d] => refused[d])
 
+\* =====================================================================
+\* Action properties added for guard mutation (docs/mutation-report.md):
+\* each states a rule of the specification as a step predicate, checked by
+\* TLC and by stateright over the generated Rust on every step.
+\* =====================================================================
+
+\* The Domain Store record of one Domain, unchanged by a step.
+DomainRecordUnchanged(d) ==
+    /\ gen'[d] = gen[d]
+    /\ pl'[d] = pl[d]
+    /\ plArt'[d] = plArt[d]
+    /\ sa'[d] = sa[d]
+    /\ refused'[d] = refused[d]
+
+\* FR-17; spec 3.6 "Durable Domain state is ... opened exclusively by the Host
+\* Coordinator ... that holds the Domain's exclusive lifecycle lock" and
+\* "Bootstrap recovery begins only after the Runtime Supervisor and attached
+\* runsc are absent": only MayAct(d) writes the Domain's record.
+Live_FR17_DomainStoreWrittenOnlyByOwner ==
+    [][\A d \in Domains : ~MayAct(d) => DomainRecordUnchanged(d)]_vars
+
+\* OR-1; spec 3.3 non-blocking Domain flock: the lock is taken only while
+\* free, so a holder's mode (serving or bootstrap) never changes under it.
+Live_OR1_DomainLockTakenOnlyWhenFree ==
+    [][\A d \in Domains : (hc[d] # "Absent" /\ hc'[d] # "Absent") => hc'[d] = hc[d]]_vars
+
+\* Spec 3.1 daemonless, 3.6: a Host Coordinator leaves its Domain only with a
+\* clean record, by failing closed on an inconsistent one, or by hard loss.
+Live_Spec_CoordinatorLeavesOnlyClean ==
+    [][\A d \in Domains :
+          (hc[d] # "Absent" /\ hc'[d] = "Absent") =>
+              (RecordClean(d) \/ refused'[d] \/ hcLosses'[d] # hcLosses[d])]_vars
+
+\* Schemas.md Storage Catalog: the operation is recorded (Intent) as its
+\* worker starts, moves to Owned only by its running worker once its stage
+\* exists, and is retired by the worker's publication ("Only an owned
+\* operation can publish") or by GC once the exact stage is removed.
+PrepStep(a) ==
+    \/ prep'[a] = prep[a]
+    \/ prep[a] = "None" /\ prep'[a] = "Intent" /\ worker'[a] = "Running"
+    \/ prep[a] = "Intent" /\ prep'[a] = "Owned" /\ worker[a] = "Running" /\ stage[a] = "Own"
+    \/ prep[a] = "Owned" /\ prep'[a] = "None" /\ worker[a] = "Running" /\ artifact'[a] = "Available"
+    \/ prep[a] = "Owned" /\ prep'[a] = "None" /\ stage[a] = "Removed"
+
+Live_OR7_PrepareOperationLifecycle ==
+    [][\A a \in Artifacts : PrepStep(a)]_vars
+
+\* Spec 3.6 (acquisition steps 1-4 are the serving Host Coordinator's; "only
+\* bootstrap recovery may advance" the HC-loss state, and recovery "neither
+\* recreates the lease nor mounts the State Anchor"): a generation is
+\* started, a lease inserted, ownership acquired and a supervisor launched
+\* only by a Running (not bootstrap) Host Coordinator.
+Live_Spec_AcquisitionOnlyByRunningCoordinator ==
+    [][\A d \in Domains :
+          (\/ gen'[d] # gen[d]
+           \/ pl'[d] # pl[d] /\ pl'[d] \in {"Intent", "LeaseHeld"}
+           \/ sa'[d] # sa[d] /\ sa'[d] \in {"Intent", "Prepared"}
+           \/ rs[d] # "Running" /\ rs'[d] = "Running"
+           \/ \E a \in Artifacts : \E g \in Gens : ~lease[a][d][g] /\ lease'[a][d][g])
+          => hc[d] = "Running"]_vars
+
+\* Spec 3.6 acquisition step 2: the exact (artifact, Domain, generation) row
+\* is inserted only for the Domain's recorded prepared-lower intent.
+Live_Spec_LeaseRowInsertedOnlyForIntent ==
+    [][\A a \in Artifacts : \A d \in Domains : \A g \in Gens :
+          (~lease[a][d][g] /\ lease'[a][d][g]) =>
+              (pl[d] = "Intent" /\ plArt[d] = a /\ gen[d] = g)]_vars
+
+\* Schemas.md "Participant ownership": the PreparedLower and StateAnchor
+\* participants of a generation move only forward; a State Anchor skips its
+\* release intent only in bootstrap recovery (spec 3.6, the surviving RS
+\* already unmounted); a new generation starts from a clean record.
+PlStep(d) ==
+    \/ pl'[d] = pl[d]
+    \/ gen'[d] = gen[d] + 1 /\ pl'[d] = "Intent"
+    \/ pl[d] = "Intent" /\ pl'[d] = "LeaseHeld"
+    \/ pl[d] \in {"Intent", "LeaseHeld"} /\ pl'[d] = "ReleaseIntent"
+    \/ pl[d] = "ReleaseIntent" /\ pl'[d] = "Clean"
+
+SaStep(d) ==
+    \/ sa'[d] = sa[d]
+    \/ gen'[d] = gen[d] + 1 /\ sa'[d] = "None"
+    \/ sa[d] = "None" /\ sa'[d] = "Intent"
+    \/ sa[d] = "Intent" /\ sa'[d] = "Prepared"
+    \/ sa[d] \in {"Intent", "Prepared"} /\ sa'[d] = "ReleaseIntent"
+    \/ sa[d] = "ReleaseIntent" /\ sa'[d] = "Clean"
+    \/ sa[d] \in {"Intent", "Prepared"} /\ sa'[d] = "Clean" /\ hc[d] = "Recovering"
+
+Live_Spec_ParticipantLifecycleOrder ==
+    [][\A d \in Domains : PlStep(d) /\ SaStep(d)]_vars
+
+\* Spec 3.6 release step 2 and the split lease-loss path: the exact mount is
+\* removed only by the Domain's writer (owner, or bootstrap after the RS is
+\* gone) or by its own orphaned Runtime Supervisor.
+Live_Spec_UnmountOnlyByOwner ==
+    [][\A d \in Domains :
+          (mount[d] = "Mounted" /\ mount'[d] = "Absent") =>
+              (MayAct(d) \/ rs[d] = "Orphaned")]_vars
+
+\* Spec 3.6 release step 4 ("recheck the matching Domain release intent ...
+\* then remove only the exact generation lease"; only a lock-holding Host
+\* Coordinator releases the catalog lease): a lease row disappears only by
+\* that step, or outside the protocol (leaseLost).
+Live_Spec_OnlyLockHolderRemovesLease ==
+    [][\A a \in Artifacts : \A d \in Domains : \A g \in Gens :
+          (lease[a][d][g] /\ ~lease'[a][d][g]) =>
+              ((MayAct(d) /\ pl[d] = "ReleaseIntent") \/ leaseLost'[d])]_vars
+
 ====

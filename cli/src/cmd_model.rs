@@ -129,7 +129,7 @@ impl ModelVisitor for Check {
             out.wall.as_secs_f64()
         );
         let Some((inv, path)) = out.violation else {
-            eprintln!("{}: every invariant holds", entry.name);
+            eprintln!("{}: every invariant and action property holds", entry.name);
             return Ok(Checked1::Holds);
         };
         eprintln!(

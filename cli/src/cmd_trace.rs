@@ -39,8 +39,18 @@ fn replay(file: &std::path::Path) -> ExitCode {
         }
     };
     match replay_text(&name, &text) {
-        Ok(Outcome::Conforms { model, steps }) => {
-            println!("{steps} steps conform to {model}");
+        Ok(Outcome::Conforms {
+            model,
+            steps,
+            recorded_start,
+        }) => {
+            if recorded_start {
+                println!(
+                    "{steps} steps conform to {model} from the start state the trace records (it satisfies every invariant; it is not replayed from Init)"
+                );
+            } else {
+                println!("{steps} steps conform to {model}");
+            }
             ExitCode::SUCCESS
         }
         Ok(Outcome::Diverged(d)) => {

@@ -68,6 +68,7 @@ fn marker_target(marker: &Path, then: &str) -> TargetCommand {
             "-c".into(),
             format!("echo $$ > '{}'; {then}", marker.display()).into(),
         ],
+        inherit: Vec::new(),
     }
 }
 
@@ -408,4 +409,49 @@ fn rs_launched_child_is_staged_by_hc_before_release() {
             signal: None
         }
     );
+}
+
+/// A target's descriptors reach it while staying close-on-exec in the
+/// broker's process, so a spawn by another thread never inherits them.
+#[test]
+fn inherited_descriptors_reach_the_target_and_stay_close_on_exec_here() {
+    let _one = ONE_BROKER.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let lock = DomainLock::try_acquire(&dir.path().join("domain.lock")).unwrap();
+    let boot = RealProcessSys.boot_id().unwrap();
+    let store = DomainStore::create(&lock, &dir.path().join("domain.redb"), boot).unwrap();
+    seed(&store);
+    let mut ledger = StoreLedger::new(
+        &store,
+        SlotTarget::Participant {
+            generation: GEN,
+            slot: HostProcessOwnershipSlot::SandboxRuntimeSupervisor,
+        },
+    )
+    .unwrap();
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&write);
+    let target = TargetCommand {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("echo through-fd-{fd} >&{fd}").into(),
+        ],
+        inherit: vec![fd],
+    };
+    let mut broker = broker();
+    let child = broker.acquire(&target, &mut ledger).unwrap();
+    let flags = rustix::io::fcntl_getfd(&write).unwrap();
+    assert!(
+        flags.contains(rustix::io::FdFlags::CLOEXEC),
+        "the parent's descriptor lost close-on-exec"
+    );
+    drop(write);
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut got).unwrap();
+    assert_eq!(got.trim(), format!("through-fd-{fd}"));
+    assert!(matches!(
+        broker.wait(child.handle()).unwrap(),
+        ChildState::Exited { code: Some(0), .. }
+    ));
 }

@@ -208,6 +208,27 @@ impl Env {
         out
     }
 
+    /// Every generation the Domain Store holds ended retired and clean
+    /// (issue 5: teardown and recovery write ReleaseIntent -> Clean).
+    fn assert_store_clean(&self) {
+        let out = self.run(&["state", "default", "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(state["status"], "inactive", "{state}");
+        let generations = state["generations"].as_array().unwrap();
+        assert!(!generations.is_empty(), "{state}");
+        for g in generations {
+            assert_eq!(g["durable_decision"], "Vacant", "{g}");
+            assert_eq!(g["clean"], true, "{g}");
+        }
+    }
+
     fn assert_traces_replay(&self) {
         let traces = self.traces();
         assert!(
@@ -215,6 +236,9 @@ impl Env {
             "no trace was kept under {}",
             self.home.display()
         );
+        if self.traced {
+            self.assert_store_clean();
+        }
         for t in traces {
             let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
                 .args(["trace", "replay"])
@@ -617,6 +641,63 @@ fn losing_the_coordinator_stops_the_sandbox() {
             "{action} missing from {recovered}"
         );
     }
+}
+
+/// A recovery whose trace is gone (a reboot empties the runtime directory):
+/// the next coordinator rebuilds the generation's state from the Domain
+/// Store, records it as its trace's start and recovers from there.
+#[test]
+fn a_lost_trace_is_recovered_from_the_durable_record() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("lost-trace", &default_image());
+    let session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 600",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let coordinators: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains(" __coordinator "))
+        .collect();
+    assert_eq!(coordinators.len(), 1, "{coordinators:?}");
+    let pid = coordinators[0].split(':').next().unwrap().to_owned();
+    signal_through_pidfd(&pid, rustix::process::Signal::KILL);
+    let out = session.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !env.processes().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", env.processes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let traces: Vec<PathBuf> = runtime_files(&env.home.join("run"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    std::fs::remove_file(&traces[0]).unwrap();
+    let out = env.run(&["default", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+    let kept = env.traces();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let replay = Command::new(env!("CARGO_BIN_EXE_lazaret"))
+        .args(["trace", "replay"])
+        .arg(&kept[0])
+        .output()
+        .unwrap();
+    let said = text(&replay.stdout);
+    assert!(
+        said.contains("from the start state the trace records"),
+        "{said}"
+    );
 }
 
 /// A CLI that goes away (SIGTERM) ends its session: HC sees the client

@@ -419,7 +419,10 @@ fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
     let domain = Domain::new("release-e2e");
     let holder = domain.tmux("holder", &domain.pane("holder", "default"));
     holder.wait_for("the holder's prompt", Duration::from_secs(60), prompt);
-    let exec_clients = || pids_with(None, &["runsc", " exec ", "--internal-pid-file"]);
+    // Scoped to this Domain (its runsc root is under its home): other
+    // end-to-end tests run their own exec clients at the same time.
+    let home = domain.home.display().to_string();
+    let exec_clients = || pids_with(None, &["runsc", " exec ", "--internal-pid-file", &home]);
     let before: Vec<i32> = exec_clients();
     assert_eq!(before.len(), 1, "the holder's exec client: {before:?}");
 

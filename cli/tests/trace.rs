@@ -240,7 +240,10 @@ fn model_check_reports_states_and_depth() -> R {
         )),
         "{err}"
     );
-    assert!(err.contains("TwoPhase: every invariant holds"), "{err}");
+    assert!(
+        err.contains("TwoPhase: every invariant and action property holds"),
+        "{err}"
+    );
     let out = lazaret(&["model", "check", "--model", "Nope"])?;
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("unknown model `Nope`"));

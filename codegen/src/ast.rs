@@ -87,6 +87,8 @@ pub enum ExprKind {
     Unchanged(Box<Expr>),
     /// `@` inside an `EXCEPT` value.
     At,
+    /// `[][A]_v`: action `A` or stuttering on `v` (a whole `Live_*` body).
+    BoxAction(Box<Expr>, Box<Expr>),
 }
 
 /// A top-level definition `Name(p, q) == body`, its body parsed lazily.

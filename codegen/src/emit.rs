@@ -40,6 +40,8 @@ fn uses(e: &IExpr, name: &str) -> bool {
         | IExpr::EnumLit(..)
         | IExpr::Sentinel(..)
         | IExpr::Var(_)
+        | IExpr::Next(_)
+        | IExpr::Stutter
         | IExpr::NumConst(_) => false,
         IExpr::Wrap(_, a)
         | IExpr::EnumCast { e: a, .. }
@@ -79,6 +81,8 @@ fn fallible(e: &IExpr) -> bool {
         | IExpr::EnumLit(..)
         | IExpr::Sentinel(..)
         | IExpr::Var(_)
+        | IExpr::Next(_)
+        | IExpr::Stutter
         | IExpr::NumConst(_)
         | IExpr::Local(_) => false,
         IExpr::Wrap(_, a)
@@ -297,6 +301,8 @@ impl<'m> Emitter<'m> {
                 if next { "next" } else { "st" },
                 self.var_field[*i]
             )),
+            IExpr::Next(i) => atom(format!("next.{}", self.var_field[*i])),
+            IExpr::Stutter => Code("next == st".into(), P_CMP),
             IExpr::NumConst(i) => atom(format!("cx.{}", self.num_field[*i])),
             IExpr::Local(n) => atom(n.clone()),
             IExpr::At(x) => self.ex(x, true),
@@ -614,6 +620,7 @@ impl<'m> Emitter<'m> {
         self.enabled(&mut s);
         self.apply(&mut s);
         self.invariants(&mut s);
+        self.action_properties(&mut s);
         self.views(&mut s);
         self.protocol_impl(&mut s);
         let imports = [
@@ -626,6 +633,7 @@ impl<'m> Emitter<'m> {
             "range_index",
             "value_name",
             "ActionParseError",
+            "ActionPropertyInfo",
             "Cfg",
             "CfgError",
             "GuardId",
@@ -1051,6 +1059,32 @@ pub fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) 
         );
     }
 
+    fn action_properties(&self, s: &mut String) {
+        let mut table = String::new();
+        for p in &self.m.action_properties {
+            let body = self.ex(&p.expr, false).0;
+            let f = snake(&p.name);
+            let _ = writeln!(
+                s,
+                "/// `{}` (line {}): `[][A]_v` as `A || UNCHANGED v` on the step `st` -> `next`.\npub fn {f}({}: &Constants, {}: &State, {}: &State) -> bool {{ {body} }}",
+                p.name,
+                p.line,
+                param_name(&body, "cx"),
+                param_name(&body, "st"),
+                param_name(&body, "next")
+            );
+            let _ = write!(
+                table,
+                "ActionPropertyInfo {{ name: \"{}\", line: {}, holds: {f} }},",
+                p.name, p.line
+            );
+        }
+        let _ = writeln!(
+            s,
+            "/// The box-action `Live_*` properties, checked on every step (the other\n/// temporal properties are TLC's only).\npub const ACTION_PROPERTIES: &[ActionPropertyInfo<Constants, State>] = &[{table}];"
+        );
+    }
+
     fn view(&self, t: &Ty, code: &str, depth: usize) -> String {
         match t {
             Ty::Bool | Ty::Range { .. } | Ty::Int => format!("serde_json::Value::from({code})"),
@@ -1095,6 +1129,61 @@ pub fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) 
         }
     }
 
+    /// An expression of type `Option<rust_ty(t)>` reading the JSON value
+    /// `code` (a `&serde_json::Value`) as `view` writes it.
+    fn unview(&self, t: &Ty, code: &str, depth: usize) -> String {
+        let position = |set: usize| {
+            format!(
+                "cx.{}.iter().position(|x| x == s).and_then(|p| u16::try_from(p).ok()).map({})",
+                self.set_field[set], self.set_ty[set]
+            )
+        };
+        match t {
+            Ty::Bool => format!("{code}.as_bool()"),
+            Ty::Int => format!("{code}.as_i64()"),
+            Ty::Range { lo, hi } => format!(
+                "{code}.as_i64().filter(|n| ({}..={}).contains(n)).and_then(|n| {}::try_from(n).ok())",
+                self.bound(lo),
+                self.bound(hi),
+                self.rust_ty(t)
+            ),
+            Ty::Enum(i) => format!("{code}.as_str().and_then({}::from_name)", self.enum_names[*i]),
+            Ty::Elem(i) => format!("{code}.as_str().and_then(|s| {})", position(*i)),
+            Ty::Union(u) => {
+                let un = &self.union_names[*u];
+                let mut arms = String::new();
+                for sent in &self.m.unions[*u].sentinels {
+                    let _ = write!(arms, "\"{sent}\" => Some({un}::{}),", camel(sent));
+                }
+                let _ = write!(
+                    arms,
+                    "_ => {}.map({un}::Id),",
+                    position(self.m.unions[*u].set)
+                );
+                format!("{code}.as_str().and_then(|s| match s {{ {arms} }})")
+            }
+            Ty::Func(d, r) => {
+                let k = format!("k{depth}");
+                let o = format!("o{depth}");
+                let x = format!("x{depth}");
+                let key = match d {
+                    Dom::Set(i) => format!(
+                        "cx.{}.get({k}.index()).cloned().unwrap_or_default()",
+                        self.set_field[*i]
+                    ),
+                    Dom::Enum(_) => format!("{k}.name().to_string()"),
+                    Dom::Range(..) => format!("{k}.to_string()"),
+                };
+                let inner = self.unview(r, &x, depth + 1);
+                format!(
+                    "{code}.as_object().filter(|{o}| {o}.len() == {}.count()).and_then(|{o}| {}.map(|{k}| {o}.get(&{key}).and_then(|{x}| {inner})).collect::<Option<Vec<_>>>())",
+                    self.dom_iter(d),
+                    self.dom_iter(d)
+                )
+            }
+        }
+    }
+
     fn views(&self, s: &mut String) {
         let mut body = String::from("let mut m = serde_json::Map::new();");
         for (i, v) in self.m.vars.iter().enumerate() {
@@ -1112,6 +1201,26 @@ pub fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) 
             "/// The state as JSON keyed by TLA+ variable names, model values by name.
 pub fn state_view({}: &Constants, st: &State) -> serde_json::Value {{ {body} }}",
             param_name(&body, "cx")
+        );
+        let mut fields = String::new();
+        for (i, v) in self.m.vars.iter().enumerate() {
+            let _ = write!(
+                fields,
+                "{}: {}?,",
+                self.var_field[i],
+                self.unview(&v.ty, &format!("o.get(\"{}\")?", v.name), 0)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "/// The state `state_view` wrote, or `None` when `v` is not one: a
+/// variable missing or extra, or a value outside its `TypeOK` domain.
+pub fn state_from_view({}: &Constants, v: &serde_json::Value) -> Option<State> {{
+    let o = v.as_object().filter(|o| o.len() == {})?;
+    Some(State {{ {fields} }})
+}}",
+            param_name(&fields, "cx"),
+            self.m.vars.len()
         );
 
         let mut name_arms = String::new();
@@ -1210,11 +1319,13 @@ impl Protocol for Model {{
     fn step(cx: &Constants, st: &State, action: &Action, mask: Option<GuardId>) -> Result<State, StepError> {{ step(cx, st, action, mask) }}
     fn guards() -> &'static [GuardInfo] {{ GUARDS }}
     fn invariants() -> &'static [InvariantInfo<Constants, State>] {{ INVARIANTS }}
+    fn action_properties() -> &'static [ActionPropertyInfo<Constants, State>] {{ ACTION_PROPERTIES }}
     fn action_names() -> &'static [&'static str] {{ ACTION_NAMES }}
     fn action_name(action: &Action) -> &'static str {{ action_name(action) }}
     fn action_params(cx: &Constants, action: &Action) -> Vec<(&'static str, String)> {{ action_params(cx, action) }}
     fn parse_action(cx: &Constants, name: &str, params: &[(&str, &str)]) -> Result<Action, ActionParseError> {{ parse_action(cx, name, params) }}
     fn state_view(cx: &Constants, st: &State) -> serde_json::Value {{ state_view(cx, st) }}
+    fn state_from_view(cx: &Constants, v: &serde_json::Value) -> Option<State> {{ state_from_view(cx, v) }}
 }}",
             self.m.name
         );

@@ -113,6 +113,11 @@ pub enum IExpr {
     /// An element of a model-value set wrapped into a union.
     Wrap(usize, Box<IExpr>),
     Var(usize),
+    /// A primed variable `v'`: its value in the next state (action
+    /// properties only).
+    Next(usize),
+    /// `UNCHANGED vars` over every variable: the next state equals this one.
+    Stutter,
     NumConst(usize),
     /// A Rust local (parameter, bound variable, `@`).
     Local(String),
@@ -232,6 +237,15 @@ pub struct Invariant {
     pub expr: IExpr,
 }
 
+/// An action property `Live_* == [][A]_v`: `A \/ UNCHANGED v` checked on
+/// every step (state, next state).
+#[derive(Clone, Debug)]
+pub struct ActionProperty {
+    pub name: String,
+    pub line: u32,
+    pub expr: IExpr,
+}
+
 /// One model.
 #[derive(Clone, Debug)]
 pub struct Model {
@@ -249,4 +263,7 @@ pub struct Model {
     pub init: Vec<IExpr>,
     pub actions: Vec<Action>,
     pub invariants: Vec<Invariant>,
+    /// The box-action `Live_*` properties; the other temporal properties
+    /// (`<>`, `~>`, fairness) are TLC's only.
+    pub action_properties: Vec<ActionProperty>,
 }

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::ast::{BinOp, Definition, Expr, ExprKind};
 use crate::error::{CodegenError, Pos};
 use crate::ir::{
-    Action, Bound, CmpOp, ConstSet, Dom, EnumDef, Guard, IExpr, Invariant, Model, NumConst, Param,
-    StrSetConst, TExpr, Ty, UnionDef, Update, VarDef,
+    Action, ActionProperty, Bound, CmpOp, ConstSet, Dom, EnumDef, Guard, IExpr, Invariant, Model,
+    NumConst, Param, StrSetConst, TExpr, Ty, UnionDef, Update, VarDef,
 };
 use crate::names::{camel, snake};
 use crate::parser::Parsed;
@@ -106,6 +106,11 @@ struct Lower<'a> {
     depth: usize,
     /// Whether state variables may be read (false in `Init`).
     allow_vars: bool,
+    /// Whether primes and `UNCHANGED` may appear in expressions (only in
+    /// the action of a box-action property).
+    allow_primes: bool,
+    /// Inside `e'`: variables read the next state.
+    primed: bool,
 }
 
 /// Builds the IR of a parsed module; `kinds` classifies its constants.
@@ -136,24 +141,28 @@ pub fn lower(
             init: Vec::new(),
             actions: Vec::new(),
             invariants: Vec::new(),
+            action_properties: Vec::new(),
         },
         enum_keys: HashMap::new(),
         fresh: 0,
         depth: 0,
         allow_vars: true,
+        allow_primes: false,
+        primed: false,
     };
     l.constants()?;
     l.type_ok()?;
     l.init()?;
     l.next()?;
     l.invariants()?;
+    l.action_properties()?;
     l.str_sets_typed()?;
     Ok(l.m)
 }
 
 fn has_prime(e: &Expr) -> bool {
     match &e.kind {
-        ExprKind::Prime(_) | ExprKind::Unchanged(_) => true,
+        ExprKind::Prime(_) | ExprKind::Unchanged(_) | ExprKind::BoxAction(..) => true,
         ExprKind::Str(_)
         | ExprKind::Num(_)
         | ExprKind::Bool(_)
@@ -752,7 +761,11 @@ impl<'a> Lower<'a> {
                             return Err(self.sem(pos, format!("`{name}` read in Init")));
                         }
                         return Ok(TExpr {
-                            e: IExpr::Var(i),
+                            e: if self.primed {
+                                IExpr::Next(i)
+                            } else {
+                                IExpr::Var(i)
+                            },
                             ty: self.m.vars[i].ty.clone(),
                         });
                     }
@@ -780,14 +793,33 @@ impl<'a> Lower<'a> {
                     ty: *rng,
                 }
             }
+            ExprKind::Prime(x) if self.allow_primes && !self.primed => {
+                self.primed = true;
+                let r = self.expr(x, env);
+                self.primed = false;
+                return r;
+            }
+            ExprKind::Prime(_) if self.primed => {
+                return Err(self.sem(pos, "a prime inside a primed expression"))
+            }
             ExprKind::Prime(_) => {
                 return Err(self.unsup(
                     pos,
                     "a primed variable outside `v' = e` at the top of an action",
                 ))
             }
+            ExprKind::Unchanged(x) if self.allow_primes && !self.primed => TExpr {
+                e: self.unchanged(x)?,
+                ty: Ty::Bool,
+            },
             ExprKind::Unchanged(_) => {
                 return Err(self.unsup(pos, "UNCHANGED outside the top of an action"))
+            }
+            ExprKind::BoxAction(..) => {
+                return Err(self.unsup(
+                    pos,
+                    "`[][A]_v` other than as the whole body of a `Live_*` definition",
+                ))
             }
             ExprKind::Not(a) => TExpr {
                 e: IExpr::Not(Box::new(self.lower_bool(a, env)?)),
@@ -1518,6 +1550,57 @@ impl<'a> Lower<'a> {
                 "update conjunct other than `v' = e`, UNCHANGED or IF (see protocol/README.md, Actions)",
             )),
         }
+    }
+
+    /// `UNCHANGED v` as a Boolean: every variable of `v` keeps its value.
+    fn unchanged(&mut self, e: &Expr) -> Result<IExpr, CodegenError> {
+        let mut vs = Vec::new();
+        self.unchanged_vars(e, &mut vs)?;
+        if (0..self.m.vars.len()).all(|i| vs.iter().any(|(v, _)| *v == i)) {
+            return Ok(IExpr::Stutter);
+        }
+        Ok(IExpr::And(
+            vs.into_iter()
+                .map(|(i, _)| {
+                    IExpr::Cmp(CmpOp::Eq, Box::new(IExpr::Next(i)), Box::new(IExpr::Var(i)))
+                })
+                .collect(),
+        ))
+    }
+
+    /// The `Live_*` definitions of the form `[][A]_v`, as step predicates
+    /// `A \/ UNCHANGED v`. Other `Live_*` bodies (`<>`, `~>`, `[]P`) are
+    /// TLC's only and are not parsed.
+    fn action_properties(&mut self) -> Result<(), CodegenError> {
+        let defs: Vec<&Definition> = self
+            .p
+            .module
+            .definitions
+            .iter()
+            .filter(|d| d.name.starts_with("Live_") && self.p.is_box_action(d))
+            .collect();
+        for d in defs {
+            if !d.params.is_empty() {
+                return Err(self.sem(d.pos, format!("property `{}` takes parameters", d.name)));
+            }
+            let body = self.p.body(d)?;
+            let ExprKind::BoxAction(action, sub) = &body.kind else {
+                return Err(self.unsup(
+                    body.pos,
+                    "a `Live_*` body that starts `[][` but is not `[][A]_v`",
+                ));
+            };
+            self.allow_primes = true;
+            let a = self.lower_bool(action, &Vec::new());
+            self.allow_primes = false;
+            let stutter = self.unchanged(sub)?;
+            self.m.action_properties.push(ActionProperty {
+                name: d.name.clone(),
+                line: d.pos.line,
+                expr: IExpr::Or(vec![a?, stutter]),
+            });
+        }
+        Ok(())
     }
 
     fn invariants(&mut self) -> Result<(), CodegenError> {

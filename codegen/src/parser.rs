@@ -264,6 +264,14 @@ impl Parsed {
         Ok(expr)
     }
 
+    /// Whether the body of `def` starts `[][`: a box-action property.
+    pub fn is_box_action(&self, def: &Definition) -> bool {
+        let (s, e) = def.body;
+        e >= s + 2
+            && self.tokens.get(s).map(|t| &t.tok) == Some(&Tok::Sym("[]"))
+            && self.tokens.get(s + 1).map(|t| &t.tok) == Some(&Tok::Sym("["))
+    }
+
     /// The source text of `e`, whitespace collapsed to single spaces.
     pub fn text(&self, e: &Expr) -> String {
         self.src
@@ -502,6 +510,13 @@ impl<'a> ExprParser<'a> {
                     self.i += 1;
                     Ok(self.mk(t, ExprKind::At))
                 }
+                "[]" if matches!(
+                    self.toks.get(self.i + 1).map(|t| &t.tok),
+                    Some(Tok::Sym("["))
+                ) =>
+                {
+                    self.box_action(t)
+                }
                 "[]" | "<>" | "~>" => Err(CodegenError::unsupported(
                     self.file,
                     t.pos,
@@ -622,6 +637,41 @@ impl<'a> ExprParser<'a> {
         }
         let body = self.expr(0)?;
         Ok(self.mk(t, ExprKind::Quant(all, binds, Box::new(body))))
+    }
+
+    /// `[][A]_v` with `v` a name (`_vars` lexes as one identifier) or
+    /// `_<<a, b>>`.
+    fn box_action(&mut self, t: &'a Token) -> Result<Expr, CodegenError> {
+        self.i += 2;
+        let saved = (self.fence, self.fence_line);
+        self.fence = 0;
+        let action = self.expr(0);
+        (self.fence, self.fence_line) = saved;
+        let action = action?;
+        self.expect("]")?;
+        let sub_tok = self
+            .peek()
+            .ok_or_else(|| self.err("expected `_v` after `[][A]`"))?;
+        let sub = match &sub_tok.tok {
+            Tok::Ident(n) if n.len() > 1 && n.starts_with('_') => {
+                self.i += 1;
+                Expr {
+                    pos: Pos {
+                        line: sub_tok.pos.line,
+                        col: sub_tok.pos.col + 1,
+                    },
+                    start: sub_tok.start + 1,
+                    end: sub_tok.end,
+                    kind: ExprKind::Ident(n[1..].to_string()),
+                }
+            }
+            Tok::Sym("_") => {
+                self.i += 1;
+                self.prefix()?
+            }
+            _ => return Err(self.err("expected `_v` after `[][A]`")),
+        };
+        Ok(self.mk(t, ExprKind::BoxAction(Box::new(action), Box::new(sub))))
     }
 
     fn bracket(&mut self, t: &'a Token) -> Result<Expr, CodegenError> {

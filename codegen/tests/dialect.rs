@@ -50,6 +50,17 @@ fn fixtures_lower_to_the_expected_ir() -> Result<(), CodegenError> {
     );
     assert_eq!(m.vars.len(), 6);
     assert_eq!(m.invariants.len(), 2);
+    let props: Vec<_> = m
+        .action_properties
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(props, ["Live_Spec_DecisionIsFinal"]);
+    let rust = lazaret_codegen::emit::emit(&m)?;
+    assert!(
+        rust.contains("pub fn live_spec_decision_is_final(_cx: &Constants, st: &State, next: &State) -> bool {\n    (st.tm_state == TmState::Init || next.tm_state == st.tm_state) || next == st\n}"),
+        "{rust}"
+    );
 
     let c = model(
         "Constructs.tla",
@@ -135,6 +146,11 @@ fn unsupported_constructs_name_file_line_col() {
         ("Inv_X == Cardinality(Hosts) = 2", "Cardinality"),
         ("Inv_X == \\A s : TRUE", "unbounded quantifier"),
         ("Inv_X == gen \\subseteq 1", "operator `\\subseteq`"),
+        ("Inv_X == gen' = gen", "a primed variable outside"),
+        (
+            "Live_X == [][gen' = gen]_<<gen>> /\\ TRUE",
+            "a `Live_*` body that starts `[][` but is not `[][A]_v`",
+        ),
     ];
     for (def, construct) in cases {
         let err = err_of(&module(def));

@@ -5,6 +5,11 @@
 //! no symmetry reduction, no view), so its unique-state count is TLC's
 //! distinct-state count. An update that leaves its variable's `TypeOK`
 //! range becomes an `OutOfDomain` node, reported as a `TypeOK` violation.
+//! Every step is also checked against the box-action `Live_*` properties
+//! (`[][A]_v`, as TLC checks them on every transition); a step that
+//! falsifies one leads to a `BadStep` node instead of its successor. Neither
+//! kind of node exists when every property holds, so the unique-state count
+//! stays TLC's. Liveness properties (`<>`, `~>`, fairness) are TLC's only.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +23,11 @@ pub enum Node<S> {
     State(S),
     /// A step failed outside the guards (a `TypeOK` range violation).
     OutOfDomain(StepError),
+    /// A step to `next` that falsifies the action property `property`.
+    BadStep {
+        property: &'static str,
+        next: S,
+    },
 }
 
 /// A generated model as a stateright model, optionally with one guard masked.
@@ -68,6 +78,7 @@ impl<P: Protocol> Checked<P> {
     pub fn violated(&self, node: &Node<P::State>) -> Option<&'static str> {
         match node {
             Node::OutOfDomain(_) => Some("TypeOK"),
+            Node::BadStep { property, .. } => Some(property),
             Node::State(s) => P::invariants()
                 .iter()
                 .find(|inv| !(inv.holds)(&self.cx, s))
@@ -100,7 +111,18 @@ impl<P: Protocol> Model for Checked<P> {
     fn next_state(&self, last: &Self::State, action: Self::Action) -> Option<Self::State> {
         let Node::State(s) = last else { return None };
         match P::step(&self.cx, s, &action, self.mask) {
-            Ok(n) => Some(Node::State(n)),
+            Ok(n) => Some(
+                match P::action_properties()
+                    .iter()
+                    .find(|p| !(p.holds)(&self.cx, s, &n))
+                {
+                    Some(p) => Node::BadStep {
+                        property: p.name,
+                        next: n,
+                    },
+                    None => Node::State(n),
+                },
+            ),
             Err(e @ StepError::Domain { .. }) => Some(Node::OutOfDomain(e)),
             // Not reachable: `actions` only lists enabled actions.
             Err(StepError::GuardFailed { .. }) => None,

@@ -89,6 +89,31 @@ fn mutation_verdicts_on_two_phase() -> Result<(), Box<dyn std::error::Error>> {
         verdict("TMCommit", 2),
         Some(Verdict::Killed { .. })
     ));
+    assert_eq!(
+        verdict("TMAbort", 1),
+        Some(Verdict::Killed {
+            by: "Live_Spec_DecisionIsFinal".into(),
+            depth: 8
+        })
+    );
+    Ok(())
+}
+
+#[test]
+fn an_action_property_kills_a_mutant_no_invariant_sees_first(
+) -> Result<(), Box<dyn std::error::Error>> {
+    // Without `tmState = "init"`, TMAbort revises a commit: the step itself
+    // falsifies Live_Spec_DecisionIsFinal, before any invariant fails.
+    let e = entry("TwoPhase")?;
+    let g = guard_id::<two_phase::Model>("TMAbort", 1).ok_or("no guard")?;
+    let out = check::<two_phase::Model>(Checked::from_entry(e, Some(g))?, None);
+    let (by, path) = out.violation.ok_or("mutant not killed")?;
+    assert_eq!(by, "Live_Spec_DecisionIsFinal");
+    assert_eq!(
+        path.last().map(two_phase::action_name),
+        Some("TMAbort"),
+        "{path:?}"
+    );
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! Issue 2 and 3 acceptance for the protocol models: TLC finds no violation
 //! and takes every action; stateright over the generated Rust reaches
-//! exactly TLC's distinct states and every invariant holds. TLC runs once
-//! per model.
+//! exactly TLC's distinct states, every invariant holds in every state and
+//! every box-action property on every step. TLC runs once per model (with
+//! every property of the `.cfg`, liveness included).
 
 use lazaret_conformance::explore::{check, Checked};
 use lazaret_conformance::tlc::run_tlc_with;

@@ -100,6 +100,7 @@ fn exact_echo(sent: &[u8]) -> Vec<u8> {
 fn target() -> TargetCommand {
     TargetCommand {
         argv: vec!["true".into()],
+        inherit: Vec::new(),
     }
 }
 

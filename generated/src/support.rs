@@ -41,6 +41,24 @@ impl<C, S> Debug for InvariantInfo<C, S> {
     }
 }
 
+/// A box-action property `Live_* == [][A]_v` as a predicate on a step
+/// (state, next state).
+#[derive(Clone, Copy)]
+pub struct ActionPropertyInfo<C, S> {
+    pub name: &'static str,
+    pub line: u32,
+    pub holds: fn(&C, &S, &S) -> bool,
+}
+
+impl<C, S> Debug for ActionPropertyInfo<C, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActionPropertyInfo")
+            .field("name", &self.name)
+            .field("line", &self.line)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Why a step was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum StepError {
@@ -423,6 +441,8 @@ pub trait Protocol: 'static {
     fn guards() -> &'static [GuardInfo];
     /// The `Inv_*` invariants.
     fn invariants() -> &'static [InvariantInfo<Self::Constants, Self::State>];
+    /// The box-action `Live_*` properties, checked on every step.
+    fn action_properties() -> &'static [ActionPropertyInfo<Self::Constants, Self::State>];
     /// The action names in `Next` order.
     fn action_names() -> &'static [&'static str];
     /// The TLA+ name of an action.
@@ -437,6 +457,8 @@ pub trait Protocol: 'static {
     ) -> Result<Self::Action, ActionParseError>;
     /// The state as a JSON object keyed by TLA+ variable names.
     fn state_view(cx: &Self::Constants, st: &Self::State) -> serde_json::Value;
+    /// The state `state_view` wrote, or `None` if `v` is not one.
+    fn state_from_view(cx: &Self::Constants, v: &serde_json::Value) -> Option<Self::State>;
 }
 
 #[cfg(test)]

@@ -112,6 +112,25 @@ impl<P: Protocol> Core<P> {
         })
     }
 
+    /// A core starting from `state` (a recovery without the generation's
+    /// earlier history); `state` must satisfy every invariant.
+    pub fn from_state(
+        cx: P::Constants,
+        generation: u64,
+        state: P::State,
+    ) -> Result<Self, &'static str> {
+        if let Some(inv) = P::invariants().iter().find(|i| !(i.holds)(&cx, &state)) {
+            return Err(inv.name);
+        }
+        Ok(Self {
+            cx,
+            state,
+            generation,
+            steps: 0,
+            next_effect: 1,
+        })
+    }
+
     /// The abstract model state.
     pub fn state(&self) -> &P::State {
         &self.state

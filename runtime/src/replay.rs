@@ -51,7 +51,14 @@ pub struct Divergence {
 /// The result of a replay.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    Conforms { model: String, steps: u64 },
+    /// Every step conforms; `recorded_start`: the trace starts from the
+    /// state its header records (a recovery without its generation's
+    /// earlier history), checked against every invariant, not from `Init`.
+    Conforms {
+        model: String,
+        steps: u64,
+        recorded_start: bool,
+    },
     Diverged(Divergence),
 }
 
@@ -144,18 +151,34 @@ impl ModelVisitor for Replayer<'_> {
         let cx = header_cfg(constants)
             .and_then(|c| P::constants(&c).map_err(|e| e.to_string()))
             .map_err(bad)?;
-        if let Some(recorded) = &first.state {
-            let init = P::init(&cx).map_err(|e| bad(format!("Init fails: {e}")))?;
-            let diff = diff_states(&P::state_view(&cx, &init), recorded);
-            if !diff.is_empty() {
-                let vars: Vec<&str> = diff.iter().map(|d| d.var.as_str()).collect();
-                return Err(bad(format!(
-                    "the recorded state is not the initial state (differs in {})",
-                    vars.join(", ")
-                )));
+        let init = P::init(&cx).map_err(|e| bad(format!("Init fails: {e}")))?;
+        let start = match &first.state {
+            Some(recorded) if diff_states(&P::state_view(&cx, &init), recorded).is_empty() => {
+                init.clone()
             }
-        }
-        replay::<P>(file, &cx, &self.lines[1..], 1)
+            None => init.clone(),
+            Some(recorded) => {
+                let start = P::state_from_view(&cx, recorded).ok_or_else(|| {
+                    bad("the recorded start state is not a state of the model (a variable missing, extra or outside its TypeOK domain)".into())
+                })?;
+                if let Some(inv) = P::invariants().iter().find(|i| !(i.holds)(&cx, &start)) {
+                    return Err(bad(format!(
+                        "the recorded start state violates {}",
+                        inv.name
+                    )));
+                }
+                start
+            }
+        };
+        let recorded_start = first.state.is_some() && start != init;
+        replay_from::<P>(file, &cx, start, &self.lines[1..], 1).map(|o| match o {
+            Outcome::Conforms { model, steps, .. } => Outcome::Conforms {
+                model,
+                steps,
+                recorded_start,
+            },
+            other => other,
+        })
     }
 }
 
@@ -167,11 +190,22 @@ pub fn replay<P: Protocol>(
     lines: &[&str],
     skipped: usize,
 ) -> Result<Outcome, TraceError> {
-    let mut state = P::init(cx).map_err(|e| TraceError::BadAction {
+    let init = P::init(cx).map_err(|e| TraceError::BadAction {
         file: file.to_string(),
         line: 1,
         detail: format!("Init fails: {e}"),
     })?;
+    replay_from::<P>(file, cx, init, lines, skipped)
+}
+
+/// Replays `lines` from `state`.
+fn replay_from<P: Protocol>(
+    file: &str,
+    cx: &P::Constants,
+    mut state: P::State,
+    lines: &[&str],
+    skipped: usize,
+) -> Result<Outcome, TraceError> {
     let mut steps = 0u64;
     for (i, text) in lines.iter().enumerate() {
         let line = i + 1 + skipped;
@@ -252,5 +286,6 @@ pub fn replay<P: Protocol>(
     Ok(Outcome::Conforms {
         model: P::NAME.to_string(),
         steps,
+        recorded_start: false,
     })
 }

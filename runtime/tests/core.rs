@@ -101,7 +101,8 @@ fn requests_yield_trace_effect_and_reply_and_the_trace_replays(
         replay::<two_phase::Model>("core.jsonl", &cx, &lines, 0)?,
         Outcome::Conforms {
             model: "TwoPhase".into(),
-            steps: 4
+            steps: 4,
+            recorded_start: false,
         }
     );
     Ok(())

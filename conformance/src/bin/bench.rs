@@ -4,7 +4,8 @@
 //! `cargo run --release -p lazaret-conformance --bin bench [-- --model NAME] [--write]`
 //!
 //! TLC checks the `.cfg` without its temporal `PROPERTY` section (stateright
-//! checks state invariants only), with `LAZARET_TLC_WORKERS` workers
+//! also checks the box-action `Live_*` properties on every step, a small
+//! extra cost on its side), with `LAZARET_TLC_WORKERS` workers
 //! (default 1) and stateright with one thread. `--write` appends the results
 //! to `docs/benchmarks.md`.
 

@@ -16,6 +16,10 @@ use std::process::Command;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetCommand {
     pub argv: Vec<OsString>,
+    /// Descriptors the target inherits. They stay close-on-exec in this
+    /// process and are made inheritable only in the forked child, so a
+    /// concurrent spawn by another thread can never inherit them.
+    pub inherit: Vec<RawFd>,
 }
 
 /// One wrapper spawn: the `lazaret` binary, the inherited barrier read end,
@@ -80,6 +84,7 @@ impl SpawnSys for RealProcessSys {
 
     fn spawn_wrapper(&self, spawn: &WrapperSpawn<'_>) -> io::Result<HostPid> {
         let fd = spawn.barrier.as_raw_fd();
+        let inherit = spawn.target.inherit.clone();
         let mut command = Command::new(spawn.program);
         command.arg(super::wrapper::WRAPPER_SUBCOMMAND);
         command.args(super::wrapper::WrapperArgs::to_argv(
@@ -88,12 +93,16 @@ impl SpawnSys for RealProcessSys {
             &spawn.target.argv,
         ));
         // SAFETY: the closure runs in the forked child before exec and only
-        // calls fcntl(F_SETFD), which is async-signal-safe; `fd` is the
-        // barrier read end, open in the parent and therefore in the child.
+        // calls fcntl(F_SETFD), which is async-signal-safe (it allocates
+        // nothing: `inherit` was cloned before the fork); `fd` is the barrier
+        // read end and `inherit` the target's descriptors, all open in the
+        // parent and therefore in the child.
         unsafe {
             command.pre_exec(move || {
-                let borrowed = BorrowedFd::borrow_raw(fd);
-                rustix::io::fcntl_setfd(borrowed, FdFlags::empty())?;
+                for raw in std::iter::once(fd).chain(inherit.iter().copied()) {
+                    let borrowed = BorrowedFd::borrow_raw(raw);
+                    rustix::io::fcntl_setfd(borrowed, FdFlags::empty())?;
+                }
                 Ok(())
             });
         }

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 use crate::crash_point::crash_point;
 use lazaret_generated::lazaret::{Action, CoordinatorsId, State};
-use lazaret_runtime::coordinator::host_model::{HostModel, HostModelError};
+use lazaret_runtime::coordinator::host_model::{DurableView, HostModel, HostModelError};
 use lazaret_runtime::core::CoreError;
+use lazaret_runtime::records::ids::CoordinatorId;
 use lazaret_runtime::trace::TraceLine;
 
 /// Traces kept under a Domain's storage root.
@@ -68,6 +69,20 @@ impl HcModel {
                 file: Some(file),
             },
         })
+    }
+
+    /// The core of a recovery whose trace is gone, rebuilt from the
+    /// durable record (see [`HostModel::recovered`]); its trace starts at
+    /// `path` with that state in the header.
+    pub fn recovered(
+        path: PathBuf,
+        dead: String,
+        generation: u64,
+        durable: &DurableView,
+    ) -> Result<Self, HostModelError> {
+        let model = HostModel::recovered(dead, generation, durable)?;
+        let log = TraceLog::create(path, &model.header());
+        Ok(Self { model, log })
     }
 
     pub fn me(&self) -> CoordinatorsId {
@@ -205,6 +220,13 @@ fn prune(dir: &Path, keep: usize) -> io::Result<()> {
         std::fs::remove_file(path)?;
     }
     Ok(())
+}
+
+/// How a coordinator is named in traces: `hc-` and the first four bytes of
+/// its coordinator ID (recorded with its generation).
+pub fn coordinator_name(id: &CoordinatorId) -> String {
+    let hex: String = id.0[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("hc-{hex}")
 }
 
 /// The trace file name of generation `id`.

@@ -11,20 +11,21 @@
 //! `RegisterSession`, `CloseSession`, `FinishSessionRelease`); launch and
 //! publication are in [`super::launch`], teardown in [`super::release`].
 use super::channel::{self, ChannelError};
-use super::hc_model::{trace_name, HcModel};
+use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::{launch_generation, publish, LaunchedGeneration};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::recover_all;
 use super::release::{abort, no_sessions_left, teardown};
 use super::session::{random_bytes, start_session, SessionContext};
 use super::supervisor::runsc_globals;
+use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
 use crate::confined::RealSys;
 use crate::domain_lock::{DomainLock, DomainLockError};
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
 use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::ProcessSys;
+use crate::process_identity::{identity_of, ProcessSys};
 use lazaret_generated::lazaret::{Action, Decision, FingerprintResults, Sess, SessionsId};
 use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
@@ -32,7 +33,13 @@ use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
 };
 use lazaret_runtime::core::CoreError;
-use lazaret_runtime::records::ids::{CoordinatorId, GenerationId};
+use lazaret_runtime::ownership::terminal::TerminalOp;
+use lazaret_runtime::ownership::AbsenceProof;
+use lazaret_runtime::records::ids::{ContainerId, CoordinatorId, GenerationId, SessionId};
+use lazaret_runtime::records::process::{
+    HostProcessIdentity, PersistedHostProcessOwnership, PidfsProcessIdentityV1,
+};
+use lazaret_runtime::records::terminal::SessionTerminalState;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -111,6 +118,8 @@ pub(super) enum HcEvent {
     /// The session in this slot ended: its exec client is reaped and its
     /// PTY closed.
     SessionEnded(SessionsId),
+    /// The session in this slot has its guest leader identity.
+    SessionRunning(SessionsId, TerminalEvidence),
     SupervisorLost(String),
 }
 
@@ -134,6 +143,10 @@ pub(super) struct Hc<'s, 'l> {
     pub id: GenerationId,
     pub coordinator_id: CoordinatorId,
     pub generation: Option<LaunchedGeneration>,
+    /// The Domain Store session of each registered model session slot.
+    pub sessions: std::collections::HashMap<SessionsId, SessionId>,
+    /// This coordinator's own pidfs identity (its committed direct edges).
+    pub own: PidfsProcessIdentityV1,
 }
 
 impl Hc<'_, '_> {
@@ -161,6 +174,15 @@ impl Hc<'_, '_> {
             source,
         }
     }
+}
+
+/// This process's pidfs identity.
+fn own_identity() -> Result<PidfsProcessIdentityV1, CoordinatorError> {
+    let pidfd = RealProcessSys
+        .pidfd_open(RealProcessSys.own_pid())
+        .map_err(CoordinatorError::Boot)?;
+    identity_of(&RealProcessSys, &pidfd)
+        .map_err(|e| CoordinatorError::Supervisor(format!("own identity: {e}")))
 }
 
 fn model_err(e: CoreError) -> CoordinatorError {
@@ -234,15 +256,8 @@ pub fn run_coordinator(
     let broker = Broker::claim(RealProcessSys, program.clone())?;
     let id = next_generation(&store, &store_path)?;
     let coordinator_id = CoordinatorId(random_bytes().map_err(CoordinatorError::Boot)?);
-    let name = format!(
-        "hc-{}",
-        coordinator_id.0[..4]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
-    let model = HcModel::new(name, id.0, paths.runtime.join(trace_name(id.0)))
-        .map_err(|e| CoordinatorError::Model(e.to_string()))?;
+    let name = coordinator_name(&coordinator_id);
+    let model = own_trace(name, id, &paths)?;
     let mut hc = Hc {
         broker,
         store: &store,
@@ -250,6 +265,8 @@ pub fn run_coordinator(
         id,
         coordinator_id,
         generation: None,
+        sessions: std::collections::HashMap::new(),
+        own: own_identity()?,
     };
     let launch = LaunchInputs {
         image: config.selected().image().to_string(),
@@ -281,6 +298,31 @@ pub fn run_coordinator(
     // past this point every outcome reached the client.
     let _ = std::fs::remove_file(paths.log());
     result.and(released).and(exited).map(|()| Outcome::Done)
+}
+
+/// The model core of this coordinator. A coordinator that died before it
+/// started generation `id` left that generation's trace: this process
+/// continues it as a successor, after the dead one's `HostCoordinatorLost`
+/// (the flock this process holds proves it gone).
+fn own_trace(
+    name: String,
+    id: GenerationId,
+    paths: &DomainPaths,
+) -> Result<HcModel, CoordinatorError> {
+    let path = paths.runtime.join(trace_name(id.0));
+    if !path.exists() {
+        return HcModel::new(name, id.0, path).map_err(|e| CoordinatorError::Model(e.to_string()));
+    }
+    let mut model = HcModel::resume(path.clone()).map_err(|e| CoordinatorError::Recovery {
+        generation: id.0,
+        detail: e.to_string(),
+    })?;
+    for dead in model.model().holders() {
+        model
+            .take(Action::HostCoordinatorLost { c: dead })
+            .map_err(|e| CoordinatorError::Model(e.to_string()))?;
+    }
+    Ok(model)
 }
 
 /// Recovers any generation a coordinator that died left behind (each in
@@ -369,11 +411,20 @@ fn serve(
                     hc, launch, stream, &hello, matches, cold, timings, events_tx,
                 )?;
             }
+            HcEvent::SessionRunning(s, evidence) => {
+                if let Err(e) = record_running(hc, s, evidence) {
+                    tracing::warn!(error = %e, "the session terminal's Running record");
+                }
+            }
             HcEvent::SessionEnded(s) => {
                 if hc.model.state().sess[s.index()] == Sess::Registered {
-                    hc.step(Action::CloseSession { c, s }, |_| Ok(()))?;
+                    hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
                 }
-                hc.step(Action::FinishSessionRelease { c, s }, |_| Ok(()))?;
+                // The session's loop reaped its exec client and closed its
+                // PTY before it said the session ended (spec 3.4).
+                hc.step(Action::FinishSessionRelease { c, s }, |hc| {
+                    clean_terminal(hc, s)
+                })?;
             }
             HcEvent::SupervisorLost(why) => {
                 tracing::warn!(%why, "Runtime Supervisor lost");
@@ -381,7 +432,7 @@ fn serve(
                 // release finishes when its exec client has been reaped.
                 for s in SessionsId::all(usize::from(SESSION_SLOTS)) {
                     if hc.model.state().sess[s.index()] == Sess::Registered {
-                        hc.step(Action::CloseSession { c, s }, |_| Ok(()))?;
+                        hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
                     }
                 }
             }
@@ -460,15 +511,25 @@ fn admit(
         timings,
     };
     let ended = forward_end(events_tx, s);
+    let running = forward_running(events_tx, s);
     let start = stream
         .try_clone()
         .map_err(|e| e.to_string())
         .and_then(|client| {
-            start_session(&mut hc.broker, hc.store, &ctx, hello, client, ended)
-                .map_err(|e| e.to_string())
+            start_session(
+                &mut hc.broker,
+                hc.store,
+                &ctx,
+                hello,
+                client,
+                ended,
+                running,
+            )
+            .map_err(|e| e.to_string())
         });
     match start {
-        Ok(()) => hc.step(Action::RegisterSession { c, s }, |_| {
+        Ok(session) => hc.step(Action::RegisterSession { c, s }, |hc| {
+            hc.sessions.insert(s, session);
             reply(&mut stream, &joined);
             Ok(())
         }),
@@ -480,6 +541,96 @@ fn admit(
             Ok(())
         }),
     }
+}
+
+/// CloseSession: the session terminal's durable ReleaseIntent (evidence
+/// kept) before its release.
+fn release_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorError> {
+    terminal_op(hc, s, false)
+}
+
+/// FinishSessionRelease: the terminal is Clean once its exec client is
+/// reaped and its PTY closed; the slot is free again.
+fn clean_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorError> {
+    terminal_op(hc, s, true)?;
+    hc.sessions.remove(&s);
+    Ok(())
+}
+
+fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), CoordinatorError> {
+    let Some(&session) = hc.sessions.get(&s) else {
+        return Ok(());
+    };
+    let generation = hc.id;
+    let terminal = hc
+        .store
+        .terminal(generation, session)
+        .map_err(|e| hc.store_err(e))?;
+    let op = match terminal.map(|t| t.state) {
+        Some(SessionTerminalState::Intent | SessionTerminalState::Running) if !clean => {
+            TerminalOp::BeginRelease
+        }
+        Some(SessionTerminalState::ReleaseIntent) if clean => {
+            TerminalOp::Clean(AbsenceProof::ExactAbsence)
+        }
+        _ => return Ok(()),
+    };
+    hc.apply(&[StoreOp::Terminal {
+        generation,
+        session,
+        op,
+    }])
+}
+
+/// A session's guest identity becomes an HC event naming its slot.
+fn forward_running(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<TerminalEvidence> {
+    let (tx, rx) = mpsc::channel::<TerminalEvidence>();
+    let events = events_tx.clone();
+    std::thread::spawn(move || {
+        if let Ok(evidence) = rx.recv() {
+            let _ = events.send(HcEvent::SessionRunning(slot, evidence));
+        }
+    });
+    tx
+}
+
+/// The terminal's durable Running record (spec 3.4 step 4): this
+/// coordinator's committed direct edge, the PTY master, the container and
+/// the guest leader join the committed exec client in one transaction.
+/// Below the model's abstraction (its `RegisterSession` covers the
+/// terminal reaching Running), so not a model step.
+fn record_running(
+    hc: &mut Hc<'_, '_>,
+    s: SessionsId,
+    evidence: TerminalEvidence,
+) -> Result<(), CoordinatorError> {
+    let (Some(&session), Some(g)) = (hc.sessions.get(&s), hc.generation.as_ref()) else {
+        return Ok(());
+    };
+    let generation = hc.id;
+    let container = ContainerId::new(g.container_id.clone())
+        .map_err(|e| CoordinatorError::Model(format!("container id: {e}")))?;
+    let Some(t) = hc
+        .store
+        .terminal(generation, session)
+        .map_err(|e| hc.store_err(e))?
+    else {
+        return Ok(());
+    };
+    if t.state != SessionTerminalState::Intent {
+        return Ok(());
+    }
+    let mut snapshot = t.snapshot.clone();
+    snapshot.container_id = Some(container);
+    snapshot.host_coordinator =
+        PersistedHostProcessOwnership::Committed(HostProcessIdentity { identity: hc.own });
+    snapshot.pty_master = Some(evidence.pty);
+    snapshot.guest_process = Some(evidence.guest);
+    hc.apply(&[StoreOp::Terminal {
+        generation,
+        session,
+        op: TerminalOp::Run(snapshot),
+    }])
 }
 
 /// A session's end becomes an HC event naming its slot.

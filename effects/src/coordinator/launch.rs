@@ -42,8 +42,7 @@ use crate::image::reference::ImageRef;
 use crate::image::resolve;
 use crate::image::store::BlobStore;
 use crate::prepare::{prepare, RealPrepareHost};
-use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::{identity_of, ChildState, ProcessHandle, ProcessSys, Signal};
+use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::userns::{map_and_verify, plan_maps, Identity, RealHost};
 
 /// How long RS may take for each launch step.
@@ -166,8 +165,6 @@ pub(super) fn launch_generation(
     // The lifetime channel: a socketpair whose RS end RS inherits.
     let (hc_end, rs_end) = UnixStream::pair().map_err(io_err(&dir))?;
     let rs_fd: OwnedFd = rs_end.into();
-    rustix::io::fcntl_setfd(&rs_fd, rustix::io::FdFlags::empty())
-        .map_err(|e| io_err(&dir)(e.into()))?;
     let store_ledger = StoreLedger::new(
         hc.store,
         SlotTarget::Participant {
@@ -183,6 +180,7 @@ pub(super) fn launch_generation(
             "--channel-fd".into(),
             rs_fd.as_raw_fd().to_string().into(),
         ],
+        inherit: vec![rs_fd.as_raw_fd()],
     };
     let mut ledger = ModelLedger::new(
         store_ledger,
@@ -423,11 +421,7 @@ fn commit_sandbox(
 ) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
     let invalid = |what: &str, e: String| CoordinatorError::Supervisor(format!("{what}: {e}"));
-    let pidfd = RealProcessSys
-        .pidfd_open(RealProcessSys.own_pid())
-        .map_err(CoordinatorError::Boot)?;
-    let own = identity_of(&RealProcessSys, &pidfd)
-        .map_err(|e| CoordinatorError::Supervisor(format!("own identity: {e}")))?;
+    let own = hc.own;
     let current = hc
         .store
         .participant(generation, ParticipantRole::Sandbox)

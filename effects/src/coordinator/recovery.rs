@@ -13,20 +13,28 @@
 //! the generation unrecovered and this coordinator fails closed.
 use std::time::{Duration, Instant};
 
-use lazaret_generated::lazaret::{Action, Rs, Runsc};
+use lazaret_generated::lazaret::{Action, Decision, Part, ProcSlots, Roles, Slot};
+use lazaret_runtime::coordinator::host_model::DurableView;
 use lazaret_runtime::records::ids::GenerationId;
-use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
-use lazaret_runtime::records::process::PidfsProcessIdentityV1;
+use lazaret_runtime::records::participant::{
+    ParticipantOwnership, ParticipantRole, ParticipantState,
+};
+use lazaret_runtime::records::process::{
+    HostProcessOwnershipSlot, PersistedHostProcessOwnership, PidfsProcessIdentityV1,
+};
 
-use super::hc_model::{trace_name, HcModel};
+use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::host::{CoordinatorError, Hc};
-use super::launch::decision_value;
+use super::launch::{decision_value, participant_role};
 use super::paths::DomainPaths;
 use super::release::release;
 use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::Signal;
 use crate::process_identity::{match_recorded, RecoveryRefusal};
+use lazaret_runtime::ownership::terminal::TerminalOp;
+use lazaret_runtime::ownership::AbsenceProof;
+use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
 
 /// How long a recorded RS or attached runsc may take to finish its own
 /// lease-loss teardown before it is ended through its exact match.
@@ -34,18 +42,31 @@ const LEASE_LOSS_GRACE: Duration = Duration::from_secs(20);
 /// How long an exactly matched process may take to die after SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
-/// Recovers every generation that is not retired, oldest first.
+/// Recovers every generation that is not retired, oldest first, and keeps
+/// the traces of generations that were retired but whose coordinator died
+/// before it could move their trace.
 pub(super) fn recover_all(
     hc: &mut Hc<'_, '_>,
     paths: &DomainPaths,
 ) -> Result<(), CoordinatorError> {
     let document = hc.store.document().map_err(|e| hc.store_err(e))?;
-    let mut live: Vec<GenerationId> = document
-        .generations
-        .iter()
-        .filter(|g| g.generation.durable_decision.as_str() != "Vacant")
-        .map(|g| g.generation.generation_id)
-        .collect();
+    let mut live: Vec<GenerationId> = Vec::new();
+    for g in &document.generations {
+        let id = g.generation.generation_id;
+        if g.generation.durable_decision.as_str() != "Vacant" {
+            live.push(id);
+            continue;
+        }
+        let orphan = paths.runtime.join(trace_name(id.0));
+        if orphan.exists() && id != hc.id {
+            match HcModel::resume(orphan) {
+                Ok(old) => old.archive(&paths.traces()),
+                Err(e) => {
+                    tracing::warn!(generation = id.0, error = %e, "an orphaned trace is not kept")
+                }
+            }
+        }
+    }
     live.sort_by_key(|g| g.0);
     for g in live {
         recover(hc, paths, g)?;
@@ -60,12 +81,30 @@ fn recover(
 ) -> Result<(), CoordinatorError> {
     let _span = tracing::info_span!("BootstrapRecover", generation = g.0).entered();
     let path = paths.runtime.join(trace_name(g.0));
-    let old = HcModel::resume(path).map_err(|e| CoordinatorError::Recovery {
-        generation: g.0,
-        detail: format!(
-            "{e}; without the trace of the coordinator that died this generation cannot be recovered by this version"
-        ),
-    })?;
+    let old = if path.exists() {
+        HcModel::resume(path).map_err(|e| CoordinatorError::Recovery {
+            generation: g.0,
+            detail: e.to_string(),
+        })?
+    } else {
+        // The trace is gone (a reboot empties the runtime directory): the
+        // recovery starts from the state the durable record describes.
+        let durable = durable_view(hc, g)?;
+        let dead = hc
+            .store
+            .generation_document(g)
+            .map_err(|e| hc.store_err(e))?
+            .map(|d| coordinator_name(&d.generation.coordinator_id))
+            .unwrap_or_else(|| "hc-unknown".into());
+        tracing::warn!(
+            generation = g.0,
+            "the trace of this generation is gone; recovering from the durable record"
+        );
+        HcModel::recovered(path, dead, g.0, &durable).map_err(|e| CoordinatorError::Recovery {
+            generation: g.0,
+            detail: e.to_string(),
+        })?
+    };
     let own_model = std::mem::replace(&mut hc.model, old);
     let own_id = std::mem::replace(&mut hc.id, g);
     let result = recover_generation(hc, paths);
@@ -81,25 +120,117 @@ fn recover(
     }
 }
 
+/// What the Domain Store records of generation `g`, as the model's durable
+/// variables.
+fn durable_view(hc: &Hc<'_, '_>, g: GenerationId) -> Result<DurableView, CoordinatorError> {
+    let unknown = |what: String| CoordinatorError::Recovery {
+        generation: g.0,
+        detail: what,
+    };
+    let document = hc
+        .store
+        .generation_document(g)
+        .map_err(|e| hc.store_err(e))?
+        .ok_or_else(|| unknown("the Domain Store has no such generation".into()))?;
+    let decision_name = document.generation.durable_decision.as_str();
+    let decision = Decision::from_name(decision_name).ok_or_else(|| {
+        unknown(format!(
+            "durable decision `{decision_name}` is not a model value"
+        ))
+    })?;
+    let participant = |r: Roles| {
+        document
+            .participants
+            .iter()
+            .find(|p| p.role == participant_role(r))
+    };
+    let part = Roles::ALL
+        .iter()
+        .map(|r| match participant(*r) {
+            None => Part::None,
+            Some(p) => match p.state {
+                ParticipantState::Intent if p.ownership.is_none() => Part::Intent,
+                ParticipantState::Intent => Part::Acquiring,
+                ParticipantState::LeaseHeld => Part::LeaseHeld,
+                ParticipantState::Prepared => Part::Prepared,
+                ParticipantState::Committed => Part::Committed,
+                ParticipantState::ReleaseIntent => Part::ReleaseIntent,
+                ParticipantState::Clean => Part::Clean,
+            },
+        })
+        .collect();
+    let slot = ProcSlots::ALL
+        .iter()
+        .map(|ps| {
+            use HostProcessOwnershipSlot as S;
+            let (role, slot) = match ps {
+                ProcSlots::SandboxRuntimeSupervisor => {
+                    (Roles::Sandbox, S::SandboxRuntimeSupervisor)
+                }
+                ProcSlots::SandboxAttachedRunsc => (Roles::Sandbox, S::SandboxAttachedRunsc),
+                ProcSlots::StateAnchorDaemon => (Roles::StateAnchor, S::StateAnchorDaemon),
+                ProcSlots::GitRoutingDaemon => (Roles::GitRouting, S::GitRoutingDaemon),
+                ProcSlots::HelperConnectivityHelper => (Roles::Helper, S::HelperConnectivityHelper),
+            };
+            match participant(role)
+                .and_then(|p| p.ownership.as_ref())
+                .and_then(|o| o.slot(slot))
+            {
+                Some(PersistedHostProcessOwnership::Staged(_)) => Slot::Staged,
+                Some(PersistedHostProcessOwnership::Committed(_)) => Slot::Committed,
+                Some(PersistedHostProcessOwnership::Unassigned) | None => Slot::Unassigned,
+            }
+        })
+        .collect();
+    Ok(DurableView {
+        decision,
+        part,
+        slot,
+    })
+}
+
+/// The dead coordinator may have completed one durable step it did not
+/// trace (it died between the store transaction and the trace line): that
+/// step is taken for it, so the trace matches the store. Anything else is
+/// a disagreement recovery does not guess at.
+fn catch_up(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    let store = durable_view(hc, hc.id)?;
+    if hc.model.model().durable() == store {
+        return Ok(());
+    }
+    let step = hc
+        .model
+        .model()
+        .holders()
+        .into_iter()
+        .find_map(|dead| hc.model.model().catch_up(dead, &store));
+    let Some(action) = step else {
+        return Err(CoordinatorError::Recovery {
+            generation: hc.id.0,
+            detail: format!(
+                "the Domain Store ({store:?}) and the trace ({:?}) differ by more than one step",
+                hc.model.model().durable()
+            ),
+        });
+    };
+    tracing::info!(
+        ?action,
+        "the dead coordinator's last durable step, taken for its trace"
+    );
+    hc.model
+        .take(action)
+        .map_err(|e| CoordinatorError::Model(e.to_string()))
+}
+
 fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), CoordinatorError> {
+    catch_up(hc)?;
     for dead in hc.model.model().holders() {
         hc.step(Action::HostCoordinatorLost { c: dead }, |_| Ok(()))?;
     }
     let (supervisor, runsc) = recorded_runtime(hc)?;
     let runsc_outlived = wait_absent(hc.id, supervisor.as_ref(), runsc.as_ref())?;
-    let state = hc.model.state();
-    match (state.rs, state.runsc) {
-        (Rs::LeaseLost, Runsc::Running) if runsc_outlived => {
-            hc.step(Action::RuntimeSupervisorLost, |_| Ok(()))?;
-            hc.step(Action::AttachedRunscParentDeath, |_| Ok(()))?;
-        }
-        (Rs::LeaseLost, _) => {
-            hc.step(Action::RuntimeSupervisorLeaseLossTeardown, |_| Ok(()))?;
-        }
-        (Rs::Absent, Runsc::Running) => {
-            hc.step(Action::AttachedRunscParentDeath, |_| Ok(()))?;
-        }
-        _ => {}
+    for action in hc.model.model().runtime_absent(runsc_outlived) {
+        hc.step(action, |_| Ok(()))?;
     }
     // The generation's runtime files (bundle, runsc state of a runsc that
     // was killed) go once its processes are proved absent.
@@ -110,6 +241,7 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
             source,
         })?;
     }
+    clean_terminals(hc)?;
     let me = hc.model.me();
     let generation = hc.id;
     hc.step(Action::AcquireDomainLock { c: me }, |_| Ok(()))?;
@@ -120,6 +252,49 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
         }])
     })?;
     release(hc)
+}
+
+/// The session terminals of the dead coordinator's sessions: each exec
+/// client is proved absent by its exact recorded identity (it ends with the
+/// sandbox; one that outlives the grace is ended through its exact match),
+/// then the terminal goes ReleaseIntent -> Clean. The model abstracts
+/// terminals into its sessions, which `HostCoordinatorLost` already closed;
+/// these rows are the durable evidence below that abstraction.
+fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    let generation = hc.id;
+    let document = hc
+        .store
+        .generation_document(generation)
+        .map_err(|e| hc.store_err(e))?;
+    let terminals = document.map(|d| d.terminals).unwrap_or_default();
+    for t in terminals {
+        if t.state == SessionTerminalState::Clean {
+            continue;
+        }
+        let exec_client = t.snapshot.exec_client.identity().copied();
+        wait_absent(generation, exec_client.as_ref(), None)?;
+        let bare =
+            t.state == SessionTerminalState::Intent && t.snapshot == TerminalSnapshot::default();
+        let mut ops = Vec::new();
+        if !bare && t.state != SessionTerminalState::ReleaseIntent {
+            ops.push(StoreOp::Terminal {
+                generation,
+                session: t.session_id,
+                op: TerminalOp::BeginRelease,
+            });
+        }
+        ops.push(StoreOp::Terminal {
+            generation,
+            session: t.session_id,
+            op: TerminalOp::Clean(if bare {
+                AbsenceProof::SealedRuntimeAbsence
+            } else {
+                AbsenceProof::ExactAbsence
+            }),
+        });
+        hc.apply(&ops)?;
+    }
+    Ok(())
 }
 
 /// The recorded identities of the generation's RS and attached runsc.

@@ -7,7 +7,7 @@
 //! launch.
 use std::path::Path;
 
-use lazaret_generated::lazaret::{Action, Decision, Part, Roles, Rs, Sess};
+use lazaret_generated::lazaret::{Action, Decision, Roles, Sess};
 use lazaret_runtime::coordinator::messages::CoordinatorCommand;
 use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::ownership::AbsenceProof;
@@ -16,18 +16,6 @@ use super::channel;
 use super::host::{CoordinatorError, Hc};
 use super::launch::{decision_value, participant_role, reap_supervisor, LaunchedGeneration};
 use crate::domain_store::StoreOp;
-
-/// Release order (the model's `ReleaseRank`): publication is withdrawn
-/// first, the prepared-lower lease released last.
-const RELEASE_ORDER: [Roles; 7] = [
-    Roles::Publication,
-    Roles::Sandbox,
-    Roles::Network,
-    Roles::Helper,
-    Roles::GitRouting,
-    Roles::StateAnchor,
-    Roles::PreparedLower,
-];
 
 /// Whether no session is registered or closing (the model's
 /// `NoSessionsLeft`).
@@ -69,71 +57,62 @@ pub(super) fn abort(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
     release(hc)
 }
 
-fn part(hc: &Hc<'_, '_>, r: Roles) -> Part {
-    hc.model.state().part[r.index()]
-}
-
-/// From TearingDown to Vacant, one model step per durable transaction.
+/// From TearingDown or Recovering to Vacant: the core decides each step
+/// (`HostModel::next_release`), this carries it out, one durable
+/// transaction per step.
 pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
-    let c = hc.model.me();
     let generation = hc.id;
-    for r in RELEASE_ORDER {
-        if matches!(
-            part(hc, r),
-            Part::Acquiring | Part::LeaseHeld | Part::Prepared | Part::Committed
-        ) {
-            let _span = tracing::info_span!("RecordReleaseIntent", role = r.name()).entered();
-            hc.step(Action::RecordReleaseIntent { c, r }, |hc| {
-                hc.apply(&[StoreOp::Participant {
-                    generation,
-                    role: participant_role(r),
-                    op: ParticipantOp::BeginRelease {
-                        released_state_anchor: None,
-                    },
-                }])
-            })?;
-        }
-    }
-    if hc.model.state().rs == Rs::Running {
-        let _span = tracing::info_span!("ShutdownRuntime").entered();
-        hc.step(Action::ShutdownRuntime { c }, |hc| {
-            // A launched generation is stopped through RS; a failed launch
-            // already ended its RS exactly before it returned.
-            if let Some(g) = hc.generation.take() {
-                stop_generation(hc, &g);
+    // Each role leaves at most three steps; the bound catches a core that
+    // would not make progress.
+    for _ in 0..(3 * Roles::ALL.len() + 2) {
+        let Some(action) = hc.model.model().next_release() else {
+            debug_assert_eq!(hc.model.state().decision, Decision::Vacant);
+            return Ok(());
+        };
+        let _span = tracing::info_span!(
+            "release",
+            action = lazaret_generated::lazaret::action_name(&action)
+        )
+        .entered();
+        hc.step(action, |hc| match action {
+            Action::RecordReleaseIntent { r, .. } => hc.apply(&[StoreOp::Participant {
+                generation,
+                role: participant_role(r),
+                op: ParticipantOp::BeginRelease {
+                    released_state_anchor: None,
+                },
+            }]),
+            Action::ShutdownRuntime { .. } => {
+                // A launched generation is stopped through RS; a failed
+                // launch already ended its RS exactly before it returned.
+                if let Some(g) = hc.generation.take() {
+                    stop_generation(hc, &g);
+                }
+                Ok(())
             }
-            Ok(())
+            Action::CleanParticipant { r, .. } => hc.apply(&[StoreOp::Participant {
+                generation,
+                role: participant_role(r),
+                op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
+            }]),
+            Action::CleanBareIntent { r, .. } => hc.apply(&[StoreOp::Participant {
+                generation,
+                role: participant_role(r),
+                op: ParticipantOp::Clean(AbsenceProof::SealedRuntimeAbsence),
+            }]),
+            Action::RetireGeneration { .. } => hc.apply(&[StoreOp::SetDurableDecision {
+                generation,
+                decision: decision_value("Vacant")?,
+            }]),
+            other => Err(CoordinatorError::Model(format!(
+                "{} is not a release step",
+                lazaret_generated::lazaret::action_name(&other)
+            ))),
         })?;
     }
-    for r in RELEASE_ORDER {
-        let _span = tracing::info_span!("CleanParticipant", role = r.name()).entered();
-        match part(hc, r) {
-            Part::ReleaseIntent => hc.step(Action::CleanParticipant { c, r }, |hc| {
-                hc.apply(&[StoreOp::Participant {
-                    generation,
-                    role: participant_role(r),
-                    op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
-                }])
-            })?,
-            Part::Intent => hc.step(Action::CleanBareIntent { c, r }, |hc| {
-                hc.apply(&[StoreOp::Participant {
-                    generation,
-                    role: participant_role(r),
-                    op: ParticipantOp::Clean(AbsenceProof::SealedRuntimeAbsence),
-                }])
-            })?,
-            _ => {}
-        }
-    }
-    let _span = tracing::info_span!("RetireGeneration").entered();
-    hc.step(Action::RetireGeneration { c }, |hc| {
-        hc.apply(&[StoreOp::SetDurableDecision {
-            generation,
-            decision: decision_value("Vacant")?,
-        }])
-    })?;
-    debug_assert_eq!(hc.model.state().decision, Decision::Vacant);
-    Ok(())
+    Err(CoordinatorError::Model(
+        "the release did not reach RetireGeneration".into(),
+    ))
 }
 
 /// RS stops the sandbox (runsc run deletes its state) and exits; HC reaps

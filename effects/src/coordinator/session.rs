@@ -8,7 +8,7 @@
 use super::channel;
 use super::enter::EnterArgs;
 use super::guest_runner::STDIO_PLACEHOLDER;
-use super::terminal_session::{self, GuestTarget, TerminalParts};
+use super::terminal_session::{self, GuestTarget, TerminalEvidence, TerminalParts};
 use super::ENTER_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError, CommittedChild};
@@ -88,11 +88,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SessionError> {
         .map_err(|e| SessionError::Pipe(e.into()))
 }
 
-fn inheritable(fd: &OwnedFd) -> Result<(), SessionError> {
-    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
-        .map_err(|e| SessionError::Pipe(e.into()))
-}
-
 /// The exec client's argv: `lazaret __enter ... -- runsc ... exec ...`.
 /// An interactive session names its process JSON (`"terminal": true`)
 /// instead of an argv.
@@ -153,7 +148,8 @@ pub fn start_session(
     hello: &Hello,
     client: UnixStream,
     ended: Sender<()>,
-) -> Result<(), SessionError> {
+    running: Sender<TerminalEvidence>,
+) -> Result<SessionId, SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
     let session = SessionId(random_bytes().map_err(SessionError::Random)?);
     store.apply(&[
@@ -191,34 +187,33 @@ pub fn start_session(
             env,
             terminal: true,
         };
-        let session = (session, ctx.generation);
+        let id = session;
         return start_terminal_session(
             broker,
             &mut ledger,
             ctx,
-            session,
+            (session, ctx.generation),
             &process,
             size,
             client,
-            ended,
-        );
+            (ended, running),
+        )
+        .map(|()| id);
     }
     let argv = &hello.argv;
     let (in_r, in_w) = pipe()?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
-    for fd in [&in_r, &out_w, &err_w] {
-        inheritable(fd)?;
-    }
     let stdio = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
     let target = TargetCommand {
         argv: exec_client_argv(ctx, stdio, ExecCommand::Piped(argv)),
+        inherit: stdio.to_vec(),
     };
     let acquired = broker.acquire(&target, &mut ledger);
     // The child has its copies; HC keeps only its own ends.
     drop((in_r, out_w, err_w));
     let committed = commit(broker, &mut ledger, acquired?)?;
-    spawn_forwarders(committed, client, in_w, out_r, err_r, ended)
+    spawn_forwarders(committed, client, in_w, out_r, err_r, ended).map(|()| session)
 }
 
 fn commit(
@@ -300,7 +295,7 @@ fn start_terminal_session(
     process: &ExecProcess,
     size: WindowSize,
     client: UnixStream,
-    ended: Sender<()>,
+    (ended, running): (Sender<()>, Sender<TerminalEvidence>),
 ) -> Result<(), SessionError> {
     let json = process.to_json()?;
     let memfd = rustix::fs::memfd_create("lazaret-process-json", rustix::fs::MemfdFlags::CLOEXEC)
@@ -308,12 +303,9 @@ fn start_terminal_session(
     std::fs::File::from(memfd.try_clone().map_err(SessionError::ProcessFile)?)
         .write_all(&json)
         .map_err(SessionError::ProcessFile)?;
-    inheritable(&memfd)?;
     let (pid_r, pid_w) = pipe()?;
-    inheritable(&pid_w)?;
     let (pty, slave) = SessionPty::allocate(&RealPty)?;
     pty.resize(size)?;
-    inheritable(&slave)?;
     let fd = slave.as_raw_fd();
     let process_json = format!("/proc/self/fd/{}", memfd.as_raw_fd());
     let internal_pid_file = format!("/proc/self/fd/{}", pid_w.as_raw_fd());
@@ -326,6 +318,7 @@ fn start_terminal_session(
                 internal_pid_file: &internal_pid_file,
             },
         ),
+        inherit: vec![fd, memfd.as_raw_fd(), pid_w.as_raw_fd()],
     };
     let acquired = broker.acquire(&target, ledger);
     // The child has its copies; HC keeps only the master and the pipe's
@@ -341,6 +334,7 @@ fn start_terminal_session(
         pid_pipe: pid_r,
         guest: guest_target(ctx),
         ended,
+        running,
     })
     .map_err(SessionError::Pipe)
 }

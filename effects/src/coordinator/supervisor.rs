@@ -356,7 +356,14 @@ fn launch_and_serve<N: NamespaceSys>(
         bundle.clone().into_os_string(),
         plan.container_id.clone().into(),
     ]);
-    let acquired = broker.acquire(&TargetCommand { argv }, &mut ledger);
+    // runsc inherits only the standard descriptors set up above.
+    let acquired = broker.acquire(
+        &TargetCommand {
+            argv,
+            inherit: Vec::new(),
+        },
+        &mut ledger,
+    );
     // RS keeps no copy of init's stdin read end or runsc's stderr write end.
     ns.dup_onto_stdio(null.as_fd(), 0)
         .map_err(kernel("dup2 stdin"))?;

@@ -34,7 +34,7 @@ use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, TerminalSignal, TerminalSize,
 };
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
-use lazaret_runtime::records::terminal::GuestProcessIdentity;
+use lazaret_runtime::records::terminal::{GuestProcessIdentity, PtyIdentity};
 use lazaret_runtime::terminal::machine::{
     Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseTimings, TimerKind,
 };
@@ -104,6 +104,16 @@ pub struct TerminalParts {
     pub guest: GuestTarget,
     /// Told once the release finished (Clean or retained).
     pub ended: Sender<()>,
+    /// Told the PTY and the guest leader identity once the leader is known
+    /// (spec 3.4 step 3), for the terminal's durable Running record.
+    pub running: Sender<TerminalEvidence>,
+}
+
+/// What a session terminal's Running record holds beyond the process slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TerminalEvidence {
+    pub pty: PtyIdentity,
+    pub guest: GuestProcessIdentity,
 }
 
 enum Inbound {
@@ -145,8 +155,14 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
     {
         let control = parts.guest.control();
         let pipe = parts.pid_pipe;
+        let running = parts.running;
+        let pty = parts.pty.identity();
         std::thread::spawn(move || {
-            let _ = leader_tx.send(read_leader(&pipe, &control));
+            let leader = read_leader(&pipe, &control);
+            if let Some(guest) = leader {
+                let _ = running.send(TerminalEvidence { pty, guest });
+            }
+            let _ = leader_tx.send(leader);
         });
     }
     let driver = Driver {

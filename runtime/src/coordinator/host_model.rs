@@ -20,7 +20,8 @@
 //! configuration.
 
 use lazaret_generated::lazaret::{
-    Action, Constants, CoordinatorsId, Hc, Model, Roles, Sess, SessionsId, State,
+    Action, Constants, CoordinatorsId, Decision, Hc, LockHolder, Model, Part, ProcSlots, Roles, Rs,
+    Runsc, Sess, SessionsId, Slot, State,
 };
 use lazaret_generated::support::{Cfg, CfgError, Protocol, StepError};
 use lazaret_generated::LAZARET_BUILD;
@@ -28,6 +29,17 @@ use serde_json::{json, Value};
 
 use crate::core::{Core, CoreError};
 use crate::trace::{header_cfg, parse_line, TraceError, TraceLine, HEADER_ACTION};
+
+/// Release order (the model's `ReleaseRank`).
+const RELEASE_ORDER: [Roles; 7] = [
+    Roles::Publication,
+    Roles::Sandbox,
+    Roles::Network,
+    Roles::Helper,
+    Roles::GitRouting,
+    Roles::StateAnchor,
+    Roles::PreparedLower,
+];
 
 /// Concurrent sessions one Domain serves (each is a model session slot).
 pub const SESSION_SLOTS: u16 = 16;
@@ -54,6 +66,18 @@ pub enum HostModelError {
     Trace(#[from] TraceError),
     #[error("the trace to continue, line {line}: {detail}")]
     Resume { line: usize, detail: String },
+    #[error("the state rebuilt from the durable record violates {0}")]
+    Rebuilt(&'static str),
+}
+
+/// The durable part of the model state: what the Domain Store records of a
+/// generation (`decision`, and `part` and `slot` indexed like `Roles::ALL`
+/// and `ProcSlots::ALL`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurableView {
+    pub decision: Decision,
+    pub part: Vec<Part>,
+    pub slot: Vec<Slot>,
 }
 
 /// The model core of one Host Coordinator process.
@@ -61,6 +85,9 @@ pub enum HostModelError {
 pub struct HostModel {
     core: Core<Model>,
     me: CoordinatorsId,
+    /// The state the trace starts from: `Init`, or a state rebuilt from the
+    /// durable record ([`HostModel::recovered`]).
+    start: Option<State>,
 }
 
 impl HostModel {
@@ -68,25 +95,51 @@ impl HostModel {
     /// process in the trace; `generation` is the Domain generation its
     /// trace lines carry.
     pub fn new(coordinator: String, generation: u64) -> Result<Self, HostModelError> {
-        let cfg_err = |source| HostModelError::Cfg {
-            file: LAZARET_BUILD.cfg_file,
-            source,
-        };
-        let build = Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)
-            .and_then(|c| Constants::from_cfg(&c))
-            .map_err(cfg_err)?;
-        let mut coordinators = vec![coordinator];
-        coordinators.extend((1..=SUCCESSORS).map(|i| format!("successor-{i}")));
-        let cx = Constants {
-            coordinators,
-            sessions: (1..=SESSION_SLOTS).map(|i| format!("s{i}")).collect(),
-            max_gen: 1,
-            max_unacked_chunks: MAX_UNACKED_CHUNKS,
-            required_roles: build.required_roles,
-        };
         Ok(Self {
-            core: Core::new(cx, generation)?,
+            core: Core::new(constants(coordinator)?, generation)?,
             me: CoordinatorsId(0),
+            start: None,
+        })
+    }
+
+    /// A core for recovering generation `generation` whose trace is gone
+    /// (for example after a reboot emptied the runtime directory): the
+    /// state is rebuilt from what the Domain Store records (`durable`) —
+    /// the dead coordinator `dead` holding the lock and serving, the
+    /// runtime present exactly where its process slots are still recorded,
+    /// no session — and must satisfy every invariant. The trace then
+    /// records this start state in its header, and this process is the
+    /// first successor.
+    pub fn recovered(
+        dead: String,
+        generation: u64,
+        durable: &DurableView,
+    ) -> Result<Self, HostModelError> {
+        let cx = constants(dead)?;
+        let mut st = Model::init(&cx)?;
+        let c = CoordinatorsId(0);
+        st.hc[c.index()] = Hc::Serving;
+        st.lock_holder = LockHolder::Id(c);
+        st.decision = durable.decision;
+        st.gen_ = 1;
+        st.part.clone_from(&durable.part);
+        st.slot.clone_from(&durable.slot);
+        let held = |ps: ProcSlots| durable.slot.get(ps.index()) != Some(&Slot::Unassigned);
+        st.rs = if held(ProcSlots::SandboxRuntimeSupervisor) {
+            Rs::Running
+        } else {
+            Rs::Absent
+        };
+        st.runsc = if held(ProcSlots::SandboxAttachedRunsc) {
+            Runsc::Running
+        } else {
+            Runsc::Absent
+        };
+        let core = Core::from_state(cx, generation, st.clone()).map_err(HostModelError::Rebuilt)?;
+        Ok(Self {
+            core,
+            me: CoordinatorsId(1),
+            start: Some(st),
         })
     }
 
@@ -137,7 +190,92 @@ impl HostModel {
             .skip(1)
             .find(|c| core.state().hc.get(c.index()) == Some(&Hc::Idle))
             .ok_or_else(|| bad(kept, "every successor of this generation has run".into()))?;
-        Ok((Self { core, me }, kept))
+        Ok((
+            Self {
+                core,
+                me,
+                start: None,
+            },
+            kept,
+        ))
+    }
+
+    /// The durable part of the current state.
+    pub fn durable(&self) -> DurableView {
+        durable_of(self.state())
+    }
+
+    /// A coordinator that died after the durable effect of a step and
+    /// before its trace line leaves the Domain Store one step ahead of the
+    /// trace. Returns the one step of `c` enabled now whose durable result
+    /// is `store`; `None` when there is none or more than one (the trace
+    /// and the store then disagree in a way recovery must not guess at).
+    pub fn catch_up(&self, c: CoordinatorsId, store: &DurableView) -> Option<Action> {
+        let cx = self.core.constants();
+        let name = cx.coordinators.get(c.index())?;
+        let mut enabled = Vec::new();
+        Model::enabled_actions(cx, self.state(), None, &mut enabled);
+        let mut found = enabled.into_iter().filter(|a| {
+            Model::action_params(cx, a)
+                .iter()
+                .any(|(k, v)| *k == "c" && v == name)
+                && self.core.check(a).is_ok()
+                && Model::step(cx, self.state(), a, None)
+                    .is_ok_and(|next| durable_of(&next) == *store)
+        });
+        let first = found.next()?;
+        found.next().is_none().then_some(first)
+    }
+
+    /// The next step of a release (teardown, failed launch or recovery),
+    /// decided from the model state alone: release intent for every live
+    /// snapshot in release order (publication first, prepared lower last),
+    /// `ShutdownRuntime` while RS runs, then `CleanParticipant` /
+    /// `CleanBareIntent` in release order, then `RetireGeneration`. `None`
+    /// once the generation is retired (or when no release is under way).
+    pub fn next_release(&self) -> Option<Action> {
+        let c = self.me;
+        let st = self.state();
+        if !matches!(st.decision, Decision::TearingDown | Decision::Recovering) {
+            return None;
+        }
+        let part = |r: Roles| st.part[r.index()];
+        if let Some(r) = RELEASE_ORDER.into_iter().find(|r| {
+            matches!(
+                part(*r),
+                Part::Acquiring | Part::LeaseHeld | Part::Prepared | Part::Committed
+            )
+        }) {
+            return Some(Action::RecordReleaseIntent { c, r });
+        }
+        if st.rs == Rs::Running && st.decision == Decision::TearingDown {
+            return Some(Action::ShutdownRuntime { c });
+        }
+        for r in RELEASE_ORDER {
+            match part(r) {
+                Part::ReleaseIntent => return Some(Action::CleanParticipant { c, r }),
+                Part::Intent => return Some(Action::CleanBareIntent { c, r }),
+                _ => {}
+            }
+        }
+        Some(Action::RetireGeneration { c })
+    }
+
+    /// The environment steps that record a lease loss once recovery has
+    /// proved RS and attached runsc absent: RS finished its lease-loss
+    /// teardown, or (`runsc_outlived`) RS died first and runsc followed on
+    /// its parent-death edge.
+    pub fn runtime_absent(&self, runsc_outlived: bool) -> Vec<Action> {
+        let st = self.state();
+        match (st.rs, st.runsc) {
+            (Rs::LeaseLost, Runsc::Running) if runsc_outlived => vec![
+                Action::RuntimeSupervisorLost,
+                Action::AttachedRunscParentDeath,
+            ],
+            (Rs::LeaseLost, _) => vec![Action::RuntimeSupervisorLeaseLossTeardown],
+            (Rs::Absent, Runsc::Running) => vec![Action::AttachedRunscParentDeath],
+            _ => Vec::new(),
+        }
     }
 
     /// The coordinator this process is in the model.
@@ -190,9 +328,12 @@ impl HostModel {
             action: HEADER_ACTION.to_string(),
             params: Vec::new(),
             generation: self.core.generation(),
-            state: Model::init(cx)
-                .ok()
-                .map(|init| Model::state_view(cx, &init)),
+            state: match &self.start {
+                Some(st) => Some(Model::state_view(cx, st)),
+                None => Model::init(cx)
+                    .ok()
+                    .map(|init| Model::state_view(cx, &init)),
+            },
             constants: Some(constants_view(cx)),
         }
     }
@@ -207,6 +348,33 @@ impl HostModel {
     /// and nothing changes.
     pub fn take(&mut self, action: Action) -> Result<TraceLine, CoreError> {
         self.core.take("effect completion", &action)
+    }
+}
+
+/// The constants of a trace whose first coordinator is `coordinator`.
+fn constants(coordinator: String) -> Result<Constants, HostModelError> {
+    let build = Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)
+        .and_then(|c| Constants::from_cfg(&c))
+        .map_err(|source| HostModelError::Cfg {
+            file: LAZARET_BUILD.cfg_file,
+            source,
+        })?;
+    let mut coordinators = vec![coordinator];
+    coordinators.extend((1..=SUCCESSORS).map(|i| format!("successor-{i}")));
+    Ok(Constants {
+        coordinators,
+        sessions: (1..=SESSION_SLOTS).map(|i| format!("s{i}")).collect(),
+        max_gen: 1,
+        max_unacked_chunks: MAX_UNACKED_CHUNKS,
+        required_roles: build.required_roles,
+    })
+}
+
+fn durable_of(st: &State) -> DurableView {
+    DurableView {
+        decision: st.decision,
+        part: st.part.clone(),
+        slot: st.slot.clone(),
     }
 }
 
@@ -342,8 +510,20 @@ mod tests {
         let me = r.me();
         assert_eq!(me, CoordinatorsId(1));
         let mut text: String = text.lines().take(kept).map(|l| format!("{l}\n")).collect();
+        text += &r.take(Action::HostCoordinatorLost { c: dead })?.to_json();
+        text.push('\n');
+        assert_eq!(
+            r.runtime_absent(true),
+            vec![
+                Action::RuntimeSupervisorLost,
+                Action::AttachedRunscParentDeath
+            ]
+        );
+        assert_eq!(
+            r.runtime_absent(false),
+            vec![Action::RuntimeSupervisorLeaseLossTeardown]
+        );
         for a in [
-            Action::HostCoordinatorLost { c: dead },
             Action::RuntimeSupervisorLeaseLossTeardown,
             Action::AcquireDomainLock { c: me },
             Action::BootstrapRecover { c: me },
@@ -372,9 +552,123 @@ mod tests {
             Outcome::Conforms { steps, .. } => assert_eq!(steps, 21),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
+        // A coordinator that died after a durable write and before its
+        // trace line: the store is one step ahead and the successor takes
+        // exactly that step for it.
+        let mut m = HostModel::new("hc-dead".into(), 5)?;
+        let dead = m.me();
+        for a in launch_steps(dead).into_iter().take(4) {
+            m.take(a)?;
+        }
+        let mut ahead = m.durable();
+        ahead.slot[ProcSlots::SandboxRuntimeSupervisor.index()] = Slot::Staged;
+        ahead.part[Roles::Sandbox.index()] = Part::Acquiring;
+        assert_eq!(
+            m.catch_up(dead, &ahead),
+            Some(Action::StageProcess {
+                c: dead,
+                ps: ProcSlots::SandboxRuntimeSupervisor
+            })
+        );
+        // Two steps ahead is not guessed at.
+        ahead.slot[ProcSlots::SandboxRuntimeSupervisor.index()] = Slot::Committed;
+        assert_eq!(m.catch_up(dead, &ahead), None);
         // A second successor would be the next one.
         let (again, _) = HostModel::resume("gen-4.jsonl", &text)?;
         assert_eq!(again.me(), CoordinatorsId(2));
+        Ok(())
+    }
+
+    /// Without the dead coordinator's trace the state is rebuilt from the
+    /// durable record; the recovery replays from that recorded start.
+    #[test]
+    fn a_recovery_without_the_trace_starts_from_the_durable_record(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut served = HostModel::new("hc-dead".into(), 6)?;
+        let dead = served.me();
+        for a in launch_steps(dead) {
+            served.take(a)?;
+        }
+        let mut r = HostModel::recovered("hc-dead".into(), 6, &served.durable())?;
+        assert_eq!(r.holders(), vec![dead]);
+        let me = r.me();
+        let mut text = r.header().to_json() + "\n";
+        for a in [
+            Action::HostCoordinatorLost { c: dead },
+            Action::RuntimeSupervisorLeaseLossTeardown,
+            Action::AcquireDomainLock { c: me },
+            Action::BootstrapRecover { c: me },
+            Action::RecordReleaseIntent {
+                c: me,
+                r: Roles::Publication,
+            },
+            Action::RecordReleaseIntent {
+                c: me,
+                r: Roles::Sandbox,
+            },
+            Action::CleanParticipant {
+                c: me,
+                r: Roles::Publication,
+            },
+            Action::CleanParticipant {
+                c: me,
+                r: Roles::Sandbox,
+            },
+            Action::RetireGeneration { c: me },
+        ] {
+            text += &r.take(a)?.to_json();
+            text.push('\n');
+        }
+        match replay_text("gen-6.jsonl", &text)? {
+            Outcome::Conforms {
+                steps,
+                recorded_start,
+                ..
+            } => assert_eq!((steps, recorded_start), (9, true)),
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        // A durable record no state satisfies is refused: the publication
+        // committed while the generation is only starting.
+        let mut bad = served.durable();
+        bad.decision = Decision::Starting;
+        assert!(matches!(
+            HostModel::recovered("hc-dead".into(), 6, &bad),
+            Err(HostModelError::Rebuilt(_))
+        ));
+        Ok(())
+    }
+
+    /// The release decided by the core is enabled step by step, from a
+    /// served generation, a launch that failed half way, and a recovery.
+    #[test]
+    fn next_release_walks_every_release_to_retirement() -> Result<(), Box<dyn std::error::Error>> {
+        for cut in [4, 6, 8, 12] {
+            let mut m = HostModel::new("hc".into(), 1)?;
+            let c = m.me();
+            for a in launch_steps(c).into_iter().take(cut) {
+                m.take(a)?;
+            }
+            let first = if cut == 12 {
+                Action::BeginTeardown { c }
+            } else {
+                Action::AbortGeneration { c }
+            };
+            assert_eq!(m.next_release(), None);
+            m.take(first)?;
+            let mut steps = 0;
+            while let Some(a) = m.next_release() {
+                m.take(a)?;
+                steps += 1;
+                assert!(steps < 32, "release does not end");
+            }
+            assert_eq!(m.state().decision, Decision::Vacant, "cut {cut}");
+            assert_eq!(m.state().rs, Rs::Absent, "cut {cut}");
+            assert!(m
+                .state()
+                .part
+                .iter()
+                .all(|p| matches!(p, Part::None | Part::Clean)));
+        }
         Ok(())
     }
 
