@@ -473,6 +473,12 @@ fn ending(f: &Finished, expected_stdout: &str, crashes: Crashes) -> Result<Endin
     if f.status.code() == Some(125) && f.stderr.starts_with("lazaret: error: ") {
         return Ok(Ending::Reported);
     }
+    // The session's exec client could not enter the sandbox (it was lost
+    // after it ran): the command's status is 126 and the reason is on the
+    // session's stderr.
+    if f.status.code() == Some(126) && f.stderr.starts_with("lazaret __enter: ") {
+        return Ok(Ending::Reported);
+    }
     Err(format!(
         "the CLI ended {:?} with stdout {:?}, stderr {:?}",
         f.status, f.stdout, f.stderr
