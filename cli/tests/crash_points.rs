@@ -264,7 +264,8 @@ impl Env {
 
     /// After recovery: the store reads, and every generation is released —
     /// decision Vacant, every participant Clean, no process slot whose
-    /// recorded process still runs.
+    /// recorded process still runs, and `lazaret state` calls it clean
+    /// (participants, session terminals and mailbox).
     fn store_released(&self) -> Result<usize, String> {
         let (code, doc) = self.state()?;
         if code != Some(0) || doc["status"] != "inactive" {
@@ -297,6 +298,9 @@ impl Env {
                         s["slot"]
                     ));
                 }
+            }
+            if g["clean"] != true {
+                return Err(format!("generation {id} is not clean: {g}"));
             }
         }
         Ok(generations.len())
