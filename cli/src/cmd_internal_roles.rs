@@ -2,7 +2,7 @@
 //! Host Coordinator), `__supervisor` (the Runtime Supervisor) and `__enter`
 //! (what an exec client runs as before it becomes `runsc exec`).
 use clap::Args;
-use lazaret_effects::coordinator::enter::{run_enter, EnterArgs};
+use lazaret_effects::coordinator::enter::{run_enter, EnterArgs, EnterError};
 use lazaret_effects::coordinator::host::{run_coordinator, CoordinatorArgs, Outcome};
 use lazaret_effects::coordinator::nsys::RealNs;
 use lazaret_effects::coordinator::supervisor::run_supervisor;
@@ -10,7 +10,7 @@ use lazaret_effects::coordinator::LOST_LOCK_EXIT;
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::process_identity::real::RealProcessSys;
 use std::ffi::OsString;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -95,7 +95,19 @@ pub fn enter(command: EnterCommand) -> ExitCode {
         }
     };
     let failure = run_enter(&RealProcessSys, &RealNs, &args);
-    eprintln!("lazaret __enter: {failure}");
+    let message = format!("lazaret __enter: {failure}\n");
+    eprint!("{message}");
+    // Until the session pipes are on stdio (a failed exec is the only
+    // failure after that), stderr is the coordinator's log: the session's
+    // own stderr gets the message too, so its CLI shows why the command did
+    // not run (docs/crash-points.md: RS lost right after the sandbox ran).
+    if !matches!(failure, EnterError::Exec { .. }) {
+        // SAFETY: the descriptor was inherited from the Host Coordinator as
+        // this session's stderr and stays open for this process's life; the
+        // borrow ends with this call.
+        let session_stderr = unsafe { BorrowedFd::borrow_raw(args.stdio[2]) };
+        let _ = rustix::io::write(session_stderr, message.as_bytes());
+    }
     ExitCode::from(126)
 }
 

@@ -6,6 +6,7 @@ pub mod config_resolve;
 pub mod config_source;
 pub mod confined;
 pub mod coordinator;
+pub mod crash_point;
 pub mod doctor;
 pub mod domain_lock;
 pub mod domain_root;

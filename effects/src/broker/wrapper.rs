@@ -4,6 +4,7 @@
 //! valid release it arms parent death, rechecks its parent's pidfs authority
 //! and execs the target in place.
 use super::sys::WrapperSys;
+use crate::crash_point::crash_point;
 use crate::process_identity::{pidfs_authority, IdentityError};
 use crate::role_argv::{ArgProblem, NamedArgs};
 use lazaret_runtime::records::process::{
@@ -205,5 +206,11 @@ pub fn run_wrapper<S: WrapperSys>(sys: &S, args: &WrapperArgs) -> WrapperFailure
         }
         Err(e) => return WrapperFailure::ParentMismatch(e),
     }
+    crash_point!(
+        Wrapper,
+        crate::crash_point::target_label(&args.target),
+        "before-exec",
+        ""
+    );
     WrapperFailure::Exec(sys.exec(&args.target))
 }

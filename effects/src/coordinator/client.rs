@@ -5,6 +5,7 @@
 use super::channel::{self, ChannelError};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::LOST_LOCK_EXIT;
+use crate::crash_point::crash_point;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSignal, TerminalSize,
 };
@@ -112,9 +113,14 @@ fn start_coordinator(plan: &JoinPlan) -> Result<Child, ClientError> {
 }
 
 enum Attempt {
-    Joined(UnixStream, ClientTimings),
+    Joined(UnixStream, ClientTimings, Vec<CoordinatorMessage>),
     Retry,
 }
+
+/// Output frames the session may send before `Joined` (its forwarders run
+/// once its exec client does, before RegisterSession answers); more than
+/// this many is a protocol error.
+const EARLY_FRAMES: usize = 64;
 
 fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
     let short = ShortSocketPath::new(&plan.paths.socket())?;
@@ -127,16 +133,26 @@ fn hello(
     timings: &mut ClientTimings,
 ) -> Result<Attempt, ClientError> {
     let t = Instant::now();
+    crash_point!(Cli, "hello", "before", "Hello");
     channel::send(
         &mut stream,
         "client",
         &ClientMessage::Hello(plan.hello.clone()),
     )?;
-    let answer = match channel::receive::<CoordinatorMessage>(&mut stream, "client") {
-        Ok(answer) => answer,
-        // The coordinator went away between accept and answer: it was stopping.
-        Err(ChannelError::Closed { .. }) => return Ok(Attempt::Retry),
-        Err(e) => return Err(e.into()),
+    let mut early = Vec::new();
+    let answer = loop {
+        match channel::receive::<CoordinatorMessage>(&mut stream, "client") {
+            Ok(m @ (CoordinatorMessage::Stdout(_) | CoordinatorMessage::Stderr(_)))
+                if early.len() < EARLY_FRAMES =>
+            {
+                early.push(m);
+            }
+            Ok(answer) => break answer,
+            // The coordinator went away between accept and answer: it was
+            // stopping.
+            Err(ChannelError::Closed { .. }) if early.is_empty() => return Ok(Attempt::Retry),
+            Err(e) => return Err(e.into()),
+        }
     };
     timings
         .phases
@@ -147,7 +163,7 @@ fn hello(
         } => {
             timings.cold = cold;
             timings.coordinator = hc;
-            Ok(Attempt::Joined(stream, std::mem::take(timings)))
+            Ok(Attempt::Joined(stream, std::mem::take(timings), early))
         }
         CoordinatorMessage::Refused(Refusal::Stopping) => Ok(Attempt::Retry),
         CoordinatorMessage::Refused(Refusal::Version { supported }) => Err(ClientError::Version {
@@ -194,7 +210,9 @@ fn log_tail(plan: &JoinPlan) -> String {
 }
 
 /// Finds or starts the coordinator and joins it.
-fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
+fn join(
+    plan: &JoinPlan,
+) -> Result<(UnixStream, ClientTimings, Vec<CoordinatorMessage>), ClientError> {
     let mut timings = ClientTimings::default();
     for _ in 0..ATTEMPTS {
         let t = Instant::now();
@@ -254,7 +272,7 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
             .phases
             .push(("find_or_start_coordinator".into(), t.elapsed()));
         match hello(plan, stream, &mut timings)? {
-            Attempt::Joined(stream, timings) => return Ok((stream, timings)),
+            Attempt::Joined(stream, timings, early) => return Ok((stream, timings, early)),
             Attempt::Retry => {
                 timings = ClientTimings::default();
                 std::thread::sleep(RETRY);
@@ -274,7 +292,8 @@ pub fn run_session(
     stderr: &mut dyn Write,
     resizes: Option<Receiver<TerminalSize>>,
 ) -> Result<(CommandStatus, ClientTimings), ClientError> {
-    let (stream, mut timings) = join(plan)?;
+    let (stream, mut timings, early) = join(plan)?;
+    crash_point!(Cli, "joined", "after", "Joined");
     let t = Instant::now();
     let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|source| {
         ClientError::Connect {
@@ -328,17 +347,26 @@ pub fn run_session(
         }
     });
     let mut reader = stream;
+    let mut early = early.into_iter();
     loop {
-        match channel::receive::<CoordinatorMessage>(&mut reader, "client")? {
-            CoordinatorMessage::Stdout(bytes) => stdout
-                .write_all(&bytes)
-                .and_then(|()| stdout.flush())
-                .map_err(ClientError::Output)?,
+        let message = match early.next() {
+            Some(m) => m,
+            None => channel::receive::<CoordinatorMessage>(&mut reader, "client")?,
+        };
+        match message {
+            CoordinatorMessage::Stdout(bytes) => {
+                stdout
+                    .write_all(&bytes)
+                    .and_then(|()| stdout.flush())
+                    .map_err(ClientError::Output)?;
+                crash_point!(Cli, "output", "after", "Stdout");
+            }
             CoordinatorMessage::Stderr(bytes) => stderr
                 .write_all(&bytes)
                 .and_then(|()| stderr.flush())
                 .map_err(ClientError::Output)?,
             CoordinatorMessage::Exited(status) => {
+                crash_point!(Cli, "status", "before", "Exited");
                 timings.phases.push(("command".into(), t.elapsed()));
                 return Ok((status, timings));
             }

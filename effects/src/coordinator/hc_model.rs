@@ -9,6 +9,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::crash_point::crash_point;
 use lazaret_generated::lazaret::{Action, CoordinatorsId, State};
 use lazaret_runtime::coordinator::host_model::{DurableView, HostModel, HostModelError};
 use lazaret_runtime::core::CoreError;
@@ -104,7 +105,19 @@ impl HcModel {
     /// Records the step `action`, whose effect is done.
     pub fn take(&mut self, action: Action) -> Result<(), CoreError> {
         let line = self.model.take(action)?;
+        crash_point!(
+            Hc,
+            line.step,
+            "before-trace",
+            crate::crash_point::StepLabel(&line)
+        );
         self.log.append(&line);
+        crash_point!(
+            Hc,
+            line.step,
+            "after-trace",
+            crate::crash_point::StepLabel(&line)
+        );
         Ok(())
     }
 

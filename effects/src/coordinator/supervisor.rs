@@ -16,6 +16,7 @@ use crate::broker::ledger::StagingContext;
 use crate::broker::remote::{CoordinatorLink, RemoteLedger};
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError};
+use crate::crash_point::crash_point;
 use crate::git_sentry;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
@@ -88,8 +89,12 @@ impl ChannelLink<'_> {
 impl CoordinatorLink for ChannelLink<'_> {
     fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), String> {
         self.send(&SupervisorMessage::ConfirmIntent)?;
+        crash_point!(Rs, "intent", "before-ack", "ConfirmIntent");
         match self.receive()? {
-            CoordinatorCommand::IntentConfirmed => Ok(()),
+            CoordinatorCommand::IntentConfirmed => {
+                crash_point!(Rs, "intent", "after-ack", "IntentConfirmed");
+                Ok(())
+            }
             CoordinatorCommand::Refused(why) => Err(why),
             other => Err(format!("unexpected {other:?}")),
         }
@@ -98,8 +103,12 @@ impl CoordinatorLink for ChannelLink<'_> {
         self.send(&SupervisorMessage::Staged(message.to_vec()))
     }
     fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String> {
+        crash_point!(Rs, "staged", "before-ack", "Staged");
         match self.receive()? {
-            CoordinatorCommand::Ack(bytes) => Ok(Some(bytes)),
+            CoordinatorCommand::Ack(bytes) => {
+                crash_point!(Rs, "staged", "after-ack", "Ack");
+                Ok(Some(bytes))
+            }
             CoordinatorCommand::Refused(why) => Err(why),
             other => Err(format!("unexpected {other:?}")),
         }
@@ -107,8 +116,12 @@ impl CoordinatorLink for ChannelLink<'_> {
     fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), String> {
         let bytes = staged.encode().map_err(|e| e.to_string())?;
         self.send(&SupervisorMessage::Committed(bytes))?;
+        crash_point!(Rs, "committed", "before-ack", "Committed");
         match self.receive()? {
-            CoordinatorCommand::IntentConfirmed => Ok(()),
+            CoordinatorCommand::IntentConfirmed => {
+                crash_point!(Rs, "committed", "after-ack", "IntentConfirmed");
+                Ok(())
+            }
             CoordinatorCommand::Refused(why) => Err(why),
             other => Err(format!("unexpected {other:?}")),
         }
@@ -409,6 +422,7 @@ fn launch_and_serve<N: NamespaceSys>(
             bundle_digest,
         },
     )?;
+    crash_point!(Rs, "running", "after-report", "SandboxRunning");
     // Serve until Stop, HC loss, or the sandbox ending on its own.
     let handle = committed.handle();
     let mut rx = stream;
