@@ -700,6 +700,70 @@ fn a_lost_trace_is_recovered_from_the_durable_record() {
     );
 }
 
+/// A generation whose trace was tampered with is not recovered (fail
+/// closed), and the CLI says why instead of retrying until it gives up.
+#[test]
+fn an_unrecoverable_generation_is_refused_with_its_reason() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("unrecoverable", &default_image());
+    let session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 600",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let coordinators: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains(" __coordinator "))
+        .collect();
+    assert_eq!(coordinators.len(), 1, "{coordinators:?}");
+    let pid = coordinators[0].split(':').next().unwrap().to_owned();
+    signal_through_pidfd(&pid, rustix::process::Signal::KILL);
+    let _ = session.wait_with_output().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !env.processes().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", env.processes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let trace = runtime_files(&env.home.join("run"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    // A step the model does not allow, in the middle of the trace.
+    let original = std::fs::read_to_string(&trace).unwrap();
+    let mut lines: Vec<&str> = original.lines().collect();
+    let forged = lines[1].replace("AcquireDomainLock", "Publish");
+    lines.insert(2, &forged);
+    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+    let started = Instant::now();
+    let out = env.run(&["default", "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("could not be recovered") && stderr.contains("generation 1"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    // Nothing was adopted or released: the generation is kept as it was.
+    let state = env.run(&["state", "default", "--json"]);
+    let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+    assert_ne!(
+        state["generations"][0]["durable_decision"], "Vacant",
+        "{state}"
+    );
+}
+
 /// A CLI that goes away (SIGTERM) ends its session: HC sees the client
 /// disconnect, terminates the command (SIGTERM, grace, SIGKILL through the
 /// exec client's pidfd), and as it was the last session tears the Domain

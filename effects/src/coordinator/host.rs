@@ -46,6 +46,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
+/// How long a coordinator whose bootstrap failed keeps answering the CLIs
+/// that try to join with the reason.
+const REFUSAL_WINDOW: Duration = Duration::from_secs(2);
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -277,8 +280,11 @@ pub fn run_coordinator(
         paths: &paths,
         program: &program,
     };
-    let result = bootstrap(&mut hc, &paths)
-        .and_then(|()| serve(&mut hc, &launch, &socket, &events, &events_tx));
+    let booted = bootstrap(&mut hc, &paths);
+    if let Err(e) = &booted {
+        refuse_waiting_clients(&events, e);
+    }
+    let result = booted.and_then(|()| serve(&mut hc, &launch, &socket, &events, &events_tx));
     // Teardown (FR-6): no new joiners, then the sandbox, then our files.
     let released = match hc.model.state().decision {
         Decision::Published => teardown(&mut hc, &socket),
@@ -343,6 +349,25 @@ pub(super) struct LaunchInputs<'a> {
     pub init_binary: &'a [u8],
     pub paths: &'a DomainPaths,
     pub program: &'a Path,
+}
+
+/// A bootstrap that failed (a generation that cannot be recovered) reaches
+/// the CLIs waiting to join, the one that started this coordinator among
+/// them, instead of only the coordinator's log, which goes at exit.
+fn refuse_waiting_clients(events: &Receiver<HcEvent>, error: &CoordinatorError) {
+    let deadline = Instant::now() + REFUSAL_WINDOW;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match events.recv_timeout(left) {
+            Ok(HcEvent::Client(mut stream, _, _)) => reply(
+                &mut stream,
+                &CoordinatorMessage::Refused(Refusal::LaunchFailed(format!(
+                    "the Domain could not be recovered: {error}"
+                ))),
+            ),
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
 }
 
 fn reply(stream: &mut UnixStream, message: &CoordinatorMessage) {
