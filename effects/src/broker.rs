@@ -1,8 +1,9 @@
 //! The causal child acquisition broker (spec 3.3, the nine steps; spec 3.4
 //! terminal acquisition step 2). One broker per process owns every spawn and
-//! reap of Lazaret-owned children; acquisition takes `&mut self`, which is the
-//! process-wide spawn/reap exclusion, and children are reaped only through
-//! their retained pidfds.
+//! reap of Lazaret-owned children; acquisition takes `&mut self` and holds
+//! the process-wide spawn exclusion ([`exclusion`]) while it spawns, and
+//! children are reaped only through their retained pidfds.
+pub mod exclusion;
 pub mod ledger;
 pub mod remote;
 pub mod sys;
@@ -170,6 +171,7 @@ impl<S: SpawnSys> Broker<S> {
         let context = ledger.context();
         let _span = tracing::info_span!("CausalAcquire", slot = ?context.slot, generation = context.generation_id.0).entered();
         ledger.persist_intent().map_err(BrokerError::Intent)?;
+        let exclusion = exclusion::spawn_exclusion();
         let (read, write) = self.sys.barrier_pipe().map_err(BrokerError::BarrierPipe)?;
         let pid = self
             .sys
@@ -185,6 +187,7 @@ impl<S: SpawnSys> Broker<S> {
             })?;
         // Only the wrapper holds the read end now.
         drop(read);
+        drop(exclusion);
         let pidfd = match self.sys.pidfd_open(pid) {
             Ok(pidfd) => pidfd,
             Err(source) => {

@@ -267,9 +267,17 @@ impl UsernsHost for RealHost {
                 m.count.to_string(),
             ]);
         }
-        let out = Command::new(helper)
-            .args(&args)
-            .output()
+        let child = {
+            let _spawning = crate::broker::exclusion::spawn_exclusion();
+            Command::new(helper)
+                .args(&args)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        };
+        let out = child
+            .and_then(std::process::Child::wait_with_output)
             .map_err(|source| UsernsError::HelperSpawn { helper, source })?;
         if out.status.success() {
             Ok(())

@@ -97,7 +97,10 @@ impl RunscRunner for EnteredRunner {
                 Ok(())
             });
         }
-        let child = command.spawn()?;
+        let child = {
+            let _spawning = crate::broker::exclusion::spawn_exclusion();
+            command.spawn()?
+        };
         drop((in_r, in_w, out_w, err_w));
         let pid = HostPid(child.id());
         // The child is ours and unreaped, so its PID cannot be recycled yet.

@@ -137,9 +137,17 @@ impl RealPrepareHost {
 
 impl PrepareHost for RealPrepareHost {
     fn preparer_version(&mut self) -> Result<String, PrepareError> {
-        let out = Command::new("umoci")
-            .arg("--version")
-            .output()
+        let child = {
+            let _spawning = crate::broker::exclusion::spawn_exclusion();
+            Command::new("umoci")
+                .arg("--version")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        };
+        let out = child
+            .and_then(std::process::Child::wait_with_output)
             .map_err(|e| PrepareError::Spawn {
                 program: "umoci".into(),
                 detail: format!("{e} (install it: apt-get install umoci)"),
@@ -159,11 +167,13 @@ impl PrepareHost for RealPrepareHost {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let child = spawn_in_user_namespace(cmd, &mut RealHost, &self.maps).map_err(|e| {
-            PrepareError::Spawn {
-                program: program.into(),
-                detail: e.to_string(),
-            }
+        // The worker's spawn and its map helpers form one section.
+        let spawning = crate::broker::exclusion::spawn_exclusion();
+        let child = spawn_in_user_namespace(cmd, &mut RealHost, &self.maps);
+        drop(spawning);
+        let child = child.map_err(|e| PrepareError::Spawn {
+            program: program.into(),
+            detail: e.to_string(),
         })?;
         let out = child.wait_with_output().map_err(|e| PrepareError::Spawn {
             program: program.into(),

@@ -20,12 +20,16 @@ impl RunscRunner for RealRunner {
             .argv
             .split_first()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty invocation"))?;
-        Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
+        let child = {
+            let _spawning = crate::broker::exclusion::spawn_exclusion();
+            Command::new(program)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        };
+        child.and_then(std::process::Child::wait_with_output)
     }
 }
 
