@@ -578,7 +578,7 @@ fn losing_the_coordinator_stops_the_sandbox() {
         "--",
         "sh",
         "-c",
-        "touch /workspace/started; sleep 600",
+        "echo run >> /workspace/runs; touch /workspace/started; sleep 60",
     ]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.workspace.join("started").exists() {
@@ -595,6 +595,12 @@ fn losing_the_coordinator_stops_the_sandbox() {
     signal_through_pidfd(&pid, rustix::process::Signal::KILL);
     let out = session.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    // The CLI had joined before its command started, so it does not retry:
+    // the command ran exactly once.
+    assert_eq!(
+        std::fs::read_to_string(env.workspace.join("runs")).unwrap(),
+        "run\n"
+    );
     // The sandbox, RS and runsc state go; only the dead coordinator's
     // socket, log and trace remain, for the next coordinator to replace
     // (socket, log) and continue (trace) under the flock.
@@ -655,7 +661,7 @@ fn a_lost_trace_is_recovered_from_the_durable_record() {
         "--",
         "sh",
         "-c",
-        "touch /workspace/started; sleep 600",
+        "touch /workspace/started; sleep 60",
     ]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.workspace.join("started").exists() {
@@ -711,7 +717,7 @@ fn an_unrecoverable_generation_is_refused_with_its_reason() {
         "--",
         "sh",
         "-c",
-        "touch /workspace/started; sleep 600",
+        "touch /workspace/started; sleep 60",
     ]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.workspace.join("started").exists() {
@@ -777,7 +783,7 @@ fn a_vanished_client_ends_its_session_and_the_domain() {
         "--",
         "sh",
         "-c",
-        "touch /workspace/started; sleep 600",
+        "touch /workspace/started; sleep 60",
     ]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.workspace.join("started").exists() {

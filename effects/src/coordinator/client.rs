@@ -370,6 +370,11 @@ pub fn run_session(
                 timings.phases.push(("command".into(), t.elapsed()));
                 return Ok((status, timings));
             }
+            // Joined comes before the exec client is started, so a start
+            // that fails is reported after it.
+            CoordinatorMessage::Refused(Refusal::SessionFailed(why)) => {
+                return Err(ClientError::SessionFailed(why))
+            }
             other => {
                 return Err(ClientError::Channel(ChannelError::Io {
                     what: "client",

@@ -516,7 +516,23 @@ fn admit(
             Ok(())
         });
     }
-    hc.step(Action::EnrollClient { c, s }, |_| Ok(()))?;
+    let Some(generation) = hc.generation.as_ref().map(|g| g.id) else {
+        return Err(CoordinatorError::Model(
+            "a published generation without a launched sandbox".into(),
+        ));
+    };
+    // The client is told it joined before its command can start: a CLI
+    // that loses its coordinator after this never retries, so a command is
+    // never run twice.
+    let joined = CoordinatorMessage::Joined {
+        generation: generation.0,
+        cold,
+        timings,
+    };
+    hc.step(Action::EnrollClient { c, s }, |_| {
+        reply(&mut stream, &joined);
+        Ok(())
+    })?;
     let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::Model(
             "a published generation without a launched sandbox".into(),
@@ -529,11 +545,6 @@ fn admit(
         supervisor: g.supervisor.handle(),
         runsc_globals: &globals,
         container_id: &g.container_id,
-    };
-    let joined = CoordinatorMessage::Joined {
-        generation: g.id.0,
-        cold,
-        timings,
     };
     let session = SessionId(random_bytes().map_err(CoordinatorError::Boot)?);
     let ended = forward_end(events_tx, s);
@@ -557,7 +568,6 @@ fn admit(
     match start {
         Ok(session) => hc.step(Action::RegisterSession { c, s }, |hc| {
             hc.sessions.insert(s, session);
-            reply(&mut stream, &joined);
             Ok(())
         }),
         Err(e) => hc.step(Action::ClientExits { s }, |hc| {
