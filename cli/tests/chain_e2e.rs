@@ -566,20 +566,11 @@ fn simultaneous_first_launches_settle_on_one_sandbox() {
     env.assert_nothing_left();
 }
 
-/// HC loss (SIGKILL): the Runtime Supervisor sees its lifetime channel
-/// close, stops the sandbox (runsc deletes its state) and exits; the CLI
-/// reports the lost coordinator; nothing is left.
-#[test]
-fn losing_the_coordinator_stops_the_sandbox() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let env = Env::new("hc-loss", &default_image());
-    let session = env.spawn(&[
-        "default",
-        "--",
-        "sh",
-        "-c",
-        "echo run >> /workspace/runs; touch /workspace/started; sleep 60",
-    ]);
+/// Runs `script` (which must create `/workspace/started`) in a session,
+/// SIGKILLs the Domain's only coordinator once it has, and returns how the
+/// CLI ended.
+fn kill_coordinator_while_serving(env: &Env, script: &str) -> Output {
+    let session = env.spawn(&["default", "--", "sh", "-c", script]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !env.workspace.join("started").exists() {
         assert!(Instant::now() < deadline, "the session never started");
@@ -593,7 +584,20 @@ fn losing_the_coordinator_stops_the_sandbox() {
     assert_eq!(coordinators.len(), 1, "{coordinators:?}");
     let pid = coordinators[0].split(':').next().unwrap().to_owned();
     signal_through_pidfd(&pid, rustix::process::Signal::KILL);
-    let out = session.wait_with_output().unwrap();
+    session.wait_with_output().unwrap()
+}
+
+/// HC loss (SIGKILL): the Runtime Supervisor sees its lifetime channel
+/// close, stops the sandbox (runsc deletes its state) and exits; the CLI
+/// reports the lost coordinator; nothing is left.
+#[test]
+fn losing_the_coordinator_stops_the_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("hc-loss", &default_image());
+    let out = kill_coordinator_while_serving(
+        &env,
+        "echo run >> /workspace/runs; touch /workspace/started; sleep 60",
+    );
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
     // The CLI had joined before its command started, so it does not retry:
     // the command ran exactly once.
@@ -656,27 +660,7 @@ fn losing_the_coordinator_stops_the_sandbox() {
 fn a_lost_trace_is_recovered_from_the_durable_record() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let env = Env::new("lost-trace", &default_image());
-    let session = env.spawn(&[
-        "default",
-        "--",
-        "sh",
-        "-c",
-        "touch /workspace/started; sleep 60",
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !env.workspace.join("started").exists() {
-        assert!(Instant::now() < deadline, "the session never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let coordinators: Vec<String> = env
-        .processes()
-        .into_iter()
-        .filter(|p| p.contains(" __coordinator "))
-        .collect();
-    assert_eq!(coordinators.len(), 1, "{coordinators:?}");
-    let pid = coordinators[0].split(':').next().unwrap().to_owned();
-    signal_through_pidfd(&pid, rustix::process::Signal::KILL);
-    let out = session.wait_with_output().unwrap();
+    let out = kill_coordinator_while_serving(&env, "touch /workspace/started; sleep 60");
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
     let deadline = Instant::now() + Duration::from_secs(15);
     while !env.processes().is_empty() {
@@ -712,27 +696,7 @@ fn a_lost_trace_is_recovered_from_the_durable_record() {
 fn an_unrecoverable_generation_is_refused_with_its_reason() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let env = Env::new("unrecoverable", &default_image());
-    let session = env.spawn(&[
-        "default",
-        "--",
-        "sh",
-        "-c",
-        "touch /workspace/started; sleep 60",
-    ]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !env.workspace.join("started").exists() {
-        assert!(Instant::now() < deadline, "the session never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let coordinators: Vec<String> = env
-        .processes()
-        .into_iter()
-        .filter(|p| p.contains(" __coordinator "))
-        .collect();
-    assert_eq!(coordinators.len(), 1, "{coordinators:?}");
-    let pid = coordinators[0].split(':').next().unwrap().to_owned();
-    signal_through_pidfd(&pid, rustix::process::Signal::KILL);
-    let _ = session.wait_with_output().unwrap();
+    let _ = kill_coordinator_while_serving(&env, "touch /workspace/started; sleep 60");
     let deadline = Instant::now() + Duration::from_secs(15);
     while !env.processes().is_empty() {
         assert!(Instant::now() < deadline, "{:?}", env.processes());
