@@ -4,6 +4,9 @@
 //! Domain remains.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
+mod support;
+use support::{chown_tree, default_image, test_user, text};
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -13,38 +16,6 @@ use std::time::{Duration, Instant};
 /// Two cores, real sandboxes: scenarios take turns.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn test_user() -> String {
-    std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-test".to_owned())
-}
-
-fn id_of(flag: &str) -> u32 {
-    let out = Command::new("id")
-        .args([flag, &test_user()])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The default image (scripts/build-image caches it by content hash).
-fn default_image() -> String {
-    if let Ok(image) = std::env::var("LAZARET_TEST_IMAGE") {
-        return image;
-    }
-    let out = Command::new(repo_root().join("scripts/build-image"))
-        .output()
-        .expect("scripts/build-image");
-    assert!(
-        out.status.success(),
-        "scripts/build-image failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// A private HOME/XDG_RUNTIME_DIR/config for one scenario, owned by the
 /// test user.
 struct Env {
@@ -52,17 +23,6 @@ struct Env {
     workspace: PathBuf,
     /// Whether the scenario launches a Domain (and so must keep a trace).
     traced: bool,
-}
-
-fn chown_tree(path: &Path) {
-    if rustix::process::geteuid().is_root() {
-        let status = Command::new("chown")
-            .args(["-R", &format!("{}:{}", id_of("-u"), id_of("-g"))])
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
 }
 
 impl Env {
@@ -282,10 +242,6 @@ fn runtime_files(root: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

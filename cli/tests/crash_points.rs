@@ -16,6 +16,9 @@
 //! generations and every kept trace replays against the model.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
+mod support;
+use support::{chown_tree, default_image, test_user, text};
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -28,53 +31,6 @@ use std::time::{Duration, Instant};
 const CLI_LIMIT: Duration = Duration::from_secs(60);
 /// How long the Domain's processes and files may take to go.
 const QUIET_LIMIT: Duration = Duration::from_secs(20);
-
-fn test_user() -> String {
-    std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-test".to_owned())
-}
-
-fn id_of(flag: &str) -> u32 {
-    let out = Command::new("id")
-        .args([flag, &test_user()])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The default image (scripts/build-image caches it by content hash).
-fn default_image() -> String {
-    if let Ok(image) = std::env::var("LAZARET_TEST_IMAGE") {
-        return image;
-    }
-    let out = Command::new(repo_root().join("scripts/build-image"))
-        .output()
-        .expect("scripts/build-image");
-    assert!(
-        out.status.success(),
-        "scripts/build-image failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-fn chown_tree(path: &Path) {
-    if rustix::process::geteuid().is_root() {
-        let status = Command::new("chown")
-            .args(["-R", &format!("{}:{}", id_of("-u"), id_of("-g"))])
-            .arg(path)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// One Domain for a whole scenario (its prepared image is reused), owned by
 /// the test user.

@@ -4,31 +4,13 @@
 //! The scenario ends with the chain's leak check.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
+mod support;
+use support::{default_image, test_user};
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-fn test_user() -> String {
-    std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-test".to_owned())
-}
-
-/// The default image (scripts/build-image caches it by content hash).
-fn default_image() -> String {
-    if let Ok(image) = std::env::var("LAZARET_TEST_IMAGE") {
-        return image;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(root.join("scripts/build-image"))
-        .output()
-        .expect("scripts/build-image");
-    assert!(
-        out.status.success(),
-        "scripts/build-image failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
 
 /// One tmux server (its own socket) whose only pane runs the CLI.
 struct Tmux {
