@@ -325,6 +325,19 @@ fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
     names.sort();
     assert_eq!(names, ["git-common", "sbin"], "{}", dot.display());
     assert_eq!(std::fs::read_dir(dot.join("sbin")).unwrap().count(), 0);
+    // FR-22: nothing in the prepared lower is newer than its record — runsc
+    // wrote neither files nor mount points into the immutable tree.
+    let changed = Command::new("find")
+        .arg(lower.join("rootfs"))
+        .arg("-newer")
+        .arg(lower.join("artifact.json"))
+        .output()
+        .unwrap();
+    assert!(
+        changed.stdout.is_empty(),
+        "the prepared lower was written:\n{}",
+        text(&changed.stdout)
+    );
 }
 
 #[test]
@@ -731,4 +744,237 @@ fn signal_through_pidfd(pid: &str, signal: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(raw).unwrap();
     let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
     rustix::process::pidfd_send_signal(&pidfd, signal).unwrap();
+}
+
+/// Git on the host (as root in CI: the repository belongs to the test user).
+fn host_git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=host",
+            "-c",
+            "user.email=host@host",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "host git {args:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// `name=exit status` lines of a guest script.
+fn guest_results(stdout: &str) -> std::collections::BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn assert_failed(results: &std::collections::BTreeMap<String, String>, keys: &[&str]) {
+    for k in keys {
+        match results.get(*k).map(String::as_str) {
+            Some("0") => panic!("{k} succeeded inside the sandbox: {results:?}"),
+            None => panic!("{k} did not run: {results:?}"),
+            Some(_) => {}
+        }
+    }
+}
+
+fn assert_succeeded(results: &std::collections::BTreeMap<String, String>, keys: &[&str]) {
+    for k in keys {
+        assert_eq!(
+            results.get(*k).map(String::as_str),
+            Some("0"),
+            "{k} failed inside the sandbox: {results:?}"
+        );
+    }
+}
+
+/// SR-4 through the product (issue 6 items 4 and 9): Git works inside on the
+/// shared repository, while neither `.git/config` nor the default hooks can
+/// be written, replaced or redirected by any means — including creating a
+/// `commondir` or `config.worktree` that would point host Git at another
+/// configuration (the Git Sentry filter). Also SR-3: the user's home and the
+/// host's `/etc/shadow` are not visible, and `.vscode` is transient.
+#[test]
+fn git_works_inside_while_the_host_config_and_hooks_stay_sealed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("git-sentry", &default_image());
+    host_git(&env.workspace, &["init", "-q"]);
+    std::fs::write(env.workspace.join("a.txt"), "host\n").unwrap();
+    host_git(&env.workspace, &["add", "a.txt"]);
+    host_git(&env.workspace, &["commit", "-q", "-m", "host"]);
+    std::fs::create_dir(env.workspace.join(".vscode")).unwrap();
+    std::fs::write(env.workspace.join(".vscode/tasks.json"), "{}\n").unwrap();
+    chown_tree(&env.workspace);
+    let dot_git = env.workspace.join(".git");
+    let config_before = std::fs::read(dot_git.join("config")).unwrap();
+    let script = r#"
+v() { printf '%s=%s\n' "$1" "$2"; }
+cd /workspace
+G="git -c user.name=s -c user.email=s@s"
+echo x 2>/dev/null >> .git/config; v cfg_append $?
+git config user.name evil 2>/dev/null; v git_config $?
+ln -s .git/config cfglink; echo x 2>/dev/null >> cfglink; v cfg_via_symlink $?; rm -f cfglink
+mv .git moved 2>/dev/null; v mv_git $?
+mv .git/hooks .git/h2 2>/dev/null; v mv_hooks $?
+rmdir .git/hooks 2>/dev/null; v rmdir_hooks $?
+mv .git/config .git/c2 2>/dev/null; v mv_cfg $?
+rm -f .git/config 2>/dev/null; v rm_cfg $?
+ln .git/config hardlink 2>/dev/null; v hardlink $?
+mkdir -p /tmp/evil && printf '[core]\n\thooksPath = /tmp/evil\n' > /tmp/evil/config
+echo ../../tmp/evil > .git/commondir 2>/dev/null; v commondir_write $?
+ln -s /tmp/evil .git/commondir 2>/dev/null; v commondir_symlink $?
+mkdir .git/commondir 2>/dev/null; v commondir_mkdir $?
+echo /tmp/evil > .git/scratch; mv .git/scratch .git/commondir 2>/dev/null; v commondir_rename $?
+ln .git/scratch .git/commondir 2>/dev/null; v commondir_link $?; rm -f .git/scratch
+echo '[core]' > .git/config.worktree 2>/dev/null; v config_worktree $?
+printf '#!/bin/sh\necho evil\n' > .git/hooks/pre-commit; v hook_write $?
+v vscode "$(ls -A .vscode | wc -l)"
+echo '{}' > .vscode/settings.json; v vscode_write $?
+test -e @HOME@; v home $?
+v shadow "$(grep -c "^@USER@:" /etc/shadow)"
+echo inside > b.txt; $G add b.txt; v git_add $?
+$G commit -q -m inside; v git_commit $?
+$G status --porcelain >/dev/null; v git_status $?
+$G branch side && $G checkout -q side && $G checkout -q main; v git_branch $?
+$G worktree add -q /tmp/wt2 && $G worktree remove /tmp/wt2; v git_worktree $?
+exit 0
+"#;
+    let script = script
+        .replace("@HOME@", &env.home.display().to_string())
+        .replace("@USER@", &test_user());
+    let out = env.run(&["default", "--", "bash", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r = guest_results(&text(&out.stdout));
+    assert_failed(
+        &r,
+        &[
+            // SR-3: no host path outside the workspace is visible.
+            "home",
+            "cfg_append",
+            "git_config",
+            "cfg_via_symlink",
+            "mv_git",
+            "mv_hooks",
+            "rmdir_hooks",
+            "mv_cfg",
+            "rm_cfg",
+            "hardlink",
+            "commondir_write",
+            "commondir_symlink",
+            "commondir_mkdir",
+            "commondir_rename",
+            "commondir_link",
+            "config_worktree",
+        ],
+    );
+    assert_succeeded(
+        &r,
+        &[
+            "hook_write",
+            "git_add",
+            "git_commit",
+            "git_status",
+            "git_branch",
+            "git_worktree",
+        ],
+    );
+    assert_eq!(r.get("vscode").map(String::as_str), Some("0"), "{r:?}");
+    assert_eq!(r.get("shadow").map(String::as_str), Some("0"), "{r:?}");
+    assert_succeeded(&r, &["vscode_write"]);
+    // The editor directory was hidden behind transient storage.
+    assert!(!env.workspace.join(".vscode/settings.json").exists());
+    assert!(env.workspace.join(".vscode/tasks.json").is_file());
+    // On the host: the configuration is byte-identical, nothing redirects
+    // it, no hook arrived, and the sandbox's commit is there.
+    assert_eq!(std::fs::read(dot_git.join("config")).unwrap(), config_before);
+    for name in ["commondir", "config.worktree", "c2", "h2", "scratch"] {
+        assert!(!dot_git.join(name).exists(), "{name} reached the host");
+    }
+    assert!(!dot_git.join("hooks/pre-commit").exists(), "hook reached the host");
+    assert!(!env.workspace.join("hardlink").exists());
+    let log = host_git(&env.workspace, &["log", "--format=%s", "main"]);
+    assert_eq!(log, "inside\nhost\n");
+    assert_eq!(host_git(&env.workspace, &["show", "main:b.txt"]), "inside\n");
+    assert_eq!(host_git(&env.workspace, &["worktree", "list"]).lines().count(), 1);
+    host_git(&env.workspace, &["fsck", "--no-progress"]);
+    env.assert_nothing_left();
+}
+
+/// The same for a workspace that is a linked worktree: its `.git` file is
+/// followed to the common directory, which is served through the filter;
+/// the worktree's own admin files cannot be rewritten.
+#[test]
+fn a_linked_worktree_workspace_is_sealed_through_its_common_directory() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("git-worktree", &default_image());
+    let main = env.home.join("main");
+    std::fs::create_dir(&main).unwrap();
+    host_git(&main, &["init", "-q"]);
+    host_git(&main, &["commit", "-q", "--allow-empty", "-m", "host"]);
+    host_git(
+        &main,
+        &["worktree", "add", "-q", "-b", "ws", env.workspace.to_str().unwrap()],
+    );
+    chown_tree(&env.home);
+    let common = main.join(".git");
+    let admin = common.join("worktrees/ws");
+    let before: Vec<Vec<u8>> = ["config", "worktrees/ws/commondir", "worktrees/ws/gitdir"]
+        .iter()
+        .map(|f| std::fs::read(common.join(f)).unwrap())
+        .collect();
+    let script = r#"
+v() { printf '%s=%s\n' "$1" "$2"; }
+cd /workspace
+C=$(sed -n 's/^gitdir: //p' .git); C=${C%/worktrees/ws}
+G="git -c user.name=s -c user.email=s@s"
+echo x 2>/dev/null >> "$C/config"; v cfg_append $?
+echo x 2>/dev/null > .git; v dot_git_write $?
+echo /tmp > "$C/worktrees/ws/commondir" 2>/dev/null; v admin_commondir $?
+echo /tmp > "$C/worktrees/ws/gitdir" 2>/dev/null; v admin_gitdir $?
+echo '[core]' > "$C/worktrees/ws/config.worktree" 2>/dev/null; v admin_config_worktree $?
+mv "$C/worktrees/ws" "$C/worktrees/w9" 2>/dev/null; v admin_move $?
+echo /tmp > "$C/commondir" 2>/dev/null; v common_commondir $?
+printf '#!/bin/sh\n' > "$C/hooks/post-commit"; v hook_write $?
+echo inside > w.txt; $G add w.txt && $G commit -q -m inside; v git_commit $?
+exit 0
+"#;
+    let out = env.run(&["default", "--", "bash", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r = guest_results(&text(&out.stdout));
+    assert_failed(
+        &r,
+        &[
+            "cfg_append",
+            "dot_git_write",
+            "admin_commondir",
+            "admin_gitdir",
+            "admin_config_worktree",
+            "admin_move",
+            "common_commondir",
+        ],
+    );
+    assert_succeeded(&r, &["hook_write", "git_commit"]);
+    let after: Vec<Vec<u8>> = ["config", "worktrees/ws/commondir", "worktrees/ws/gitdir"]
+        .iter()
+        .map(|f| std::fs::read(common.join(f)).unwrap())
+        .collect();
+    assert_eq!(after, before);
+    assert!(!admin.join("config.worktree").exists());
+    assert!(!common.join("commondir").exists());
+    assert!(!common.join("hooks/post-commit").exists());
+    assert_eq!(host_git(&main, &["log", "--format=%s", "ws"]), "inside\nhost\n");
+    env.assert_nothing_left();
 }

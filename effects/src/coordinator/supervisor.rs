@@ -151,12 +151,12 @@ pub fn prepare_namespaces<N: NamespaceSys>(ns: &N) -> Result<(), SupervisorError
 /// Returns the SHA-256 of the `config.json` written.
 pub fn write_bundle(
     plan: &SupervisorPlan,
+    git: GitSentry,
+    git_filter: Option<PathBuf>,
     bundle: &Path,
     netns: &Path,
 ) -> Result<[u8; 32], SupervisorError> {
     let workspace = PathBuf::from(&plan.workspace);
-    let git =
-        git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
     // A linked worktree's `.git` file is covered by a Lazaret-owned file
     // naming the worktree's git directory under the common-dir mount.
     let git_file = match &git {
@@ -183,6 +183,7 @@ pub fn write_bundle(
         editor_dirs: git_sentry::editor_dirs(&workspace)
             .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
         git_file,
+        git_filter,
     };
     let mut spec = build_spec(&bundle_plan).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
     let init = oci_spec::runtime::MountBuilder::default()
@@ -245,6 +246,18 @@ fn wait_exit(handle: &ProcessHandle, timeout: Duration) -> io::Result<Option<Chi
         match rustix::event::poll(&mut fds, Some(&ts)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Unmounts the Git Sentry filter once runsc has exited. A failure leaves
+/// nothing behind: the mount lives only in this process's mount namespace,
+/// which ends with it.
+fn unmount_filter(filter: Option<git_sentry::filter::MountedFilter>) {
+    if let Some(f) = filter {
+        let at = f.mountpoint().to_owned();
+        if let Err(e) = f.unmount() {
+            tracing::warn!(error = %e, path = %at.display(), "unmounting the Git Sentry filter");
         }
     }
 }
@@ -316,7 +329,34 @@ fn launch_and_serve<N: NamespaceSys>(
         source,
     })?;
     let netns = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
-    let bundle_digest = write_bundle(plan, &bundle, &netns)?;
+    let workspace = PathBuf::from(&plan.workspace);
+    let git =
+        git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+    // SR-4: the common git directory is served through the Git Sentry
+    // filter, mounted in this private mount namespace before runsc starts and
+    // kept until runsc has exited; the bundle binds it in place of the host
+    // git directory.
+    let common = match &git {
+        GitSentry::NoRepository => None,
+        GitSentry::Repository { .. } => Some(workspace.join(".git")),
+        GitSentry::LinkedWorktree { common_dir, .. } => Some(common_dir.clone()),
+    };
+    let filter = match common {
+        None => None,
+        Some(common) => {
+            let at = generation.join("git-sentry");
+            std::fs::create_dir_all(&at).map_err(|source| SupervisorError::Write {
+                path: at.clone(),
+                source,
+            })?;
+            Some(
+                git_sentry::filter::mount(&common, &at)
+                    .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
+            )
+        }
+    };
+    let git_filter = filter.as_ref().map(|f| f.mountpoint().to_owned());
+    let bundle_digest = write_bundle(plan, git, git_filter, &bundle, &netns)?;
 
     // init's stdin is the lifetime pipe; runsc's stderr is kept for errors.
     let (init_r, init_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -404,6 +444,7 @@ fn launch_and_serve<N: NamespaceSys>(
                 let _ = wait_exit(handle, STOP_TIMEOUT);
             }
             let tail = stderr_tail.join().unwrap_or_default();
+            unmount_filter(filter);
             let _ = std::fs::remove_dir_all(&generation);
             return Err(SupervisorError::NotReady(format!(
                 "{}: {}",
@@ -455,6 +496,7 @@ fn launch_and_serve<N: NamespaceSys>(
         wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
     }
     let _ = stderr_tail.join();
+    unmount_filter(filter);
     std::fs::remove_dir_all(&generation).map_err(|source| SupervisorError::Write {
         path: generation.clone(),
         source,

@@ -8,13 +8,16 @@
 //!   workspace at `/workspace` and the Git Sentry mounts below.
 //! - Every capability set is empty and `noNewPrivileges` is set.
 //! - Git Sentry (spec 3.5, SR-4), see [`GitSentry`]: the host repository's
-//!   `.git` (directory, or the linked worktree's `.git` file) is its own mount
-//!   point, so `rename`/`rmdir` of `.git` fail with `EBUSY` and the repository
-//!   cannot be swapped for another one; its `config` (and the other files Git
-//!   reads configuration or the common-directory location from) are
-//!   read-only bind mounts, which `rename`, `unlink` and writes cannot defeat;
-//!   `hooks` is a sandbox-local tmpfs. Editor directories that can auto-run
-//!   code (`.vscode`, `.idea`) are hidden behind tmpfs.
+//!   common git directory is served through the Git Sentry filter
+//!   (`BundlePlan::git_filter`, guards in [`crate::git_sentry`]), which
+//!   refuses creating, writing, renaming, removing or linking any file Git
+//!   reads configuration, hooks or the common-directory location from. The
+//!   `.git` (directory, or the linked worktree's `.git` file) is its own
+//!   mount point, so `rename`/`rmdir` of `.git` fail with `EBUSY` and the
+//!   repository cannot be swapped for another one; its existing `config`
+//!   (and the other such files) are also read-only bind mounts of the host
+//!   files; `hooks` is a sandbox-local tmpfs. Editor directories that can
+//!   auto-run code (`.vscode`, `.idea`) are hidden behind tmpfs.
 //!
 //! Every mount destination outside the workspace is one of the fixed
 //! [`MOUNT_POINTS`], which the preparer creates in the prepared lower: runsc
@@ -97,6 +100,10 @@ pub struct BundlePlan {
     /// For a linked worktree: the Lazaret-owned host file holding
     /// [`worktree_git_file`]'s text, bound read-only over `/workspace/.git`.
     pub git_file: Option<PathBuf>,
+    /// Where the Git Sentry filter of the common git directory is mounted
+    /// (host path): bound in place of the git directory. Required whenever
+    /// there is a repository.
+    pub git_filter: Option<PathBuf>,
 }
 
 /// Errors of building the bundle configuration.
@@ -118,6 +125,9 @@ pub enum BundleError {
     /// that is not a plain relative path.
     #[error("linked worktree plan needs a Lazaret-owned .git file and a relative worktree directory (got {0})")]
     WorktreePlan(String),
+    /// A repository without the Git Sentry filter to serve it.
+    #[error("the Git Sentry plan needs the filter's absolute mount point (got {0:?})")]
+    NoFilter(Option<PathBuf>),
     /// Two mounts would land on one destination.
     #[error("two bundle mounts target {0}")]
     DuplicateMount(PathBuf),
@@ -203,12 +213,19 @@ fn workspace_mounts(plan: &BundlePlan) -> Result<Vec<Mount>, BundleError> {
     let ws = Path::new(WORKSPACE);
     let mut m = vec![mount(ws, "bind", &plan.workspace, &rw)?];
     let dot_git = plan.workspace.join(".git");
+    let filter = || {
+        plan.git_filter
+            .as_deref()
+            .filter(|f| normal_absolute(f))
+            .ok_or_else(|| BundleError::NoFilter(plan.git_filter.clone()))
+    };
     match &plan.git {
         GitSentry::NoRepository => {}
         GitSentry::Repository { read_only } => {
-            // The .git directory on itself: rename/rmdir of .git -> EBUSY.
+            // The filter of .git as its own mount: rename/rmdir of .git ->
+            // EBUSY, and the filter refuses every rebinding of a guarded name.
             let inside = ws.join(".git");
-            m.push(mount(&inside, "bind", &dot_git, &rw)?);
+            m.push(mount(&inside, "bind", filter()?, &rw)?);
             git_children(&mut m, &dot_git, &inside, read_only)?;
         }
         GitSentry::LinkedWorktree {
@@ -241,7 +258,7 @@ fn workspace_mounts(plan: &BundlePlan) -> Result<Vec<Mount>, BundleError> {
             // renamed away.
             m.push(mount(&ws.join(".git"), "bind", git_file, &ro)?);
             let inside = Path::new(GIT_COMMON);
-            m.push(mount(inside, "bind", common_dir, &rw)?);
+            m.push(mount(inside, "bind", filter()?, &rw)?);
             git_children(&mut m, common_dir, inside, read_only)?;
         }
     }

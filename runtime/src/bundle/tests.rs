@@ -11,6 +11,7 @@ fn plan(git: GitSentry) -> BundlePlan {
         git,
         editor_dirs: vec![".vscode".into()],
         git_file: None,
+        git_filter: Some("/run/user/1000/lazaret/d/gen-1/git-sentry".into()),
     }
 }
 
@@ -132,9 +133,13 @@ fn plain_repository() -> Result<(), String> {
         find("/workspace").map(|x| x.2),
         Some("/home/dev/proj".to_owned())
     );
+    // SR-4: .git is the Git Sentry filter, never the host directory itself.
     assert_eq!(
         find("/workspace/.git").map(|x| (x.1, x.2)),
-        Some(("bind".to_owned(), "/home/dev/proj/.git".to_owned()))
+        Some((
+            "bind".to_owned(),
+            "/run/user/1000/lazaret/d/gen-1/git-sentry".to_owned()
+        ))
     );
     assert!(find("/workspace/.git/config").is_some_and(|x| x.3.contains(&"ro".to_owned())));
     assert_eq!(
@@ -151,7 +156,14 @@ fn plain_repository() -> Result<(), String> {
         pos("/workspace") < pos("/workspace/.git")
             && pos("/workspace/.git") < pos("/workspace/.git/config")
     );
-    snapshot("plain_repository.json", &v)
+    snapshot("plain_repository.json", &v)?;
+    // Without the filter there is no plan for a repository.
+    for missing in [None, Some(PathBuf::from("relative/git-sentry"))] {
+        let mut p = p.clone();
+        p.git_filter = missing;
+        assert!(matches!(build_spec(&p), Err(BundleError::NoFilter(_))));
+    }
+    Ok(())
 }
 
 #[test]
@@ -173,8 +185,9 @@ fn linked_worktree_follows_the_common_dir() -> Result<(), String> {
     assert!(find("/workspace/.git").is_some_and(|x| x.2
         == "/run/user/1000/lazaret/bundle/dot-git"
         && x.3.contains(&"ro".to_owned())));
-    assert!(find("/.lazaret/git-common")
-        .is_some_and(|x| x.2 == "/main/.git" && x.3.contains(&"rw".to_owned())));
+    assert!(find("/.lazaret/git-common").is_some_and(
+        |x| x.2 == "/run/user/1000/lazaret/d/gen-1/git-sentry" && x.3.contains(&"rw".to_owned())
+    ));
     assert!(find("/.lazaret/git-common/config").is_some_and(|x| x.3.contains(&"ro".to_owned())));
     assert!(find("/.lazaret/git-common/worktrees/proj/commondir")
         .is_some_and(|x| x.3.contains(&"ro".to_owned())));

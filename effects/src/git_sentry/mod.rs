@@ -3,6 +3,9 @@
 //! file followed to its git directory and common directory. The mounts
 //! themselves are built purely in `lazaret_runtime::bundle`.
 
+pub mod filter;
+pub mod filesystem;
+
 use lazaret_runtime::bundle::GitSentry;
 use std::fs;
 use std::io;

@@ -1,0 +1,1030 @@
+//! The Git Sentry filter (spec 3.5, SR-4): a FUSE filesystem that serves the
+//! host repository's common git directory and refuses, by the pure
+//! [`SentryLayout`] guards, every operation that would create, replace,
+//! write or unlink a file Git reads configuration or hooks from.
+//!
+//! It is a passthrough over descriptors: every inode holds an `O_PATH`
+//! descriptor of its host object, opened beneath its parent's with
+//! `O_NOFOLLOW` one name at a time, so the sandbox's symbolic links are never
+//! followed on the host. Data operations reopen that descriptor through
+//! `/proc/self/fd`. Entry and attribute timeouts are zero: the host's own Git
+//! shares the directory in real time (spec 3.5) and must never be shadowed by
+//! a stale cache. Bounded: at most [`MAX_INODES`] inodes, [`MAX_HANDLES`] open
+//! handles and [`MAX_DIR_ENTRIES`] entries per directory listing.
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow, WriteFlags,
+};
+use lazaret_runtime::git_sentry::{Change, Guard, SentryLayout};
+use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The most inodes the filter tracks at once (each holds a descriptor).
+pub const MAX_INODES: usize = 200_000;
+/// The most open file and directory handles at once.
+pub const MAX_HANDLES: usize = 65_536;
+/// The most entries one directory listing holds.
+pub const MAX_DIR_ENTRIES: usize = 1_000_000;
+/// The synthetic `hooks` directory's inode number (the root is 1).
+const HOOKS_INO: u64 = 2;
+/// Inode numbers handed out start here and are never reused.
+const FIRST_INO: u64 = 3;
+/// Zero: the host shares the directory in real time.
+const TTL: Duration = Duration::ZERO;
+
+/// One host object the kernel knows by a node id.
+#[derive(Debug)]
+struct Inode {
+    fd: Arc<OwnedFd>,
+    /// Host (device, inode).
+    id: (u64, u64),
+    guard: Guard,
+    /// The path relative to the root, kept for pinned directories only (the
+    /// layout's guards below them are found by path).
+    rel: Option<PathBuf>,
+    lookups: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inodes {
+    by_ino: HashMap<u64, Inode>,
+    by_id: HashMap<(u64, u64), u64>,
+    /// Host identities of every object seen under a sealed guard: a second
+    /// (hard) link to one of them is as sealed as the first.
+    sealed: HashSet<(u64, u64)>,
+    next: u64,
+}
+
+#[derive(Debug)]
+enum Handle {
+    File { file: Arc<std::fs::File> },
+    Dir { entries: Arc<Vec<(OsString, u64, FileType)>> },
+}
+
+#[derive(Debug, Default)]
+struct Handles {
+    open: HashMap<u64, Handle>,
+    next: u64,
+}
+
+/// The changes of one `setattr` request.
+#[derive(Clone, Copy, Debug)]
+struct SetAttr {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    size: Option<u64>,
+    atime: Option<TimeOrNow>,
+    mtime: Option<TimeOrNow>,
+    fh: Option<FileHandle>,
+}
+
+/// What an operation needs to know about one inode, copied out of the table.
+#[derive(Clone, Debug)]
+struct Node {
+    fd: Arc<OwnedFd>,
+    guard: Guard,
+    rel: Option<PathBuf>,
+    sealed: bool,
+}
+
+/// The Git Sentry filesystem over one common git directory.
+#[derive(Debug)]
+pub struct SentryFs {
+    layout: SentryLayout,
+    root: Arc<OwnedFd>,
+    inodes: Mutex<Inodes>,
+    handles: Mutex<Handles>,
+}
+
+fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc_eio()))
+}
+
+fn libc_eio() -> i32 {
+    Errno::EIO.code()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking operation leaves the tables consistent (every mutation is
+    // one insert or remove), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn system_time(secs: i64, nsecs: u64) -> SystemTime {
+    let nanos = u32::try_from(nsecs.min(999_999_999)).unwrap_or(0);
+    match u64::try_from(secs) {
+        Ok(s) => UNIX_EPOCH + Duration::new(s, nanos),
+        Err(_) => UNIX_EPOCH
+            .checked_sub(Duration::new(secs.unsigned_abs(), 0))
+            .unwrap_or(UNIX_EPOCH),
+    }
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match rustix::fs::FileType::from_raw_mode(mode) {
+        rustix::fs::FileType::Directory => FileType::Directory,
+        rustix::fs::FileType::Symlink => FileType::Symlink,
+        rustix::fs::FileType::Fifo => FileType::NamedPipe,
+        rustix::fs::FileType::Socket => FileType::Socket,
+        rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
+        rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn dirent_kind(t: rustix::fs::FileType) -> FileType {
+    match t {
+        rustix::fs::FileType::Directory => FileType::Directory,
+        rustix::fs::FileType::Symlink => FileType::Symlink,
+        rustix::fs::FileType::Fifo => FileType::NamedPipe,
+        rustix::fs::FileType::Socket => FileType::Socket,
+        rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
+        rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn attr(ino: u64, st: &Stat) -> FileAttr {
+    let mode = st.st_mode;
+    FileAttr {
+        ino: INodeNo(ino),
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        blocks: u64::try_from(st.st_blocks).unwrap_or(0),
+        atime: system_time(st.st_atime, st.st_atime_nsec),
+        mtime: system_time(st.st_mtime, st.st_mtime_nsec),
+        ctime: system_time(st.st_ctime, st.st_ctime_nsec),
+        crtime: UNIX_EPOCH,
+        kind: kind_of(mode),
+        perm: u16::try_from(mode & 0o7777).unwrap_or(0),
+        nlink: u32::try_from(st.st_nlink).unwrap_or(u32::MAX),
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: u32::try_from(st.st_rdev).unwrap_or(0),
+        blksize: u32::try_from(st.st_blksize).unwrap_or(4096),
+        flags: 0,
+    }
+}
+
+/// The synthetic, empty, read-only default `hooks` directory.
+fn hooks_attr(root: &Stat) -> FileAttr {
+    let mut a = attr(HOOKS_INO, root);
+    a.kind = FileType::Directory;
+    a.perm = 0o555;
+    a.nlink = 2;
+    a.size = 0;
+    a.blocks = 0;
+    a
+}
+
+fn stat_fd(fd: &OwnedFd) -> Result<Stat, Errno> {
+    rustix::fs::statat(fd, "", AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+}
+
+fn proc_path(fd: &OwnedFd) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Opens `name` beneath `parent` as an `O_PATH` descriptor, never following
+/// a symbolic link.
+fn open_path(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat(
+        parent,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)
+}
+
+/// A single path component the kernel may send: never empty, `.`, `..` or
+/// containing `/` (the kernel guarantees it; the filter checks anyway).
+fn component(name: &OsStr) -> Result<&OsStr, Errno> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(name)
+}
+
+impl SentryFs {
+    /// A filter over the common directory `root` (a directory descriptor the
+    /// caller opened and verified) with the guards of `layout`.
+    pub fn new(root: OwnedFd, layout: SentryLayout) -> Self {
+        Self {
+            layout,
+            root: Arc::new(root),
+            inodes: Mutex::new(Inodes {
+                next: FIRST_INO,
+                ..Inodes::default()
+            }),
+            handles: Mutex::new(Handles::default()),
+        }
+    }
+
+    fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
+        if ino.0 == INodeNo::ROOT.0 {
+            return Ok(Node {
+                fd: Arc::clone(&self.root),
+                guard: self.layout.root(),
+                rel: Some(PathBuf::new()),
+                sealed: false,
+            });
+        }
+        let t = lock(&self.inodes);
+        let i = t.by_ino.get(&ino.0).ok_or(Errno::ESTALE)?;
+        Ok(Node {
+            fd: Arc::clone(&i.fd),
+            guard: i.guard,
+            rel: i.rel.clone(),
+            sealed: t.sealed.contains(&i.id),
+        })
+    }
+
+    /// The parent's node for a change of one of its names, refusing the
+    /// synthetic hooks directory (it has no host object and takes nothing).
+    fn parent(&self, ino: INodeNo) -> Result<Node, Errno> {
+        if ino.0 == HOOKS_INO {
+            return Err(Errno::EPERM);
+        }
+        self.node(ino)
+    }
+
+    fn child_guard(&self, parent: &Node, name: &OsStr) -> Guard {
+        self.layout.child(parent.guard, parent.rel.as_deref(), name)
+    }
+
+    /// Records a looked-up (or created) object and returns its node id.
+    fn remember(
+        &self,
+        fd: OwnedFd,
+        st: &Stat,
+        guard: Guard,
+        rel: Option<PathBuf>,
+    ) -> Result<u64, Errno> {
+        let id = (st.st_dev, st.st_ino);
+        let mut t = lock(&self.inodes);
+        if matches!(guard, Guard::Sealed | Guard::SealedTree) {
+            t.sealed.insert(id);
+        }
+        if let Some(&ino) = t.by_id.get(&id) {
+            if let Some(i) = t.by_ino.get_mut(&ino) {
+                i.lookups = i.lookups.saturating_add(1);
+                // One host object reached by two names keeps the stricter
+                // guard of the two.
+                if guard > i.guard {
+                    i.guard = guard;
+                    i.rel = rel;
+                }
+                return Ok(ino);
+            }
+        }
+        if t.by_ino.len() >= MAX_INODES {
+            return Err(Errno::ENFILE);
+        }
+        let ino = t.next;
+        t.next = t.next.checked_add(1).ok_or(Errno::ENFILE)?;
+        t.by_ino.insert(
+            ino,
+            Inode {
+                fd: Arc::new(fd),
+                id,
+                guard,
+                rel,
+                lookups: 1,
+            },
+        );
+        t.by_id.insert(id, ino);
+        Ok(ino)
+    }
+
+    fn entry_of(&self, parent: &Node, name: &OsStr) -> Result<FileAttr, Errno> {
+        let name = component(name)?;
+        let guard = self.child_guard(parent, name);
+        if guard == Guard::HiddenHooks {
+            return Ok(hooks_attr(&stat_fd(&self.root)?));
+        }
+        let fd = open_path(&parent.fd, name)?;
+        let st = stat_fd(&fd)?;
+        let rel = match (&parent.rel, guard) {
+            (Some(p), Guard::Pinned) => Some(p.join(name)),
+            _ => None,
+        };
+        let ino = self.remember(fd, &st, guard, rel)?;
+        Ok(attr(ino, &st))
+    }
+
+    /// Refuses binding or unbinding `name` under `parent` unless its guard
+    /// allows it (SR-4).
+    fn may_rebind(&self, parent: &Node, name: &OsStr) -> Result<(), Errno> {
+        if self.child_guard(parent, name).may_rebind() {
+            Ok(())
+        } else {
+            tracing::warn!(name = ?name, "Git Sentry refused a rebinding of a guarded name");
+            Err(Errno::EPERM)
+        }
+    }
+
+    fn may_change(node: &Node, change: Change) -> Result<(), Errno> {
+        if node.guard.may_change(change) && (change == Change::Times || !node.sealed) {
+            Ok(())
+        } else {
+            tracing::warn!(?change, guard = ?node.guard, "Git Sentry refused a change");
+            Err(Errno::EPERM)
+        }
+    }
+
+    fn add_handle(&self, handle: Handle) -> Result<u64, Errno> {
+        let mut h = lock(&self.handles);
+        if h.open.len() >= MAX_HANDLES {
+            return Err(Errno::EMFILE);
+        }
+        h.next = h.next.wrapping_add(1);
+        let fh = h.next;
+        h.open.insert(fh, handle);
+        Ok(fh)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<std::fs::File>, Errno> {
+        match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::File { file }) => Ok(Arc::clone(file)),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    fn created_entry(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr, Errno> {
+        // The filter's own umask must not change the mode the sandbox asked
+        // for: set it exactly.
+        let fd = open_path(&parent.fd, name)?;
+        let st = stat_fd(&fd)?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
+            rustix::fs::chmodat(
+                CWD,
+                proc_path(&fd),
+                Mode::from_raw_mode(mode & !umask & 0o7777),
+                AtFlags::empty(),
+            )
+            .map_err(errno)?;
+        }
+        let st = stat_fd(&fd)?;
+        let ino = self.remember(fd, &st, Guard::Open, None)?;
+        Ok(attr(ino, &st))
+    }
+
+    fn do_setattr(&self, ino: INodeNo, change: &SetAttr) -> Result<FileAttr, Errno> {
+        let SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            fh,
+        } = *change;
+        if ino.0 == HOOKS_INO {
+            return Err(Errno::EPERM);
+        }
+        let node = self.node(ino)?;
+        if size.is_some() {
+            Self::may_change(&node, Change::Data)?;
+        }
+        if mode.is_some() {
+            Self::may_change(&node, Change::Mode)?;
+        }
+        if uid.is_some() || gid.is_some() {
+            Self::may_change(&node, Change::Owner)?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            Self::may_change(&node, Change::Times)?;
+        }
+        if let Some(len) = size {
+            match fh.map(|fh| self.file(fh)) {
+                Some(Ok(file)) => file.set_len(len).map_err(|e| io_errno(&e))?,
+                _ => std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(proc_path(&node.fd))
+                    .and_then(|f| f.set_len(len))
+                    .map_err(|e| io_errno(&e))?,
+            }
+        }
+        if let Some(m) = mode {
+            rustix::fs::chmodat(
+                CWD,
+                proc_path(&node.fd),
+                Mode::from_raw_mode(m & 0o7777),
+                AtFlags::empty(),
+            )
+            .map_err(errno)?;
+        }
+        if uid.is_some() || gid.is_some() {
+            rustix::fs::chownat(
+                &*node.fd,
+                "",
+                uid.map(rustix::fs::Uid::from_raw),
+                gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            let ts = |t: Option<TimeOrNow>| -> rustix::fs::Timespec {
+                match t {
+                    None => rustix::fs::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: rustix::fs::UTIME_OMIT,
+                    },
+                    Some(TimeOrNow::Now) => rustix::fs::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: rustix::fs::UTIME_NOW,
+                    },
+                    Some(TimeOrNow::SpecificTime(t)) => {
+                        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+                        rustix::fs::Timespec {
+                            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                            tv_nsec: d.subsec_nanos().into(),
+                        }
+                    }
+                }
+            };
+            rustix::fs::utimensat(
+                &*node.fd,
+                "",
+                &rustix::fs::Timestamps {
+                    last_access: ts(atime),
+                    last_modification: ts(mtime),
+                },
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)?;
+        }
+        Ok(attr(ino.0, &stat_fd(&node.fd)?))
+    }
+
+    fn open_file(&self, ino: INodeNo, flags: i32) -> Result<u64, Errno> {
+        if ino.0 == HOOKS_INO {
+            return Err(Errno::EISDIR);
+        }
+        let node = self.node(ino)?;
+        let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
+        let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
+        if writes {
+            Self::may_change(&node, Change::Data)?;
+        }
+        let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC | OFlags::SYNC | OFlags::DSYNC;
+        let fd = rustix::fs::openat(
+            CWD,
+            proc_path(&node.fd),
+            (raw & keep) | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        self.add_handle(Handle::File {
+            file: Arc::new(std::fs::File::from(fd)),
+        })
+    }
+
+    fn do_create(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(FileAttr, u64), Errno> {
+        let p = self.parent(parent)?;
+        let name = component(name)?;
+        self.may_rebind(&p, name)?;
+        let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
+        let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC | OFlags::EXCL;
+        let fd = rustix::fs::openat(
+            &*p.fd,
+            name,
+            (raw & keep) | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode & !umask & 0o7777),
+        )
+        .map_err(errno)?;
+        let a = self.created_entry(&p, name, mode, umask)?;
+        let fh = self.add_handle(Handle::File {
+            file: Arc::new(std::fs::File::from(fd)),
+        })?;
+        Ok((a, fh))
+    }
+
+    fn do_rename(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        let from = self.parent(parent)?;
+        let to = self.parent(newparent)?;
+        let (name, newname) = (component(name)?, component(newname)?);
+        self.may_rebind(&from, name)?;
+        self.may_rebind(&to, newname)?;
+        let mut f = rustix::fs::RenameFlags::empty();
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            f |= rustix::fs::RenameFlags::NOREPLACE;
+        }
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            f |= rustix::fs::RenameFlags::EXCHANGE;
+        }
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        rustix::fs::renameat_with(&*from.fd, name, &*to.fd, newname, f).map_err(errno)
+    }
+
+    fn do_link(&self, ino: INodeNo, newparent: INodeNo, newname: &OsStr) -> Result<FileAttr, Errno> {
+        if ino.0 == HOOKS_INO {
+            return Err(Errno::EPERM);
+        }
+        let src = self.node(ino)?;
+        let to = self.parent(newparent)?;
+        let newname = component(newname)?;
+        if !src.guard.may_link_from() || src.sealed {
+            tracing::warn!("Git Sentry refused a hard link of a guarded file");
+            return Err(Errno::EPERM);
+        }
+        self.may_rebind(&to, newname)?;
+        rustix::fs::linkat(
+            CWD,
+            proc_path(&src.fd),
+            &*to.fd,
+            newname,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+        .map_err(errno)?;
+        self.entry_of(&to, newname)
+    }
+
+    fn listing(&self, ino: INodeNo) -> Result<Vec<(OsString, u64, FileType)>, Errno> {
+        if ino.0 == HOOKS_INO {
+            return Ok(vec![
+                (".".into(), HOOKS_INO, FileType::Directory),
+                ("..".into(), INodeNo::ROOT.0, FileType::Directory),
+            ]);
+        }
+        let node = self.node(ino)?;
+        let dir = rustix::fs::openat(
+            &*node.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let mut out = Vec::new();
+        let mut saw_hooks = false;
+        for entry in rustix::fs::Dir::read_from(&dir).map_err(errno)? {
+            let entry = entry.map_err(errno)?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes()).to_owned();
+            let mut kind = dirent_kind(entry.file_type());
+            if ino.0 == INodeNo::ROOT.0
+                && self.child_guard(&node, &name) == Guard::HiddenHooks
+            {
+                saw_hooks = true;
+                kind = FileType::Directory;
+            }
+            out.push((name, entry.ino(), kind));
+            if out.len() > MAX_DIR_ENTRIES {
+                return Err(Errno::EFBIG);
+            }
+        }
+        if ino.0 == INodeNo::ROOT.0 && !saw_hooks {
+            out.push(("hooks".into(), HOOKS_INO, FileType::Directory));
+        }
+        Ok(out)
+    }
+}
+
+macro_rules! reply {
+    ($reply:expr, $result:expr, $ok:expr) => {
+        match $result {
+            Ok(v) => $ok(v),
+            Err(e) => $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for SentryFs {
+    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        // The synthetic hooks directory holds nothing.
+        let r = if parent.0 == HOOKS_INO {
+            Err(Errno::ENOENT)
+        } else {
+            self.node(parent).and_then(|p| self.entry_of(&p, name))
+        };
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let mut t = lock(&self.inodes);
+        let gone = match t.by_ino.get_mut(&ino.0) {
+            Some(i) => {
+                i.lookups = i.lookups.saturating_sub(nlookup);
+                i.lookups == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some(i) = t.by_ino.remove(&ino.0) {
+                t.by_id.remove(&i.id);
+            }
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = if ino.0 == HOOKS_INO {
+            stat_fd(&self.root).map(|st| hooks_attr(&st))
+        } else {
+            self.node(ino)
+                .and_then(|n| stat_fd(&n.fd).map(|st| attr(ino.0, &st)))
+        };
+        reply!(reply, r, |a: FileAttr| reply.attr(&TTL, &a));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            fh,
+        };
+        let r = self.do_setattr(ino, &change);
+        reply!(reply, r, |a: FileAttr| reply.attr(&TTL, &a));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let r = self.node(ino).and_then(|n| {
+            rustix::fs::readlinkat(&*n.fd, "", Vec::new()).map_err(errno)
+        });
+        reply!(reply, r, |t: std::ffi::CString| reply.data(t.as_bytes()));
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let p = self.parent(parent)?;
+            let name = component(name)?;
+            self.may_rebind(&p, name)?;
+            let perm = Mode::from_raw_mode(mode & !umask & 0o7777);
+            match rustix::fs::FileType::from_raw_mode(mode) {
+                rustix::fs::FileType::RegularFile => {
+                    rustix::fs::openat(
+                        &*p.fd,
+                        name,
+                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+                        perm,
+                    )
+                    .map_err(errno)?;
+                }
+                rustix::fs::FileType::Fifo => {
+                    rustix::fs::mknodat(&*p.fd, name, rustix::fs::FileType::Fifo, perm, 0)
+                        .map_err(errno)?;
+                }
+                // Device nodes are never created (spec 3.5: EPERM).
+                _ => return Err(Errno::EPERM),
+            }
+            self.created_entry(&p, name, mode, umask)
+        })();
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let p = self.parent(parent)?;
+            let name = component(name)?;
+            self.may_rebind(&p, name)?;
+            rustix::fs::mkdirat(&*p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
+                .map_err(errno)?;
+            self.created_entry(&p, name, mode, umask)
+        })();
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let p = self.parent(parent)?;
+            let name = component(name)?;
+            self.may_rebind(&p, name)?;
+            rustix::fs::unlinkat(&*p.fd, name, AtFlags::empty()).map_err(errno)
+        })();
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let p = self.parent(parent)?;
+            let name = component(name)?;
+            self.may_rebind(&p, name)?;
+            rustix::fs::unlinkat(&*p.fd, name, AtFlags::REMOVEDIR).map_err(errno)
+        })();
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let r = (|| {
+            let p = self.parent(parent)?;
+            let name = component(link_name)?;
+            self.may_rebind(&p, name)?;
+            rustix::fs::symlinkat(target, &*p.fd, name).map_err(errno)?;
+            self.entry_of(&p, name)
+        })();
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.do_rename(parent, name, newparent, newname, flags);
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_link(ino, newparent, newname);
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.open_file(ino, flags.0);
+        reply!(reply, r, |fh| reply.opened(FileHandle(fh), FopenFlags::empty()));
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.file(fh).and_then(|f| {
+            let mut buf = vec![0u8; usize::try_from(size).unwrap_or(0)];
+            let n = rustix::io::pread(&*f, &mut buf[..], offset).map_err(errno)?;
+            buf.truncate(n);
+            Ok(buf)
+        });
+        reply!(reply, r, |b: Vec<u8>| reply.data(&b));
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // Writable handles exist only where open() allowed data changes.
+        let r = self.file(fh).and_then(|f| {
+            let n = rustix::io::pwrite(&*f, data, offset).map_err(errno)?;
+            u32::try_from(n).map_err(|_| Errno::EIO)
+        });
+        reply!(reply, r, |n| reply.written(n));
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.handles).open.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let r = self.file(fh).and_then(|f| {
+            if datasync {
+                rustix::fs::fdatasync(&*f)
+            } else {
+                rustix::fs::fsync(&*f)
+            }
+            .map_err(errno)
+        });
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.listing(ino).and_then(|entries| {
+            self.add_handle(Handle::Dir {
+                entries: Arc::new(entries),
+            })
+        });
+        reply!(reply, r, |fh| reply.opened(FileHandle(fh), FopenFlags::empty()));
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let entries = match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::Dir { entries }) => Arc::clone(entries),
+            _ => return reply.error(Errno::EBADF),
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (name, ino, kind)) in entries.iter().enumerate().skip(start) {
+            let next = u64::try_from(i).unwrap_or(u64::MAX).saturating_add(1);
+            if reply.add(INodeNo(*ino), next, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.handles).open.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.node(ino).and_then(|n| {
+            let d = rustix::fs::openat(
+                &*n.fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
+            rustix::fs::fsync(&d).map_err(errno)
+        });
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match rustix::fs::fstatvfs(self.root.as_fd()) {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                u32::try_from(s.f_bsize).unwrap_or(4096),
+                u32::try_from(s.f_namemax).unwrap_or(255),
+                u32::try_from(s.f_frsize).unwrap_or(4096),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.do_create(parent, name, mode, umask, flags);
+        reply!(reply, r, |(a, fh): (FileAttr, u64)| reply.created(
+            &TTL,
+            &a,
+            Generation(0),
+            FileHandle(fh),
+            FopenFlags::empty()
+        ));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.file(fh).and_then(|f| {
+            let flags = rustix::fs::FallocateFlags::from_bits_retain(u32::from_ne_bytes(
+                mode.to_ne_bytes(),
+            ));
+            rustix::fs::fallocate(&*f, flags, offset, length).map_err(errno)
+        });
+        reply!(reply, r, |()| reply.ok());
+    }
+}

@@ -1,0 +1,218 @@
+//! Mounting the Git Sentry filter ([`super::filesystem::SentryFs`]) of the
+//! host repository's common git directory inside the Runtime Supervisor's
+//! private mount namespace (spec 3.5, SR-4).
+//!
+//! The filter is mounted on an empty directory of the generation's 0700
+//! runtime directory, never over the repository itself: runsc's gofer
+//! bind-mounts the workspace non-recursively from a new namespace, where a
+//! mount under the workspace would be a locked child and the bind would fail.
+//! The bundle binds the filter where the git directory belongs. The mount is
+//! private to the generation's mount namespace: the host never sees it, and
+//! it vanishes with the namespace when the Runtime Supervisor exits.
+
+use super::filesystem::SentryFs;
+use lazaret_runtime::git_sentry::{HostGitDir, LayoutError, SentryLayout};
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// How deep the scan for submodule git directories goes under `modules/`.
+const MAX_SCAN_DEPTH: usize = 8;
+/// The most directory entries the launch-time scan visits.
+const MAX_SCAN_ENTRIES: usize = 20_000;
+/// Request threads serving the filter.
+const THREADS: usize = 2;
+
+/// Errors of mounting the filter; one variant per step.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    /// Scanning the host git directory failed.
+    #[error("scanning {path} for the Git Sentry: {source}")]
+    Scan { path: PathBuf, source: io::Error },
+    /// The git directory has more entries than the scan visits.
+    #[error("{path} has more than {MAX_SCAN_ENTRIES} entries under worktrees/ and modules/; the Git Sentry does not scan repositories this large")]
+    TooLarge { path: PathBuf },
+    /// The layout was refused.
+    #[error("Git Sentry layout of {path}: {source}")]
+    Layout { path: PathBuf, source: LayoutError },
+    /// Opening the common directory failed.
+    #[error("opening {path} for the Git Sentry: {source}")]
+    Open {
+        path: PathBuf,
+        source: rustix::io::Errno,
+    },
+    /// The FUSE mount failed.
+    #[error("mounting the Git Sentry filter on {path}: {source} (is /dev/fuse mode 0666? `lazaret doctor` checks)")]
+    Mount { path: PathBuf, source: io::Error },
+}
+
+/// A mounted filter; [`MountedFilter::unmount`] (or dropping it) unmounts.
+#[derive(Debug)]
+pub struct MountedFilter {
+    session: Option<fuser::BackgroundSession>,
+    mountpoint: PathBuf,
+}
+
+impl MountedFilter {
+    /// Where the filter is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts and joins the request threads.
+    pub fn unmount(mut self) -> io::Result<()> {
+        match self.session.take() {
+            Some(s) => s.umount_and_join(),
+            None => Ok(()),
+        }
+    }
+}
+
+struct Scan {
+    visited: usize,
+    root: PathBuf,
+    out: Vec<HostGitDir>,
+}
+
+impl Scan {
+    /// Plain subdirectories (never symbolic links) of `dir`, sorted.
+    fn subdirs(&mut self, dir: &Path) -> Result<Vec<OsString>, FilterError> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(FilterError::Scan {
+                    path: dir.to_owned(),
+                    source,
+                })
+            }
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            self.visited += 1;
+            if self.visited > MAX_SCAN_ENTRIES {
+                return Err(FilterError::TooLarge {
+                    path: self.root.clone(),
+                });
+            }
+            let entry = entry.map_err(|source| FilterError::Scan {
+                path: dir.to_owned(),
+                source,
+            })?;
+            let kind = entry.file_type().map_err(|source| FilterError::Scan {
+                path: entry.path(),
+                source,
+            })?;
+            if kind.is_dir() {
+                out.push(entry.file_name());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn is_git_dir(dir: &Path) -> bool {
+        fs::symlink_metadata(dir.join("HEAD")).is_ok_and(|m| m.is_file())
+            && fs::symlink_metadata(dir.join("objects")).is_ok_and(|m| m.is_dir())
+    }
+
+    /// Records the git directory at `rel` and everything under its
+    /// `modules/`.
+    fn git_dir(&mut self, rel: &Path, depth: usize) -> Result<(), FilterError> {
+        let abs = self.root.join(rel);
+        let worktrees = self.subdirs(&abs.join("worktrees"))?;
+        self.out.push(HostGitDir {
+            path: rel.to_owned(),
+            worktrees,
+        });
+        self.modules(&rel.join("modules"), depth + 1)
+    }
+
+    /// Submodule git directories under `rel` (names may contain `/`).
+    fn modules(&mut self, rel: &Path, depth: usize) -> Result<(), FilterError> {
+        if depth > MAX_SCAN_DEPTH {
+            return Ok(());
+        }
+        for name in self.subdirs(&self.root.join(rel))? {
+            let child = rel.join(&name);
+            if Self::is_git_dir(&self.root.join(&child)) {
+                self.git_dir(&child, depth)?;
+            } else {
+                self.modules(&child, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The guards of the host repository whose common directory is `common`:
+/// its own, each linked worktree's admin directory's and each submodule's
+/// (spec 3.5, SR-4).
+pub fn scan_layout(common: &Path) -> Result<SentryLayout, FilterError> {
+    let mut scan = Scan {
+        visited: 0,
+        root: common.to_owned(),
+        out: Vec::new(),
+    };
+    scan.git_dir(Path::new(""), 0)?;
+    SentryLayout::new(&scan.out).map_err(|source| FilterError::Layout {
+        path: common.to_owned(),
+        source,
+    })
+}
+
+/// Raises the soft descriptor limit to the hard one: every inode the filter
+/// tracks holds a descriptor.
+fn raise_nofile() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(error = %e, "could not raise the descriptor limit for the Git Sentry");
+        }
+    }
+}
+
+/// Mounts the filter of `common` (the canonical common git directory) on the
+/// empty directory `mountpoint`, in the caller's mount namespace, which must
+/// be private.
+pub fn mount(common: &Path, mountpoint: &Path) -> Result<MountedFilter, FilterError> {
+    let _span = tracing::info_span!("MountGitSentry", path = %common.display()).entered();
+    let layout = scan_layout(common)?;
+    let root = rustix::fs::openat(
+        rustix::fs::CWD,
+        common,
+        rustix::fs::OFlags::PATH
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|source| FilterError::Open {
+        path: common.to_owned(),
+        source,
+    })?;
+    raise_nofile();
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName("lazaret-git-sentry".to_owned()),
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+        fuser::MountOption::NoExec,
+    ];
+    config.n_threads = Some(THREADS);
+    config.clone_fd = true;
+    let mount_err = |source| FilterError::Mount {
+        path: mountpoint.to_owned(),
+        source,
+    };
+    let session = fuser::Session::new(SentryFs::new(root, layout), mountpoint, &config)
+        .map_err(mount_err)?;
+    let session = session.spawn().map_err(mount_err)?;
+    Ok(MountedFilter {
+        session: Some(session),
+        mountpoint: mountpoint.to_owned(),
+    })
+}

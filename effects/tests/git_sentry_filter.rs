@@ -1,0 +1,258 @@
+//! The Git Sentry filter against the real kernel and real Git (spec 3.5,
+//! SR-4): mounted over a repository's `.git` in a private user and mount
+//! namespace, ordinary Git keeps working through it while every way of
+//! replacing the repository's configuration or hooks is refused, and the
+//! host directory underneath is left exactly as Git made it.
+//!
+//! Each test re-runs itself under `unshare --user --map-root-user --mount`
+//! (so it works as root and as an ordinary user with `/dev/fuse` 0666) and
+//! the outer half checks the inner half's exit status with a deadline.
+
+use lazaret_effects::git_sentry::filter::{mount, scan_layout};
+use lazaret_runtime::git_sentry::Guard;
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INNER: &str = "LAZARET_GIT_SENTRY_INNER";
+
+/// Runs `name` again inside a new user and mount namespace.
+fn outer(name: &str) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "--propagation", "private"])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(INNER, "1")
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("unshare: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return if status.success() {
+                Ok(())
+            } else {
+                Err(format!("inner test {name} failed: {status}"))
+            };
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("inner test {name} did not finish in 180 s"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "protocol.file.allow=always",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .map_err(|e| format!("git {args:?}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "git {args:?} in {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn io<T>(what: &str, r: std::io::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// Asserts that `r` failed with EPERM (the filter's refusal).
+fn refused<T: std::fmt::Debug>(what: &str, r: std::io::Result<T>) -> Result<(), String> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(1) => Ok(()),
+        other => Err(format!("{what}: expected EPERM, got {other:?}")),
+    }
+}
+
+/// A repository with one commit, a linked worktree and a submodule.
+fn fixture(root: &Path) -> Result<PathBuf, String> {
+    let lib = root.join("lib");
+    io("mkdir lib", fs::create_dir(&lib))?;
+    git(&lib, &["init", "-q"])?;
+    io("write lib", fs::write(lib.join("l.txt"), "lib\n"))?;
+    git(&lib, &["add", "."])?;
+    git(&lib, &["commit", "-q", "-m", "lib"])?;
+    let repo = root.join("repo");
+    io("mkdir repo", fs::create_dir(&repo))?;
+    git(&repo, &["init", "-q"])?;
+    io("write a", fs::write(repo.join("a.txt"), "one\n"))?;
+    git(&repo, &["add", "."])?;
+    git(&repo, &["commit", "-q", "-m", "first"])?;
+    git(
+        &repo,
+        &["submodule", "add", "-q", lib.to_str().unwrap_or_default(), "sub"],
+    )?;
+    git(&repo, &["commit", "-q", "-m", "sub"])?;
+    git(&repo, &["worktree", "add", "-q", "../wt"])?;
+    Ok(repo)
+}
+
+#[test]
+fn the_layout_guards_the_worktree_and_submodule_admin_files() -> Result<(), String> {
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let layout = scan_layout(&repo.join(".git")).map_err(|e| e.to_string())?;
+    let entries: Vec<(String, Guard)> = layout
+        .entries()
+        .map(|(p, g)| (p.display().to_string(), g))
+        .collect();
+    for (path, guard) in [
+        ("config", Guard::Sealed),
+        ("hooks", Guard::HiddenHooks),
+        ("worktrees/wt", Guard::Pinned),
+        ("worktrees/wt/commondir", Guard::Sealed),
+        ("worktrees/wt/gitdir", Guard::Sealed),
+        ("modules/sub", Guard::Pinned),
+        ("modules/sub/config", Guard::Sealed),
+        ("modules/sub/hooks", Guard::SealedTree),
+    ] {
+        assert!(
+            entries.contains(&(path.to_owned(), guard)),
+            "{path} {guard:?} missing from {entries:?}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn git_works_through_the_filter_and_guarded_names_are_refused() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("git_works_through_the_filter_and_guarded_names_are_refused");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let host_hook = dot_git.join("hooks/pre-commit.sample");
+    let had_sample = host_hook.exists();
+    // Mounted over the repository's own .git here, so real Git in the
+    // working tree goes through it (the root descriptor is opened first).
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+
+    // Ordinary Git through the filter.
+    io("edit", fs::write(repo.join("a.txt"), "two\n"))?;
+    git(&repo, &["status", "--short"])?;
+    git(&repo, &["add", "a.txt"])?;
+    git(&repo, &["commit", "-q", "-m", "second"])?;
+    git(&repo, &["branch", "feature"])?;
+    git(&repo, &["checkout", "-q", "feature"])?;
+    io("edit", fs::write(repo.join("a.txt"), "three\n"))?;
+    git(&repo, &["stash", "-q"])?;
+    git(&repo, &["stash", "pop", "-q"])?;
+    git(&repo, &["commit", "-q", "-am", "third"])?;
+    git(&repo, &["checkout", "-q", "main"])?;
+    git(&repo, &["merge", "-q", "--no-edit", "feature"])?;
+    git(&repo, &["tag", "v1"])?;
+    git(&repo, &["gc", "-q"])?;
+    git(&repo, &["worktree", "add", "-q", "../wt2"])?;
+    git(&tmp.path().join("wt"), &["status", "--short"])?;
+    git(&repo, &["fsck", "--no-progress"])?;
+    let log = git(&repo, &["log", "--oneline"])?;
+    assert_eq!(log.lines().count(), 4, "{log}");
+
+    // The configuration cannot be written, replaced, moved or linked.
+    let config = dot_git.join("config");
+    refused(
+        "write config",
+        fs::OpenOptions::new().append(true).open(&config),
+    )?;
+    refused("truncate config", fs::File::create(&config))?;
+    refused("rename config", fs::rename(&config, dot_git.join("c2")))?;
+    io("scratch", fs::write(dot_git.join("evil"), "[core]\n"))?;
+    refused("rename onto config", fs::rename(dot_git.join("evil"), &config))?;
+    refused("unlink config", fs::remove_file(&config))?;
+    refused("link config", fs::hard_link(&config, dot_git.join("c3")))?;
+    refused(
+        "chmod config",
+        fs::set_permissions(&config, fs::Permissions::from_mode(0o666)),
+    )?;
+    assert!(
+        git(&repo, &["config", "core.hooksPath", "/tmp/evil"]).is_err(),
+        "git config wrote through the filter"
+    );
+    // No other file may take its place.
+    for name in ["commondir", "config.worktree"] {
+        let p = dot_git.join(name);
+        refused(name, fs::write(&p, "/tmp/evil\n"))?;
+        refused(name, fs::create_dir(&p))?;
+        refused(name, std::os::unix::fs::symlink("/tmp/evil", &p))?;
+        refused(name, fs::rename(dot_git.join("evil"), &p))?;
+        refused(name, fs::hard_link(dot_git.join("evil"), &p))?;
+    }
+    // The default hooks directory is empty, read-only and cannot move.
+    let hooks = dot_git.join("hooks");
+    let listed: Vec<_> = io("list hooks", fs::read_dir(&hooks))?.collect();
+    assert!(listed.is_empty(), "host hooks visible: {listed:?}");
+    refused("write a hook", fs::write(hooks.join("pre-commit"), "#!/bin/sh\n"))?;
+    refused("rmdir hooks", fs::remove_dir(&hooks))?;
+    refused("rename hooks", fs::rename(&hooks, dot_git.join("h2")))?;
+    // A host worktree's admin files and a submodule's config and hooks.
+    let admin = dot_git.join("worktrees/wt");
+    refused("rewrite gitdir", fs::write(admin.join("gitdir"), "/tmp/x\n"))?;
+    refused("rewrite commondir", fs::write(admin.join("commondir"), "/tmp/x\n"))?;
+    refused("new config.worktree", fs::write(admin.join("config.worktree"), "x"))?;
+    refused("move the admin dir", fs::rename(&admin, dot_git.join("worktrees/w9")))?;
+    refused("move worktrees", fs::rename(dot_git.join("worktrees"), dot_git.join("w")))?;
+    let sub = dot_git.join("modules/sub");
+    refused("submodule config", fs::write(sub.join("config"), "x"))?;
+    refused(
+        "submodule hook",
+        fs::write(sub.join("hooks/post-checkout"), "#!/bin/sh\n"),
+    )?;
+    refused("move modules", fs::rename(dot_git.join("modules"), dot_git.join("m")))?;
+    // Symbolic links the sandbox plants are never followed by the filter.
+    io(
+        "plant a symlink",
+        std::os::unix::fs::symlink("/etc", dot_git.join("refs/escape")),
+    )?;
+    let target = io("readlink", fs::read_link(dot_git.join("refs/escape")))?;
+    assert_eq!(target, Path::new("/etc"));
+    io("remove the symlink", fs::remove_file(dot_git.join("refs/escape")))?;
+    io("remove scratch", fs::remove_file(dot_git.join("evil")))?;
+    // Large writes and reads round-trip.
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| u8::try_from(i % 251).unwrap_or(0))
+        .collect();
+    let mut f = io("create big", fs::File::create(dot_git.join("big")))?;
+    io("write big", f.write_all(&big))?;
+    drop(f);
+    assert_eq!(io("read big", fs::read(dot_git.join("big")))?, big);
+    io("remove big", fs::remove_file(dot_git.join("big")))?;
+
+    filter.unmount().map_err(|e| e.to_string())?;
+    // Underneath, the host repository is exactly as Git made it.
+    for name in ["commondir", "config.worktree", "evil", "c2", "c3", "big"] {
+        assert!(!dot_git.join(name).exists(), "{name} reached the host");
+    }
+    assert!(!host_hook.exists() || had_sample);
+    assert!(!hooks.join("pre-commit").exists());
+    let log = git(&repo, &["log", "--oneline", "main"])?;
+    assert_eq!(log.lines().count(), 4, "{log}");
+    assert!(git(&repo, &["config", "core.hooksPath"]).is_err());
+    git(&repo, &["fsck", "--no-progress"])?;
+    Ok(())
+}

@@ -1,0 +1,391 @@
+//! The Git Sentry's filter over the host repository's git directory
+//! (spec 3.5, SR-4), as pure decisions.
+//!
+//! Bind mounts alone cannot stop the sandbox from *creating* a file Git reads
+//! configuration from: `.git` must stay writable (lock files, objects, refs),
+//! and a new `commondir` or `config.worktree` would point host Git at a
+//! configuration — and hooks — the sandbox controls. So the Runtime Supervisor
+//! serves the host's common git directory through a small FUSE filter, and
+//! this module decides, per entry, what the filter lets through.
+//!
+//! The [`SentryLayout`] is computed once at launch from the host repository:
+//! every git directory in it (the common directory, and each submodule's git
+//! directory under `modules/`) and each of their linked worktrees' admin
+//! directories. It maps relative paths to a [`Guard`]; it is closed under
+//! ancestors (every ancestor of a guarded entry is [`Guard::Pinned`]), so an
+//! [`Guard::Open`] directory never has a guarded child and a path's guard is
+//! found from its parent's guard and its own name ([`SentryLayout::child`]).
+//! Pinned and sealed entries can never be renamed or removed, which keeps that
+//! path-based decision sound for the filesystem's lifetime.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::path::{Component, Path, PathBuf};
+
+/// Files of a git directory that Git reads configuration or the location of
+/// the common directory from (spec 3.5: "host `.git/config` is exposed
+/// read-only"; the others would replace it by another means, SR-4).
+pub const SEALED_IN_GIT_DIR: [&str; 3] = ["config", "config.worktree", "commondir"];
+/// Files of a linked worktree's admin directory (`worktrees/<name>/`) that
+/// name its common directory, its working tree or its own configuration.
+pub const SEALED_IN_WORKTREE_ADMIN: [&str; 3] = ["commondir", "gitdir", "config.worktree"];
+
+/// How the Git Sentry treats one entry of the git directory tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Guard {
+    /// Ordinary repository data (objects, refs, index, `HEAD`, logs, lock
+    /// files): every operation passes through.
+    Open,
+    /// A directory on the way to a guarded entry: its children follow their
+    /// own guards, but the directory itself is never renamed, removed,
+    /// replaced, re-owned or re-permissioned.
+    Pinned,
+    /// A file Git reads configuration or the common-directory location from:
+    /// readable when present; never created, written, truncated,
+    /// re-permissioned, renamed, removed or hard-linked.
+    Sealed,
+    /// A submodule's `hooks` directory and everything below it: read-only.
+    SealedTree,
+    /// The repository's default `hooks` directory: a synthetic, empty,
+    /// read-only directory. The host's hooks are never visible through the
+    /// filter; Lazaret mounts sandbox-local transient storage over it.
+    HiddenHooks,
+}
+
+/// A change to an existing entry's content or metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Writing, truncating or allocating file data (including opening for
+    /// writing).
+    Data,
+    /// `chmod`.
+    Mode,
+    /// `chown`.
+    Owner,
+    /// Access and modification times.
+    Times,
+    /// Setting or removing extended attributes.
+    Xattr,
+}
+
+impl Guard {
+    /// Whether a name with this guard may be bound or unbound: created (any
+    /// file type), removed, renamed from or to, or made a hard link's new
+    /// name. Only [`Guard::Open`] names.
+    pub fn may_rebind(self) -> bool {
+        self == Self::Open
+    }
+
+    /// Whether the entry's content or metadata may change in `change`.
+    pub fn may_change(self, change: Change) -> bool {
+        match self {
+            Self::Open => true,
+            // A pinned directory keeps its place and its permissions; only
+            // its times move (as its children change).
+            Self::Pinned => change == Change::Times,
+            Self::Sealed | Self::SealedTree | Self::HiddenHooks => false,
+        }
+    }
+
+    /// Whether an existing entry with this guard may be the source of a new
+    /// hard link (a second name would escape the guard).
+    pub fn may_link_from(self) -> bool {
+        self == Self::Open
+    }
+}
+
+/// One git directory found in the host repository.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostGitDir {
+    /// Relative to the common directory: empty for the common directory
+    /// itself, `modules/<name>` (possibly nested) for a submodule's.
+    pub path: PathBuf,
+    /// The names of its linked worktrees' admin directories
+    /// (`<path>/worktrees/<name>`).
+    pub worktrees: Vec<OsString>,
+}
+
+/// Errors of building a [`SentryLayout`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LayoutError {
+    /// A git directory path that is not plain and relative.
+    #[error("git directory {0} is not a plain relative path under the common directory")]
+    BadGitDir(PathBuf),
+    /// A worktree name that is not one plain component.
+    #[error("worktree name {0:?} is not one plain path component")]
+    BadWorktree(OsString),
+    /// Too many entries for the filter's table.
+    #[error("the repository has more than {MAX_GUARDED} guarded git-directory entries")]
+    TooLarge,
+}
+
+/// The most guarded entries a layout holds (bounds the launch-time scan).
+pub const MAX_GUARDED: usize = 4096;
+
+/// The guards of one host repository's git-directory tree (see the module
+/// documentation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentryLayout {
+    entries: BTreeMap<PathBuf, Guard>,
+}
+
+fn plain(path: &Path) -> bool {
+    path.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+impl SentryLayout {
+    /// The layout for the git directories `dirs` (which must include the
+    /// common directory, path empty).
+    pub fn new(dirs: &[HostGitDir]) -> Result<Self, LayoutError> {
+        let mut layout = Self {
+            entries: BTreeMap::new(),
+        };
+        let root = Path::new("");
+        layout.guard_git_dir(root, &HostGitDir::default(), Guard::HiddenHooks)?;
+        for dir in dirs {
+            if !plain(&dir.path) {
+                return Err(LayoutError::BadGitDir(dir.path.clone()));
+            }
+            let hooks = if dir.path.as_os_str().is_empty() {
+                Guard::HiddenHooks
+            } else {
+                Guard::SealedTree
+            };
+            layout.guard_git_dir(&dir.path, dir, hooks)?;
+        }
+        Ok(layout)
+    }
+
+    fn insert(&mut self, path: PathBuf, guard: Guard) -> Result<(), LayoutError> {
+        // Every ancestor is pinned (the root itself has no entry).
+        let mut ancestor = path.parent();
+        while let Some(a) = ancestor.filter(|a| !a.as_os_str().is_empty()) {
+            self.entries.entry(a.to_owned()).or_insert(Guard::Pinned);
+            ancestor = a.parent();
+        }
+        let slot = self.entries.entry(path).or_insert(guard);
+        // A stricter guard wins over a pin recorded as an ancestor.
+        if *slot == Guard::Pinned {
+            *slot = guard;
+        }
+        if self.entries.len() > MAX_GUARDED {
+            return Err(LayoutError::TooLarge);
+        }
+        Ok(())
+    }
+
+    fn guard_git_dir(
+        &mut self,
+        path: &Path,
+        dir: &HostGitDir,
+        hooks: Guard,
+    ) -> Result<(), LayoutError> {
+        if !path.as_os_str().is_empty() {
+            self.insert(path.to_owned(), Guard::Pinned)?;
+        }
+        for name in SEALED_IN_GIT_DIR {
+            self.insert(path.join(name), Guard::Sealed)?;
+        }
+        self.insert(path.join("hooks"), hooks)?;
+        for w in &dir.worktrees {
+            let one = Path::new(w);
+            if one.components().count() != 1 || !plain(one) {
+                return Err(LayoutError::BadWorktree(w.clone()));
+            }
+            let admin = path.join("worktrees").join(one);
+            self.insert(admin.clone(), Guard::Pinned)?;
+            for name in SEALED_IN_WORKTREE_ADMIN {
+                self.insert(admin.join(name), Guard::Sealed)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The guard of the common directory itself (the filter's root): pinned.
+    pub fn root(&self) -> Guard {
+        Guard::Pinned
+    }
+
+    /// The guard of `name` inside the directory at `parent` (relative to the
+    /// root; `None` when the directory is not in the layout) whose own guard
+    /// is `parent_guard`.
+    pub fn child(&self, parent_guard: Guard, parent: Option<&Path>, name: &OsStr) -> Guard {
+        match parent_guard {
+            Guard::Open => Guard::Open,
+            Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks => Guard::SealedTree,
+            Guard::Pinned => parent
+                .and_then(|p| self.entries.get(&p.join(name)).copied())
+                .unwrap_or(Guard::Open),
+        }
+    }
+
+    /// Every guarded path with its guard, in path order.
+    pub fn entries(&self) -> impl Iterator<Item = (&Path, Guard)> {
+        self.entries.iter().map(|(p, g)| (p.as_path(), *g))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::{Arbitrary, Gen, QuickCheck};
+
+    fn layout() -> Result<SentryLayout, LayoutError> {
+        SentryLayout::new(&[
+            HostGitDir {
+                path: PathBuf::new(),
+                worktrees: vec!["wt".into()],
+            },
+            HostGitDir {
+                path: "modules/lib/sub".into(),
+                worktrees: Vec::new(),
+            },
+        ])
+    }
+
+    /// Walks `path` from the root the way the filter does, one lookup at a
+    /// time.
+    fn guard_of(layout: &SentryLayout, path: &str) -> Guard {
+        let mut guard = layout.root();
+        let mut rel = PathBuf::new();
+        for name in Path::new(path).iter() {
+            let pinned = (guard == Guard::Pinned).then_some(rel.as_path());
+            guard = layout.child(guard, pinned, name);
+            rel.push(name);
+        }
+        guard
+    }
+
+    #[test]
+    fn the_common_directory_seals_config_and_commondir_and_hides_hooks(
+    ) -> Result<(), LayoutError> {
+        let l = layout()?;
+        for sealed in [
+            "config",
+            "config.worktree",
+            "commondir",
+            "worktrees/wt/commondir",
+            "worktrees/wt/gitdir",
+            "worktrees/wt/config.worktree",
+            "modules/lib/sub/config",
+            "modules/lib/sub/commondir",
+        ] {
+            assert_eq!(guard_of(&l, sealed), Guard::Sealed, "{sealed}");
+        }
+        assert_eq!(guard_of(&l, "hooks"), Guard::HiddenHooks);
+        assert_eq!(guard_of(&l, "hooks/pre-commit"), Guard::SealedTree);
+        assert_eq!(
+            guard_of(&l, "modules/lib/sub/hooks/post-checkout"),
+            Guard::SealedTree
+        );
+        for pinned in ["worktrees", "worktrees/wt", "modules", "modules/lib", "modules/lib/sub"] {
+            assert_eq!(guard_of(&l, pinned), Guard::Pinned, "{pinned}");
+        }
+        for open in [
+            "HEAD",
+            "index",
+            "index.lock",
+            "config.lock",
+            "objects/ab/cdef",
+            "refs/heads/config",
+            "refs/heads/hooks/x",
+            "worktrees/wt/HEAD",
+            "worktrees/wt/index",
+            "worktrees/new",
+            "worktrees/new/commondir",
+            "modules/other/config",
+            "modules/lib/sub/objects/pack",
+        ] {
+            assert_eq!(guard_of(&l, open), Guard::Open, "{open}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn only_open_names_rebind_and_only_open_entries_change() {
+        for g in [
+            Guard::Pinned,
+            Guard::Sealed,
+            Guard::SealedTree,
+            Guard::HiddenHooks,
+        ] {
+            assert!(!g.may_rebind(), "{g:?}");
+            assert!(!g.may_link_from(), "{g:?}");
+            for c in [Change::Data, Change::Mode, Change::Owner, Change::Xattr] {
+                assert!(!g.may_change(c), "{g:?} {c:?}");
+            }
+        }
+        assert!(Guard::Pinned.may_change(Change::Times));
+        assert!(!Guard::Sealed.may_change(Change::Times));
+        assert!(Guard::Open.may_rebind() && Guard::Open.may_link_from());
+    }
+
+    #[test]
+    fn bad_paths_are_refused() {
+        assert_eq!(
+            SentryLayout::new(&[HostGitDir {
+                path: "../x".into(),
+                worktrees: Vec::new(),
+            }]),
+            Err(LayoutError::BadGitDir("../x".into()))
+        );
+        assert_eq!(
+            SentryLayout::new(&[HostGitDir {
+                path: PathBuf::new(),
+                worktrees: vec!["a/b".into()],
+            }]),
+            Err(LayoutError::BadWorktree("a/b".into()))
+        );
+    }
+
+    #[derive(Clone, Debug)]
+    struct Name(String);
+
+    impl Arbitrary for Name {
+        fn arbitrary(g: &mut Gen) -> Self {
+            let pool = [
+                "config", "commondir", "hooks", "worktrees", "wt", "modules", "lib", "sub",
+                "objects", "HEAD", "x",
+            ];
+            let n = usize::arbitrary(g) % 5 + 1;
+            let parts: Vec<&str> = (0..n)
+                .map(|_| *g.choose(&pool).unwrap_or(&"x"))
+                .collect();
+            Self(parts.join("/"))
+        }
+    }
+
+    /// The layout is closed under ancestors: a path's guard found by walking
+    /// from the root equals the table's entry (or Open / SealedTree where the
+    /// table has none), and an Open directory never has a guarded child.
+    #[test]
+    fn walking_agrees_with_the_table() {
+        fn prop(name: Name) -> bool {
+            let Ok(l) = layout() else { return false };
+            let walked = guard_of(&l, &name.0);
+            let path = Path::new(&name.0);
+            let table = l.entries.get(path).copied();
+            let under_sealed = path.ancestors().skip(1).any(|a| {
+                matches!(
+                    l.entries.get(a),
+                    Some(Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks)
+                )
+            });
+            let under_open = path
+                .ancestors()
+                .skip(1)
+                .filter(|a| !a.as_os_str().is_empty())
+                .any(|a| !l.entries.contains_key(a));
+            if under_sealed {
+                walked == Guard::SealedTree
+            } else if under_open {
+                walked == Guard::Open
+            } else {
+                walked == table.unwrap_or(Guard::Open)
+            }
+        }
+        QuickCheck::new()
+            .tests(500)
+            .quickcheck(prop as fn(Name) -> bool);
+    }
+}
