@@ -899,16 +899,30 @@ exit 0
     assert!(env.workspace.join(".vscode/tasks.json").is_file());
     // On the host: the configuration is byte-identical, nothing redirects
     // it, no hook arrived, and the sandbox's commit is there.
-    assert_eq!(std::fs::read(dot_git.join("config")).unwrap(), config_before);
+    assert_eq!(
+        std::fs::read(dot_git.join("config")).unwrap(),
+        config_before
+    );
     for name in ["commondir", "config.worktree", "c2", "h2", "scratch"] {
         assert!(!dot_git.join(name).exists(), "{name} reached the host");
     }
-    assert!(!dot_git.join("hooks/pre-commit").exists(), "hook reached the host");
+    assert!(
+        !dot_git.join("hooks/pre-commit").exists(),
+        "hook reached the host"
+    );
     assert!(!env.workspace.join("hardlink").exists());
     let log = host_git(&env.workspace, &["log", "--format=%s", "main"]);
     assert_eq!(log, "inside\nhost\n");
-    assert_eq!(host_git(&env.workspace, &["show", "main:b.txt"]), "inside\n");
-    assert_eq!(host_git(&env.workspace, &["worktree", "list"]).lines().count(), 1);
+    assert_eq!(
+        host_git(&env.workspace, &["show", "main:b.txt"]),
+        "inside\n"
+    );
+    assert_eq!(
+        host_git(&env.workspace, &["worktree", "list"])
+            .lines()
+            .count(),
+        1
+    );
     host_git(&env.workspace, &["fsck", "--no-progress"]);
     env.assert_nothing_left();
 }
@@ -926,7 +940,14 @@ fn a_linked_worktree_workspace_is_sealed_through_its_common_directory() {
     host_git(&main, &["commit", "-q", "--allow-empty", "-m", "host"]);
     host_git(
         &main,
-        &["worktree", "add", "-q", "-b", "ws", env.workspace.to_str().unwrap()],
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "ws",
+            env.workspace.to_str().unwrap(),
+        ],
     );
     chown_tree(&env.home);
     let common = main.join(".git");
@@ -975,6 +996,9 @@ exit 0
     assert!(!admin.join("config.worktree").exists());
     assert!(!common.join("commondir").exists());
     assert!(!common.join("hooks/post-commit").exists());
-    assert_eq!(host_git(&main, &["log", "--format=%s", "ws"]), "inside\nhost\n");
+    assert_eq!(
+        host_git(&main, &["log", "--format=%s", "ws"]),
+        "inside\nhost\n"
+    );
     env.assert_nothing_left();
 }

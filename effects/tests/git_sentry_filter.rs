@@ -23,7 +23,13 @@ const INNER: &str = "LAZARET_GIT_SENTRY_INNER";
 fn outer(name: &str) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--mount", "--propagation", "private"])
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--propagation",
+            "private",
+        ])
         .arg(exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(INNER, "1")
@@ -105,10 +111,33 @@ fn fixture(root: &Path) -> Result<PathBuf, String> {
     git(&repo, &["commit", "-q", "-m", "first"])?;
     git(
         &repo,
-        &["submodule", "add", "-q", lib.to_str().unwrap_or_default(), "sub"],
+        &[
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap_or_default(),
+            "sub",
+        ],
     )?;
     git(&repo, &["commit", "-q", "-m", "sub"])?;
     git(&repo, &["worktree", "add", "-q", "../wt"])?;
+    // Includes inside the git directory: one present, one not yet created.
+    io(
+        "write the included config",
+        fs::write(
+            repo.join(".git/local.gitconfig"),
+            "[core]\n\tautocrlf = false\n",
+        ),
+    )?;
+    git(&repo, &["config", "include.path", "local.gitconfig"])?;
+    git(
+        &repo,
+        &[
+            "config",
+            "includeIf.gitdir:/nowhere/.path",
+            "conf/extra.gitconfig",
+        ],
+    )?;
     Ok(repo)
 }
 
@@ -130,13 +159,31 @@ fn the_layout_guards_the_worktree_and_submodule_admin_files() -> Result<(), Stri
         ("modules/sub", Guard::Pinned),
         ("modules/sub/config", Guard::Sealed),
         ("modules/sub/hooks", Guard::SealedTree),
+        ("local.gitconfig", Guard::Sealed),
+        ("conf", Guard::Pinned),
+        ("conf/extra.gitconfig", Guard::Sealed),
     ] {
         assert!(
             entries.contains(&(path.to_owned(), guard)),
             "{path} {guard:?} missing from {entries:?}"
         );
     }
-    Ok(())
+    // An include reached through a symbolic link inside .git is refused.
+    io(
+        "plant a link",
+        std::os::unix::fs::symlink(tmp.path(), repo.join(".git/lnk")),
+    )?;
+    git(
+        &repo,
+        &["config", "--add", "include.path", "lnk/x.gitconfig"],
+    )?;
+    match scan_layout(&repo.join(".git")) {
+        Ok(_) => Err("an include through a symbolic link was accepted".to_owned()),
+        Err(e) => {
+            assert!(e.to_string().contains("symbolic link"), "{e}");
+            Ok(())
+        }
+    }
 }
 
 #[test]
@@ -183,7 +230,10 @@ fn git_works_through_the_filter_and_guarded_names_are_refused() -> Result<(), St
     refused("truncate config", fs::File::create(&config))?;
     refused("rename config", fs::rename(&config, dot_git.join("c2")))?;
     io("scratch", fs::write(dot_git.join("evil"), "[core]\n"))?;
-    refused("rename onto config", fs::rename(dot_git.join("evil"), &config))?;
+    refused(
+        "rename onto config",
+        fs::rename(dot_git.join("evil"), &config),
+    )?;
     refused("unlink config", fs::remove_file(&config))?;
     refused("link config", fs::hard_link(&config, dot_git.join("c3")))?;
     refused(
@@ -207,23 +257,56 @@ fn git_works_through_the_filter_and_guarded_names_are_refused() -> Result<(), St
     let hooks = dot_git.join("hooks");
     let listed: Vec<_> = io("list hooks", fs::read_dir(&hooks))?.collect();
     assert!(listed.is_empty(), "host hooks visible: {listed:?}");
-    refused("write a hook", fs::write(hooks.join("pre-commit"), "#!/bin/sh\n"))?;
+    refused(
+        "write a hook",
+        fs::write(hooks.join("pre-commit"), "#!/bin/sh\n"),
+    )?;
     refused("rmdir hooks", fs::remove_dir(&hooks))?;
     refused("rename hooks", fs::rename(&hooks, dot_git.join("h2")))?;
+    // Included configuration inside the git directory is sealed too, and
+    // a missing one cannot be created.
+    refused(
+        "write an included config",
+        fs::OpenOptions::new()
+            .append(true)
+            .open(dot_git.join("local.gitconfig")),
+    )?;
+    refused(
+        "create the include's directory",
+        fs::create_dir(dot_git.join("conf")),
+    )?;
     // A host worktree's admin files and a submodule's config and hooks.
     let admin = dot_git.join("worktrees/wt");
-    refused("rewrite gitdir", fs::write(admin.join("gitdir"), "/tmp/x\n"))?;
-    refused("rewrite commondir", fs::write(admin.join("commondir"), "/tmp/x\n"))?;
-    refused("new config.worktree", fs::write(admin.join("config.worktree"), "x"))?;
-    refused("move the admin dir", fs::rename(&admin, dot_git.join("worktrees/w9")))?;
-    refused("move worktrees", fs::rename(dot_git.join("worktrees"), dot_git.join("w")))?;
+    refused(
+        "rewrite gitdir",
+        fs::write(admin.join("gitdir"), "/tmp/x\n"),
+    )?;
+    refused(
+        "rewrite commondir",
+        fs::write(admin.join("commondir"), "/tmp/x\n"),
+    )?;
+    refused(
+        "new config.worktree",
+        fs::write(admin.join("config.worktree"), "x"),
+    )?;
+    refused(
+        "move the admin dir",
+        fs::rename(&admin, dot_git.join("worktrees/w9")),
+    )?;
+    refused(
+        "move worktrees",
+        fs::rename(dot_git.join("worktrees"), dot_git.join("w")),
+    )?;
     let sub = dot_git.join("modules/sub");
     refused("submodule config", fs::write(sub.join("config"), "x"))?;
     refused(
         "submodule hook",
         fs::write(sub.join("hooks/post-checkout"), "#!/bin/sh\n"),
     )?;
-    refused("move modules", fs::rename(dot_git.join("modules"), dot_git.join("m")))?;
+    refused(
+        "move modules",
+        fs::rename(dot_git.join("modules"), dot_git.join("m")),
+    )?;
     // Symbolic links the sandbox plants are never followed by the filter.
     io(
         "plant a symlink",
@@ -231,7 +314,10 @@ fn git_works_through_the_filter_and_guarded_names_are_refused() -> Result<(), St
     )?;
     let target = io("readlink", fs::read_link(dot_git.join("refs/escape")))?;
     assert_eq!(target, Path::new("/etc"));
-    io("remove the symlink", fs::remove_file(dot_git.join("refs/escape")))?;
+    io(
+        "remove the symlink",
+        fs::remove_file(dot_git.join("refs/escape")),
+    )?;
     io("remove scratch", fs::remove_file(dot_git.join("evil")))?;
     // Large writes and reads round-trip.
     let big: Vec<u8> = (0..3_000_000u32)

@@ -103,6 +103,10 @@ pub struct HostGitDir {
     /// The names of its linked worktrees' admin directories
     /// (`<path>/worktrees/<name>`).
     pub worktrees: Vec<OsString>,
+    /// Files its `config` includes (`include.path`, `includeIf.*.path`) that
+    /// lie inside the common directory, relative to it: they are as much the
+    /// repository's configuration as `config` itself.
+    pub includes: Vec<PathBuf>,
 }
 
 /// Errors of building a [`SentryLayout`].
@@ -187,6 +191,12 @@ impl SentryLayout {
             self.insert(path.join(name), Guard::Sealed)?;
         }
         self.insert(path.join("hooks"), hooks)?;
+        for include in &dir.includes {
+            if !plain(include) || include.as_os_str().is_empty() {
+                return Err(LayoutError::BadGitDir(include.clone()));
+            }
+            self.insert(include.clone(), Guard::Sealed)?;
+        }
         for w in &dir.worktrees {
             let one = Path::new(w);
             if one.components().count() != 1 || !plain(one) {
@@ -235,10 +245,12 @@ mod tests {
             HostGitDir {
                 path: PathBuf::new(),
                 worktrees: vec!["wt".into()],
+                includes: vec!["conf/local.gitconfig".into()],
             },
             HostGitDir {
                 path: "modules/lib/sub".into(),
                 worktrees: Vec::new(),
+                includes: Vec::new(),
             },
         ])
     }
@@ -257,8 +269,8 @@ mod tests {
     }
 
     #[test]
-    fn the_common_directory_seals_config_and_commondir_and_hides_hooks(
-    ) -> Result<(), LayoutError> {
+    fn the_common_directory_seals_config_and_commondir_and_hides_hooks() -> Result<(), LayoutError>
+    {
         let l = layout()?;
         for sealed in [
             "config",
@@ -269,6 +281,7 @@ mod tests {
             "worktrees/wt/config.worktree",
             "modules/lib/sub/config",
             "modules/lib/sub/commondir",
+            "conf/local.gitconfig",
         ] {
             assert_eq!(guard_of(&l, sealed), Guard::Sealed, "{sealed}");
         }
@@ -278,7 +291,14 @@ mod tests {
             guard_of(&l, "modules/lib/sub/hooks/post-checkout"),
             Guard::SealedTree
         );
-        for pinned in ["worktrees", "worktrees/wt", "modules", "modules/lib", "modules/lib/sub"] {
+        for pinned in [
+            "worktrees",
+            "worktrees/wt",
+            "modules",
+            "modules/lib",
+            "modules/lib/sub",
+            "conf",
+        ] {
             assert_eq!(guard_of(&l, pinned), Guard::Pinned, "{pinned}");
         }
         for open in [
@@ -325,14 +345,14 @@ mod tests {
         assert_eq!(
             SentryLayout::new(&[HostGitDir {
                 path: "../x".into(),
-                worktrees: Vec::new(),
+                ..HostGitDir::default()
             }]),
             Err(LayoutError::BadGitDir("../x".into()))
         );
         assert_eq!(
             SentryLayout::new(&[HostGitDir {
-                path: PathBuf::new(),
                 worktrees: vec!["a/b".into()],
+                ..HostGitDir::default()
             }]),
             Err(LayoutError::BadWorktree("a/b".into()))
         );
@@ -344,13 +364,21 @@ mod tests {
     impl Arbitrary for Name {
         fn arbitrary(g: &mut Gen) -> Self {
             let pool = [
-                "config", "commondir", "hooks", "worktrees", "wt", "modules", "lib", "sub",
-                "objects", "HEAD", "x",
+                "config",
+                "commondir",
+                "hooks",
+                "worktrees",
+                "wt",
+                "modules",
+                "lib",
+                "sub",
+                "conf",
+                "objects",
+                "HEAD",
+                "x",
             ];
             let n = usize::arbitrary(g) % 5 + 1;
-            let parts: Vec<&str> = (0..n)
-                .map(|_| *g.choose(&pool).unwrap_or(&"x"))
-                .collect();
+            let parts: Vec<&str> = (0..n).map(|_| *g.choose(&pool).unwrap_or(&"x")).collect();
             Self(parts.join("/"))
         }
     }

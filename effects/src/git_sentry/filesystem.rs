@@ -15,8 +15,8 @@
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 use lazaret_runtime::git_sentry::{Change, Guard, SentryLayout};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
@@ -66,8 +66,12 @@ struct Inodes {
 
 #[derive(Debug)]
 enum Handle {
-    File { file: Arc<std::fs::File> },
-    Dir { entries: Arc<Vec<(OsString, u64, FileType)>> },
+    File {
+        file: Arc<std::fs::File>,
+    },
+    Dir {
+        entries: Arc<Vec<(OsString, u64, FileType)>>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -556,7 +560,12 @@ impl SentryFs {
         rustix::fs::renameat_with(&*from.fd, name, &*to.fd, newname, f).map_err(errno)
     }
 
-    fn do_link(&self, ino: INodeNo, newparent: INodeNo, newname: &OsStr) -> Result<FileAttr, Errno> {
+    fn do_link(
+        &self,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+    ) -> Result<FileAttr, Errno> {
         if ino.0 == HOOKS_INO {
             return Err(Errno::EPERM);
         }
@@ -600,9 +609,7 @@ impl SentryFs {
             let entry = entry.map_err(errno)?;
             let name = OsStr::from_bytes(entry.file_name().to_bytes()).to_owned();
             let mut kind = dirent_kind(entry.file_type());
-            if ino.0 == INodeNo::ROOT.0
-                && self.child_guard(&node, &name) == Guard::HiddenHooks
-            {
+            if ino.0 == INodeNo::ROOT.0 && self.child_guard(&node, &name) == Guard::HiddenHooks {
                 saw_hooks = true;
                 kind = FileType::Directory;
             }
@@ -700,9 +707,9 @@ impl Filesystem for SentryFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let r = self.node(ino).and_then(|n| {
-            rustix::fs::readlinkat(&*n.fd, "", Vec::new()).map_err(errno)
-        });
+        let r = self
+            .node(ino)
+            .and_then(|n| rustix::fs::readlinkat(&*n.fd, "", Vec::new()).map_err(errno));
         reply!(reply, r, |t: std::ffi::CString| reply.data(t.as_bytes()));
     }
 
@@ -829,7 +836,8 @@ impl Filesystem for SentryFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = self.open_file(ino, flags.0);
-        reply!(reply, r, |fh| reply.opened(FileHandle(fh), FopenFlags::empty()));
+        reply!(reply, r, |fh| reply
+            .opened(FileHandle(fh), FopenFlags::empty()));
     }
 
     fn read(
@@ -897,7 +905,14 @@ impl Filesystem for SentryFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         let r = self.file(fh).and_then(|f| {
             if datasync {
                 rustix::fs::fdatasync(&*f)
@@ -915,7 +930,8 @@ impl Filesystem for SentryFs {
                 entries: Arc::new(entries),
             })
         });
-        reply!(reply, r, |fh| reply.opened(FileHandle(fh), FopenFlags::empty()));
+        reply!(reply, r, |fh| reply
+            .opened(FileHandle(fh), FopenFlags::empty()));
     }
 
     fn readdir(

@@ -23,6 +23,8 @@ const MAX_SCAN_DEPTH: usize = 8;
 const MAX_SCAN_ENTRIES: usize = 20_000;
 /// Request threads serving the filter.
 const THREADS: usize = 2;
+/// How deep includes of includes are followed.
+const MAX_INCLUDE_DEPTH: usize = 4;
 
 /// Errors of mounting the filter; one variant per step.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,13 @@ pub enum FilterError {
     /// The git directory has more entries than the scan visits.
     #[error("{path} has more than {MAX_SCAN_ENTRIES} entries under worktrees/ and modules/; the Git Sentry does not scan repositories this large")]
     TooLarge { path: PathBuf },
+    /// `git config` could not list a configuration file's includes.
+    #[error("reading the includes of {path} with `git config`: {detail}")]
+    Includes { path: PathBuf, detail: String },
+    /// An included configuration file is reached through a symbolic link
+    /// inside the git directory.
+    #[error("{config} includes a file through the symbolic link {link}; host Git would read configuration the Git Sentry cannot guard (SR-4). Replace the link with the file or move the include outside the repository")]
+    IncludeThroughSymlink { config: PathBuf, link: PathBuf },
     /// The layout was refused.
     #[error("Git Sentry layout of {path}: {source}")]
     Layout { path: PathBuf, source: LayoutError },
@@ -122,11 +131,58 @@ impl Scan {
     fn git_dir(&mut self, rel: &Path, depth: usize) -> Result<(), FilterError> {
         let abs = self.root.join(rel);
         let worktrees = self.subdirs(&abs.join("worktrees"))?;
+        let mut includes = Vec::new();
+        self.includes(&abs.join("config"), 0, &mut includes)?;
         self.out.push(HostGitDir {
             path: rel.to_owned(),
             worktrees,
+            includes,
         });
         self.modules(&rel.join("modules"), depth + 1)
+    }
+
+    /// The files `config` includes that lie inside the common directory
+    /// (relative to it), following includes of includes up to
+    /// [`MAX_INCLUDE_DEPTH`]. Git itself reads the values: its quoting and
+    /// path rules are the ones host Git will apply.
+    fn includes(
+        &mut self,
+        config: &Path,
+        depth: usize,
+        out: &mut Vec<PathBuf>,
+    ) -> Result<(), FilterError> {
+        if depth > MAX_INCLUDE_DEPTH || !config.is_file() {
+            return Ok(());
+        }
+        for value in include_paths(config)? {
+            // `~/…` and `%(prefix)/…` name files outside the repository.
+            if value.starts_with("~") || value.starts_with("%(prefix)") {
+                continue;
+            }
+            let base = config.parent().unwrap_or(Path::new("/"));
+            let Some(target) = normalize(&base.join(&value)) else {
+                continue;
+            };
+            if let Ok(rel) = target.strip_prefix(&self.root) {
+                // A symbolic link on the way would make host Git read a file
+                // the filter cannot guard.
+                let mut walk = self.root.clone();
+                for c in rel.components() {
+                    walk.push(c);
+                    if fs::symlink_metadata(&walk).is_ok_and(|m| m.file_type().is_symlink()) {
+                        return Err(FilterError::IncludeThroughSymlink {
+                            config: config.to_owned(),
+                            link: walk,
+                        });
+                    }
+                }
+                if !rel.as_os_str().is_empty() && !out.iter().any(|p| p == rel) {
+                    out.push(rel.to_owned());
+                    self.includes(&target, depth + 1, out)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Submodule git directories under `rel` (names may contain `/`).
@@ -144,6 +200,73 @@ impl Scan {
         }
         Ok(())
     }
+}
+
+/// The `include.path` and `includeIf.*.path` values of the configuration
+/// file `config`, as host Git reads them. No Git on the host means no host
+/// Git to mislead: no includes.
+fn include_paths(config: &Path) -> Result<Vec<PathBuf>, FilterError> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let failed = |detail: String| FilterError::Includes {
+        path: config.to_owned(),
+        detail,
+    };
+    let output = {
+        let _spawning = crate::broker::exclusion::spawn_exclusion();
+        std::process::Command::new("git")
+            .args(["config", "--null", "--file"])
+            .arg(config)
+            .args(["--get-regexp", r"^include(if\..*)?\.path$"])
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(std::process::Stdio::null())
+            .output()
+    };
+    let output = match output {
+        Ok(o) => o,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(failed(e.to_string())),
+    };
+    match output.status.code() {
+        Some(0) => {}
+        // No matching key.
+        Some(1) => return Ok(Vec::new()),
+        _ => {
+            return Err(failed(
+                String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            ))
+        }
+    }
+    // `--null`: each entry is `key\nvalue\0`.
+    Ok(output
+        .stdout
+        .split(|b| *b == 0)
+        .filter_map(|entry| {
+            let nl = entry.iter().position(|b| *b == b'\n')?;
+            Some(PathBuf::from(std::ffi::OsStr::from_bytes(&entry[nl + 1..])))
+        })
+        .filter(|p| !p.as_os_str().is_empty())
+        .collect())
+}
+
+/// `path` with `.` and `..` resolved lexically (`None` above the root).
+fn normalize(path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::Normal(n) => out.push(n),
+            Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
 }
 
 /// The guards of the host repository whose common directory is `common`:
@@ -208,8 +331,8 @@ pub fn mount(common: &Path, mountpoint: &Path) -> Result<MountedFilter, FilterEr
         path: mountpoint.to_owned(),
         source,
     };
-    let session = fuser::Session::new(SentryFs::new(root, layout), mountpoint, &config)
-        .map_err(mount_err)?;
+    let session =
+        fuser::Session::new(SentryFs::new(root, layout), mountpoint, &config).map_err(mount_err)?;
     let session = session.spawn().map_err(mount_err)?;
     Ok(MountedFilter {
         session: Some(session),

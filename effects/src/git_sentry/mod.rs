@@ -3,8 +3,8 @@
 //! file followed to its git directory and common directory. The mounts
 //! themselves are built purely in `lazaret_runtime::bundle`.
 
-pub mod filter;
 pub mod filesystem;
+pub mod filter;
 
 use lazaret_runtime::bundle::GitSentry;
 use std::fs;

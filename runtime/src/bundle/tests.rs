@@ -185,9 +185,9 @@ fn linked_worktree_follows_the_common_dir() -> Result<(), String> {
     assert!(find("/workspace/.git").is_some_and(|x| x.2
         == "/run/user/1000/lazaret/bundle/dot-git"
         && x.3.contains(&"ro".to_owned())));
-    assert!(find("/.lazaret/git-common").is_some_and(
-        |x| x.2 == "/run/user/1000/lazaret/d/gen-1/git-sentry" && x.3.contains(&"rw".to_owned())
-    ));
+    assert!(find("/.lazaret/git-common")
+        .is_some_and(|x| x.2 == "/run/user/1000/lazaret/d/gen-1/git-sentry"
+            && x.3.contains(&"rw".to_owned())));
     assert!(find("/.lazaret/git-common/config").is_some_and(|x| x.3.contains(&"ro".to_owned())));
     assert!(find("/.lazaret/git-common/worktrees/proj/commondir")
         .is_some_and(|x| x.3.contains(&"ro".to_owned())));
