@@ -266,13 +266,30 @@ fn sandbox_running(state_file: &Path) -> bool {
     std::fs::read_to_string(state_file).is_ok_and(|t| t.contains("\"status\":\"running\""))
 }
 
+/// Arms RS's parent-death signal (spec 3.1, issue 6 item 3) as SIGTERM,
+/// delivered to a socket the serving loop polls. The broker wrapper armed
+/// SIGKILL, which would kill RS before it could stop the sandbox; SIGTERM
+/// lets RS take the same stop path as EOF on the lifetime channel. HC spawns
+/// RS from its serving thread, which lives as long as HC, so the signal means
+/// HC is gone. If HC died before the `prctl`, the channel's EOF still says so.
+fn arm_parent_death<N: NamespaceSys>(ns: &N) -> Result<UnixStream, SupervisorError> {
+    let (gone, notify) =
+        UnixStream::pair().map_err(kernel("socketpair for the parent-death signal"))?;
+    for s in [&gone, &notify] {
+        s.set_nonblocking(true)
+            .map_err(kernel("socketpair for the parent-death signal"))?;
+    }
+    signal_hook::low_level::pipe::register(signal_hook::consts::SIGTERM, notify)
+        .map_err(kernel("installing the SIGTERM handler"))?;
+    ns.parent_death_signal(Some(rustix::process::Signal::TERM))
+        .map_err(kernel("prctl(PR_SET_PDEATHSIG, SIGTERM)"))?;
+    Ok(gone)
+}
+
 /// Runs RS to completion on the lifetime channel `stream`.
 pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(), SupervisorError> {
-    // HC loss is seen as EOF on the lifetime channel; the wrapper's SIGKILL
-    // parent-death signal would kill RS before it could stop the sandbox,
-    // so RS disarms it and watches the channel instead.
-    ns.parent_death_signal(None)
-        .map_err(kernel("prctl(PR_SET_PDEATHSIG, 0)"))?;
+    // HC loss: EOF on the lifetime channel, or the parent-death signal.
+    let hc_gone = arm_parent_death(ns)?;
     let mut rx = &stream;
     let plan = match channel::receive::<CoordinatorCommand>(&mut rx, "supervisor")? {
         CoordinatorCommand::Plan(plan) => plan,
@@ -300,7 +317,7 @@ pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(),
             })
         }
     }
-    match launch_and_serve(ns, &plan, &stream) {
+    match launch_and_serve(ns, &plan, &stream, &hc_gone) {
         Ok(()) => Ok(()),
         Err(e) => {
             let mut tx = &stream;
@@ -318,6 +335,7 @@ fn launch_and_serve<N: NamespaceSys>(
     ns: &N,
     plan: &SupervisorPlan,
     stream: &UnixStream,
+    hc_gone: &UnixStream,
 ) -> Result<(), SupervisorError> {
     let _span = tracing::info_span!("LaunchSandbox", generation = plan.generation_id).entered();
     prepare_namespaces(ns)?;
@@ -464,19 +482,24 @@ fn launch_and_serve<N: NamespaceSys>(
         },
     )?;
     crash_point!(Rs, "running", "after-report", "SandboxRunning");
-    // Serve until Stop, HC loss, or the sandbox ending on its own.
+    // Serve until Stop, HC loss (EOF or the parent-death signal), or the
+    // sandbox ending on its own.
     let handle = committed.handle();
     let mut rx = stream;
     loop {
         let mut fds = [
             rustix::event::PollFd::new(&rx, rustix::event::PollFlags::IN),
             rustix::event::PollFd::new(handle.pidfd(), rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(hc_gone, rustix::event::PollFlags::IN),
         ];
         match rustix::event::poll(&mut fds, None) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(kernel("poll")(e.into())),
         }
-        if !fds[1].revents().is_empty() {
+        if !fds[1].revents().is_empty() || !fds[2].revents().is_empty() {
+            if !fds[2].revents().is_empty() {
+                tracing::warn!("the Host Coordinator is gone (parent-death signal)");
+            }
             break;
         }
         if !fds[0].revents().is_empty() {
@@ -524,6 +547,39 @@ mod tests {
                 "write_sysctl /proc/sys/net/ipv6/conf/default/disable_ipv6=1".to_owned(),
             ]
         );
+        Ok(())
+    }
+
+    /// RS arms SIGTERM as its parent-death signal, and the signal wakes the
+    /// serving loop's poll (the same stop path as EOF on the channel).
+    #[test]
+    fn the_parent_death_signal_is_sigterm_and_wakes_the_serving_loop() -> Result<(), SupervisorError>
+    {
+        let ns = RecordingNs::default();
+        let gone = arm_parent_death(&ns)?;
+        assert_eq!(
+            ns.calls(),
+            vec![format!(
+                "parent_death_signal {:?}",
+                Some(rustix::process::Signal::TERM)
+            )]
+        );
+        let mut fds = [rustix::event::PollFd::new(
+            &gone,
+            rustix::event::PollFlags::IN,
+        )];
+        let none = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        assert_eq!(rustix::event::poll(&mut fds, Some(&none)).ok(), Some(0));
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TERM)
+            .map_err(|e| kernel("kill")(e.into()))?;
+        let five = rustix::event::Timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
+        };
+        assert_eq!(rustix::event::poll(&mut fds, Some(&five)).ok(), Some(1));
         Ok(())
     }
 
