@@ -113,14 +113,9 @@ fn start_coordinator(plan: &JoinPlan) -> Result<Child, ClientError> {
 }
 
 enum Attempt {
-    Joined(UnixStream, ClientTimings, Vec<CoordinatorMessage>),
+    Joined(UnixStream, ClientTimings),
     Retry,
 }
-
-/// Output frames the session may send before `Joined` (its forwarders run
-/// once its exec client does, before RegisterSession answers); more than
-/// this many is a protocol error.
-const EARLY_FRAMES: usize = 64;
 
 fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
     let short = ShortSocketPath::new(&plan.paths.socket())?;
@@ -139,20 +134,14 @@ fn hello(
         "client",
         &ClientMessage::Hello(plan.hello.clone()),
     )?;
-    let mut early = Vec::new();
-    let answer = loop {
-        match channel::receive::<CoordinatorMessage>(&mut stream, "client") {
-            Ok(m @ (CoordinatorMessage::Stdout(_) | CoordinatorMessage::Stderr(_)))
-                if early.len() < EARLY_FRAMES =>
-            {
-                early.push(m);
-            }
-            Ok(answer) => break answer,
-            // The coordinator went away between accept and answer: it was
-            // stopping.
-            Err(ChannelError::Closed { .. }) if early.is_empty() => return Ok(Attempt::Retry),
-            Err(e) => return Err(e.into()),
-        }
+    // HC answers before the session's command starts (`Joined` is the
+    // EnrollClient step's effect), so no output can precede the answer.
+    let answer = match channel::receive::<CoordinatorMessage>(&mut stream, "client") {
+        Ok(answer) => answer,
+        // The coordinator went away between accept and answer: it was
+        // stopping.
+        Err(ChannelError::Closed { .. }) => return Ok(Attempt::Retry),
+        Err(e) => return Err(e.into()),
     };
     timings
         .phases
@@ -163,7 +152,7 @@ fn hello(
         } => {
             timings.cold = cold;
             timings.coordinator = hc;
-            Ok(Attempt::Joined(stream, std::mem::take(timings), early))
+            Ok(Attempt::Joined(stream, std::mem::take(timings)))
         }
         CoordinatorMessage::Refused(Refusal::Stopping) => Ok(Attempt::Retry),
         CoordinatorMessage::Refused(Refusal::Version { supported }) => Err(ClientError::Version {
@@ -210,9 +199,7 @@ fn log_tail(plan: &JoinPlan) -> String {
 }
 
 /// Finds or starts the coordinator and joins it.
-fn join(
-    plan: &JoinPlan,
-) -> Result<(UnixStream, ClientTimings, Vec<CoordinatorMessage>), ClientError> {
+fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
     let mut timings = ClientTimings::default();
     for _ in 0..ATTEMPTS {
         let t = Instant::now();
@@ -272,7 +259,7 @@ fn join(
             .phases
             .push(("find_or_start_coordinator".into(), t.elapsed()));
         match hello(plan, stream, &mut timings)? {
-            Attempt::Joined(stream, timings, early) => return Ok((stream, timings, early)),
+            Attempt::Joined(stream, timings) => return Ok((stream, timings)),
             Attempt::Retry => {
                 timings = ClientTimings::default();
                 std::thread::sleep(RETRY);
@@ -292,7 +279,7 @@ pub fn run_session(
     stderr: &mut dyn Write,
     resizes: Option<Receiver<TerminalSize>>,
 ) -> Result<(CommandStatus, ClientTimings), ClientError> {
-    let (stream, mut timings, early) = join(plan)?;
+    let (stream, mut timings) = join(plan)?;
     crash_point!(Cli, "joined", "after", "Joined");
     let t = Instant::now();
     let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|source| {
@@ -347,12 +334,8 @@ pub fn run_session(
         }
     });
     let mut reader = stream;
-    let mut early = early.into_iter();
     loop {
-        let message = match early.next() {
-            Some(m) => m,
-            None => channel::receive::<CoordinatorMessage>(&mut reader, "client")?,
-        };
+        let message = channel::receive::<CoordinatorMessage>(&mut reader, "client")?;
         match message {
             CoordinatorMessage::Stdout(bytes) => {
                 stdout
