@@ -133,6 +133,13 @@ impl Scan {
         let worktrees = self.subdirs(&abs.join("worktrees"))?;
         let mut includes = Vec::new();
         self.includes(&abs.join("config"), 0, &mut includes)?;
+        // Per-worktree configuration (`extensions.worktreeConfig`) is read
+        // like `config`, includes and all (spec 3.5, SR-4).
+        self.includes(&abs.join("config.worktree"), 0, &mut includes)?;
+        for w in &worktrees {
+            let admin = abs.join("worktrees").join(w);
+            self.includes(&admin.join("config.worktree"), 0, &mut includes)?;
+        }
         self.out.push(HostGitDir {
             path: rel.to_owned(),
             worktrees,
