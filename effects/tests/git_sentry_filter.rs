@@ -476,7 +476,7 @@ fn a_host_lock_file_of_a_sealed_name_cannot_be_taken_over() -> Result<(), String
 /// sandbox chose) to a file outside the repository, a link at `index` makes
 /// its lock file replace the target. The git directory takes no new links,
 /// and a link the host already had cannot be moved or linked elsewhere
-/// (spec 3.5, SR-4).
+/// (spec 3.5, SR-4). Nor does it take FIFOs.
 #[test]
 fn symbolic_links_cannot_be_planted_where_host_git_follows_them() -> Result<(), String> {
     if std::env::var_os(INNER).is_none() {
@@ -523,6 +523,21 @@ fn symbolic_links_cannot_be_planted_where_host_git_follows_them() -> Result<(), 
         )
         .map_err(std::io::Error::from),
     )?;
+    // Nor a FIFO, which would hang host Git opening it.
+    let index = dot_git.join("index");
+    io("remove the index", fs::remove_file(&index))?;
+    refused(
+        "plant a FIFO index",
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &index,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .map_err(std::io::Error::from),
+    )?;
+    git(&repo, &["reset", "-q"])?;
     // The host's link is still readable where it is.
     assert_eq!(
         io("readlink", fs::read_link(dot_git.join("host-link")))?,

@@ -891,23 +891,21 @@ impl Filesystem for SentryFs {
             let name = component(name)?;
             self.may_rebind(&p, name)?;
             let perm = Mode::from_raw_mode(mode & !umask & 0o7777);
-            match rustix::fs::FileType::from_raw_mode(mode) {
-                rustix::fs::FileType::RegularFile => {
-                    rustix::fs::openat(
-                        &*p.fd,
-                        name,
-                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
-                        perm,
-                    )
-                    .map_err(errno)?;
-                }
-                rustix::fs::FileType::Fifo => {
-                    rustix::fs::mknodat(&*p.fd, name, rustix::fs::FileType::Fifo, perm, 0)
-                        .map_err(errno)?;
-                }
-                // Device nodes are never created (spec 3.5: EPERM).
-                _ => return Err(Errno::EPERM),
+            // Regular files only. Device nodes are never created (spec 3.5:
+            // EPERM); nor FIFOs: Git never makes one in its git directory,
+            // and one planted at `index` or `HEAD` would hang every host Git
+            // command that opens it.
+            if rustix::fs::FileType::from_raw_mode(mode) != rustix::fs::FileType::RegularFile {
+                tracing::warn!(name = ?name, "Git Sentry refused a special file in the git directory");
+                return Err(Errno::EPERM);
             }
+            rustix::fs::openat(
+                &*p.fd,
+                name,
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+                perm,
+            )
+            .map_err(errno)?;
             self.created_entry(&p, name, mode, umask)
         })();
         reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
