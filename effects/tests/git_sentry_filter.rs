@@ -677,3 +677,84 @@ fn open_directory_listings_are_bounded_in_total() -> Result<(), String> {
     filter.unmount().map_err(|e| e.to_string())?;
     Ok(())
 }
+
+/// Every inode and open file of the filter holds a descriptor of the process
+/// serving it (the Runtime Supervisor): a sandbox holding more files open
+/// than the descriptor limit must run into the filter's share, not leave the
+/// supervisor unable to open anything.
+#[test]
+fn the_filter_leaves_the_supervisor_descriptors() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("the_filter_leaves_the_supervisor_descriptors");
+    }
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    use std::io::{BufRead as _, BufReader};
+    const LIMIT: u64 = 2048;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let many = dot_git.join("many");
+    io("mkdir many", fs::create_dir(&many))?;
+    const FILES: usize = 3000;
+    for i in 0..FILES {
+        io("create", fs::File::create(many.join(i.to_string())))?;
+    }
+    // The "sandbox": a process with its own (higher) limit that opens files
+    // through the filter when told to and keeps them open.
+    let script = format!(
+        "read go; n=0; for i in $(seq 0 {last}); do \
+         exec {{fd}}<{dir}/$i 2>{tmp}/err || break; n=$((n+1)); done; \
+         echo \"$n $(cat {tmp}/err)\"; read done",
+        last = FILES - 1,
+        dir = many.display(),
+        tmp = tmp.path().display(),
+    );
+    let mut sandbox = io(
+        "spawn the opener",
+        Command::new("bash")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn(),
+    )?;
+    io(
+        "lower the descriptor limit",
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(LIMIT),
+                maximum: Some(LIMIT),
+            },
+        )
+        .map_err(std::io::Error::from),
+    )?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let mut to_sandbox = sandbox.stdin.take().ok_or("no stdin")?;
+    let mut from_sandbox = BufReader::new(sandbox.stdout.take().ok_or("no stdout")?);
+    io("go", to_sandbox.write_all(b"go\n"))?;
+    let mut report = String::new();
+    io("read the report", from_sandbox.read_line(&mut report))?;
+    let held: usize = report
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("bad report {report:?}"))?;
+    // The filter refused past its share (a quarter of the limit for open
+    // files, half for inodes) ...
+    assert!(held < FILES, "{report}");
+    assert!(report.contains("Too many open files"), "{report}");
+    // ... and the serving process still has its own.
+    let mut own = Vec::new();
+    for _ in 0..512 {
+        own.push(io(
+            "the supervisor opens a file",
+            fs::File::open("/dev/null"),
+        )?);
+    }
+    drop(own);
+    io("done", to_sandbox.write_all(b"done\n"))?;
+    io("wait for the opener", sandbox.wait())?;
+
+    filter.unmount().map_err(|e| format!("unmount: {e}"))?;
+    Ok(())
+}

@@ -33,6 +33,32 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const MAX_INODES: usize = 200_000;
 /// The most open file and directory handles at once.
 pub const MAX_HANDLES: usize = 65_536;
+
+/// How many inodes and handles the filter keeps at once. Each inode and each
+/// open file holds a descriptor of the Runtime Supervisor, whose other work
+/// shares the same table: a sandbox looking up more files than the
+/// descriptor limit would otherwise leave the supervisor unable to open
+/// anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The most inodes.
+    pub inodes: usize,
+    /// The most open file and directory handles.
+    pub handles: usize,
+}
+
+impl Limits {
+    /// The filter's share of a descriptor limit of `nofile`: half for
+    /// inodes, a quarter for handles, a quarter left to the supervisor
+    /// (never more than [`MAX_INODES`] and [`MAX_HANDLES`]).
+    pub fn for_descriptors(nofile: u64) -> Self {
+        let n = usize::try_from(nofile).unwrap_or(usize::MAX);
+        Self {
+            inodes: (n / 2).min(MAX_INODES),
+            handles: (n / 4).min(MAX_HANDLES),
+        }
+    }
+}
 /// The most entries one directory listing holds.
 pub const MAX_DIR_ENTRIES: usize = 1_000_000;
 /// The most entries all open directory listings hold together (about 150 MB
@@ -152,6 +178,7 @@ pub struct SentryFs {
     root: Arc<OwnedFd>,
     inodes: Mutex<Inodes>,
     handles: Mutex<Handles>,
+    limits: Limits,
 }
 
 fn errno(e: rustix::io::Errno) -> Errno {
@@ -351,8 +378,9 @@ fn component(name: &OsStr) -> Result<&OsStr, Errno> {
 
 impl SentryFs {
     /// A filter over the common directory `root` (a directory descriptor the
-    /// caller opened and verified) with the guards of `layout`.
-    pub fn new(root: OwnedFd, layout: SentryLayout) -> Self {
+    /// caller opened and verified) with the guards of `layout`, holding at
+    /// most `limits` inodes and handles.
+    pub fn new(root: OwnedFd, layout: SentryLayout, limits: Limits) -> Self {
         let sealed = seed_sealed(&root, &layout);
         Self {
             layout,
@@ -363,6 +391,7 @@ impl SentryFs {
                 ..Inodes::default()
             }),
             handles: Mutex::new(Handles::default()),
+            limits,
         }
     }
 
@@ -424,7 +453,7 @@ impl SentryFs {
                 return Ok(ino);
             }
         }
-        if t.by_ino.len() >= MAX_INODES {
+        if t.by_ino.len() >= self.limits.inodes {
             return Err(Errno::ENFILE);
         }
         let ino = t.next;
@@ -481,7 +510,7 @@ impl SentryFs {
 
     fn add_handle(&self, handle: Handle) -> Result<u64, Errno> {
         let mut h = lock(&self.handles);
-        if h.open.len() >= MAX_HANDLES {
+        if h.open.len() >= self.limits.handles {
             return Err(Errno::EMFILE);
         }
         if let Handle::Dir { entries } = &handle {
