@@ -65,6 +65,10 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
             "init.defaultBranch=main",
             "-c",
             "protocol.file.allow=always",
+            // No detached background maintenance holding the mount busy at
+            // unmount.
+            "-c",
+            "maintenance.auto=false",
         ])
         .args(args)
         .current_dir(dir)
@@ -168,6 +172,40 @@ fn the_layout_guards_the_worktree_and_submodule_admin_files() -> Result<(), Stri
             "{path} {guard:?} missing from {entries:?}"
         );
     }
+    // Per-worktree configuration is configuration too: what the common
+    // directory's and a linked worktree's `config.worktree` include is
+    // sealed, and so are the lock files host Git rewrites them through.
+    let wt_config = repo.join(".git/config.worktree");
+    io(
+        "write config.worktree",
+        fs::write(&wt_config, "[include]\n\tpath = wt-main.gitconfig\n"),
+    )?;
+    io(
+        "write the worktree's config.worktree",
+        fs::write(
+            repo.join(".git/worktrees/wt/config.worktree"),
+            "[include]\n\tpath = ../../wt-linked.gitconfig\n",
+        ),
+    )?;
+    let layout = scan_layout(&repo.join(".git")).map_err(|e| e.to_string())?;
+    let entries: Vec<(String, Guard)> = layout
+        .entries()
+        .map(|(p, g)| (p.display().to_string(), g))
+        .collect();
+    for path in [
+        "wt-main.gitconfig",
+        "wt-linked.gitconfig",
+        "config.lock",
+        "worktrees/wt/gitdir.lock",
+        "modules/sub/config.lock",
+        "local.gitconfig.lock",
+    ] {
+        assert!(
+            entries.contains(&(path.to_owned(), Guard::Sealed)),
+            "{path} not sealed in {entries:?}"
+        );
+    }
+    io("remove config.worktree", fs::remove_file(&wt_config))?;
     // An include reached through a symbolic link inside .git is refused.
     io(
         "plant a link",
@@ -307,16 +345,11 @@ fn git_works_through_the_filter_and_guarded_names_are_refused() -> Result<(), St
         "move modules",
         fs::rename(dot_git.join("modules"), dot_git.join("m")),
     )?;
-    // Symbolic links the sandbox plants are never followed by the filter.
-    io(
+    // No symbolic link can be planted for host Git to follow (see
+    // `symbolic_links_cannot_be_planted_where_host_git_follows_them`).
+    refused(
         "plant a symlink",
         std::os::unix::fs::symlink("/etc", dot_git.join("refs/escape")),
-    )?;
-    let target = io("readlink", fs::read_link(dot_git.join("refs/escape")))?;
-    assert_eq!(target, Path::new("/etc"));
-    io(
-        "remove the symlink",
-        fs::remove_file(dot_git.join("refs/escape")),
     )?;
     io("remove scratch", fs::remove_file(dot_git.join("evil")))?;
     // Large writes and reads round-trip.
@@ -340,5 +373,388 @@ fn git_works_through_the_filter_and_guarded_names_are_refused() -> Result<(), St
     assert_eq!(log.lines().count(), 4, "{log}");
     assert!(git(&repo, &["config", "core.hooksPath"]).is_err());
     git(&repo, &["fsck", "--no-progress"])?;
+    Ok(())
+}
+
+/// The host's view of `dir` while the filter is mounted over it: a
+/// descriptor opened before the mount reaches the directory underneath, as
+/// host Git outside the sandbox does.
+struct HostView {
+    dir: fs::File,
+}
+
+impl HostView {
+    fn open(dir: &Path) -> Result<Self, String> {
+        Ok(Self {
+            dir: io("open the host view", fs::File::open(dir))?,
+        })
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        use std::os::fd::AsRawFd as _;
+        PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd())).join(rel)
+    }
+}
+
+/// Host Git rewrites its configuration by writing `config.lock` and renaming
+/// it over `config`. A sandbox that opened that lock file for writing in the
+/// meantime would hold a writable descriptor of the host's new `config` (or
+/// write into it before the rename): lock files of sealed names are sealed
+/// (spec 3.5, SR-4).
+#[test]
+fn a_host_lock_file_of_a_sealed_name_cannot_be_taken_over() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_host_lock_file_of_a_sealed_name_cannot_be_taken_over");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let before = io("read config", fs::read(dot_git.join("config")))?;
+    let host = HostView::open(&dot_git)?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    // The host view really is underneath: it shows the hooks the filter
+    // hides.
+    let host_hooks = io("list host hooks", fs::read_dir(host.path("hooks")))?.count();
+    let seen_hooks = io("list hooks", fs::read_dir(dot_git.join("hooks")))?.count();
+    assert!(
+        host_hooks > 0 && seen_hooks == 0,
+        "{host_hooks} {seen_hooks}"
+    );
+
+    // Host `git config` (or `push -u`, `checkout --track`) is mid-write.
+    io(
+        "host writes config.lock",
+        fs::write(host.path("config.lock"), &before),
+    )?;
+    let lock = dot_git.join("config.lock");
+    refused(
+        "open the host's config.lock for writing",
+        fs::OpenOptions::new().write(true).open(&lock),
+    )?;
+    refused("truncate the host's config.lock", fs::File::create(&lock))?;
+    refused(
+        "link the host's config.lock",
+        fs::hard_link(&lock, dot_git.join("held")),
+    )?;
+    refused(
+        "move the host's config.lock",
+        fs::rename(&lock, dot_git.join("held")),
+    )?;
+    // Host Git commits its change.
+    io(
+        "host renames config.lock",
+        fs::rename(host.path("config.lock"), host.path("config")),
+    )?;
+    // Nor can the sandbox create a lock first (host Git would then fail to
+    // write its configuration), for any sealed name.
+    for name in [
+        "config.lock",
+        "commondir.lock",
+        "config.worktree.lock",
+        "local.gitconfig.lock",
+        "worktrees/wt/gitdir.lock",
+        "worktrees/wt/commondir.lock",
+        "modules/sub/config.lock",
+    ] {
+        refused(name, fs::write(dot_git.join(name), "[core]\n"))?;
+        refused(name, fs::create_dir(dot_git.join(name)))?;
+    }
+    // Git inside still fails to configure, and ordinary locks still work.
+    assert!(git(&repo, &["config", "core.fsmonitor", "/tmp/evil"]).is_err());
+    io("edit", fs::write(repo.join("a.txt"), "two\n"))?;
+    git(&repo, &["commit", "-q", "-am", "second"])?;
+
+    filter.unmount().map_err(|e| e.to_string())?;
+    assert_eq!(io("read config", fs::read(dot_git.join("config")))?, before);
+    assert!(!dot_git.join("config.lock").exists());
+    assert!(!dot_git.join("held").exists());
+    Ok(())
+}
+
+/// Host Git follows symbolic links inside its git directory: a link planted
+/// at `logs/HEAD` makes it append reflog lines (which carry branch names the
+/// sandbox chose) to a file outside the repository, a link at `index` makes
+/// its lock file replace the target. The git directory takes no new links,
+/// and a link the host already had cannot be moved or linked elsewhere
+/// (spec 3.5, SR-4). Nor does it take FIFOs.
+#[test]
+fn symbolic_links_cannot_be_planted_where_host_git_follows_them() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("symbolic_links_cannot_be_planted_where_host_git_follows_them");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let outside = tmp.path().join("bashrc");
+    // A link the host made itself.
+    io(
+        "host link",
+        std::os::unix::fs::symlink(&outside, dot_git.join("host-link")),
+    )?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+
+    let reflog = dot_git.join("logs/HEAD");
+    io("remove the reflog", fs::remove_file(&reflog))?;
+    refused(
+        "plant logs/HEAD",
+        std::os::unix::fs::symlink(&outside, &reflog),
+    )?;
+    refused(
+        "plant a relative link",
+        std::os::unix::fs::symlink("../../bashrc", dot_git.join("ORIG_HEAD")),
+    )?;
+    refused(
+        "link the host's link",
+        fs::hard_link(dot_git.join("host-link"), &reflog),
+    )?;
+    refused(
+        "move the host's link",
+        fs::rename(dot_git.join("host-link"), &reflog),
+    )?;
+    io("scratch", fs::write(dot_git.join("scratch"), "x"))?;
+    refused(
+        "exchange the host's link",
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            dot_git.join("scratch"),
+            rustix::fs::CWD,
+            dot_git.join("host-link"),
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .map_err(std::io::Error::from),
+    )?;
+    // Nor a FIFO, which would hang host Git opening it.
+    let index = dot_git.join("index");
+    io("remove the index", fs::remove_file(&index))?;
+    refused(
+        "plant a FIFO index",
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &index,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .map_err(std::io::Error::from),
+    )?;
+    git(&repo, &["reset", "-q"])?;
+    // The host's link is still readable where it is.
+    assert_eq!(
+        io("readlink", fs::read_link(dot_git.join("host-link")))?,
+        outside
+    );
+    // Host Git writes its reflog and index inside the repository only.
+    git(&repo, &["checkout", "-q", "-b", "x;touch${IFS}/tmp/pwned;"])?;
+    git(&repo, &["checkout", "-q", "main"])?;
+    assert!(!outside.exists(), "host Git wrote outside the repository");
+    assert!(io("reflog", fs::symlink_metadata(&reflog))?.is_file());
+    io("remove scratch", fs::remove_file(dot_git.join("scratch")))?;
+
+    filter.unmount().map_err(|e| e.to_string())?;
+    assert!(!outside.exists());
+    assert!(io("reflog", fs::symlink_metadata(&reflog))?.is_file());
+    Ok(())
+}
+
+/// The filter seals a host object under every name it has, also when the
+/// sandbox reaches it first by a hard link the host already had: the
+/// identities of the sealed files and hooks are known before the first
+/// request (spec 3.5, SR-4).
+#[test]
+fn pre_existing_hard_links_to_sealed_files_stay_sealed() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("pre_existing_hard_links_to_sealed_files_stay_sealed");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let config = io("read config", fs::read(dot_git.join("config")))?;
+    io(
+        "link config",
+        fs::hard_link(dot_git.join("config"), dot_git.join("cfg-backup")),
+    )?;
+    let hook = dot_git.join("hooks/pre-commit");
+    io("write a host hook", fs::write(&hook, "#!/bin/sh\nexit 0\n"))?;
+    io(
+        "make it executable",
+        fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)),
+    )?;
+    io(
+        "link the hook",
+        fs::hard_link(&hook, dot_git.join("hook-copy")),
+    )?;
+    let sub_hook = dot_git.join("modules/sub/hooks/post-checkout");
+    io(
+        "write a submodule hook",
+        fs::write(&sub_hook, "#!/bin/sh\n"),
+    )?;
+    io(
+        "link the submodule hook",
+        fs::hard_link(&sub_hook, dot_git.join("sub-hook-copy")),
+    )?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+
+    // Reached first by their other names.
+    for name in ["cfg-backup", "hook-copy", "sub-hook-copy"] {
+        let p = dot_git.join(name);
+        refused(name, fs::OpenOptions::new().append(true).open(&p).map(drop))?;
+        refused(name, fs::OpenOptions::new().write(true).open(&p).map(drop))?;
+        refused(
+            name,
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o777)),
+        )?;
+        refused(name, fs::hard_link(&p, dot_git.join("again")))?;
+        // Reading stays possible.
+        io(name, fs::read(&p))?;
+    }
+
+    filter.unmount().map_err(|e| e.to_string())?;
+    assert_eq!(io("read config", fs::read(dot_git.join("config")))?, config);
+    assert_eq!(
+        io("read hook", fs::read_to_string(&hook))?,
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert!(!dot_git.join("again").exists());
+    Ok(())
+}
+
+/// Every open directory handle keeps its listing: the listings held at once
+/// are bounded in total, so a large directory opened over and over cannot
+/// exhaust the Runtime Supervisor's memory, and the bound frees up as
+/// handles close.
+#[test]
+fn open_directory_listings_are_bounded_in_total() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("open_directory_listings_are_bounded_in_total");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let many = dot_git.join("many");
+    io("mkdir many", fs::create_dir(&many))?;
+    const FILES: usize = 25_000;
+    for i in 0..FILES {
+        io("create", fs::File::create(many.join(i.to_string())))?;
+    }
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+
+    let mut held = Vec::new();
+    let mut refusal = None;
+    // 2,000,000 entries in total are 80 listings of this directory.
+    for _ in 0..200 {
+        match fs::read_dir(&many) {
+            Ok(d) => held.push(d),
+            Err(e) => {
+                refusal = Some(e);
+                break;
+            }
+        }
+    }
+    let opened = held.len();
+    match refusal {
+        Some(e) if e.raw_os_error() == Some(12) => {}
+        other => {
+            return Err(format!(
+                "after {opened} listings: expected ENOMEM, got {other:?}"
+            ))
+        }
+    }
+    assert!((70..=80).contains(&opened), "{opened} listings held");
+    drop(held);
+    // Closed handles give their share back (releasedir is asynchronous).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let listed = loop {
+        match fs::read_dir(&many) {
+            Ok(d) => break d.count(),
+            Err(e) if Instant::now() < deadline && e.raw_os_error() == Some(12) => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(format!("listing after closing: {e}")),
+        }
+    };
+    assert_eq!(listed, FILES);
+
+    filter.unmount().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Every inode and open file of the filter holds a descriptor of the process
+/// serving it (the Runtime Supervisor): a sandbox holding more files open
+/// than the descriptor limit must run into the filter's share, not leave the
+/// supervisor unable to open anything.
+#[test]
+fn the_filter_leaves_the_supervisor_descriptors() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("the_filter_leaves_the_supervisor_descriptors");
+    }
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    use std::io::{BufRead as _, BufReader};
+    const LIMIT: u64 = 2048;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let many = dot_git.join("many");
+    io("mkdir many", fs::create_dir(&many))?;
+    const FILES: usize = 3000;
+    for i in 0..FILES {
+        io("create", fs::File::create(many.join(i.to_string())))?;
+    }
+    // The "sandbox": a process with its own (higher) limit that opens files
+    // through the filter when told to and keeps them open.
+    let script = format!(
+        "read go; n=0; for i in $(seq 0 {last}); do \
+         exec {{fd}}<{dir}/$i 2>{tmp}/err || break; n=$((n+1)); done; \
+         echo \"$n $(cat {tmp}/err)\"; read done",
+        last = FILES - 1,
+        dir = many.display(),
+        tmp = tmp.path().display(),
+    );
+    let mut sandbox = io(
+        "spawn the opener",
+        Command::new("bash")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn(),
+    )?;
+    io(
+        "lower the descriptor limit",
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(LIMIT),
+                maximum: Some(LIMIT),
+            },
+        )
+        .map_err(std::io::Error::from),
+    )?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let mut to_sandbox = sandbox.stdin.take().ok_or("no stdin")?;
+    let mut from_sandbox = BufReader::new(sandbox.stdout.take().ok_or("no stdout")?);
+    io("go", to_sandbox.write_all(b"go\n"))?;
+    let mut report = String::new();
+    io("read the report", from_sandbox.read_line(&mut report))?;
+    let held: usize = report
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("bad report {report:?}"))?;
+    // The filter refused past its share (a quarter of the limit for open
+    // files, half for inodes) ...
+    assert!(held < FILES, "{report}");
+    assert!(report.contains("Too many open files"), "{report}");
+    // ... and the serving process still has its own.
+    let mut own = Vec::new();
+    for _ in 0..512 {
+        own.push(io(
+            "the supervisor opens a file",
+            fs::File::open("/dev/null"),
+        )?);
+    }
+    drop(own);
+    io("done", to_sandbox.write_all(b"done\n"))?;
+    io("wait for the opener", sandbox.wait())?;
+
+    filter.unmount().map_err(|e| format!("unmount: {e}"))?;
     Ok(())
 }

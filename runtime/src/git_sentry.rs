@@ -178,6 +178,19 @@ impl SentryLayout {
         Ok(())
     }
 
+    /// Seals `path` and its lock file `path.lock`. Host Git rewrites a
+    /// configuration file by writing `<name>.lock` and renaming it over the
+    /// file; a sandbox that could open that lock file (or create it first)
+    /// would keep a writable descriptor of what becomes the host's
+    /// configuration after the rename, or write into it before (spec 3.5,
+    /// SR-4). Git inside the sandbox cannot commit such a lock anyway.
+    fn seal(&mut self, path: PathBuf) -> Result<(), LayoutError> {
+        let mut lock = path.clone().into_os_string();
+        lock.push(".lock");
+        self.insert(path, Guard::Sealed)?;
+        self.insert(PathBuf::from(lock), Guard::Sealed)
+    }
+
     fn guard_git_dir(
         &mut self,
         path: &Path,
@@ -188,14 +201,14 @@ impl SentryLayout {
             self.insert(path.to_owned(), Guard::Pinned)?;
         }
         for name in SEALED_IN_GIT_DIR {
-            self.insert(path.join(name), Guard::Sealed)?;
+            self.seal(path.join(name))?;
         }
         self.insert(path.join("hooks"), hooks)?;
         for include in &dir.includes {
             if !plain(include) || include.as_os_str().is_empty() {
                 return Err(LayoutError::BadGitDir(include.clone()));
             }
-            self.insert(include.clone(), Guard::Sealed)?;
+            self.seal(include.clone())?;
         }
         for w in &dir.worktrees {
             let one = Path::new(w);
@@ -205,7 +218,7 @@ impl SentryLayout {
             let admin = path.join("worktrees").join(one);
             self.insert(admin.clone(), Guard::Pinned)?;
             for name in SEALED_IN_WORKTREE_ADMIN {
-                self.insert(admin.join(name), Guard::Sealed)?;
+                self.seal(admin.join(name))?;
             }
         }
         Ok(())
@@ -282,6 +295,13 @@ mod tests {
             "modules/lib/sub/config",
             "modules/lib/sub/commondir",
             "conf/local.gitconfig",
+            "config.lock",
+            "commondir.lock",
+            "config.worktree.lock",
+            "worktrees/wt/gitdir.lock",
+            "worktrees/wt/commondir.lock",
+            "modules/lib/sub/config.lock",
+            "conf/local.gitconfig.lock",
         ] {
             assert_eq!(guard_of(&l, sealed), Guard::Sealed, "{sealed}");
         }
@@ -305,7 +325,8 @@ mod tests {
             "HEAD",
             "index",
             "index.lock",
-            "config.lock",
+            "config.lock.lock",
+            "HEAD.lock",
             "objects/ab/cdef",
             "refs/heads/config",
             "refs/heads/hooks/x",

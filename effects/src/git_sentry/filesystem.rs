@@ -10,7 +10,8 @@
 //! `/proc/self/fd`. Entry and attribute timeouts are zero: the host's own Git
 //! shares the directory in real time (spec 3.5) and must never be shadowed by
 //! a stale cache. Bounded: at most [`MAX_INODES`] inodes, [`MAX_HANDLES`] open
-//! handles and [`MAX_DIR_ENTRIES`] entries per directory listing.
+//! handles, [`MAX_DIR_ENTRIES`] entries per directory listing and
+//! [`MAX_LISTED_ENTRIES`] entries over all open listings.
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
@@ -20,7 +21,7 @@ use fuser::{
 };
 use lazaret_runtime::git_sentry::{Change, Guard, SentryLayout};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -32,8 +33,39 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const MAX_INODES: usize = 200_000;
 /// The most open file and directory handles at once.
 pub const MAX_HANDLES: usize = 65_536;
+
+/// How many inodes and handles the filter keeps at once. Each inode and each
+/// open file holds a descriptor of the Runtime Supervisor, whose other work
+/// shares the same table: a sandbox looking up more files than the
+/// descriptor limit would otherwise leave the supervisor unable to open
+/// anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The most inodes.
+    pub inodes: usize,
+    /// The most open file and directory handles.
+    pub handles: usize,
+}
+
+impl Limits {
+    /// The filter's share of a descriptor limit of `nofile`: half for
+    /// inodes, a quarter for handles, a quarter left to the supervisor
+    /// (never more than [`MAX_INODES`] and [`MAX_HANDLES`]).
+    pub fn for_descriptors(nofile: u64) -> Self {
+        let n = usize::try_from(nofile).unwrap_or(usize::MAX);
+        Self {
+            inodes: (n / 2).min(MAX_INODES),
+            handles: (n / 4).min(MAX_HANDLES),
+        }
+    }
+}
 /// The most entries one directory listing holds.
 pub const MAX_DIR_ENTRIES: usize = 1_000_000;
+/// The most entries all open directory listings hold together (about 150 MB
+/// of the Runtime Supervisor's memory): each open directory handle keeps
+/// its listing, so without a total the sandbox could open one large
+/// directory [`MAX_HANDLES`] times.
+pub const MAX_LISTED_ENTRIES: usize = 2_000_000;
 /// The synthetic `hooks` directory's inode number (the root is 1).
 const HOOKS_INO: u64 = 2;
 /// Inode numbers handed out start here and are never reused.
@@ -58,10 +90,38 @@ struct Inode {
 struct Inodes {
     by_ino: HashMap<u64, Inode>,
     by_id: HashMap<(u64, u64), u64>,
-    /// Host identities of every object seen under a sealed guard: a second
-    /// (hard) link to one of them is as sealed as the first.
-    sealed: HashSet<(u64, u64)>,
+    /// Every object seen under a sealed guard: a second (hard) link to one
+    /// of them is as sealed as the first.
+    sealed: SealedIds,
     next: u64,
+}
+
+/// Host objects seen under a sealed guard, by identity. Each is held open:
+/// an identity is only meaningful while its object lives, and a host object
+/// that host Git replaced (`config.lock` renamed over `config`) would
+/// otherwise free its inode number for the sandbox's next `index.lock`,
+/// which would then be refused as sealed. An object with no name left on
+/// the host can no longer be reached and is let go.
+#[derive(Debug, Default)]
+struct SealedIds {
+    held: HashMap<(u64, u64), Arc<OwnedFd>>,
+}
+
+impl SealedIds {
+    fn contains(&self, id: &(u64, u64)) -> bool {
+        self.held.contains_key(id)
+    }
+
+    fn insert(&mut self, id: (u64, u64), fd: Arc<OwnedFd>) {
+        if self.held.contains_key(&id) {
+            return;
+        }
+        // Bounded by the live host objects under sealed names (the sandbox
+        // cannot create any).
+        self.held
+            .retain(|_, fd| stat_fd(fd).is_ok_and(|st| st.st_nlink > 0));
+        self.held.insert(id, fd);
+    }
 }
 
 #[derive(Debug)]
@@ -78,6 +138,16 @@ enum Handle {
 struct Handles {
     open: HashMap<u64, Handle>,
     next: u64,
+    /// Entries held by the open directory listings together.
+    listed: usize,
+}
+
+impl Handles {
+    fn remove(&mut self, fh: u64) {
+        if let Some(Handle::Dir { entries }) = self.open.remove(&fh) {
+            self.listed = self.listed.saturating_sub(entries.len());
+        }
+    }
 }
 
 /// The changes of one `setattr` request.
@@ -108,6 +178,7 @@ pub struct SentryFs {
     root: Arc<OwnedFd>,
     inodes: Mutex<Inodes>,
     handles: Mutex<Handles>,
+    limits: Limits,
 }
 
 fn errno(e: rustix::io::Errno) -> Errno {
@@ -215,6 +286,86 @@ fn open_path(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
     .map_err(errno)
 }
 
+/// Whether `name` beneath `parent` is a symbolic link (a missing name is
+/// not; the operation then fails on its own).
+fn is_symlink(parent: &OwnedFd, name: &OsStr) -> Result<bool, Errno> {
+    match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            Ok(rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink)
+        }
+        Err(rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(errno(e)),
+    }
+}
+
+/// The most entries of one hidden or sealed hooks directory whose host
+/// identities are recorded at start.
+const MAX_SEEDED_HOOKS: usize = 4096;
+
+/// The host identities of every existing sealed file of `layout` and of the
+/// files in its hooks directories, found before the sandbox can issue a
+/// single request. The filter seals an object under every name it has, but
+/// it learns an object's identity only when a sealed name is looked up: a
+/// pre-existing hard link (`cfg-backup` → `config`, a linked hook) looked up
+/// first would otherwise pass as an ordinary file and be writable (spec 3.5,
+/// SR-4).
+fn seed_sealed(root: &OwnedFd, layout: &SentryLayout) -> SealedIds {
+    let mut out = SealedIds::default();
+    for (path, guard) in layout.entries() {
+        if !matches!(
+            guard,
+            Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks
+        ) {
+            continue;
+        }
+        let mut fd: Option<OwnedFd> = None;
+        for name in path.iter() {
+            match open_path(fd.as_ref().unwrap_or(root), name) {
+                Ok(next) => fd = Some(next),
+                Err(_) => {
+                    fd = None;
+                    break;
+                }
+            }
+        }
+        let Some(fd) = fd else { continue };
+        let Ok(st) = stat_fd(&fd) else { continue };
+        if guard == Guard::Sealed {
+            out.insert((st.st_dev, st.st_ino), Arc::new(fd));
+            continue;
+        }
+        // A hooks directory: its files (Git reads hooks one level deep).
+        let Ok(dir) = rustix::fs::openat(
+            &fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let Ok(entries) = rustix::fs::Dir::read_from(&dir) else {
+            continue;
+        };
+        for entry in entries.take(MAX_SEEDED_HOOKS).flatten() {
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if component(name).is_err() {
+                continue;
+            }
+            let Ok(file) = open_path(&dir, name) else {
+                continue;
+            };
+            if let Ok(st) = stat_fd(&file) {
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    != rustix::fs::FileType::Directory
+                {
+                    out.insert((st.st_dev, st.st_ino), Arc::new(file));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// A single path component the kernel may send: never empty, `.`, `..` or
 /// containing `/` (the kernel guarantees it; the filter checks anyway).
 fn component(name: &OsStr) -> Result<&OsStr, Errno> {
@@ -227,16 +378,20 @@ fn component(name: &OsStr) -> Result<&OsStr, Errno> {
 
 impl SentryFs {
     /// A filter over the common directory `root` (a directory descriptor the
-    /// caller opened and verified) with the guards of `layout`.
-    pub fn new(root: OwnedFd, layout: SentryLayout) -> Self {
+    /// caller opened and verified) with the guards of `layout`, holding at
+    /// most `limits` inodes and handles.
+    pub fn new(root: OwnedFd, layout: SentryLayout, limits: Limits) -> Self {
+        let sealed = seed_sealed(&root, &layout);
         Self {
             layout,
             root: Arc::new(root),
             inodes: Mutex::new(Inodes {
                 next: FIRST_INO,
+                sealed,
                 ..Inodes::default()
             }),
             handles: Mutex::new(Handles::default()),
+            limits,
         }
     }
 
@@ -281,9 +436,10 @@ impl SentryFs {
         rel: Option<PathBuf>,
     ) -> Result<u64, Errno> {
         let id = (st.st_dev, st.st_ino);
+        let fd = Arc::new(fd);
         let mut t = lock(&self.inodes);
         if matches!(guard, Guard::Sealed | Guard::SealedTree) {
-            t.sealed.insert(id);
+            t.sealed.insert(id, Arc::clone(&fd));
         }
         if let Some(&ino) = t.by_id.get(&id) {
             if let Some(i) = t.by_ino.get_mut(&ino) {
@@ -297,7 +453,7 @@ impl SentryFs {
                 return Ok(ino);
             }
         }
-        if t.by_ino.len() >= MAX_INODES {
+        if t.by_ino.len() >= self.limits.inodes {
             return Err(Errno::ENFILE);
         }
         let ino = t.next;
@@ -305,7 +461,7 @@ impl SentryFs {
         t.by_ino.insert(
             ino,
             Inode {
-                fd: Arc::new(fd),
+                fd,
                 id,
                 guard,
                 rel,
@@ -354,8 +510,19 @@ impl SentryFs {
 
     fn add_handle(&self, handle: Handle) -> Result<u64, Errno> {
         let mut h = lock(&self.handles);
-        if h.open.len() >= MAX_HANDLES {
+        if h.open.len() >= self.limits.handles {
             return Err(Errno::EMFILE);
+        }
+        if let Handle::Dir { entries } = &handle {
+            let listed = h.listed.saturating_add(entries.len());
+            if listed > MAX_LISTED_ENTRIES {
+                tracing::warn!(
+                    listed,
+                    "Git Sentry refused a directory listing over its memory bound"
+                );
+                return Err(Errno::ENOMEM);
+            }
+            h.listed = listed;
         }
         h.next = h.next.wrapping_add(1);
         let fh = h.next;
@@ -381,6 +548,12 @@ impl SentryFs {
         // for: set it exactly.
         let fd = open_path(&parent.fd, name)?;
         let st = stat_fd(&fd)?;
+        // Another request may have renamed something over the new name since
+        // it was created: never re-permission a sealed object (SR-4).
+        if lock(&self.inodes).sealed.contains(&(st.st_dev, st.st_ino)) {
+            tracing::warn!(name = ?name, "Git Sentry refused re-permissioning a sealed file");
+            return Err(Errno::EPERM);
+        }
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
             rustix::fs::chmodat(
                 CWD,
@@ -519,11 +692,15 @@ impl SentryFs {
         let name = component(name)?;
         self.may_rebind(&p, name)?;
         let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
-        let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC | OFlags::EXCL;
+        let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC;
+        // Always exclusive: the kernel sends `create` only for a name its
+        // lookup found missing, and an object renamed there since (a hard
+        // link of a sealed file) must not be opened for writing without the
+        // checks of `open` (SR-4). Git creates its files exclusively anyway.
         let fd = rustix::fs::openat(
             &*p.fd,
             name,
-            (raw & keep) | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            (raw & keep) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode & !umask & 0o7777),
         )
         .map_err(errno)?;
@@ -547,6 +724,14 @@ impl SentryFs {
         let (name, newname) = (component(name)?, component(newname)?);
         self.may_rebind(&from, name)?;
         self.may_rebind(&to, newname)?;
+        // A symbolic link already in the git directory stays where it is
+        // (see `symlink`): moving it could plant it where host Git follows
+        // it.
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        if is_symlink(&from.fd, name)? || (exchange && is_symlink(&to.fd, newname)?) {
+            tracing::warn!(name = ?name, "Git Sentry refused moving a symbolic link");
+            return Err(Errno::EPERM);
+        }
         let mut f = rustix::fs::RenameFlags::empty();
         if flags.contains(RenameFlags::RENAME_NOREPLACE) {
             f |= rustix::fs::RenameFlags::NOREPLACE;
@@ -574,6 +759,13 @@ impl SentryFs {
         let newname = component(newname)?;
         if !src.guard.may_link_from() || src.sealed {
             tracing::warn!("Git Sentry refused a hard link of a guarded file");
+            return Err(Errno::EPERM);
+        }
+        // A second name for a symbolic link already in the git directory
+        // would plant it where host Git follows it (see `symlink`).
+        let st = stat_fd(&src.fd)?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink {
+            tracing::warn!("Git Sentry refused a hard link of a symbolic link");
             return Err(Errno::EPERM);
         }
         self.may_rebind(&to, newname)?;
@@ -728,23 +920,21 @@ impl Filesystem for SentryFs {
             let name = component(name)?;
             self.may_rebind(&p, name)?;
             let perm = Mode::from_raw_mode(mode & !umask & 0o7777);
-            match rustix::fs::FileType::from_raw_mode(mode) {
-                rustix::fs::FileType::RegularFile => {
-                    rustix::fs::openat(
-                        &*p.fd,
-                        name,
-                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
-                        perm,
-                    )
-                    .map_err(errno)?;
-                }
-                rustix::fs::FileType::Fifo => {
-                    rustix::fs::mknodat(&*p.fd, name, rustix::fs::FileType::Fifo, perm, 0)
-                        .map_err(errno)?;
-                }
-                // Device nodes are never created (spec 3.5: EPERM).
-                _ => return Err(Errno::EPERM),
+            // Regular files only. Device nodes are never created (spec 3.5:
+            // EPERM); nor FIFOs: Git never makes one in its git directory,
+            // and one planted at `index` or `HEAD` would hang every host Git
+            // command that opens it.
+            if rustix::fs::FileType::from_raw_mode(mode) != rustix::fs::FileType::RegularFile {
+                tracing::warn!(name = ?name, "Git Sentry refused a special file in the git directory");
+                return Err(Errno::EPERM);
             }
+            rustix::fs::openat(
+                &*p.fd,
+                name,
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+                perm,
+            )
+            .map_err(errno)?;
             self.created_entry(&p, name, mode, umask)
         })();
         reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
@@ -793,19 +983,20 @@ impl Filesystem for SentryFs {
     fn symlink(
         &self,
         _req: &Request,
-        parent: INodeNo,
+        _parent: INodeNo,
         link_name: &OsStr,
-        target: &Path,
+        _target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = (|| {
-            let p = self.parent(parent)?;
-            let name = component(link_name)?;
-            self.may_rebind(&p, name)?;
-            rustix::fs::symlinkat(target, &*p.fd, name).map_err(errno)?;
-            self.entry_of(&p, name)
-        })();
-        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+        // Git never creates symbolic links in its git directory, but host
+        // Git follows them there: a planted `logs/HEAD` makes host Git append
+        // reflog lines (branch names the sandbox chose) to a file outside the
+        // repository such as `~/.bashrc`, and a planted `index` or
+        // `packed-refs` makes its lock file replace the link's target. The
+        // filter never follows a link itself, but SR-4 is about what host
+        // Git then does (spec 3.5): the git directory takes no new links.
+        tracing::warn!(name = ?link_name, "Git Sentry refused a symbolic link in the git directory");
+        reply.error(Errno::EPERM);
     }
 
     fn rename(
@@ -901,7 +1092,7 @@ impl Filesystem for SentryFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        lock(&self.handles).open.remove(&fh.0);
+        lock(&self.handles).remove(fh.0);
         reply.ok();
     }
 
@@ -964,7 +1155,7 @@ impl Filesystem for SentryFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        lock(&self.handles).open.remove(&fh.0);
+        lock(&self.handles).remove(fh.0);
         reply.ok();
     }
 

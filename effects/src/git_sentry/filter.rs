@@ -10,7 +10,7 @@
 //! private to the generation's mount namespace: the host never sees it, and
 //! it vanishes with the namespace when the Runtime Supervisor exits.
 
-use super::filesystem::SentryFs;
+use super::filesystem::{Limits, SentryFs};
 use lazaret_runtime::git_sentry::{HostGitDir, LayoutError, SentryLayout};
 use std::ffi::OsString;
 use std::fs;
@@ -72,7 +72,17 @@ impl MountedFilter {
     /// Unmounts and joins the request threads.
     pub fn unmount(mut self) -> io::Result<()> {
         match self.session.take() {
-            Some(s) => s.umount_and_join(),
+            // Requests still queued when the unmount lands (the `release`s
+            // of a process that just exited) make the kernel end the
+            // connection as aborted: the filter is unmounted all the same.
+            Some(s) => match s.umount_and_join() {
+                Err(e)
+                    if e.raw_os_error() == Some(rustix::io::Errno::CONNABORTED.raw_os_error()) =>
+                {
+                    Ok(())
+                }
+                other => other,
+            },
             None => Ok(()),
         }
     }
@@ -133,6 +143,13 @@ impl Scan {
         let worktrees = self.subdirs(&abs.join("worktrees"))?;
         let mut includes = Vec::new();
         self.includes(&abs.join("config"), 0, &mut includes)?;
+        // Per-worktree configuration (`extensions.worktreeConfig`) is read
+        // like `config`, includes and all (spec 3.5, SR-4).
+        self.includes(&abs.join("config.worktree"), 0, &mut includes)?;
+        for w in &worktrees {
+            let admin = abs.join("worktrees").join(w);
+            self.includes(&admin.join("config.worktree"), 0, &mut includes)?;
+        }
         self.out.push(HostGitDir {
             path: rel.to_owned(),
             worktrees,
@@ -285,17 +302,20 @@ pub fn scan_layout(common: &Path) -> Result<SentryLayout, FilterError> {
     })
 }
 
-/// Raises the soft descriptor limit to the hard one: every inode the filter
-/// tracks holds a descriptor.
-fn raise_nofile() {
+/// Raises the soft descriptor limit to the hard one (every inode the filter
+/// tracks holds a descriptor) and returns the soft limit in force.
+fn raise_nofile() -> u64 {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current < limit.maximum {
+        let before = limit.current;
         limit.current = limit.maximum;
         if let Err(e) = setrlimit(Resource::Nofile, limit) {
             tracing::warn!(error = %e, "could not raise the descriptor limit for the Git Sentry");
+            limit.current = before;
         }
     }
+    limit.current.unwrap_or(u64::MAX)
 }
 
 /// Mounts the filter of `common` (the canonical common git directory) on the
@@ -317,7 +337,7 @@ pub fn mount(common: &Path, mountpoint: &Path) -> Result<MountedFilter, FilterEr
         path: common.to_owned(),
         source,
     })?;
-    raise_nofile();
+    let limits = Limits::for_descriptors(raise_nofile());
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("lazaret-git-sentry".to_owned()),
@@ -331,8 +351,8 @@ pub fn mount(common: &Path, mountpoint: &Path) -> Result<MountedFilter, FilterEr
         path: mountpoint.to_owned(),
         source,
     };
-    let session =
-        fuser::Session::new(SentryFs::new(root, layout), mountpoint, &config).map_err(mount_err)?;
+    let session = fuser::Session::new(SentryFs::new(root, layout, limits), mountpoint, &config)
+        .map_err(mount_err)?;
     let session = session.spawn().map_err(mount_err)?;
     Ok(MountedFilter {
         session: Some(session),
