@@ -9,7 +9,7 @@
 //! the outer half checks the inner half's exit status with a deadline.
 
 use lazaret_effects::git_sentry::filter::{mount, scan_layout};
-use lazaret_runtime::git_sentry::Guard;
+use lazaret_runtime::git_sentry::{Admin, Guard};
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -157,10 +157,12 @@ fn the_layout_guards_the_worktree_and_submodule_admin_files() -> Result<(), Stri
     for (path, guard) in [
         ("config", Guard::Sealed),
         ("hooks", Guard::HiddenHooks),
-        ("worktrees/wt", Guard::Pinned),
+        ("worktrees", Guard::AdminRoot(Admin::Worktrees)),
+        ("modules", Guard::AdminRoot(Admin::Modules)),
+        ("worktrees/wt", Guard::HostWorktree),
         ("worktrees/wt/commondir", Guard::Sealed),
         ("worktrees/wt/gitdir", Guard::Sealed),
-        ("modules/sub", Guard::Pinned),
+        ("modules/sub", Guard::HostModule),
         ("modules/sub/config", Guard::Sealed),
         ("modules/sub/hooks", Guard::SealedTree),
         ("local.gitconfig", Guard::Sealed),
@@ -756,5 +758,102 @@ fn the_filter_leaves_the_supervisor_descriptors() -> Result<(), String> {
     io("wait for the opener", sandbox.wait())?;
 
     filter.unmount().map_err(|e| format!("unmount: {e}"))?;
+    Ok(())
+}
+
+/// The guards are not only those of launch time: a worktree or submodule
+/// the host adds while the sandbox runs is the host repository's too, and
+/// its admin files are sealed the moment it exists. The sandbox's own
+/// worktrees and submodules stay its own (spec 3.5, SR-4).
+#[test]
+fn worktrees_and_submodules_the_host_adds_during_the_session_are_guarded() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("worktrees_and_submodules_the_host_adds_during_the_session_are_guarded");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let host = HostView::open(&dot_git)?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+
+    // The host adds a worktree and a submodule git directory underneath.
+    for dir in ["worktrees/late", "modules/late", "modules/late/hooks"] {
+        io(dir, fs::create_dir(host.path(dir)))?;
+    }
+    io(
+        "host gitdir",
+        fs::write(host.path("worktrees/late/gitdir"), "/elsewhere/.git\n"),
+    )?;
+    io(
+        "host HEAD",
+        fs::write(host.path("modules/late/HEAD"), "ref: refs/heads/main\n"),
+    )?;
+    let late = dot_git.join("worktrees/late");
+    refused(
+        "rewrite its gitdir",
+        fs::write(late.join("gitdir"), "/tmp/x\n"),
+    )?;
+    refused(
+        "plant its commondir",
+        fs::write(late.join("commondir"), "/tmp/x\n"),
+    )?;
+    refused(
+        "plant its config.worktree",
+        fs::write(late.join("config.worktree"), "x"),
+    )?;
+    refused(
+        "move it",
+        fs::rename(&late, dot_git.join("worktrees/late2")),
+    )?;
+    refused("remove it", fs::remove_dir_all(&late))?;
+    let module = dot_git.join("modules/late");
+    refused(
+        "plant a submodule config",
+        fs::write(module.join("config"), "[core]\n"),
+    )?;
+    refused(
+        "plant a submodule hook",
+        fs::write(module.join("hooks/post-checkout"), "#!/bin/sh\n"),
+    )?;
+    refused(
+        "move the submodule",
+        fs::rename(&module, dot_git.join("modules/x")),
+    )?;
+    io(
+        "ordinary data still goes in",
+        fs::write(late.join("HEAD"), "0000\n"),
+    )?;
+    refused(
+        "the admin roots stay",
+        fs::remove_dir(dot_git.join("worktrees")),
+    )?;
+
+    // The sandbox's own worktree is its own: added, used, removed.
+    git(&repo, &["worktree", "add", "-q", "../mine"])?;
+    git(&tmp.path().join("mine"), &["status", "--short"])?;
+    git(&repo, &["worktree", "remove", "../mine"])?;
+    io(
+        "its own submodule directory",
+        fs::create_dir_all(dot_git.join("modules/own/hooks")),
+    )?;
+    io(
+        "with its own config",
+        fs::write(dot_git.join("modules/own/config"), "[core]\n"),
+    )?;
+    io(
+        "removed again",
+        fs::remove_dir_all(dot_git.join("modules/own")),
+    )?;
+
+    filter.unmount().map_err(|e| e.to_string())?;
+    assert!(!late.join("commondir").exists());
+    assert!(!late.join("config.worktree").exists());
+    assert_eq!(
+        io("read gitdir", fs::read_to_string(late.join("gitdir")))?,
+        "/elsewhere/.git\n"
+    );
+    assert!(!module.join("config").exists());
+    assert!(!module.join("hooks/post-checkout").exists());
+    assert!(!dot_git.join("worktrees/mine").exists());
     Ok(())
 }

@@ -40,6 +40,22 @@ pub enum Guard {
     /// own guards, but the directory itself is never renamed, removed,
     /// replaced, re-owned or re-permissioned.
     Pinned,
+    /// A git directory's `worktrees/` or `modules/`: may be created (so Git
+    /// inside can add worktrees and submodules) but otherwise pinned. Its
+    /// children are guarded by who made them (see [`Origin`]): directories
+    /// the host made — at launch or later in the session — are guarded as
+    /// [`Guard::HostWorktree`] / [`Guard::HostModule`]; the sandbox's own
+    /// are open.
+    AdminRoot(Admin),
+    /// A host-made linked worktree admin directory (`worktrees/<name>`):
+    /// pinned; its `commondir`, `gitdir` and `config.worktree` are sealed.
+    HostWorktree,
+    /// A host-made directory under `modules/` (a submodule's git directory,
+    /// or a directory of a submodule name with `/`): pinned; its `config`,
+    /// `config.worktree` and `commondir` are sealed, its `hooks` read-only,
+    /// its `worktrees/` and `modules/` admin roots, and host-made
+    /// directories below are guarded the same way.
+    HostModule,
     /// A file Git reads configuration or the common-directory location from:
     /// readable when present; never created, written, truncated,
     /// re-permissioned, renamed, removed or hard-linked.
@@ -50,6 +66,26 @@ pub enum Guard {
     /// read-only directory. The host's hooks are never visible through the
     /// filter; Lazaret mounts sandbox-local transient storage over it.
     HiddenHooks,
+}
+
+/// Which admin root a [`Guard::AdminRoot`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Admin {
+    /// `<git dir>/worktrees`.
+    Worktrees,
+    /// `<git dir>/modules`.
+    Modules,
+}
+
+/// What the filter knows about the object a name refers to when the guard
+/// depends on it (children of [`Guard::AdminRoot`] and [`Guard::HostModule`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A directory the sandbox did not make through the filter in this
+    /// session: the host's.
+    HostDirectory,
+    /// Absent, not a directory, or a directory made through the filter.
+    Other,
 }
 
 /// A change to an existing entry's content or metadata.
@@ -76,15 +112,37 @@ impl Guard {
         self == Self::Open
     }
 
+    /// Whether a directory may be made at a name with this guard: open
+    /// names, and an admin root that does not exist yet.
+    pub fn may_make_directory(self) -> bool {
+        matches!(self, Self::Open | Self::AdminRoot(_))
+    }
+
     /// Whether the entry's content or metadata may change in `change`.
     pub fn may_change(self, change: Change) -> bool {
         match self {
             Self::Open => true,
             // A pinned directory keeps its place and its permissions; only
             // its times move (as its children change).
-            Self::Pinned => change == Change::Times,
+            Self::Pinned | Self::AdminRoot(_) | Self::HostWorktree | Self::HostModule => {
+                change == Change::Times
+            }
             Self::Sealed | Self::SealedTree | Self::HiddenHooks => false,
         }
+    }
+
+    /// Whether a child's guard depends on its [`Origin`]: the filter then
+    /// looks the child up before deciding.
+    pub fn guards_by_origin(self) -> bool {
+        matches!(self, Self::AdminRoot(_) | Self::HostModule)
+    }
+
+    /// Whether the filter keeps this entry's path (for the layout's table).
+    pub fn keeps_path(self) -> bool {
+        matches!(
+            self,
+            Self::Pinned | Self::AdminRoot(_) | Self::HostWorktree | Self::HostModule
+        )
     }
 
     /// Whether an existing entry with this guard may be the source of a new
@@ -157,6 +215,17 @@ impl SentryLayout {
             };
             layout.guard_git_dir(&dir.path, dir, hooks)?;
         }
+        // Below an admin root `modules/`, every pinned directory is a host
+        // submodule directory: host-made directories that appear under it
+        // later are guarded too.
+        for (path, guard) in &mut layout.entries {
+            let below_modules = path
+                .parent()
+                .is_some_and(|p| p.iter().any(|c| c == "modules"));
+            if *guard == Guard::Pinned && below_modules {
+                *guard = Guard::HostModule;
+            }
+        }
         Ok(layout)
     }
 
@@ -203,6 +272,8 @@ impl SentryLayout {
         for name in SEALED_IN_GIT_DIR {
             self.seal(path.join(name))?;
         }
+        self.insert(path.join("worktrees"), Guard::AdminRoot(Admin::Worktrees))?;
+        self.insert(path.join("modules"), Guard::AdminRoot(Admin::Modules))?;
         self.insert(path.join("hooks"), hooks)?;
         for include in &dir.includes {
             if !plain(include) || include.as_os_str().is_empty() {
@@ -216,7 +287,7 @@ impl SentryLayout {
                 return Err(LayoutError::BadWorktree(w.clone()));
             }
             let admin = path.join("worktrees").join(one);
-            self.insert(admin.clone(), Guard::Pinned)?;
+            self.insert(admin.clone(), Guard::HostWorktree)?;
             for name in SEALED_IN_WORKTREE_ADMIN {
                 self.seal(admin.join(name))?;
             }
@@ -230,15 +301,53 @@ impl SentryLayout {
     }
 
     /// The guard of `name` inside the directory at `parent` (relative to the
-    /// root; `None` when the directory is not in the layout) whose own guard
-    /// is `parent_guard`.
-    pub fn child(&self, parent_guard: Guard, parent: Option<&Path>, name: &OsStr) -> Guard {
+    /// root; `None` when the directory's path is not kept) whose own guard
+    /// is `parent_guard`; `origin` is what the name refers to (consulted
+    /// only when [`Guard::guards_by_origin`] holds for the parent).
+    pub fn child(
+        &self,
+        parent_guard: Guard,
+        parent: Option<&Path>,
+        name: &OsStr,
+        origin: Origin,
+    ) -> Guard {
+        let table = || parent.and_then(|p| self.entries.get(&p.join(name)).copied());
+        let lock_of = |names: &[&str]| {
+            names.iter().any(|n| {
+                let mut lock = OsString::from(n);
+                lock.push(".lock");
+                name == *n || name == lock
+            })
+        };
         match parent_guard {
             Guard::Open => Guard::Open,
             Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks => Guard::SealedTree,
-            Guard::Pinned => parent
-                .and_then(|p| self.entries.get(&p.join(name)).copied())
-                .unwrap_or(Guard::Open),
+            Guard::Pinned => table().unwrap_or(Guard::Open),
+            Guard::AdminRoot(admin) => table().unwrap_or(match (admin, origin) {
+                (_, Origin::Other) => Guard::Open,
+                (Admin::Worktrees, Origin::HostDirectory) => Guard::HostWorktree,
+                (Admin::Modules, Origin::HostDirectory) => Guard::HostModule,
+            }),
+            Guard::HostWorktree => table().unwrap_or(if lock_of(&SEALED_IN_WORKTREE_ADMIN) {
+                Guard::Sealed
+            } else {
+                Guard::Open
+            }),
+            Guard::HostModule => table().unwrap_or_else(|| {
+                if lock_of(&SEALED_IN_GIT_DIR) {
+                    Guard::Sealed
+                } else if name == "hooks" {
+                    Guard::SealedTree
+                } else if name == "worktrees" {
+                    Guard::AdminRoot(Admin::Worktrees)
+                } else if name == "modules" {
+                    Guard::AdminRoot(Admin::Modules)
+                } else if origin == Origin::HostDirectory {
+                    Guard::HostModule
+                } else {
+                    Guard::Open
+                }
+            }),
         }
     }
 
@@ -269,13 +378,41 @@ mod tests {
     }
 
     /// Walks `path` from the root the way the filter does, one lookup at a
-    /// time.
+    /// time, every directory on the way made by the host.
     fn guard_of(layout: &SentryLayout, path: &str) -> Guard {
+        walk(layout, path, Origin::HostDirectory)
+    }
+
+    /// The same walk with every name made by the sandbox (or absent).
+    fn sandbox_guard_of(layout: &SentryLayout, path: &str) -> Guard {
+        walk(layout, path, Origin::Other)
+    }
+
+    /// The guard of a host-made *file* at `path` (directories on the way
+    /// made by the host).
+    fn file_guard_of(layout: &SentryLayout, path: &str) -> Guard {
+        let mut guard = layout.root();
+        let mut rel = PathBuf::new();
+        let names: Vec<&OsStr> = Path::new(path).iter().collect();
+        for (i, name) in names.iter().enumerate() {
+            let kept = guard.keeps_path().then_some(rel.as_path());
+            let origin = if i + 1 == names.len() {
+                Origin::Other
+            } else {
+                Origin::HostDirectory
+            };
+            guard = layout.child(guard, kept, name, origin);
+            rel.push(name);
+        }
+        guard
+    }
+
+    fn walk(layout: &SentryLayout, path: &str, origin: Origin) -> Guard {
         let mut guard = layout.root();
         let mut rel = PathBuf::new();
         for name in Path::new(path).iter() {
-            let pinned = (guard == Guard::Pinned).then_some(rel.as_path());
-            guard = layout.child(guard, pinned, name);
+            let kept = guard.keeps_path().then_some(rel.as_path());
+            guard = layout.child(guard, kept, name, origin);
             rel.push(name);
         }
         guard
@@ -311,16 +448,48 @@ mod tests {
             guard_of(&l, "modules/lib/sub/hooks/post-checkout"),
             Guard::SealedTree
         );
-        for pinned in [
-            "worktrees",
-            "worktrees/wt",
-            "modules",
-            "modules/lib",
-            "modules/lib/sub",
-            "conf",
+        for (path, guard) in [
+            ("conf", Guard::Pinned),
+            ("worktrees", Guard::AdminRoot(Admin::Worktrees)),
+            ("modules", Guard::AdminRoot(Admin::Modules)),
+            ("worktrees/wt", Guard::HostWorktree),
+            ("modules/lib", Guard::HostModule),
+            ("modules/lib/sub", Guard::HostModule),
+            (
+                "modules/lib/sub/worktrees",
+                Guard::AdminRoot(Admin::Worktrees),
+            ),
+            ("modules/lib/sub/modules", Guard::AdminRoot(Admin::Modules)),
         ] {
-            assert_eq!(guard_of(&l, pinned), Guard::Pinned, "{pinned}");
+            assert_eq!(guard_of(&l, path), guard, "{path}");
         }
+        // Worktrees and submodules the host adds during the session are
+        // guarded like the ones found at launch.
+        for sealed in [
+            "worktrees/new/commondir",
+            "worktrees/new/gitdir.lock",
+            "modules/other/config",
+            "modules/a/b/commondir",
+            "modules/lib/sub/modules/nested/config",
+        ] {
+            assert_eq!(guard_of(&l, sealed), Guard::Sealed, "{sealed}");
+        }
+        assert_eq!(guard_of(&l, "worktrees/new"), Guard::HostWorktree);
+        assert_eq!(
+            guard_of(&l, "modules/other/hooks/post-checkout"),
+            Guard::SealedTree
+        );
+        // The sandbox's own worktrees and submodules stay its own.
+        for open in [
+            "worktrees/new",
+            "worktrees/new/commondir",
+            "modules/other",
+            "modules/other/hooks/post-checkout",
+        ] {
+            assert_eq!(sandbox_guard_of(&l, open), Guard::Open, "{open}");
+        }
+        // ... but a host directory's admin files are sealed whoever asks.
+        assert_eq!(sandbox_guard_of(&l, "worktrees/wt/gitdir"), Guard::Sealed);
         for open in [
             "HEAD",
             "index",
@@ -332,12 +501,10 @@ mod tests {
             "refs/heads/hooks/x",
             "worktrees/wt/HEAD",
             "worktrees/wt/index",
-            "worktrees/new",
-            "worktrees/new/commondir",
-            "modules/other/config",
-            "modules/lib/sub/objects/pack",
+            "worktrees/new/HEAD",
+            "modules/lib/sub/objects/pack/x.pack",
         ] {
-            assert_eq!(guard_of(&l, open), Guard::Open, "{open}");
+            assert_eq!(file_guard_of(&l, open), Guard::Open, "{open}");
         }
         Ok(())
     }
@@ -346,6 +513,9 @@ mod tests {
     fn only_open_names_rebind_and_only_open_entries_change() {
         for g in [
             Guard::Pinned,
+            Guard::AdminRoot(Admin::Worktrees),
+            Guard::HostWorktree,
+            Guard::HostModule,
             Guard::Sealed,
             Guard::SealedTree,
             Guard::HiddenHooks,
@@ -357,6 +527,11 @@ mod tests {
             }
         }
         assert!(Guard::Pinned.may_change(Change::Times));
+        // An admin root may be made (Git adds `worktrees/` on demand); no
+        // other guarded name may.
+        assert!(Guard::AdminRoot(Admin::Modules).may_make_directory());
+        assert!(!Guard::HostWorktree.may_make_directory());
+        assert!(!Guard::Sealed.may_make_directory());
         assert!(!Guard::Sealed.may_change(Change::Times));
         assert!(Guard::Open.may_rebind() && Guard::Open.may_link_from());
     }
@@ -404,9 +579,10 @@ mod tests {
         }
     }
 
-    /// The layout is closed under ancestors: a path's guard found by walking
-    /// from the root equals the table's entry (or Open / SealedTree where the
-    /// table has none), and an Open directory never has a guarded child.
+    /// The layout is closed under ancestors: walking to a path in the table
+    /// yields the table's guard, under a sealed entry everything is sealed,
+    /// and below a directory outside the table (an open one) nothing is
+    /// guarded.
     #[test]
     fn walking_agrees_with_the_table() {
         fn prop(name: Name) -> bool {
@@ -425,12 +601,20 @@ mod tests {
                 .skip(1)
                 .filter(|a| !a.as_os_str().is_empty())
                 .any(|a| !l.entries.contains_key(a));
+            let dynamic_parent = path
+                .parent()
+                .and_then(|p| l.entries.get(p))
+                .is_some_and(|g| g.guards_by_origin() || *g == Guard::HostWorktree);
             if under_sealed {
                 walked == Guard::SealedTree
-            } else if under_open {
+            } else if let Some(t) = table {
+                walked == t
+            } else if under_open && !path.iter().any(|c| c == "modules" || c == "worktrees") {
                 walked == Guard::Open
             } else {
-                walked == table.unwrap_or(Guard::Open)
+                // Guarded by origin below an admin root: checked by the
+                // examples above.
+                dynamic_parent || under_open || walked == Guard::Open
             }
         }
         QuickCheck::new()

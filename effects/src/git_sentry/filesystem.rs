@@ -19,9 +19,9 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
     WriteFlags,
 };
-use lazaret_runtime::git_sentry::{Change, Guard, SentryLayout};
+use lazaret_runtime::git_sentry::{Change, Guard, Origin, SentryLayout};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -66,6 +66,9 @@ pub const MAX_DIR_ENTRIES: usize = 1_000_000;
 /// its listing, so without a total the sandbox could open one large
 /// directory [`MAX_HANDLES`] times.
 pub const MAX_LISTED_ENTRIES: usize = 2_000_000;
+/// The most directories made through the filter whose identities are kept
+/// (beyond it a directory the sandbox made counts as the host's: stricter).
+const MAX_MADE_HERE: usize = 100_000;
 /// The synthetic `hooks` directory's inode number (the root is 1).
 const HOOKS_INO: u64 = 2;
 /// Inode numbers handed out start here and are never reused.
@@ -80,8 +83,8 @@ struct Inode {
     /// Host (device, inode).
     id: (u64, u64),
     guard: Guard,
-    /// The path relative to the root, kept for pinned directories only (the
-    /// layout's guards below them are found by path).
+    /// The path relative to the root, kept for pinned-like directories only
+    /// (the layout's guards below them are found by path).
     rel: Option<PathBuf>,
     lookups: u64,
 }
@@ -93,6 +96,9 @@ struct Inodes {
     /// Every object seen under a sealed guard: a second (hard) link to one
     /// of them is as sealed as the first.
     sealed: SealedIds,
+    /// Directories the sandbox made through the filter in this session: under
+    /// `worktrees/` and `modules/` only the others (the host's) are guarded.
+    made_here: HashSet<(u64, u64)>,
     next: u64,
 }
 
@@ -423,8 +429,39 @@ impl SentryFs {
         self.node(ino)
     }
 
-    fn child_guard(&self, parent: &Node, name: &OsStr) -> Guard {
-        self.layout.child(parent.guard, parent.rel.as_deref(), name)
+    fn child_guard(&self, parent: &Node, name: &OsStr, origin: Origin) -> Guard {
+        self.layout
+            .child(parent.guard, parent.rel.as_deref(), name, origin)
+    }
+
+    /// Whether `st` is a directory the host made (not the sandbox through
+    /// this filter).
+    fn origin_of(&self, st: &Stat) -> Origin {
+        let dir =
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+        if dir
+            && !lock(&self.inodes)
+                .made_here
+                .contains(&(st.st_dev, st.st_ino))
+        {
+            Origin::HostDirectory
+        } else {
+            Origin::Other
+        }
+    }
+
+    /// The guard of the existing (or absent) `name` under `parent`, looking
+    /// it up only when the guard depends on who made it.
+    fn existing_guard(&self, parent: &Node, name: &OsStr) -> Result<Guard, Errno> {
+        if !parent.guard.guards_by_origin() {
+            return Ok(self.child_guard(parent, name, Origin::Other));
+        }
+        let origin = match open_path(&parent.fd, name) {
+            Ok(fd) => self.origin_of(&stat_fd(&fd)?),
+            Err(e) if e == Errno::ENOENT => Origin::Other,
+            Err(e) => return Err(e),
+        };
+        Ok(self.child_guard(parent, name, origin))
     }
 
     /// Records a looked-up (or created) object and returns its node id.
@@ -474,14 +511,19 @@ impl SentryFs {
 
     fn entry_of(&self, parent: &Node, name: &OsStr) -> Result<FileAttr, Errno> {
         let name = component(name)?;
-        let guard = self.child_guard(parent, name);
+        let guard = self.child_guard(parent, name, Origin::Other);
         if guard == Guard::HiddenHooks {
             return Ok(hooks_attr(&stat_fd(&self.root)?));
         }
         let fd = open_path(&parent.fd, name)?;
         let st = stat_fd(&fd)?;
-        let rel = match (&parent.rel, guard) {
-            (Some(p), Guard::Pinned) => Some(p.join(name)),
+        let guard = if parent.guard.guards_by_origin() {
+            self.child_guard(parent, name, self.origin_of(&st))
+        } else {
+            guard
+        };
+        let rel = match &parent.rel {
+            Some(p) if guard.keeps_path() => Some(p.join(name)),
             _ => None,
         };
         let ino = self.remember(fd, &st, guard, rel)?;
@@ -491,7 +533,7 @@ impl SentryFs {
     /// Refuses binding or unbinding `name` under `parent` unless its guard
     /// allows it (SR-4).
     fn may_rebind(&self, parent: &Node, name: &OsStr) -> Result<(), Errno> {
-        if self.child_guard(parent, name).may_rebind() {
+        if self.existing_guard(parent, name)?.may_rebind() {
             Ok(())
         } else {
             tracing::warn!(name = ?name, "Git Sentry refused a rebinding of a guarded name");
@@ -564,7 +606,14 @@ impl SentryFs {
             .map_err(errno)?;
         }
         let st = stat_fd(&fd)?;
-        let ino = self.remember(fd, &st, Guard::Open, None)?;
+        // A new name is open, or an admin root (`worktrees/`, `modules/`)
+        // Git made on demand, whose children stay guarded by origin.
+        let guard = self.child_guard(parent, name, Origin::Other);
+        let rel = match &parent.rel {
+            Some(p) if guard.keeps_path() => Some(p.join(name)),
+            _ => None,
+        };
+        let ino = self.remember(fd, &st, guard, rel)?;
         Ok(attr(ino, &st))
     }
 
@@ -801,7 +850,9 @@ impl SentryFs {
             let entry = entry.map_err(errno)?;
             let name = OsStr::from_bytes(entry.file_name().to_bytes()).to_owned();
             let mut kind = dirent_kind(entry.file_type());
-            if ino.0 == INodeNo::ROOT.0 && self.child_guard(&node, &name) == Guard::HiddenHooks {
+            if ino.0 == INodeNo::ROOT.0
+                && self.child_guard(&node, &name, Origin::Other) == Guard::HiddenHooks
+            {
                 saw_hooks = true;
                 kind = FileType::Directory;
             }
@@ -952,9 +1003,22 @@ impl Filesystem for SentryFs {
         let r = (|| {
             let p = self.parent(parent)?;
             let name = component(name)?;
-            self.may_rebind(&p, name)?;
+            if !self.existing_guard(&p, name)?.may_make_directory() {
+                tracing::warn!(name = ?name, "Git Sentry refused a directory at a guarded name");
+                return Err(Errno::EPERM);
+            }
             rustix::fs::mkdirat(&*p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
                 .map_err(errno)?;
+            // Record it before anything can look it up: under `worktrees/`
+            // and `modules/` the sandbox's own directories stay open.
+            if let Ok(fd) = open_path(&p.fd, name) {
+                if let Ok(st) = stat_fd(&fd) {
+                    let mut t = lock(&self.inodes);
+                    if t.made_here.len() < MAX_MADE_HERE {
+                        t.made_here.insert((st.st_dev, st.st_ino));
+                    }
+                }
+            }
             self.created_entry(&p, name, mode, umask)
         })();
         reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
