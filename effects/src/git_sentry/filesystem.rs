@@ -175,6 +175,8 @@ struct Node {
     guard: Guard,
     rel: Option<PathBuf>,
     sealed: bool,
+    /// A directory the sandbox made through the filter in this session.
+    made_here: bool,
 }
 
 /// The Git Sentry filesystem over one common git directory.
@@ -408,6 +410,7 @@ impl SentryFs {
                 guard: self.layout.root(),
                 rel: Some(PathBuf::new()),
                 sealed: false,
+                made_here: false,
             });
         }
         let t = lock(&self.inodes);
@@ -417,6 +420,7 @@ impl SentryFs {
             guard: i.guard,
             rel: i.rel.clone(),
             sealed: t.sealed.contains(&i.id),
+            made_here: t.made_here.contains(&i.id),
         })
     }
 
@@ -542,7 +546,13 @@ impl SentryFs {
     }
 
     fn may_change(node: &Node, change: Change) -> Result<(), Errno> {
-        if node.guard.may_change(change) && (change == Change::Times || !node.sealed) {
+        // gVisor's gofer sets the owner and mode of what it just created: a
+        // directory the sandbox made (an admin root Git made on demand) is
+        // its own to re-own and re-permission.
+        let own_directory = node.made_here && change != Change::Data && change != Change::Xattr;
+        if (node.guard.may_change(change) || own_directory)
+            && (change == Change::Times || !node.sealed)
+        {
             Ok(())
         } else {
             tracing::warn!(?change, guard = ?node.guard, "Git Sentry refused a change");
