@@ -806,7 +806,8 @@ fn assert_succeeded(results: &std::collections::BTreeMap<String, String>, keys: 
 /// be written, replaced or redirected by any means — including creating a
 /// `commondir` or `config.worktree` that would point host Git at another
 /// configuration (the Git Sentry filter). Also SR-3: the user's home and the
-/// host's `/etc/shadow` are not visible, and `.vscode` is transient.
+/// host's `/etc/shadow` are not visible, and `.vscode` (present on the
+/// host) and `.idea` (absent) are transient.
 #[test]
 fn git_works_inside_while_the_host_config_and_hooks_stay_sealed() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -843,6 +844,7 @@ echo '[core]' > .git/config.worktree 2>/dev/null; v config_worktree $?
 printf '#!/bin/sh\necho evil\n' > .git/hooks/pre-commit; v hook_write $?
 v vscode "$(ls -A .vscode | wc -l)"
 echo '{}' > .vscode/settings.json; v vscode_write $?
+mkdir -p .idea && echo '<project/>' > .idea/workspace.xml; v idea_write $?
 test -e @HOME@; v home $?
 v shadow "$(grep -c "^@USER@:" /etc/shadow)"
 echo inside > b.txt; $G add b.txt; v git_add $?
@@ -893,7 +895,7 @@ exit 0
     );
     assert_eq!(r.get("vscode").map(String::as_str), Some("0"), "{r:?}");
     assert_eq!(r.get("shadow").map(String::as_str), Some("0"), "{r:?}");
-    assert_succeeded(&r, &["vscode_write"]);
+    assert_succeeded(&r, &["vscode_write", "idea_write"]);
     // The editor directory was hidden behind transient storage.
     assert!(!env.workspace.join(".vscode/settings.json").exists());
     assert!(env.workspace.join(".vscode/tasks.json").is_file());
@@ -925,6 +927,9 @@ exit 0
     );
     host_git(&env.workspace, &["fsck", "--no-progress"]);
     env.assert_nothing_left();
+    // The host had no .idea: the sandbox's went to transient storage, and
+    // the empty directory made for it is gone with the sandbox.
+    assert!(!env.workspace.join(".idea").exists());
 }
 
 /// The same for a workspace that is a linked worktree: its `.git` file is

@@ -36,6 +36,13 @@ fn outer(name: &str) -> Result<(), String> {
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("unshare: {e}"))?;
+    // Signals go through a pidfd, never a numeric PID (spec 3.3, FR-7);
+    // opened while the child cannot have been reaped.
+    let pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .map_err(|e| format!("pidfd_open: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
@@ -46,7 +53,7 @@ fn outer(name: &str) -> Result<(), String> {
             };
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
+            let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
             let _ = child.wait();
             return Err(format!("inner test {name} did not finish in 180 s"));
         }

@@ -153,6 +153,7 @@ pub fn write_bundle(
     plan: &SupervisorPlan,
     git: GitSentry,
     git_filter: Option<PathBuf>,
+    editor_dirs: Vec<PathBuf>,
     bundle: &Path,
     netns: &Path,
 ) -> Result<[u8; 32], SupervisorError> {
@@ -180,8 +181,7 @@ pub fn write_bundle(
         env: plan.env.clone(),
         hostname: plan.hostname.clone(),
         git,
-        editor_dirs: git_sentry::editor_dirs(&workspace)
-            .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
+        editor_dirs,
         git_file,
         git_filter,
     };
@@ -374,7 +374,18 @@ fn launch_and_serve<N: NamespaceSys>(
         }
     };
     let git_filter = filter.as_ref().map(|f| f.mountpoint().to_owned());
-    let bundle_digest = write_bundle(plan, git, git_filter, &bundle, &netns)?;
+    // Held until RS exits: editor directories made for this sandbox are
+    // removed again (when still empty) once it has stopped.
+    let editor_dirs = git_sentry::editor_dirs(&workspace)
+        .map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+    let bundle_digest = write_bundle(
+        plan,
+        git,
+        git_filter,
+        editor_dirs.names.clone(),
+        &bundle,
+        &netns,
+    )?;
 
     // init's stdin is the lifetime pipe; runsc's stderr is kept for errors.
     let (init_r, init_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -573,8 +584,8 @@ mod tests {
             tv_nsec: 0,
         };
         assert_eq!(rustix::event::poll(&mut fds, Some(&none)).ok(), Some(0));
-        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TERM)
-            .map_err(|e| kernel("kill")(e.into()))?;
+        signal_hook::low_level::raise(signal_hook::consts::SIGTERM)
+            .map_err(kernel("raise(SIGTERM)"))?;
         let five = rustix::event::Timespec {
             tv_sec: 5,
             tv_nsec: 0,
