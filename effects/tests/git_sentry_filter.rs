@@ -864,3 +864,64 @@ fn worktrees_and_submodules_the_host_adds_during_the_session_are_guarded() -> Re
     assert!(!dot_git.join("worktrees/mine").exists());
     Ok(())
 }
+
+/// "Made by the sandbox" is an identity (device, inode number), and ext4
+/// hands a freed inode number to the next directory made: a directory the
+/// sandbox made under `worktrees/` and removed again (itself, or host Git
+/// pruning it) must not lend its identity to the worktree the host adds
+/// next, whose admin files would then be the sandbox's to rewrite (spec 3.5,
+/// SR-4).
+#[test]
+fn a_host_worktree_never_inherits_the_identity_of_a_removed_sandbox_directory() -> Result<(), String>
+{
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_host_worktree_never_inherits_the_identity_of_a_removed_sandbox_directory");
+    }
+    use std::os::unix::fs::MetadataExt as _;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let host = HostView::open(&dot_git)?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let mut reused = 0;
+    for round in 0..8 {
+        let bait = dot_git.join(format!("worktrees/bait{round}"));
+        io("the sandbox makes a directory", fs::create_dir(&bait))?;
+        let ino = io("stat it", fs::metadata(&bait))?.ino();
+        if round % 2 == 0 {
+            io("the sandbox removes it", fs::remove_dir(&bait))?;
+        } else {
+            io(
+                "host Git prunes it",
+                fs::remove_dir(host.path(&format!("worktrees/bait{round}"))),
+            )?;
+        }
+        // The sandbox looks the name up again (gone), so the kernel lets go
+        // of the filter's node and the filter of its descriptor.
+        assert!(fs::metadata(&bait).is_err());
+        std::thread::sleep(Duration::from_millis(100));
+        let name = format!("worktrees/host{round}");
+        io("the host adds a worktree", fs::create_dir(host.path(&name)))?;
+        if io("stat the host's", fs::metadata(host.path(&name)))?.ino() == ino {
+            reused += 1;
+        }
+        let admin = dot_git.join(&name);
+        refused(
+            "plant the host worktree's commondir",
+            fs::write(admin.join("commondir"), "/tmp/evil\n"),
+        )?;
+        refused(
+            "plant its config.worktree",
+            fs::write(admin.join("config.worktree"), "[core]\n"),
+        )?;
+        refused("remove it", fs::remove_dir(&admin))?;
+    }
+    eprintln!("inode numbers reused by the host: {reused} of 8");
+    filter.unmount().map_err(|e| e.to_string())?;
+    for round in 0..8 {
+        let admin = dot_git.join(format!("worktrees/host{round}"));
+        assert!(!admin.join("commondir").exists(), "{}", admin.display());
+        assert!(!admin.join("config.worktree").exists());
+    }
+    Ok(())
+}

@@ -21,7 +21,7 @@ use fuser::{
 };
 use lazaret_runtime::git_sentry::{Change, Guard, Origin, SentryLayout};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -68,6 +68,8 @@ pub const MAX_DIR_ENTRIES: usize = 1_000_000;
 pub const MAX_LISTED_ENTRIES: usize = 2_000_000;
 /// The most directories made through the filter whose identities are kept
 /// (beyond it a directory the sandbox made counts as the host's: stricter).
+/// Each holds a descriptor, counted in the inode share of [`Limits`], of
+/// which they take at most a quarter.
 const MAX_MADE_HERE: usize = 100_000;
 /// The synthetic `hooks` directory's inode number (the root is 1).
 const HOOKS_INO: u64 = 2;
@@ -98,7 +100,7 @@ struct Inodes {
     sealed: SealedIds,
     /// Directories the sandbox made through the filter in this session: under
     /// `worktrees/` and `modules/` only the others (the host's) are guarded.
-    made_here: HashSet<(u64, u64)>,
+    made_here: MadeHere,
     next: u64,
 }
 
@@ -127,6 +129,41 @@ impl SealedIds {
         self.held
             .retain(|_, fd| stat_fd(fd).is_ok_and(|st| st.st_nlink > 0));
         self.held.insert(id, fd);
+    }
+}
+
+/// Directories the sandbox made through the filter in this session where
+/// that matters (an admin root, a child of an admin root or of a host
+/// submodule directory), by identity. Each is held open: ext4 hands a freed
+/// inode number to the next directory made, and a directory the sandbox
+/// made and removed (or host Git pruned) would otherwise lend its identity to
+/// the worktree or submodule the host adds next, whose admin files would
+/// then be the sandbox's to rewrite (spec 3.5, SR-4). A held directory keeps
+/// its number even when removed; removed ones are let go when the set is
+/// full.
+#[derive(Debug, Default)]
+struct MadeHere {
+    held: HashMap<(u64, u64), Arc<OwnedFd>>,
+}
+
+impl MadeHere {
+    fn contains(&self, id: &(u64, u64)) -> bool {
+        self.held.contains_key(id)
+    }
+
+    fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Records `id`, held by `fd`, unless `max` are held (and still linked).
+    fn insert(&mut self, id: (u64, u64), fd: Arc<OwnedFd>, max: usize) {
+        if self.held.len() >= max {
+            self.held
+                .retain(|_, fd| stat_fd(fd).is_ok_and(|st| st.st_nlink > 0));
+        }
+        if self.held.len() < max {
+            self.held.insert(id, fd);
+        }
     }
 }
 
@@ -494,7 +531,7 @@ impl SentryFs {
                 return Ok(ino);
             }
         }
-        if t.by_ino.len() >= self.limits.inodes {
+        if t.by_ino.len().saturating_add(t.made_here.len()) >= self.limits.inodes {
             return Err(Errno::ENFILE);
         }
         let ino = t.next;
@@ -1013,19 +1050,24 @@ impl Filesystem for SentryFs {
         let r = (|| {
             let p = self.parent(parent)?;
             let name = component(name)?;
-            if !self.existing_guard(&p, name)?.may_make_directory() {
+            let guard = self.existing_guard(&p, name)?;
+            if !guard.may_make_directory() {
                 tracing::warn!(name = ?name, "Git Sentry refused a directory at a guarded name");
                 return Err(Errno::EPERM);
             }
             rustix::fs::mkdirat(&*p.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))
                 .map_err(errno)?;
             // Record it before anything can look it up: under `worktrees/`
-            // and `modules/` the sandbox's own directories stay open.
-            if let Ok(fd) = open_path(&p.fd, name) {
-                if let Ok(st) = stat_fd(&fd) {
-                    let mut t = lock(&self.inodes);
-                    if t.made_here.len() < MAX_MADE_HERE {
-                        t.made_here.insert((st.st_dev, st.st_ino));
+            // and `modules/` the sandbox's own directories stay open, and an
+            // admin root it made is its own to re-own (see `may_change`).
+            // Elsewhere who made a directory decides nothing.
+            if guard != Guard::Open || p.guard.guards_by_origin() {
+                if let Ok(fd) = open_path(&p.fd, name) {
+                    if let Ok(st) = stat_fd(&fd) {
+                        let mut t = lock(&self.inodes);
+                        let max = MAX_MADE_HERE.min(self.limits.inodes / 4);
+                        t.made_here
+                            .insert((st.st_dev, st.st_ino), Arc::new(fd), max);
                     }
                 }
             }
