@@ -925,3 +925,70 @@ fn a_host_worktree_never_inherits_the_identity_of_a_removed_sandbox_directory() 
     }
     Ok(())
 }
+
+/// The filter decides a rename by looking at the target first; under
+/// `worktrees/` a target found absent may be made by the host before the
+/// rename lands, and a sandbox directory renamed over the host's new, still
+/// empty worktree would become that worktree — the sandbox's to rewrite
+/// (spec 3.5, SR-4). The host here adds and removes a worktree directory in
+/// a loop while the sandbox keeps renaming its own directory onto that name:
+/// the host's directory is never replaced.
+#[test]
+fn a_sandbox_directory_never_replaces_a_worktree_the_host_just_made() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_sandbox_directory_never_replaces_a_worktree_the_host_just_made");
+    }
+    use std::os::unix::fs::MetadataExt as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let host = HostView::open(&dot_git)?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sandbox = {
+        let stop = Arc::clone(&stop);
+        let own = dot_git.join("worktrees/own");
+        let race = dot_git.join("worktrees/race");
+        std::thread::spawn(move || {
+            let mut moved = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = fs::create_dir(&own);
+                if fs::rename(&own, &race).is_ok() {
+                    moved += 1;
+                    let _ = fs::rename(&race, &own);
+                }
+            }
+            moved
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut made = 0u64;
+    let mut replaced = 0u64;
+    while Instant::now() < deadline {
+        let race = host.path("worktrees/race");
+        if fs::create_dir(&race).is_err() {
+            continue;
+        }
+        made += 1;
+        // No early return while the sandbox thread runs: a directory
+        // gone or changed under the host's name was replaced.
+        let ino = fs::metadata(&race).map(|m| m.ino()).ok();
+        std::thread::yield_now();
+        let still = fs::metadata(&race).map(|m| m.ino()).ok();
+        if ino.is_none() || still != ino || fs::remove_dir(&race).is_err() {
+            replaced += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let moved = sandbox.join().map_err(|_| "the sandbox thread panicked")?;
+    eprintln!("host made {made}, sandbox renames onto the name {moved}, replaced {replaced}");
+    filter.unmount().map_err(|e| e.to_string())?;
+    assert!(
+        made > 0 && moved > 0,
+        "the race did not run: {made} {moved}"
+    );
+    assert_eq!(replaced, 0, "a host worktree directory was replaced");
+    Ok(())
+}

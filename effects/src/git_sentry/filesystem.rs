@@ -494,15 +494,26 @@ impl SentryFs {
     /// The guard of the existing (or absent) `name` under `parent`, looking
     /// it up only when the guard depends on who made it.
     fn existing_guard(&self, parent: &Node, name: &OsStr) -> Result<Guard, Errno> {
+        self.looked_up_guard(parent, name).map(|(guard, _)| guard)
+    }
+
+    /// [`Self::existing_guard`], and whether the guard was decided by
+    /// finding the name absent (only where it depends on who made the
+    /// object): an object that appears there afterwards was not judged.
+    fn looked_up_guard(&self, parent: &Node, name: &OsStr) -> Result<(Guard, bool), Errno> {
         if !parent.guard.guards_by_origin() {
-            return Ok(self.child_guard(parent, name, Origin::Other));
+            return Ok((self.child_guard(parent, name, Origin::Other), false));
         }
-        let origin = match open_path(&parent.fd, name) {
-            Ok(fd) => self.origin_of(&stat_fd(&fd)?),
-            Err(e) if e == Errno::ENOENT => Origin::Other,
-            Err(e) => return Err(e),
-        };
-        Ok(self.child_guard(parent, name, origin))
+        match open_path(&parent.fd, name) {
+            Ok(fd) => {
+                let origin = self.origin_of(&stat_fd(&fd)?);
+                Ok((self.child_guard(parent, name, origin), false))
+            }
+            Err(e) if e == Errno::ENOENT => {
+                Ok((self.child_guard(parent, name, Origin::Other), true))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Records a looked-up (or created) object and returns its node id.
@@ -819,7 +830,11 @@ impl SentryFs {
         let to = self.parent(newparent)?;
         let (name, newname) = (component(name)?, component(newname)?);
         self.may_rebind(&from, name)?;
-        self.may_rebind(&to, newname)?;
+        let (target, absent) = self.looked_up_guard(&to, newname)?;
+        if !target.may_rebind() {
+            tracing::warn!(name = ?newname, "Git Sentry refused a rebinding of a guarded name");
+            return Err(Errno::EPERM);
+        }
         // A symbolic link already in the git directory stays where it is
         // (see `symlink`): moving it could plant it where host Git follows
         // it.
@@ -829,7 +844,11 @@ impl SentryFs {
             return Err(Errno::EPERM);
         }
         let mut f = rustix::fs::RenameFlags::empty();
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+        // A target found absent under `worktrees/` or `modules/` may have
+        // been made by the host since (a new worktree, still empty): a
+        // directory renamed over it would become that worktree, the
+        // sandbox's to rewrite (SR-4). Only the absence was judged.
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) || (absent && !exchange) {
             f |= rustix::fs::RenameFlags::NOREPLACE;
         }
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
