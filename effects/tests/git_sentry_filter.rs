@@ -851,6 +851,28 @@ fn worktrees_and_submodules_the_host_adds_during_the_session_are_guarded() -> Re
         "removed again",
         fs::remove_dir_all(dot_git.join("modules/own")),
     )?;
+    // Pre-making the parent of a host submodule's git directory captures
+    // nothing: the host's `libs/foo` inside the sandbox's `libs` is the
+    // host's.
+    io(
+        "the sandbox makes modules/libs",
+        fs::create_dir(dot_git.join("modules/libs")),
+    )?;
+    io(
+        "host adds libs/foo",
+        fs::create_dir(host.path("modules/libs/foo")),
+    )?;
+    refused(
+        "plant the host submodule's config",
+        fs::write(dot_git.join("modules/libs/foo/config"), "[core]\n"),
+    )?;
+    refused(
+        "move the host submodule away",
+        fs::rename(
+            dot_git.join("modules/libs/foo"),
+            dot_git.join("modules/libs/bar"),
+        ),
+    )?;
 
     filter.unmount().map_err(|e| e.to_string())?;
     assert!(!late.join("commondir").exists());

@@ -36,6 +36,12 @@ pub enum Guard {
     /// Ordinary repository data (objects, refs, index, `HEAD`, logs, lock
     /// files): every operation passes through.
     Open,
+    /// What the sandbox made under `modules/` (through the filter, in this
+    /// session): its own, open to it — but a directory the host makes inside
+    /// it later (a host submodule named `<that>/<name>`) is the host's
+    /// ([`Guard::HostModule`]), so pre-making a parent directory cannot
+    /// capture a host submodule.
+    OwnModule,
     /// A directory on the way to a guarded entry: its children follow their
     /// own guards, but the directory itself is never renamed, removed,
     /// replaced, re-owned or re-permissioned.
@@ -109,19 +115,19 @@ impl Guard {
     /// file type), removed, renamed from or to, or made a hard link's new
     /// name. Only [`Guard::Open`] names.
     pub fn may_rebind(self) -> bool {
-        self == Self::Open
+        matches!(self, Self::Open | Self::OwnModule)
     }
 
     /// Whether a directory may be made at a name with this guard: open
     /// names, and an admin root that does not exist yet.
     pub fn may_make_directory(self) -> bool {
-        matches!(self, Self::Open | Self::AdminRoot(_))
+        matches!(self, Self::Open | Self::OwnModule | Self::AdminRoot(_))
     }
 
     /// Whether the entry's content or metadata may change in `change`.
     pub fn may_change(self, change: Change) -> bool {
         match self {
-            Self::Open => true,
+            Self::Open | Self::OwnModule => true,
             // A pinned directory keeps its place and its permissions; only
             // its times move (as its children change).
             Self::Pinned | Self::AdminRoot(_) | Self::HostWorktree | Self::HostModule => {
@@ -134,7 +140,10 @@ impl Guard {
     /// Whether a child's guard depends on its [`Origin`]: the filter then
     /// looks the child up before deciding.
     pub fn guards_by_origin(self) -> bool {
-        matches!(self, Self::AdminRoot(_) | Self::HostModule)
+        matches!(
+            self,
+            Self::AdminRoot(_) | Self::HostModule | Self::OwnModule
+        )
     }
 
     /// Whether the filter keeps this entry's path (for the layout's table).
@@ -148,7 +157,7 @@ impl Guard {
     /// Whether an existing entry with this guard may be the source of a new
     /// hard link (a second name would escape the guard).
     pub fn may_link_from(self) -> bool {
-        self == Self::Open
+        matches!(self, Self::Open | Self::OwnModule)
     }
 }
 
@@ -321,10 +330,15 @@ impl SentryLayout {
         };
         match parent_guard {
             Guard::Open => Guard::Open,
+            Guard::OwnModule => match origin {
+                Origin::HostDirectory => Guard::HostModule,
+                Origin::Other => Guard::OwnModule,
+            },
             Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks => Guard::SealedTree,
             Guard::Pinned => table().unwrap_or(Guard::Open),
             Guard::AdminRoot(admin) => table().unwrap_or(match (admin, origin) {
-                (_, Origin::Other) => Guard::Open,
+                (Admin::Worktrees, Origin::Other) => Guard::Open,
+                (Admin::Modules, Origin::Other) => Guard::OwnModule,
                 (Admin::Worktrees, Origin::HostDirectory) => Guard::HostWorktree,
                 (Admin::Modules, Origin::HostDirectory) => Guard::HostModule,
             }),
@@ -480,14 +494,27 @@ mod tests {
             Guard::SealedTree
         );
         // The sandbox's own worktrees and submodules stay its own.
-        for open in [
-            "worktrees/new",
-            "worktrees/new/commondir",
-            "modules/other",
-            "modules/other/hooks/post-checkout",
-        ] {
+        for open in ["worktrees/new", "worktrees/new/commondir"] {
             assert_eq!(sandbox_guard_of(&l, open), Guard::Open, "{open}");
         }
+        for own in [
+            "modules/other",
+            "modules/other/config",
+            "modules/other/hooks/x",
+        ] {
+            let g = sandbox_guard_of(&l, own);
+            assert_eq!(g, Guard::OwnModule, "{own}");
+            assert!(g.may_rebind() && g.may_change(Change::Data), "{own}");
+        }
+        // ... and a directory the host makes inside one of the sandbox's
+        // (a host submodule `other/lib`) is the host's.
+        let own = Guard::OwnModule;
+        let host_inside = l.child(own, None, OsStr::new("lib"), Origin::HostDirectory);
+        assert_eq!(host_inside, Guard::HostModule);
+        assert_eq!(
+            l.child(host_inside, None, OsStr::new("config"), Origin::Other),
+            Guard::Sealed
+        );
         // ... but a host directory's admin files are sealed whoever asks.
         assert_eq!(sandbox_guard_of(&l, "worktrees/wt/gitdir"), Guard::Sealed);
         for open in [
