@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
 mod support;
-use support::{chown_tree, default_image, test_user, text};
+use support::{chown_tree, default_image, runtime_files, test_user, text};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -214,34 +214,6 @@ impl Env {
             );
         }
     }
-}
-
-/// Files (not directories) under the runtime root: sockets, logs, bundles,
-/// runsc state.
-fn runtime_files(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            match e.file_type() {
-                Ok(t) if t.is_dir() => {
-                    if path
-                        .file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
-                    {
-                        out.push(path.clone());
-                    }
-                    stack.push(path);
-                }
-                _ => out.push(path),
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -17,7 +17,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
 mod support;
-use support::{chown_tree, default_image, test_user, text};
+use support::{chown_tree, default_image, runtime_files, test_user, text};
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -177,7 +177,7 @@ impl Env {
         loop {
             let procs = self.processes();
             let mounts = self.mounts();
-            let files = files_under(&self.home.join("run"));
+            let files = runtime_files(&self.home.join("run"));
             if procs.is_empty() && mounts.is_empty() && files.is_empty() {
                 return Ok(());
             }
@@ -264,7 +264,7 @@ impl Env {
 
     /// Every kept trace not yet replayed replays clean against the model.
     fn traces_replay(&mut self) -> Result<(), String> {
-        let kept: Vec<PathBuf> = files_under(&self.home.join(".local/share/lazaret"))
+        let kept: Vec<PathBuf> = runtime_files(&self.home.join(".local/share/lazaret"))
             .into_iter()
             .filter(|p| {
                 p.parent().is_some_and(|d| d.ends_with("traces"))
@@ -310,33 +310,6 @@ impl Drop for Env {
             let _ = Command::new("rm").arg("-rf").arg(&self.home).status();
         }
     }
-}
-
-/// Files (and `gen-*` directories) under `root`.
-fn files_under(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            match e.file_type() {
-                Ok(t) if t.is_dir() => {
-                    if path
-                        .file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
-                    {
-                        out.push(path.clone());
-                    }
-                    stack.push(path);
-                }
-                _ => out.push(path),
-            }
-        }
-    }
-    out
 }
 
 /// A finished CLI.

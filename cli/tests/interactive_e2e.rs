@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
 mod support;
-use support::{default_image, test_user};
+use support::{default_image, runtime_files, test_user};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -85,21 +85,6 @@ fn processes(home: &Path) -> Vec<String> {
         }
     }
     found
-}
-
-/// Files under the runtime root (sockets, logs, bundles, runsc state).
-fn runtime_files(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_owned()];
-    while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                _ => out.push(e.path()),
-            }
-        }
-    }
-    out
 }
 
 /// Within 15 s nothing of this Domain remains: process, mount or runtime file.

@@ -60,3 +60,32 @@ pub fn chown_tree(path: &Path) {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// What a Domain may leave under `root` (a runtime or storage root): every
+/// file — sockets, logs, bundles, runsc state — and every `gen-*`
+/// directory, even empty. The leak checks of every suite use it.
+pub fn runtime_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => {
+                    if path
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
+                    {
+                        out.push(path.clone());
+                    }
+                    stack.push(path);
+                }
+                _ => out.push(path),
+            }
+        }
+    }
+    out
+}
