@@ -75,13 +75,38 @@ fn generation_dirs(dir: &Path) -> Vec<String> {
     names.into_iter().map(|(_, name)| name).collect()
 }
 
+/// `/proc/locks` in one read where possible. The kernel walks its lock list
+/// afresh for every read, so a file read in small pieces (as
+/// `read_to_string` does) can skip an entry when other locks come and go
+/// between pieces — seen once under the full test suite's load. Bounded at
+/// 16 MiB.
+fn read_proc_locks() -> Option<String> {
+    use std::io::Read as _;
+    const MAX: usize = 16 << 20;
+    let mut file = std::fs::File::open("/proc/locks").ok()?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0;
+    loop {
+        let n = file.read(&mut buf[len..]).ok()?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if len == buf.len() {
+            if buf.len() >= MAX {
+                break;
+            }
+            buf.resize(buf.len() * 2, 0);
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
+}
+
 /// Observes a live Domain: read-only stats and directory listing.
 pub fn observe(lock: &Path, runtime: Option<&RuntimePaths>) -> LiveView {
-    let lock_holders = lock_key(lock).and_then(|key| {
-        std::fs::read_to_string("/proc/locks")
-            .ok()
-            .map(|text| flock_holders(&text, &key))
-    });
+    let lock_holders =
+        lock_key(lock).and_then(|key| read_proc_locks().map(|text| flock_holders(&text, &key)));
     let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
     LiveView {
         lock_holders,
