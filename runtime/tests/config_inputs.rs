@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 
 use lazaret_runtime::config::{
     check_overlaps, config_source_path, decode_document, resolve_environment, runtime_root_path,
-    storage_root_path, DestinationClass, HostPathDecl, KeyPath, SandboxLayoutV1, TreeEntry,
-    TreeRole,
+    storage_root_path, HostPathDecl, KeyPath, SandboxLayoutV1, TreeEntry, TreeRole,
 };
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, OsString> {
@@ -186,23 +185,6 @@ fn environment_references_resolve_only_for_the_selected_profile_and_are_redacted
         .expect_err("x")
         .to_string();
     assert!(!m.contains("s3cr3t"));
-}
-
-#[test]
-fn sandbox_layout_always_contains_workspace() {
-    let layout = SandboxLayoutV1::new(&[]).expect("empty");
-    let all: Vec<&str> = layout.destinations().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(all, ["/workspace"]);
-    let m = SandboxLayoutV1::new(&[("/workspace", DestinationClass::TransientChild)])
-        .expect_err("dup")
-        .to_string();
-    assert!(m.contains("once"), "{m}");
-    assert!(SandboxLayoutV1::new(&[("/", DestinationClass::Protected)]).is_err());
-    assert!(SandboxLayoutV1::new(&[("proc", DestinationClass::Protected)]).is_err());
-    let prod = SandboxLayoutV1::production().expect("production");
-    assert!(prod
-        .destinations()
-        .any(|(p, c)| p.as_str() == "/workspace" && c == DestinationClass::Protected));
 }
 
 fn entry(role: TreeRole, key: &str, label: &str, ino: Option<u64>) -> TreeEntry {

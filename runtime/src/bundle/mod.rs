@@ -24,6 +24,7 @@
 //! creates a missing destination in the host rootfs directory (even with an
 //! in-memory overlay), which would write into the immutable lower.
 
+use crate::config::DestinationClass;
 use oci_spec::runtime::{
     Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType,
     Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
@@ -39,6 +40,31 @@ pub const GIT_COMMON: &str = "/.lazaret/git-common";
 pub const INIT_DIR: &str = "/.lazaret/sbin";
 /// Directories every prepared lower must contain as mount points.
 pub const MOUNT_POINTS: [&str; 3] = [WORKSPACE, GIT_COMMON, INIT_DIR];
+/// Lazaret's own directory inside the sandbox: every product mount outside
+/// the workspace ([`GIT_COMMON`], [`INIT_DIR`]) lies beneath it.
+pub const PRODUCT_DIR: &str = "/.lazaret";
+
+/// The protected destinations of the production sandbox layout besides
+/// `/workspace`, which [`crate::config::SandboxLayoutV1`] always holds (spec 3.2; schemas.md
+/// "Trusted host configuration": the constructor "owned by sandbox-layout
+/// construction" supplies "every control, credential, mailbox, proc, sys,
+/// dev, runtime, and other product-owned sandbox mount destination").
+/// Sandbox-layout construction is this module: every destination a bundle
+/// mounts lies at or beneath one of these (tested), so no persistent path or
+/// volume can shadow or be shadowed by a product mount.
+pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 6] = [
+    ("/proc", DestinationClass::Protected),
+    ("/sys", DestinationClass::Protected),
+    // `/dev/pts` and `/dev/shm` are beneath it.
+    ("/dev", DestinationClass::Protected),
+    (PRODUCT_DIR, DestinationClass::Protected),
+    // Reserved for the Escalation Mailbox (spec 3.8), not mounted yet.
+    ("/run/lazaret", DestinationClass::Protected),
+    // Reserved for the protected resolver configuration (spec 3.7), not
+    // mounted yet: an exact file mount that may replace a child of a
+    // persistent `/etc`.
+    ("/etc/resolv.conf", DestinationClass::TransientChild),
+];
 
 /// The Git Sentry's view of the workspace's repository, resolved on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]

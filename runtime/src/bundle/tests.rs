@@ -96,6 +96,23 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
         );
     }
     assert_eq!(v["process"]["noNewPrivileges"], serde_json::json!(true));
+    // Every destination is the workspace or a protected destination of the
+    // production layout, or beneath one (spec 3.2: no persistent path or
+    // volume may meet a product mount). The Runtime Supervisor adds the
+    // init directory mount.
+    let layout = crate::config::SandboxLayoutV1::production().expect("production layout");
+    let protected: Vec<String> = layout
+        .destinations()
+        .map(|(d, _)| d.as_str().to_owned())
+        .collect();
+    let destinations: Vec<String> = mounts(v).into_iter().map(|(d, ..)| d).collect();
+    assert!(destinations.len() > 5, "{destinations:?}");
+    for dest in destinations.iter().map(String::as_str).chain([INIT_DIR]) {
+        assert!(
+            protected.iter().any(|d| Path::new(dest).starts_with(d)),
+            "{dest} is not covered by the protected destinations {protected:?}"
+        );
+    }
     // Host sources: only the rootfs, the workspace and (below) the repository.
     for (dest, typ, src, _) in mounts(v) {
         if typ == "bind" {

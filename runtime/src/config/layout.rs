@@ -28,8 +28,10 @@ const WORKSPACE: &str = "/workspace";
 impl SandboxLayoutV1 {
     /// A layout of `/workspace` plus `others`. Each member must satisfy the
     /// sandbox-path grammar and appear once; `/workspace` is always present
-    /// and always `Protected`.
-    pub fn new(others: &[(&str, DestinationClass)]) -> Result<Self, ConfigError> {
+    /// and always `Protected`. Private: a caller cannot build a layout
+    /// without the product's destinations (schemas.md: "no public unchecked
+    /// constructor").
+    fn new(others: &[(&str, DestinationClass)]) -> Result<Self, ConfigError> {
         let key = KeyPath::label("sandbox layout".to_owned());
         let mut destinations = BTreeMap::new();
         destinations.insert(
@@ -50,16 +52,11 @@ impl SandboxLayoutV1 {
         Ok(Self { destinations })
     }
 
-    /// The production layout. Bundle construction owns this list (spec 3.2);
-    /// the configuration loader only consumes it.
+    /// The production layout. Bundle construction owns the list
+    /// ([`crate::bundle::PROTECTED_DESTINATIONS`], spec 3.2); the
+    /// configuration loader only consumes it.
     pub fn production() -> Result<Self, ConfigError> {
-        Self::new(&[
-            ("/proc", DestinationClass::Protected),
-            ("/sys", DestinationClass::Protected),
-            ("/dev", DestinationClass::Protected),
-            ("/run/lazaret", DestinationClass::Protected),
-            ("/etc/resolv.conf", DestinationClass::TransientChild),
-        ])
+        Self::new(&crate::bundle::PROTECTED_DESTINATIONS)
     }
 
     /// The protected destinations in sorted order.
@@ -142,5 +139,34 @@ impl SandboxLayoutV1 {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_layout_always_contains_workspace() {
+        let layout = SandboxLayoutV1::new(&[]).expect("empty");
+        let all: Vec<&str> = layout.destinations().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(all, ["/workspace"]);
+        let m = SandboxLayoutV1::new(&[("/workspace", DestinationClass::TransientChild)])
+            .expect_err("dup")
+            .to_string();
+        assert!(m.contains("once"), "{m}");
+        let m = SandboxLayoutV1::new(&[
+            ("/proc", DestinationClass::Protected),
+            ("/proc", DestinationClass::Protected),
+        ])
+        .expect_err("dup")
+        .to_string();
+        assert!(m.contains("once"), "{m}");
+        assert!(SandboxLayoutV1::new(&[("/", DestinationClass::Protected)]).is_err());
+        assert!(SandboxLayoutV1::new(&[("proc", DestinationClass::Protected)]).is_err());
+        let prod = SandboxLayoutV1::production().expect("production");
+        assert!(prod
+            .destinations()
+            .any(|(p, c)| p.as_str() == "/workspace" && c == DestinationClass::Protected));
     }
 }
