@@ -188,6 +188,55 @@ fn init_then_check_as_the_unprivileged_user() {
 }
 
 #[test]
+fn modes_are_exact_whatever_the_umask() {
+    // mkdir and open mask their mode with the umask: 0277 would make the
+    // config 0400 and the roots 0500 (then refused as not 0700), 0000 would
+    // make them unusable. Lazaret sets the exact modes (spec 3.2).
+    for umask in ["0277", "0777", "0000"] {
+        let h = Home::new();
+        let run = |args: &[&str]| {
+            Command::new("runuser")
+                .args(["-u", TEST_USER, "--", "env", "-i"])
+                .arg(format!("HOME={}", h.path("home").display()))
+                .arg(format!("XDG_RUNTIME_DIR={}", h.path("run").display()))
+                .arg("PATH=/usr/bin:/bin")
+                .args(["sh", "-c", &format!("umask {umask} && exec \"$0\" \"$@\"")])
+                .arg(env!("CARGO_BIN_EXE_lazaret"))
+                .args(args)
+                .current_dir(h.path("ws"))
+                .output()
+                .expect("runuser")
+        };
+        let init = run(&["config", "init"]);
+        assert!(init.status.success(), "umask {umask}: {}", stderr(&init));
+        let check = run(&["config", "check", "default"]);
+        assert!(check.status.success(), "umask {umask}: {}", stderr(&check));
+        let mode = |rel: &str| {
+            std::fs::metadata(h.path(rel))
+                .unwrap_or_else(|e| panic!("{rel}: {e}"))
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(
+            mode("home/.config/lazaret/config.toml"),
+            0o600,
+            "umask {umask}"
+        );
+        for dir in [
+            "home/.config",
+            "home/.config/lazaret",
+            "home/.local",
+            "home/.local/share",
+            "home/.local/share/lazaret",
+            "home/.local/share/lazaret/profiles/default",
+            "run/lazaret",
+        ] {
+            assert_eq!(mode(dir), 0o700, "umask {umask}: {dir}");
+        }
+    }
+}
+
+#[test]
 fn refusals_name_the_file_the_key_path_and_the_expectation() {
     let h = Home::new();
     h.write_config(

@@ -18,6 +18,11 @@ pub enum InitError {
     Exists { path: PathBuf },
     #[error("{}: creating the file failed: {problem}", path.display())]
     Create { path: PathBuf, problem: String },
+    #[error("{}: setting mode 0600 failed: {source}; the new file was removed", path.display())]
+    Chmod {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: writing failed: {source}; the partial file was removed", path.display())]
     Write {
         path: PathBuf,
@@ -71,13 +76,24 @@ pub fn write_new_config(
                 }
             }
         })?;
-    if let Err(source) = sys.write_all(file.as_fd(), contents) {
+    // The create mode is masked by the umask: set 0600 exactly, then write.
+    let written = sys
+        .chmod(file.as_fd(), Mode::from_raw_mode(0o600))
+        .map_err(|source| InitError::Chmod {
+            path: label.clone(),
+            source,
+        })
+        .and_then(|()| {
+            sys.write_all(file.as_fd(), contents)
+                .map_err(|source| InitError::Write {
+                    path: label.clone(),
+                    source,
+                })
+        });
+    if let Err(e) = written {
         // Leave nothing behind: the file was created by this call.
         let _removed = sys.unlinkat(dir.as_fd(), &name);
-        return Err(InitError::Write {
-            path: label,
-            source,
-        });
+        return Err(e);
     }
     Ok(label)
 }

@@ -44,6 +44,22 @@ fn missing_components_are_created_one_at_a_time_with_0700() {
         .map(|n| ((*n).to_owned(), Mode::from_raw_mode(0o700)))
         .collect();
     assert_eq!(mkdirs, expected);
+    // Each created directory and the file get their exact mode set after
+    // creation, whatever the umask (three directories, then the file).
+    let chmods: Vec<Mode> = sys
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            RecordedCall::Chmod { mode } => Some(mode),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        chmods,
+        [0o700, 0o700, 0o700, 0o600]
+            .map(Mode::from_raw_mode)
+            .to_vec()
+    );
     let all = ResolveFlags::BENEATH
         | ResolveFlags::NO_MAGICLINKS
         | ResolveFlags::NO_SYMLINKS
@@ -190,6 +206,9 @@ impl<F: Fn()> ConfinedSys for SwapBeforeOpenRoot<F> {
     }
     fn unlinkat(&self, dir: std::os::fd::BorrowedFd<'_>, name: &Path) -> std::io::Result<()> {
         RealSys.unlinkat(dir, name)
+    }
+    fn chmod(&self, fd: std::os::fd::BorrowedFd<'_>, mode: Mode) -> std::io::Result<()> {
+        RealSys.chmod(fd, mode)
     }
     fn write_all(&self, fd: std::os::fd::BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<()> {
         RealSys.write_all(fd, bytes)

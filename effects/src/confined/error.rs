@@ -46,6 +46,8 @@ pub enum ConfinedError {
     },
     #[error("{path}: creating the directory failed: {source}; expected a creatable component")]
     Mkdir { path: PathBuf, source: io::Error },
+    #[error("{path}: setting mode 0700 on the created directory failed: {source}; expected an exact mode")]
+    Chmod { path: PathBuf, source: io::Error },
     #[error("{path}: owned by uid {owner}; expected {expected}")]
     Owner {
         path: PathBuf,

@@ -42,6 +42,9 @@ pub enum RecordedCall {
     Unlinkat {
         name: PathBuf,
     },
+    Chmod {
+        mode: Mode,
+    },
     WriteAll {
         len: usize,
     },
@@ -60,6 +63,7 @@ impl RecordedCall {
             Self::Mkdirat { .. } => "mkdirat",
             Self::ReadAt { .. } => "read_at",
             Self::Unlinkat { .. } => "unlinkat",
+            Self::Chmod { .. } => "chmod",
             Self::WriteAll { .. } => "write_all",
             Self::UserIds => "user_ids",
         }
@@ -202,6 +206,11 @@ impl<S: ConfinedSys> ConfinedSys for RecordingSys<S> {
             name: name.to_owned(),
         })?;
         self.inner.unlinkat(dir, name)
+    }
+
+    fn chmod(&self, fd: BorrowedFd<'_>, mode: Mode) -> io::Result<()> {
+        self.record(RecordedCall::Chmod { mode })?;
+        self.inner.chmod(fd, mode)
     }
 
     fn write_all(&self, fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {

@@ -66,21 +66,33 @@ fn create_components(
         let opened = match sys.openat2(dir, name, dir_flags, Mode::empty(), confined_resolve()) {
             Ok(fd) => fd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                match sys.mkdirat(dir, name, Mode::from_raw_mode(LAZARET_DIR_MODE)) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                let mode = Mode::from_raw_mode(LAZARET_DIR_MODE);
+                let created = match sys.mkdirat(dir, name, mode) {
+                    Ok(()) => true,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
                     Err(source) => {
                         return Err(ConfinedError::Mkdir {
                             path: label.clone(),
                             source,
                         })
                     }
-                }
-                sys.openat2(dir, name, dir_flags, Mode::empty(), confined_resolve())
+                };
+                let fd = sys
+                    .openat2(dir, name, dir_flags, Mode::empty(), confined_resolve())
                     .map_err(|e| ConfinedError::Open {
                         path: label.clone(),
                         problem: open_problem(&e),
-                    })?
+                    })?;
+                if created {
+                    // mkdir's mode is masked by the umask: set it exactly.
+                    // The owner and mode are checked below either way.
+                    sys.chmod(fd.as_fd(), mode)
+                        .map_err(|source| ConfinedError::Chmod {
+                            path: label.clone(),
+                            source,
+                        })?;
+                }
+                fd
             }
             Err(e) => {
                 return Err(ConfinedError::Open {

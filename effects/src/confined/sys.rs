@@ -117,6 +117,10 @@ pub trait ConfinedSys {
     fn read_at(&self, fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// `unlinkat(dir, name, 0)`.
     fn unlinkat(&self, dir: BorrowedFd<'_>, name: &Path) -> io::Result<()>;
+    /// Sets the exact mode of the object behind `fd` (an `O_PATH` descriptor
+    /// too), so the process umask cannot weaken or narrow a mode Lazaret
+    /// requires (spec 3.2: created roots are exactly `0700`).
+    fn chmod(&self, fd: BorrowedFd<'_>, mode: Mode) -> io::Result<()>;
     /// Writes all of `bytes` at the current offset.
     fn write_all(&self, fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()>;
     /// The effective user and group IDs and supplementary groups.
@@ -213,6 +217,12 @@ impl ConfinedSys for RealSys {
 
     fn unlinkat(&self, dir: BorrowedFd<'_>, name: &Path) -> io::Result<()> {
         Ok(rustix::fs::unlinkat(dir, name, AtFlags::empty())?)
+    }
+
+    fn chmod(&self, fd: BorrowedFd<'_>, mode: Mode) -> io::Result<()> {
+        // fchmod refuses O_PATH descriptors (EBADF); the descriptor's procfs
+        // link names exactly its object, never a path that could be swapped.
+        Ok(rustix::fs::chmod(proc_fd(fd), mode)?)
     }
 
     fn write_all(&self, fd: BorrowedFd<'_>, mut bytes: &[u8]) -> io::Result<()> {
