@@ -284,6 +284,50 @@ kind = "directory"
 }
 
 #[test]
+fn a_workspace_and_a_volume_on_their_own_mounts_load() {
+    // A project on its own filesystem (or bind mount) is a mount root: its
+    // plan retains the directory itself, so nothing beneath it crosses a
+    // mount (spec 3.2). The mounts live in a private mount namespace that
+    // dies with the command.
+    let h = Home::new();
+    std::fs::create_dir(h.path("vol")).expect("mkdir");
+    let vol = h.path("vol").display().to_string();
+    h.write_config(
+        &format!(
+            "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n\
+             [[profiles.dev.volumes]]\nhost = \"{vol}\"\ncontainer = \"/root/vol\"\nkind = \"directory\"\n"
+        ),
+        0o600,
+    );
+    let uid = test_uid();
+    let script = format!(
+        "set -e; mount -t tmpfs -o mode=0755,uid={uid} lazaret-ws \"$1\"; \
+         mount -t tmpfs -o mode=0755,uid={uid} lazaret-vol \"$2\"; \
+         cd \"$1\"; exec runuser -u {TEST_USER} -- env -i HOME=\"$3\" XDG_RUNTIME_DIR=\"$4\" \
+         PATH=/usr/bin:/bin \"$5\" config check dev --json"
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .arg(h.path("ws"))
+        .arg(h.path("vol"))
+        .arg(h.path("home"))
+        .arg(h.path("run"))
+        .arg(env!("CARGO_BIN_EXE_lazaret"))
+        .output()
+        .expect("unshare");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["workspace"], h.path("ws").display().to_string());
+    assert_eq!(v["volumes"][0]["host"], vol, "{v}");
+    // Without the mounts the same paths load too, with the same Domain ID:
+    // the label is the canonical path either way.
+    let plain = h.run(&["config", "check", "dev", "--json"]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let p: serde_json::Value = serde_json::from_slice(&plain.stdout).expect("json");
+    assert_eq!(p["domain_id"], v["domain_id"]);
+}
+
+#[test]
 fn unsafe_sources_are_refused_for_the_real_user() {
     let h = Home::new();
     let ok = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n";

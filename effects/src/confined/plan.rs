@@ -138,9 +138,13 @@ impl ConfinedPathPlan {
         })
     }
 
-    /// The canonical label: diagnostics and digests only.
+    /// The canonical label: diagnostics and digests only (a `.` suffix adds
+    /// nothing to it).
     pub fn label(&self) -> PathBuf {
-        self.ancestor_label.join(&self.suffix)
+        self.ancestor_label
+            .join(&self.suffix)
+            .components()
+            .collect()
     }
 
     pub fn ancestor_identity(&self) -> Identity {
@@ -185,6 +189,33 @@ impl ConfinedPathPlan {
     }
 }
 
+/// The label of `plan`'s object when its suffix is one component naming an
+/// existing directory with a filesystem mounted on it (its mount differs from
+/// the retained ancestor's); `None` for anything else, which the plan then
+/// opens (or refuses) as usual.
+fn mount_root(
+    sys: &dyn ConfinedSys,
+    plan: &ConfinedPathPlan,
+) -> Result<Option<PathBuf>, ConfinedError> {
+    let mut components = plan.suffix.components();
+    let (Some(Component::Normal(name)), None) = (components.next(), components.next()) else {
+        return Ok(None);
+    };
+    let Ok(fd) = sys.openat2(
+        plan.ancestor(),
+        Path::new(name),
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) else {
+        return Ok(None);
+    };
+    let st = stat(sys, fd.as_fd(), &plan.label())?;
+    let crossed =
+        st.kind() == FileKind::Directory && st.identity.mnt_id != plan.ancestor_identity.mnt_id;
+    Ok(crossed.then(|| plan.label()))
+}
+
 pub(crate) fn stat(
     sys: &dyn ConfinedSys,
     fd: BorrowedFd<'_>,
@@ -208,9 +239,20 @@ pub struct OpenedObject {
 impl OpenedObject {
     /// Resolves `path` (ancestors once), builds its plan and opens it
     /// `O_PATH` without following a final symlink.
+    ///
+    /// An existing directory that is itself a mount root (a project on its
+    /// own filesystem or bind mount) cannot be reached beneath its parent
+    /// without crossing that mount, which the v1 resolve flags refuse. Its
+    /// plan retains the directory itself, opened like the ancestors
+    /// (beneath `/`, no symlinks, no magic links), with the suffix `.`:
+    /// everything beneath it is still opened without crossing a mount.
     pub(crate) fn open_existing(sys: &dyn ConfinedSys, path: &Path) -> Result<Self, ConfinedError> {
         let (ancestor, rest) = resolve_ancestors(sys, path)?;
         let plan = ConfinedPathPlan::new(sys, &ancestor, rest.iter().collect())?;
+        let plan = match mount_root(sys, &plan)? {
+            Some(dir) => ConfinedPathPlan::new(sys, &dir, PathBuf::from("."))?,
+            None => plan,
+        };
         Self::through(sys, plan)
     }
 
