@@ -78,3 +78,77 @@ fn lazaret_build_roles_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn s
 fn prepared_lower_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn std::error::Error>> {
     tlc_and_parity::<prepared_lower::Model>(model_entry("PreparedLower")?, true)
 }
+
+/// The `INVARIANTS` and `PROPERTIES` a TLC configuration lists, comments
+/// (`\*`) removed.
+fn checked_properties(cfg: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut listing = false;
+    for line in cfg.lines() {
+        let line = line.split("\\*").next().unwrap_or_default();
+        if let Some(first) = line.split_whitespace().next() {
+            if !line.starts_with(char::is_whitespace) {
+                listing = matches!(
+                    first,
+                    "INVARIANT" | "INVARIANTS" | "PROPERTY" | "PROPERTIES"
+                );
+                out.extend(
+                    line.split_whitespace()
+                        .skip(1)
+                        .map(str::to_owned)
+                        .filter(|_| listing),
+                );
+                continue;
+            }
+        }
+        if listing {
+            out.extend(line.split_whitespace().map(str::to_owned));
+        }
+    }
+    out
+}
+
+/// Every `Inv_*` and `Live_*` a model defines is checked by TLC in its
+/// specification configuration, and the build configuration checks exactly
+/// the same properties (no property is left out silently).
+#[test]
+fn every_named_property_is_listed_in_every_configuration() -> Result<(), Box<dyn std::error::Error>>
+{
+    let root = workspace_root();
+    let mut entries: Vec<&ModelEntry> = MODELS.iter().collect();
+    entries.push(&LAZARET_BUILD);
+    for e in entries {
+        let tla = std::fs::read_to_string(root.join(e.tla))?;
+        let defined: std::collections::BTreeSet<String> = tla
+            .lines()
+            .filter_map(|l| {
+                let name = l.split_whitespace().next()?;
+                let rest = l.trim_start_matches(name).trim_start();
+                ((name.starts_with("Inv_") || name.starts_with("Live_")) && rest.starts_with("=="))
+                    .then(|| name.to_owned())
+            })
+            .collect();
+        assert!(!defined.is_empty(), "{}: no named property", e.tla);
+        let mut listed = checked_properties(e.cfg_text);
+        assert!(
+            listed.remove("TypeOK"),
+            "{}: TypeOK is not checked",
+            e.cfg_file
+        );
+        assert_eq!(
+            defined.difference(&listed).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "{}: defined in {} but not checked",
+            e.cfg_file,
+            e.tla
+        );
+        assert_eq!(
+            listed.difference(&defined).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "{}: listed but not defined in {}",
+            e.cfg_file,
+            e.tla
+        );
+    }
+    Ok(())
+}
