@@ -345,6 +345,13 @@ fn auto_approval_executables_are_checked_at_load() {
         m.contains("auto_approve[0].executable") && m.contains("no group or other write"),
         "{m}"
     );
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o757)).expect("chmod");
+    let m = f.load().expect_err("other writable");
+    assert!(
+        m.contains("auto_approve[0].executable")
+            && m.contains("has mode 0757; expected no group or other write"),
+        "{m}"
+    );
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let m = f.load().expect_err("not executable");
     assert!(m.contains("executable by the invoking user"), "{m}");
@@ -381,6 +388,38 @@ fn auto_approval_executables_are_checked_at_load() {
             && m.contains("same canonical executable"),
         "{m}"
     );
+}
+
+/// schemas.md auto-approval rule: the executable's owner is root or the
+/// invoking user. The kernel reports a third uid through the fake; the same
+/// file with its real owner loads, and a root-reported owner loads too.
+#[test]
+fn an_auto_approval_executable_owned_by_another_user_is_refused() {
+    let f = Fixture::new();
+    let tool = f.path("tools/tool");
+    let config = f.write_config(&rule(&tool));
+    let me = RealSys.user_ids().expect("ids").uid;
+    let ino = std::fs::metadata(&tool).expect("meta").ino();
+    let third = if me == 12_345 { 12_346 } else { 12_345 };
+    let sys = RecordingSys::new(RealSys);
+    sys.patch_stat(ino, move |st| st.uid = third);
+    let m = f
+        .load_through(&sys, &f.path("ws"), &[])
+        .expect_err("third owner");
+    assert!(
+        m.contains(&format!(
+            "{}: key `profiles.dev.escalation.auto_approve[0].executable`: executable {}: is owned by uid {third}; expected root or the invoking user (uid {me})",
+            config.display(),
+            tool.display()
+        )),
+        "{m}"
+    );
+    assert_eq!(mkdirs(&sys.calls()), 0, "refused before any root was made");
+    let sys = RecordingSys::new(RealSys);
+    sys.patch_stat(ino, |st| st.uid = 0);
+    f.load_through(&sys, &f.path("ws"), &[])
+        .expect("root-owned executable");
+    assert!(f.load().is_ok(), "owned by the invoking user");
 }
 
 #[test]
