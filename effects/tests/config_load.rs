@@ -764,3 +764,81 @@ fn a_workspace_mount_id_change_refuses_the_whole_load() {
     assert!(mkdirs(&sys.calls()) > 0);
     assert_roots_complete(&f, &domain_of(&f));
 }
+
+/// Spec 3.2 overlap rules on real paths, checked before anything is
+/// created: the configuration file inside the Storage or Runtime Root, and
+/// the workspace equal to, containing or inside either root.
+#[test]
+fn a_config_or_workspace_overlapping_a_lazaret_root_is_refused_before_creation() {
+    const STORAGE: &str = "(storage root)";
+    const RUNTIME: &str = "(runtime root $XDG_RUNTIME_DIR/lazaret)";
+    let make_owned = |f: &Fixture, rel: &str| {
+        std::fs::create_dir_all(f.path(rel)).expect("mkdir");
+        std::fs::set_permissions(f.path(rel), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+    };
+    let refused = |f: &Fixture, workspace: &str, env: &[(&str, &str)], keys: [&str; 2]| {
+        let sys = RecordingSys::new(RealSys);
+        let m = f
+            .load_through(&sys, &f.path(workspace), env)
+            .expect_err("overlap");
+        assert!(
+            keys.iter().all(|k| m.contains(&format!("`{k}`"))) && m.contains("overlap; expected"),
+            "{keys:?}: {m}"
+        );
+        assert_eq!(mkdirs(&sys.calls()), 0, "{keys:?}: created a directory");
+    };
+    let config = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n";
+
+    // The configuration file inside the Storage Root ($XDG_CONFIG_HOME is
+    // the data directory, so the file is <storage root>/config.toml).
+    let f = Fixture::new();
+    make_owned(&f, "home/.local/share/lazaret");
+    let source = f.path("home/.local/share/lazaret/config.toml");
+    std::fs::write(&source, config).expect("write");
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let data = f.path("home/.local/share").display().to_string();
+    refused(
+        &f,
+        "ws",
+        &[("XDG_CONFIG_HOME", &data)],
+        ["(configuration source)", STORAGE],
+    );
+    assert!(!f.path("run/lazaret").exists());
+
+    // The configuration file inside the Runtime Root.
+    let f = Fixture::new();
+    make_owned(&f, "run/lazaret");
+    let source = f.path("run/lazaret/config.toml");
+    std::fs::write(&source, config).expect("write");
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let run = f.path("run").display().to_string();
+    refused(
+        &f,
+        "ws",
+        &[("XDG_CONFIG_HOME", &run)],
+        ["(configuration source)", RUNTIME],
+    );
+    assert!(!f.path("home/.local").exists());
+
+    // The workspace is the Runtime Root, contains it, or lies inside a
+    // runtime Domain tree; the same for the Storage Root.
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    make_owned(&f, "run/lazaret/domains/x");
+    for ws in ["run/lazaret", "run", "run/lazaret/domains/x"] {
+        refused(&f, ws, &[], ["(agent workspace)", RUNTIME]);
+    }
+    assert!(!f.path("home/.local").exists());
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    make_owned(&f, "home/.local/share/lazaret/profiles/dev");
+    for ws in [
+        "home/.local/share/lazaret",
+        "home/.local/share",
+        "home/.local/share/lazaret/profiles/dev",
+    ] {
+        refused(&f, ws, &[], ["(agent workspace)", STORAGE]);
+    }
+    assert!(!f.path("run/lazaret").exists());
+}
