@@ -413,6 +413,84 @@ fn unsafe_sources_are_refused_for_the_real_user() {
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
+/// schemas.md auto-approval rule, with real ownership: the executable is
+/// owned by root or the invoking user, has no group or other write bit and is
+/// executable by the invoking user (through the bits that apply to them).
+#[test]
+fn auto_approval_executables_are_checked_for_the_real_user() {
+    let h = Home::new();
+    std::fs::create_dir(h.path("tools")).expect("mkdir");
+    let tool = h.path("tools/tool");
+    std::fs::write(&tool, b"#!/bin/sh\n").expect("write");
+    h.write_config(
+        &format!(
+            "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n\
+             [profiles.dev.escalation]\nenabled = true\nauto_approve = [{{ executable = \"{}\" }}]\n",
+            tool.display()
+        ),
+        0o600,
+    );
+    let set = |uid: u32, mode: u32| {
+        rustix::fs::chown(
+            &tool,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(uid)),
+        )
+        .expect("chown");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let key = "profiles.dev.escalation.auto_approve[0].executable";
+    let refused = |why: &str| {
+        let out = h.run(&["config", "check", "dev"]);
+        let e = stderr(&out);
+        assert!(!out.status.success(), "{why}: accepted");
+        assert!(
+            e.contains(&h.config_path().display().to_string())
+                && e.contains(key)
+                && e.contains(&tool.display().to_string())
+                && !e.contains("panicked"),
+            "{why}: {e}"
+        );
+        e
+    };
+    let me = test_uid();
+    // Owned by the invoking user: accepted.
+    set(me, 0o755);
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Owned by a third, unprivileged uid (neither root nor the invoker),
+    // even with safe bits: refused.
+    let third = if me == 12_345 { 12_346 } else { 12_345 };
+    set(third, 0o755);
+    let e = refused("third owner");
+    assert!(
+        e.contains(&format!(
+            "is owned by uid {third}; expected root or the invoking user (uid {me})"
+        )),
+        "{e}"
+    );
+    // Owned by root and executable by others: accepted.
+    set(0, 0o755);
+    let out = h.run(&["config", "check", "dev"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Owned by root, executable only by owner and group: the invoking user
+    // is neither, so it is refused.
+    set(0, 0o754);
+    let e = refused("not executable by the invoker");
+    assert!(
+        e.contains("has mode 0754; expected it to be executable by the invoking user"),
+        "{e}"
+    );
+    // Group- and other-writable, whoever owns it: refused.
+    set(0, 0o775);
+    assert!(refused("group writable").contains("has mode 0775; expected no group or other write"));
+    set(me, 0o757);
+    assert!(refused("other writable").contains("has mode 0757; expected no group or other write"));
+    // Not executable by its owner, the invoking user: refused.
+    set(me, 0o644);
+    assert!(refused("not executable").contains("expected it to be executable by the invoking user"));
+}
+
 /// Runs `lazaret ARGS` as lazaret-test inside a private mount namespace in
 /// which `source` is bind-mounted on `target` (`unshare -m` makes the new
 /// namespace's mounts private, so nothing leaks to the host).

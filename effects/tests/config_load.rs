@@ -2,16 +2,18 @@
 //! ResolvedDomainConfiguration, overlap rules, volume and executable checks,
 //! root creation, digests and environment references.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use lazaret_effects::config_resolve::{
     load_configuration, LoadRequest, ResolvedDomainConfiguration,
 };
-use lazaret_effects::confined::RealSys;
+use lazaret_effects::confined::{ConfinedSys, RealSys, RecordedCall, RecordingSys};
 use lazaret_runtime::config::{
     ConfigurationFingerprintRecordV1, DomainIdV1, ResolvedAutoApprovalRule, ResolvedVolume,
     SandboxLayoutV1, VolumeAccess, VolumeKind,
@@ -72,6 +74,15 @@ impl Fixture {
         workspace: &Path,
         extra_env: &[(&str, &str)],
     ) -> Result<ResolvedDomainConfiguration, String> {
+        self.load_through(&RealSys, workspace, extra_env)
+    }
+
+    fn load_through(
+        &self,
+        sys: &dyn ConfinedSys,
+        workspace: &Path,
+        extra_env: &[(&str, &str)],
+    ) -> Result<ResolvedDomainConfiguration, String> {
         let layout = SandboxLayoutV1::production().expect("layout");
         let env = self.env(extra_env);
         let request = LoadRequest {
@@ -81,7 +92,7 @@ impl Fixture {
             env: &env,
             layout: &layout,
         };
-        load_configuration(&RealSys, &request).map_err(|e| e.to_string())
+        load_configuration(sys, &request).map_err(|e| e.to_string())
     }
 
     fn load(&self) -> Result<ResolvedDomainConfiguration, String> {
@@ -334,6 +345,13 @@ fn auto_approval_executables_are_checked_at_load() {
         m.contains("auto_approve[0].executable") && m.contains("no group or other write"),
         "{m}"
     );
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o757)).expect("chmod");
+    let m = f.load().expect_err("other writable");
+    assert!(
+        m.contains("auto_approve[0].executable")
+            && m.contains("has mode 0757; expected no group or other write"),
+        "{m}"
+    );
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let m = f.load().expect_err("not executable");
     assert!(m.contains("executable by the invoking user"), "{m}");
@@ -370,6 +388,38 @@ fn auto_approval_executables_are_checked_at_load() {
             && m.contains("same canonical executable"),
         "{m}"
     );
+}
+
+/// schemas.md auto-approval rule: the executable's owner is root or the
+/// invoking user. The kernel reports a third uid through the fake; the same
+/// file with its real owner loads, and a root-reported owner loads too.
+#[test]
+fn an_auto_approval_executable_owned_by_another_user_is_refused() {
+    let f = Fixture::new();
+    let tool = f.path("tools/tool");
+    let config = f.write_config(&rule(&tool));
+    let me = RealSys.user_ids().expect("ids").uid;
+    let ino = std::fs::metadata(&tool).expect("meta").ino();
+    let third = if me == 12_345 { 12_346 } else { 12_345 };
+    let sys = RecordingSys::new(RealSys);
+    sys.patch_stat(ino, move |st| st.uid = third);
+    let m = f
+        .load_through(&sys, &f.path("ws"), &[])
+        .expect_err("third owner");
+    assert!(
+        m.contains(&format!(
+            "{}: key `profiles.dev.escalation.auto_approve[0].executable`: executable {}: is owned by uid {third}; expected root or the invoking user (uid {me})",
+            config.display(),
+            tool.display()
+        )),
+        "{m}"
+    );
+    assert_eq!(mkdirs(&sys.calls()), 0, "refused before any root was made");
+    let sys = RecordingSys::new(RealSys);
+    sys.patch_stat(ino, |st| st.uid = 0);
+    f.load_through(&sys, &f.path("ws"), &[])
+        .expect("root-owned executable");
+    assert!(f.load().is_ok(), "owned by the invoking user");
 }
 
 #[test]
@@ -480,4 +530,315 @@ fn locating_a_domain_finds_the_load_roots_and_creates_nothing() {
         m.contains("nope") && m.contains(config.to_str().unwrap()),
         "{m}"
     );
+}
+
+fn confined_flags() -> rustix::fs::ResolveFlags {
+    use rustix::fs::ResolveFlags;
+    ResolveFlags::BENEATH
+        | ResolveFlags::NO_MAGICLINKS
+        | ResolveFlags::NO_SYMLINKS
+        | ResolveFlags::NO_XDEV
+}
+
+/// The `openat2` calls whose relative path is `name`, with their resolve
+/// flags, in call order.
+fn openat2_of(calls: &[RecordedCall], name: &str) -> Vec<rustix::fs::ResolveFlags> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            RecordedCall::Openat2 { path, resolve, .. } if path == Path::new(name) => {
+                Some(*resolve)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn mkdirs(calls: &[RecordedCall]) -> usize {
+    calls
+        .iter()
+        .filter(|c| matches!(c, RecordedCall::Mkdirat { .. }))
+        .count()
+}
+
+/// The five roots of a load in fixture `f`, each checked to be a complete
+/// Lazaret-owned 0700 directory (and the components created above them).
+fn assert_roots_complete(f: &Fixture, domain: &str) {
+    for d in [
+        "home/.local".to_owned(),
+        "home/.local/share".to_owned(),
+        "home/.local/share/lazaret".to_owned(),
+        "home/.local/share/lazaret/profiles/dev".to_owned(),
+        format!("home/.local/share/lazaret/domains/{domain}"),
+        "run/lazaret".to_owned(),
+        format!("run/lazaret/domains/{domain}"),
+    ] {
+        assert_eq!(mode(&f.path(&d)), 0o700, "{d}");
+    }
+}
+
+fn domain_of(f: &Fixture) -> String {
+    let name = lazaret_runtime::config::decode_document(
+        b"schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n",
+    )
+    .expect("doc")
+    .select("dev", &SandboxLayoutV1::production().expect("layout"))
+    .expect("select");
+    DomainIdV1::compute(name.name(), f.path("ws").as_os_str().as_bytes())
+        .expect("id")
+        .to_string()
+}
+
+/// The `openat2` calls a successful load makes for the workspace `ws`
+/// (resolve flags in call order), from a fresh fixture: the probe for a
+/// workspace that is itself a mount root, the confined open at planning,
+/// and the final reopen after the comparisons.
+fn workspace_opens_of_a_load() -> Vec<rustix::fs::ResolveFlags> {
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let sys = RecordingSys::new(RealSys);
+    f.load_through(&sys, &f.path("ws"), &[])
+        .expect("baseline load");
+    let opens = openat2_of(&sys.calls(), "ws");
+    let confined = opens.iter().filter(|r| **r == confined_flags()).count();
+    assert!(
+        confined >= 2 && opens.last() == Some(&confined_flags()),
+        "expected a confined open and a confined final reopen: {opens:?}"
+    );
+    opens
+}
+
+/// Spec 3.2: every open beneath a retained ancestor refuses mount
+/// crossings. A mount appearing over the workspace after it was found not
+/// to be a mount root makes its confined open fail with EXDEV (what
+/// RESOLVE_NO_XDEV yields); that refuses the load, names the workspace, and
+/// nothing has been created yet.
+#[test]
+fn a_mount_crossing_at_the_workspace_refuses_the_load_before_anything_is_created() {
+    let opens = workspace_opens_of_a_load();
+    let first_confined = opens
+        .iter()
+        .position(|r| *r == confined_flags())
+        .expect("confined open");
+    let f = Fixture::new();
+    let config = f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let sys = RecordingSys::new(RealSys);
+    sys.fail_nth_at("openat2", "ws", first_confined, rustix::io::Errno::XDEV);
+    let m = f
+        .load_through(&sys, &f.path("ws"), &[])
+        .expect_err("mount crossing");
+    assert!(
+        m.contains(&format!(
+            "{}: workspace: {}:",
+            config.display(),
+            f.path("ws").display()
+        )) && m.contains("crosses a mount point"),
+        "{m}"
+    );
+    // The load stopped at that open: no later open of the workspace, and
+    // no directory made.
+    let calls = sys.calls();
+    assert_eq!(openat2_of(&calls, "ws"), opens[..=first_confined]);
+    assert_eq!(mkdirs(&calls), 0, "a refused load created a directory");
+    assert!(!f.path("home/.local").exists());
+    assert!(!f.path("run/lazaret").exists());
+}
+
+/// Spec 3.2: "All paths are reopened through their plans after the
+/// comparisons; any identity or mount change refuses the complete load."
+/// A mount appearing over the workspace between its first open and the
+/// final reopen refuses the load itself, not only a later revalidation.
+#[test]
+fn a_mount_crossing_at_the_final_reopen_refuses_the_whole_load() {
+    let opens = workspace_opens_of_a_load();
+    let f = Fixture::new();
+    let config = f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let sys = RecordingSys::new(RealSys);
+    sys.fail_nth_at("openat2", "ws", opens.len() - 1, rustix::io::Errno::XDEV);
+    let m = f
+        .load_through(&sys, &f.path("ws"), &[])
+        .expect_err("mount at final reopen");
+    assert!(
+        m.contains(&format!(
+            "{}: key `(agent workspace)`: {}:",
+            config.display(),
+            f.path("ws").display()
+        )) && m.contains("crosses a mount point"),
+        "{m}"
+    );
+    // The refusal came from the last reopen, after the roots were made:
+    // they are complete Lazaret-owned directories, none half-created, and
+    // the load returned no authority over them.
+    let calls = sys.calls();
+    assert_eq!(openat2_of(&calls, "ws"), opens);
+    let last_mkdir = calls
+        .iter()
+        .rposition(|c| matches!(c, RecordedCall::Mkdirat { .. }))
+        .expect("roots were created");
+    let last_ws = calls
+        .iter()
+        .rposition(|c| matches!(c, RecordedCall::Openat2 { path, .. } if path == Path::new("ws")))
+        .expect("ws");
+    assert!(
+        last_ws > last_mkdir,
+        "the refused open preceded root creation"
+    );
+    assert_roots_complete(&f, &domain_of(&f));
+}
+
+/// The workspace's mount identity changing refuses the load: at planning
+/// (the confined open disagrees with the ambient resolution) and at the
+/// final reopen after the comparisons.
+#[test]
+fn a_workspace_mount_id_change_refuses_the_whole_load() {
+    let ino = |p: &Path| std::fs::metadata(p).expect("meta").ino();
+    // Changed right after the ambient resolution.
+    let f = Fixture::new();
+    let config = f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let sys = RecordingSys::new(RealSys);
+    let seen = Rc::new(Cell::new(0usize));
+    let counter = Rc::clone(&seen);
+    sys.patch_stat(ino(&f.path("ws")), move |st| {
+        counter.set(counter.get() + 1);
+        if counter.get() > 1 {
+            st.identity.mnt_id += 1;
+        }
+    });
+    let m = f
+        .load_through(&sys, &f.path("ws"), &[])
+        .expect_err("mount id at planning");
+    assert!(
+        m.contains(&format!(
+            "{}: workspace: {}:",
+            config.display(),
+            f.path("ws").display()
+        )) && m.contains("changed identity, type or mount"),
+        "{m}"
+    );
+    assert_eq!(
+        mkdirs(&sys.calls()),
+        0,
+        "a refused load created a directory"
+    );
+    assert!(!f.path("home/.local").exists());
+
+    // How often one successful load reads the workspace's metadata.
+    let baseline = Fixture::new();
+    baseline.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let sys = RecordingSys::new(RealSys);
+    let stats = Rc::new(Cell::new(0usize));
+    let counter = Rc::clone(&stats);
+    sys.patch_stat(ino(&baseline.path("ws")), move |_| {
+        counter.set(counter.get() + 1);
+    });
+    baseline
+        .load_through(&sys, &baseline.path("ws"), &[])
+        .expect("baseline load");
+    let total = stats.get();
+    assert!(total >= 3, "ambient, open and final reopen: {total}");
+
+    // Changed only for the final reopen (its reopened and held descriptors).
+    let f = Fixture::new();
+    let config = f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    let sys = RecordingSys::new(RealSys);
+    let seen = Rc::new(Cell::new(0usize));
+    let counter = Rc::clone(&seen);
+    sys.patch_stat(ino(&f.path("ws")), move |st| {
+        counter.set(counter.get() + 1);
+        if counter.get() + 1 >= total {
+            st.identity.mnt_id += 1;
+        }
+    });
+    let m = f
+        .load_through(&sys, &f.path("ws"), &[])
+        .expect_err("mount id at final reopen");
+    assert!(
+        m.contains(&format!(
+            "{}: key `(agent workspace)`: {}:",
+            config.display(),
+            f.path("ws").display()
+        )) && m.contains("changed identity, type or mount"),
+        "{m}"
+    );
+    assert_eq!(seen.get(), total, "refused at the last reads, not earlier");
+    assert!(mkdirs(&sys.calls()) > 0);
+    assert_roots_complete(&f, &domain_of(&f));
+}
+
+/// Spec 3.2 overlap rules on real paths, checked before anything is
+/// created: the configuration file inside the Storage or Runtime Root, and
+/// the workspace equal to, containing or inside either root.
+#[test]
+fn a_config_or_workspace_overlapping_a_lazaret_root_is_refused_before_creation() {
+    const STORAGE: &str = "(storage root)";
+    const RUNTIME: &str = "(runtime root $XDG_RUNTIME_DIR/lazaret)";
+    let make_owned = |f: &Fixture, rel: &str| {
+        std::fs::create_dir_all(f.path(rel)).expect("mkdir");
+        std::fs::set_permissions(f.path(rel), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+    };
+    let refused = |f: &Fixture, workspace: &str, env: &[(&str, &str)], keys: [&str; 2]| {
+        let sys = RecordingSys::new(RealSys);
+        let m = f
+            .load_through(&sys, &f.path(workspace), env)
+            .expect_err("overlap");
+        assert!(
+            keys.iter().all(|k| m.contains(&format!("`{k}`"))) && m.contains("overlap; expected"),
+            "{keys:?}: {m}"
+        );
+        assert_eq!(mkdirs(&sys.calls()), 0, "{keys:?}: created a directory");
+    };
+    let config = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n";
+
+    // The configuration file inside the Storage Root ($XDG_CONFIG_HOME is
+    // the data directory, so the file is <storage root>/config.toml).
+    let f = Fixture::new();
+    make_owned(&f, "home/.local/share/lazaret");
+    let source = f.path("home/.local/share/lazaret/config.toml");
+    std::fs::write(&source, config).expect("write");
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let data = f.path("home/.local/share").display().to_string();
+    refused(
+        &f,
+        "ws",
+        &[("XDG_CONFIG_HOME", &data)],
+        ["(configuration source)", STORAGE],
+    );
+    assert!(!f.path("run/lazaret").exists());
+
+    // The configuration file inside the Runtime Root.
+    let f = Fixture::new();
+    make_owned(&f, "run/lazaret");
+    let source = f.path("run/lazaret/config.toml");
+    std::fs::write(&source, config).expect("write");
+    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let run = f.path("run").display().to_string();
+    refused(
+        &f,
+        "ws",
+        &[("XDG_CONFIG_HOME", &run)],
+        ["(configuration source)", RUNTIME],
+    );
+    assert!(!f.path("home/.local").exists());
+
+    // The workspace is the Runtime Root, contains it, or lies inside a
+    // runtime Domain tree; the same for the Storage Root.
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    make_owned(&f, "run/lazaret/domains/x");
+    for ws in ["run/lazaret", "run", "run/lazaret/domains/x"] {
+        refused(&f, ws, &[], ["(agent workspace)", RUNTIME]);
+    }
+    assert!(!f.path("home/.local").exists());
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    make_owned(&f, "home/.local/share/lazaret/profiles/dev");
+    for ws in [
+        "home/.local/share/lazaret",
+        "home/.local/share",
+        "home/.local/share/lazaret/profiles/dev",
+    ] {
+        refused(&f, ws, &[], ["(agent workspace)", STORAGE]);
+    }
+    assert!(!f.path("run/lazaret").exists());
 }

@@ -67,45 +67,76 @@ fn select(text: &str, profile: &str) -> SelectedProfileV1 {
 const STORAGE: &[u8] = b"/home/user/.local/share/lazaret";
 const RUNTIME: &[u8] = b"/run/user/1000/lazaret";
 
-const MINIMAL: &str = r#"schema = "lazaret-trusted-host-config-v1"
-[profiles.dev]
-image = "registry.example/dev:1"
-"#;
+/// The TOML input published under the docs heading `heading`: the one
+/// ```toml block between that heading and the next. The vectors are
+/// computed from these blocks, so the published inputs and hex values
+/// cannot diverge.
+fn published_toml(heading: &str) -> &'static str {
+    let at = PUBLISHED
+        .find(heading)
+        .unwrap_or_else(|| panic!("{heading:?} is not a heading of the vectors page"));
+    let section = &PUBLISHED[at + heading.len()..];
+    let section = section.find("\n#").map_or(section, |next| &section[..next]);
+    let fence = "```toml\n";
+    let open = section
+        .find(fence)
+        .unwrap_or_else(|| panic!("no ```toml block under {heading:?}"))
+        + fence.len();
+    let len = section[open..]
+        .find("```")
+        .unwrap_or_else(|| panic!("unterminated ```toml block under {heading:?}"));
+    assert_eq!(
+        section.matches(fence).count(),
+        1,
+        "exactly one ```toml block under {heading:?}"
+    );
+    &section[open..open + len]
+}
 
-const FULL: &str = r#"schema = "lazaret-trusted-host-config-v1"
-[network]
-default_allow = ["1.1.1.7/24"]
-default_deny = ["9.9.9.9/32"]
-[runtime]
-runsc_dcache = 1234
-[profiles.full]
-image = "registry.example/full@sha256:00ff"
-isolate_gitignored = false
-persistent_dirs = ["/usr", "/root"]
-allow_egress = ["172.16.5.0/24"]
-deny_egress = ["8.8.4.0/24"]
-env = { TOKEN = "env:HOST_TOKEN", A_NAME = "env:HOST_A" }
-[[profiles.full.volumes]]
-host = "{profile_dir}/cache"
-container = "/root/.cache"
-kind = "directory"
-create = true
-[[profiles.full.volumes]]
-host = "~/.gitconfig"
-container = "/root/.gitconfig"
-kind = "file"
-access = "read-only"
-[profiles.full.escalation]
-enabled = true
-auto_approve = [
-  { executable = "/usr/bin/git", args = ["fetch", "--all"], allow_extra_args = true },
-  { executable = "/usr/bin/make" },
-]
-[profiles.full.readiness]
-denied = [{ address = "10.1.2.3", port = 80 }]
-permitted = [{ address = "1.1.1.1", port = 443 }]
-dns = [{ resolver = "10.137.54.3", query = "example.com" }]
-"#;
+/// The `minimal` vector's input (profile `dev`).
+fn minimal() -> &'static str {
+    published_toml("### minimal (profile `dev`)")
+}
+
+/// The `full` vector's input (profile `full`).
+fn full() -> &'static str {
+    published_toml("### full (profile `full`)")
+}
+
+/// The page publishes exactly the two inputs, each a complete v1 document
+/// defining only its vector's profile, and the vectors below are computed
+/// from them.
+#[test]
+fn the_published_inputs_are_the_vector_inputs() {
+    assert_eq!(PUBLISHED.matches("```toml").count(), 2);
+    for (text, profile) in [(minimal(), "dev"), (full(), "full")] {
+        assert!(
+            text.starts_with("schema = \"lazaret-trusted-host-config-v1\"\n")
+                && text.ends_with('\n'),
+            "{profile}: {text:?}"
+        );
+        let layout = SandboxLayoutV1::production().expect("layout");
+        let doc = decode_document(text.as_bytes()).expect("decode");
+        let e = doc
+            .select("other", &layout)
+            .expect_err("one profile")
+            .to_string();
+        assert!(
+            e.contains(&format!("one of the tables under `profiles`: {profile}")),
+            "{e}"
+        );
+        assert_eq!(select(text, profile).name().as_str(), profile);
+    }
+    // The full input exercises what its vector claims to cover.
+    for fragment in [
+        "runsc_dcache = 1234",
+        "allow_extra_args = true",
+        "create = true",
+        "[profiles.full.readiness]",
+    ] {
+        assert!(full().contains(fragment), "{fragment}");
+    }
+}
 
 fn full_volumes() -> Vec<ResolvedVolume> {
     vec![
@@ -202,7 +233,7 @@ fn minimal_fingerprint_vector() {
     pre.extend(50_000u32.to_be_bytes());
     let expected = sha_hex(&pre);
 
-    let s = select(MINIMAL, "dev");
+    let s = select(minimal(), "dev");
     let record = ConfigurationFingerprintRecordV1::new(
         &s,
         STORAGE.to_vec(),
@@ -268,7 +299,7 @@ fn full_fingerprint_vector() {
     pre.extend(1234u32.to_be_bytes());
     let expected = sha_hex(&pre);
 
-    let s = select(FULL, "full");
+    let s = select(full(), "full");
     let record = ConfigurationFingerprintRecordV1::new(
         &s,
         STORAGE.to_vec(),
@@ -344,16 +375,16 @@ dns = [{ resolver = "10.137.54.3", query = "example.com" }]
 "#;
     assert_eq!(
         fingerprint_of(explicit, "dev"),
-        fingerprint_of(MINIMAL, "dev")
+        fingerprint_of(minimal(), "dev")
     );
     // Changing runsc_dcache changes it.
-    let changed = MINIMAL.replace(
+    let changed = minimal().replace(
         "[profiles.dev]",
         "[runtime]\nrunsc_dcache = 50001\n[profiles.dev]",
     );
     assert_ne!(
         fingerprint_of(&changed, "dev"),
-        fingerprint_of(MINIMAL, "dev")
+        fingerprint_of(minimal(), "dev")
     );
 }
 
@@ -393,7 +424,7 @@ fn minimal_policy_vector() {
         ([192, 168, 0, 0], 16, DENY),
     ];
     let bytes = postcard_policy(&rules);
-    let s = select(MINIMAL, "dev");
+    let s = select(minimal(), "dev");
     assert_eq!(s.derived_policy().canonical_bytes(), bytes);
     let got = s.derived_policy().digest().to_string();
     assert_eq!(got, policy_digest(&bytes));
@@ -416,7 +447,7 @@ fn full_policy_vector() {
         ([192, 168, 0, 0], 16, DENY),
     ];
     let bytes = postcard_policy(&rules);
-    let s = select(FULL, "full");
+    let s = select(full(), "full");
     assert_eq!(s.derived_policy().canonical_bytes(), bytes);
     let got = s.derived_policy().digest().to_string();
     assert_eq!(got, policy_digest(&bytes));
@@ -426,7 +457,7 @@ fn full_policy_vector() {
 #[test]
 fn canonical_policy_bytes_round_trip_and_non_canonical_bytes_are_refused() {
     use lazaret_runtime::config::DerivedNetworkPolicy;
-    let s = select(FULL, "full");
+    let s = select(full(), "full");
     let bytes = s.derived_policy().canonical_bytes();
     assert_eq!(
         &DerivedNetworkPolicy::from_canonical_bytes(&bytes).expect("round trip"),

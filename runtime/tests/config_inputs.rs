@@ -448,3 +448,157 @@ fn an_alias_of_a_containing_directory_overlaps_whatever_it_contains() {
     ));
     assert!(check_overlaps(&v).is_ok());
 }
+
+/// Spec 3.2 overlap rules, pair by pair: every compared role against every
+/// other, with the first inside the second, the second inside the first, the
+/// same label, and the same identity under disjoint labels. Each case holds
+/// only the two entries (plus the profile directory where its exemption is
+/// at stake), so the refusal must name exactly that pair.
+#[test]
+fn every_role_pair_is_compared_in_both_directions() {
+    use TreeRole::{
+        ConfigSource, Executable, ProfileDir, RuntimeDomain, RuntimeRoot, StorageDomain,
+        StorageRoot, Volume, Workspace,
+    };
+    let roles = [
+        (ConfigSource, "config"),
+        (Workspace, "workspace"),
+        (StorageRoot, "storage"),
+        (ProfileDir, "profile"),
+        (StorageDomain, "sdomain"),
+        (RuntimeRoot, "runtime"),
+        (RuntimeDomain, "rdomain"),
+        (Volume, "vol"),
+        (Executable, "exe"),
+    ];
+    // The Lazaret trees of one Storage or Runtime Root nest by construction.
+    let group = |r: TreeRole| match r {
+        StorageRoot | ProfileDir | StorageDomain => Some(2),
+        RuntimeRoot | RuntimeDomain => Some(3),
+        _ => None,
+    };
+    let exempt = |a: TreeRole, b: TreeRole| {
+        let same_tree = group(a).is_some() && group(a) == group(b);
+        // Rules may share an executable; the configuration source is not a
+        // directory an executable could lie in or contain.
+        let executable_exempt = matches!(
+            (a, b),
+            (Executable, Executable | ConfigSource) | (ConfigSource, Executable)
+        );
+        same_tree || executable_exempt
+    };
+    let mut checked = 0;
+    for (i, &(ra, ka)) in roles.iter().enumerate() {
+        for &(rb, kb) in &roles[i..] {
+            // A load has one configuration source and one workspace.
+            if ra == rb && matches!(ra, ConfigSource | Workspace) {
+                continue;
+            }
+            // Two distinct entries even for a role against itself.
+            let kb = if ra == rb { "other" } else { kb };
+            let a = |label: &str, ino: u64| entry(ra, ka, label, Some(ino));
+            let b = |label: &str, ino: u64| entry(rb, kb, label, Some(ino));
+            let cases = [
+                ("a inside b", a("/t/b/a", 1), b("/t/b", 2)),
+                ("b inside a", a("/t/a", 1), b("/t/a/b", 2)),
+                ("same label", a("/t/x", 1), b("/t/x", 2)),
+                ("same identity", a("/t/a", 7), b("/t/b", 7)),
+                (
+                    "a inside b by identity",
+                    inside(a("/t/a/x", 1), &[3, 2, 100]),
+                    b("/t/b", 2),
+                ),
+                (
+                    "b inside a by identity",
+                    a("/t/a", 1),
+                    inside(b("/t/b/x", 2), &[3, 1, 100]),
+                ),
+            ];
+            for (what, ea, eb) in cases {
+                for entries in [vec![ea.clone(), eb.clone()], vec![eb, ea]] {
+                    let verdict = check_overlaps(&entries);
+                    // The one exemption: a volume strictly beneath the
+                    // profile directory (see the test below).
+                    let beneath_profile = (ra, rb) == (ProfileDir, Volume) && what == "b inside a";
+                    if exempt(ra, rb) || beneath_profile {
+                        assert!(verdict.is_ok(), "{ka}/{kb} {what}: {verdict:?}");
+                    } else {
+                        let m = verdict.expect_err(&format!("{ka}/{kb} {what}")).to_string();
+                        assert!(
+                            m.contains(&format!("`{ka}`"))
+                                && m.contains(&format!("`{kb}`"))
+                                && m.contains("overlap; expected"),
+                            "{ka}/{kb} {what}: {m}"
+                        );
+                    }
+                    checked += 1;
+                }
+            }
+            // A sibling sharing a string prefix never overlaps.
+            let siblings = [a("/t/x", 1), b("/t/x-y", 2)];
+            assert!(check_overlaps(&siblings).is_ok(), "{ka}/{kb} siblings");
+        }
+    }
+    // 9 roles: 36 unordered pairs of distinct roles plus 7 roles that can
+    // occur more than once in a load, each in 6 placements and 2 orders.
+    assert_eq!(checked, (36 + 7) * 6 * 2);
+}
+
+/// The one volume exemption (spec 3.2: "Volume sources may be strict
+/// descendants of the profile directory"): only strictly beneath it, and
+/// only towards the Storage Root and profile directory; the Domain trees,
+/// the runtime trees and other volumes are still refused there.
+#[test]
+fn the_profile_directory_exemption_is_exact() {
+    let profile = entry(
+        TreeRole::ProfileDir,
+        "profile",
+        "/s/lazaret/profiles/dev",
+        Some(4),
+    );
+    let storage = entry(TreeRole::StorageRoot, "storage", "/s/lazaret", Some(3));
+    let under = |key: &str, rel: &str, ino: u64| {
+        inside(
+            entry(
+                TreeRole::Volume,
+                key,
+                &format!("/s/lazaret/profiles/dev/{rel}"),
+                Some(ino),
+            ),
+            &[4, 50, 3, 1000],
+        )
+    };
+    assert!(check_overlaps(&[storage.clone(), profile.clone(), under("vol", "cache", 9)]).is_ok());
+    // The profile directory itself, or a volume containing it.
+    for label in ["/s/lazaret/profiles/dev", "/s/lazaret/profiles", "/s"] {
+        let vol = entry(TreeRole::Volume, "vol", label, None);
+        let m = check_overlaps(&[storage.clone(), profile.clone(), vol])
+            .expect_err(label)
+            .to_string();
+        assert!(
+            m.contains("`vol`") && m.contains("expected"),
+            "{label}: {m}"
+        );
+    }
+    // Two volumes beneath the profile directory still may not nest.
+    let m = check_overlaps(&[
+        storage.clone(),
+        profile.clone(),
+        under("vol0", "cache", 9),
+        under("vol1", "cache/pip", 10),
+    ])
+    .expect_err("nested volumes")
+    .to_string();
+    assert!(m.contains("`vol1`") && m.contains("`vol0`"), "{m}");
+    // A Domain tree placed beneath the profile directory is not exempt.
+    let sdomain = entry(
+        TreeRole::StorageDomain,
+        "sdomain",
+        "/s/lazaret/profiles/dev/cache/d",
+        Some(5),
+    );
+    let m = check_overlaps(&[storage, profile, under("vol", "cache", 9), sdomain])
+        .expect_err("domain")
+        .to_string();
+    assert!(m.contains("`sdomain`") && m.contains("`vol`"), "{m}");
+}

@@ -1,7 +1,7 @@
 //! A recording fake around another [`ConfinedSys`]: it records every call
 //! with its typed arguments, can rewrite the metadata of chosen inodes, can
-//! fail the next call of a kind, and can impersonate another user. Tests pass
-//! it in explicitly.
+//! fail the next call of a kind (or the n-th call of a kind at one path), and
+//! can impersonate another user. Tests pass it in explicitly.
 use std::cell::RefCell;
 use std::fmt;
 use std::io;
@@ -68,6 +68,38 @@ impl RecordedCall {
             Self::UserIds => "user_ids",
         }
     }
+
+    /// The path argument of calls that take one.
+    fn path(&self) -> Option<&Path> {
+        match self {
+            Self::OpenAmbient { path, .. } | Self::Openat2 { path, .. } => Some(path),
+            Self::Mkdirat { name, .. } | Self::Unlinkat { name } => Some(name),
+            Self::OpenRoot
+            | Self::Reopen { .. }
+            | Self::FdPath
+            | Self::Stat
+            | Self::ReadAt { .. }
+            | Self::Chmod { .. }
+            | Self::WriteAll { .. }
+            | Self::UserIds => None,
+        }
+    }
+}
+
+/// An armed failure: the call kind, the path it must carry (any when
+/// `None`), how many matching calls still pass first, and the error.
+#[derive(Debug)]
+struct Failure {
+    kind: &'static str,
+    path: Option<PathBuf>,
+    skip: usize,
+    errno: rustix::io::Errno,
+}
+
+impl Failure {
+    fn matches(&self, call: &RecordedCall) -> bool {
+        self.kind == call.kind() && self.path.as_deref().is_none_or(|p| call.path() == Some(p))
+    }
 }
 
 type StatPatch = Box<dyn Fn(&mut FileStat)>;
@@ -77,7 +109,7 @@ pub struct RecordingSys<S> {
     inner: S,
     calls: RefCell<Vec<RecordedCall>>,
     patches: RefCell<Vec<(u64, StatPatch)>>,
-    failures: RefCell<Vec<(&'static str, rustix::io::Errno)>>,
+    failures: RefCell<Vec<Failure>>,
     user: RefCell<Option<UserIds>>,
 }
 
@@ -114,7 +146,30 @@ impl<S: ConfinedSys> RecordingSys<S> {
 
     /// Fails the next call of `kind` (for example `"mkdirat"`) with `errno`.
     pub fn fail_next(&self, kind: &'static str, errno: rustix::io::Errno) {
-        self.failures.borrow_mut().push((kind, errno));
+        self.failures.borrow_mut().push(Failure {
+            kind,
+            path: None,
+            skip: 0,
+            errno,
+        });
+    }
+
+    /// Fails the `nth` (0-based) call of `kind` from now on whose path
+    /// argument is `path` (for `openat2`, the path relative to its
+    /// directory), with `errno`; earlier matching calls pass through.
+    pub fn fail_nth_at(
+        &self,
+        kind: &'static str,
+        path: impl Into<PathBuf>,
+        nth: usize,
+        errno: rustix::io::Errno,
+    ) {
+        self.failures.borrow_mut().push(Failure {
+            kind,
+            path: Some(path.into()),
+            skip: nth,
+            errno,
+        });
     }
 
     /// Reports `user` as the invoking user.
@@ -123,11 +178,18 @@ impl<S: ConfinedSys> RecordingSys<S> {
     }
 
     fn record(&self, call: RecordedCall) -> io::Result<()> {
-        let kind = call.kind();
-        self.calls.borrow_mut().push(call);
         let mut failures = self.failures.borrow_mut();
-        match failures.iter().position(|(k, _)| *k == kind) {
-            Some(i) => Err(failures.remove(i).1.into()),
+        let due = failures
+            .iter()
+            .position(|f| f.skip == 0 && f.matches(&call));
+        for f in failures.iter_mut() {
+            if f.skip > 0 && f.matches(&call) {
+                f.skip -= 1;
+            }
+        }
+        self.calls.borrow_mut().push(call);
+        match due {
+            Some(i) => Err(failures.remove(i).errno.into()),
             None => Ok(()),
         }
     }
