@@ -842,3 +842,63 @@ fn a_config_or_workspace_overlapping_a_lazaret_root_is_refused_before_creation()
     }
     assert!(!f.path("run/lazaret").exists());
 }
+
+const MOUNT_INNER: &str = "LAZARET_CONFIG_LOAD_MOUNT_INNER";
+
+/// Runs the test `name` of this binary again in a new user and mount
+/// namespace (so it may mount, as root or not) and requires it to pass.
+fn in_mount_namespace(name: &str) {
+    let exe = std::env::current_exe().expect("exe");
+    let status = std::process::Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--propagation",
+            "private",
+        ])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(MOUNT_INNER, "1")
+        .stdin(std::process::Stdio::null())
+        .status()
+        .expect("unshare");
+    assert!(status.success(), "inner test {name}: {status}");
+}
+
+fn mount_tmpfs(at: &Path) {
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "mode=0755", "lazaret-test"])
+        .arg(at)
+        .status()
+        .expect("mount");
+    assert!(status.success(), "mount tmpfs on {}", at.display());
+}
+
+/// A workspace that is itself a mount point loads (its plan retains the
+/// directory itself); a mount placed over its path afterwards makes the
+/// label name another object, and revalidation, which a pathname handoff
+/// requires, refuses it (spec 3.2).
+#[test]
+fn a_mount_root_workspace_loads_and_a_mount_over_it_fails_revalidation() {
+    if std::env::var_os(MOUNT_INNER).is_none() {
+        in_mount_namespace("a_mount_root_workspace_loads_and_a_mount_over_it_fails_revalidation");
+        return;
+    }
+    let f = Fixture::new();
+    f.write_config("[profiles.dev]\nimage = \"a\"\n");
+    mount_tmpfs(&f.path("ws"));
+    let r = f.load().expect("a mount-root workspace loads");
+    assert_eq!(r.workspace().label(), f.path("ws"));
+    let domain =
+        DomainIdV1::compute(r.selected().name(), f.path("ws").as_os_str().as_bytes()).expect("id");
+    assert_eq!(r.domain_id(), domain, "the label is the canonical path");
+    r.workspace().revalidate(&RealSys).expect("unchanged");
+    mount_tmpfs(&f.path("ws"));
+    let m = r
+        .workspace()
+        .revalidate(&RealSys)
+        .expect_err("another mount names the workspace now")
+        .to_string();
+    assert!(m.contains(&f.path("ws").display().to_string()), "{m}");
+}

@@ -159,16 +159,30 @@ impl ConfinedPathPlan {
         self.ancestor.as_fd()
     }
 
-    /// Checks the retained ancestor still has its recorded identity.
+    /// Checks the retained ancestor still has its recorded identity. When
+    /// the retained directory is the object itself (suffix `.`: a mount
+    /// root), reopening the suffix cannot notice that its label now names
+    /// another object (a mount placed over it), so the label is also looked
+    /// up once more and must still name the retained directory: a pathname
+    /// handed to a trusted external component names the revalidated object
+    /// (spec 3.2). The lookup is compared only, never used as authority.
     pub(crate) fn revalidate_ancestor(&self, sys: &dyn ConfinedSys) -> Result<(), ConfinedError> {
+        let changed = || ConfinedError::AncestorChanged {
+            path: self.ancestor_label.clone(),
+        };
         let st = stat(sys, self.ancestor.as_fd(), &self.ancestor_label)?;
-        if st.identity == self.ancestor_identity && st.kind() == FileKind::Directory {
-            Ok(())
-        } else {
-            Err(ConfinedError::AncestorChanged {
-                path: self.ancestor_label.clone(),
-            })
+        if st.identity != self.ancestor_identity || st.kind() != FileKind::Directory {
+            return Err(changed());
         }
+        if self.suffix == Path::new(".") {
+            let named = sys
+                .open_ambient(&self.ancestor_label, false)
+                .map_err(|_| changed())?;
+            if stat(sys, named.as_fd(), &self.ancestor_label)?.identity != self.ancestor_identity {
+                return Err(changed());
+            }
+        }
+        Ok(())
     }
 
     /// Opens the suffix beneath the revalidated ancestor with the v1 resolve
