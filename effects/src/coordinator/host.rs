@@ -21,7 +21,7 @@ use super::supervisor::runsc_globals;
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
-use crate::confined::RealSys;
+use crate::confined::{OpenedObject, RealSys};
 use crate::domain_lock::{DomainLock, DomainLockError};
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
 use crate::process_identity::real::RealProcessSys;
@@ -85,6 +85,9 @@ pub enum CoordinatorError {
     Spawn(#[from] BrokerError),
     #[error("Runtime Supervisor: {0}")]
     Supervisor(String),
+    /// The workspace no longer is the object the configuration loaded.
+    #[error("the workspace changed since the configuration was loaded: {0}")]
+    Workspace(String),
     #[error("Runtime Supervisor channel: {0}")]
     Channel(#[from] ChannelError),
     #[error("boot id: {0}")]
@@ -276,6 +279,7 @@ pub fn run_coordinator(
         storage_root: config.storage_root().label(),
         profile: args.profile.clone(),
         running: &running,
+        workspace: config.workspace(),
         init_binary,
         paths: &paths,
         program: &program,
@@ -346,6 +350,8 @@ pub(super) struct LaunchInputs<'a> {
     pub storage_root: PathBuf,
     pub profile: String,
     pub running: &'a Running,
+    /// The workspace, opened through its confined plan at load.
+    pub workspace: &'a OpenedObject,
     pub init_binary: &'a [u8],
     pub paths: &'a DomainPaths,
     pub program: &'a Path,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lazaret_generated::lazaret::{Action, ProcSlots, Roles};
 use lazaret_runtime::coordinator::messages::{
-    CoordinatorCommand, SupervisorMessage, SupervisorPlan,
+    CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan,
 };
 use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::records::domain::{Domain, Generation};
@@ -37,6 +37,7 @@ use super::supervisor::INIT_NAME;
 use super::SUPERVISOR_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
 use crate::broker::CommittedChild;
+use crate::confined::RealSys;
 use crate::domain_store::{accept_staged_ownership, SlotTarget, StoreLedger, StoreOp};
 use crate::image::reference::ImageRef;
 use crate::image::resolve;
@@ -121,6 +122,21 @@ pub(super) fn launch_generation(
         detail: e.to_string(),
     })?;
     mark("prepare_lower", timings);
+    // Spec 3.2: the workspace path goes to runsc (through RS) only after it
+    // was reopened through its plan and still names the loaded object; RS
+    // checks the identity again at the handoff itself.
+    launch
+        .workspace
+        .revalidate(&RealSys)
+        .map_err(|e| CoordinatorError::Workspace(e.to_string()))?;
+    let workspace_object = {
+        let id = launch.workspace.stat().identity;
+        ObjectId {
+            dev_major: id.dev_major,
+            dev_minor: id.dev_minor,
+            ino: id.ino,
+        }
+    };
 
     let id = hc.id;
     let running = launch.running;
@@ -201,6 +217,7 @@ pub(super) fn launch_generation(
         generation_dir: dir.display().to_string(),
         rootfs: lower.rootfs.display().to_string(),
         workspace: running.workspace.clone(),
+        workspace_object,
         init: init_dir.display().to_string(),
         hostname: "lazaret".to_owned(),
         env: vec![
@@ -215,7 +232,7 @@ pub(super) fn launch_generation(
     let result = (|| {
         rs.set_read_timeout(Some(SUPERVISOR_TIMEOUT))
             .map_err(io_err(&dir))?;
-        channel::send(&mut rs, "supervisor", &CoordinatorCommand::Plan(plan))?;
+        channel::send(&mut rs, "supervisor", &CoordinatorCommand::Plan(Box::new(plan)))?;
         let verified = match channel::receive::<SupervisorMessage>(&mut rs, "supervisor")? {
             SupervisorMessage::UserNamespace { pid } => i32::try_from(pid)
                 .map_err(|_| format!("PID {pid} out of range"))

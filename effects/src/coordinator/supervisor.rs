@@ -16,13 +16,14 @@ use crate::broker::ledger::StagingContext;
 use crate::broker::remote::{CoordinatorLink, RemoteLedger};
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError};
+use crate::confined::{ConfinedSys, FileKind, RealSys};
 use crate::crash_point::crash_point;
 use crate::git_sentry;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use lazaret_runtime::bundle::{build_spec, worktree_git_file, BundlePlan, GitSentry, INIT_DIR};
 use lazaret_runtime::coordinator::messages::{
-    CoordinatorCommand, SupervisorMessage, SupervisorPlan,
+    CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan,
 };
 use lazaret_runtime::records::ids::{CoordinatorId, DomainId, GenerationId};
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessOwnership};
@@ -55,6 +56,8 @@ pub enum SupervisorError {
     },
     #[error("Git Sentry: {0}")]
     GitSentry(String),
+    #[error("{path}: the workspace is no longer the directory the configuration loaded (now {found}); expected the same directory at the handoff to runsc")]
+    WorkspaceChanged { path: PathBuf, found: String },
     #[error("bundle: {0}")]
     Bundle(String),
     #[error("writing {path}: {source}")]
@@ -292,7 +295,7 @@ pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(),
     let hc_gone = arm_parent_death(ns)?;
     let mut rx = &stream;
     let plan = match channel::receive::<CoordinatorCommand>(&mut rx, "supervisor")? {
-        CoordinatorCommand::Plan(plan) => plan,
+        CoordinatorCommand::Plan(plan) => *plan,
         other => {
             return Err(SupervisorError::Protocol {
                 expected: "Plan",
@@ -331,6 +334,45 @@ pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(),
     }
 }
 
+/// The handoff check of spec 3.2: the workspace path given to runsc must
+/// still name the directory the Host Coordinator revalidated through its
+/// confined plan (no symlink followed at the last component). Replacement
+/// after this point is ordinary host concurrency.
+fn check_workspace(
+    sys: &dyn ConfinedSys,
+    workspace: &Path,
+    expected: ObjectId,
+) -> Result<(), SupervisorError> {
+    let changed = |found: String| SupervisorError::WorkspaceChanged {
+        path: workspace.to_owned(),
+        found,
+    };
+    let fd = sys
+        .open_ambient(workspace, false)
+        .map_err(|e| changed(e.to_string()))?;
+    let st = sys.stat(fd.as_fd()).map_err(|e| changed(e.to_string()))?;
+    let found = ObjectId {
+        dev_major: st.identity.dev_major,
+        dev_minor: st.identity.dev_minor,
+        ino: st.identity.ino,
+    };
+    if st.kind() != FileKind::Directory {
+        return Err(changed(st.kind().describe().to_owned()));
+    }
+    if found != expected {
+        return Err(changed(format!(
+            "device {}:{} inode {} instead of {}:{} inode {}",
+            found.dev_major,
+            found.dev_minor,
+            found.ino,
+            expected.dev_major,
+            expected.dev_minor,
+            expected.ino
+        )));
+    }
+    Ok(())
+}
+
 fn launch_and_serve<N: NamespaceSys>(
     ns: &N,
     plan: &SupervisorPlan,
@@ -348,6 +390,7 @@ fn launch_and_serve<N: NamespaceSys>(
     })?;
     let netns = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
     let workspace = PathBuf::from(&plan.workspace);
+    check_workspace(&RealSys, &workspace, plan.workspace_object)?;
     let git =
         git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
     // SR-4: the common git directory is served through the Git Sentry
@@ -542,6 +585,52 @@ fn launch_and_serve<N: NamespaceSys>(
 mod tests {
     use super::*;
     use crate::coordinator::nsys::RecordingNs;
+
+    fn object_id(path: &Path) -> ObjectId {
+        let st = RealSys
+            .open_ambient(path, false)
+            .and_then(|fd| RealSys.stat(fd.as_fd()))
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        ObjectId {
+            dev_major: st.identity.dev_major,
+            dev_minor: st.identity.dev_minor,
+            ino: st.identity.ino,
+        }
+    }
+
+    /// Spec 3.2 handoff: runsc gets the workspace path only while it names
+    /// the directory the Host Coordinator revalidated.
+    #[test]
+    fn the_workspace_handed_to_runsc_must_be_the_loaded_directory() -> Result<(), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).map_err(|e| e.to_string())?;
+        let loaded = object_id(&ws);
+        check_workspace(&RealSys, &ws, loaded).map_err(|e| e.to_string())?;
+        // Replaced by another directory of the same name.
+        std::fs::rename(&ws, dir.path().join("old")).map_err(|e| e.to_string())?;
+        std::fs::create_dir(&ws).map_err(|e| e.to_string())?;
+        let m = check_workspace(&RealSys, &ws, loaded)
+            .err()
+            .ok_or("a replaced workspace was accepted")?
+            .to_string();
+        assert!(
+            m.contains("no longer the directory") && m.contains("inode"),
+            "{m}"
+        );
+        // A symlink to the loaded directory is not followed.
+        std::fs::remove_dir(&ws).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(dir.path().join("old"), &ws).map_err(|e| e.to_string())?;
+        let m = check_workspace(&RealSys, &ws, loaded)
+            .err()
+            .ok_or("a symlink was followed")?
+            .to_string();
+        assert!(m.contains("symbolic link"), "{m}");
+        // Gone.
+        std::fs::remove_file(&ws).map_err(|e| e.to_string())?;
+        assert!(check_workspace(&RealSys, &ws, loaded).is_err());
+        Ok(())
+    }
 
     /// The generation's namespaces: mount and network together, mounts made
     /// private, IPv6 off in the new network namespace — in that order.

@@ -164,6 +164,15 @@ pub enum SupervisorMessage {
     Failed(String),
 }
 
+/// A filesystem object's device and inode (mount identity is not comparable
+/// across mount namespaces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectId {
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub ino: u64,
+}
+
 /// Everything the Runtime Supervisor needs for one generation; HC sends it
 /// as the first message of the lifetime channel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,6 +187,10 @@ pub struct SupervisorPlan {
     pub rootfs: String,
     /// The canonical workspace.
     pub workspace: String,
+    /// The workspace directory's identity as the Host Coordinator
+    /// revalidated it through its confined plan just before this handoff
+    /// (spec 3.2): RS hands runsc the path only while it names this object.
+    pub workspace_object: ObjectId,
     /// The directory holding the static init binary, bind-mounted
     /// read-only at the bundle's init directory; PID 1 is the init in it.
     pub init: String,
@@ -189,7 +202,7 @@ pub struct SupervisorPlan {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CoordinatorCommand {
     /// The generation's plan (first message).
-    Plan(SupervisorPlan),
+    Plan(Box<SupervisorPlan>),
     /// The live maps were verified; RS may continue.
     MapsVerified,
     IntentConfirmed,
