@@ -171,19 +171,26 @@ impl Env {
     }
 
     /// Within [`QUIET_LIMIT`] no process, mount or runtime file (socket,
-    /// log, trace, bundle, runsc state) of this Domain remains.
+    /// log, trace, bundle, runsc state) of this Domain remains, and no
+    /// editor directory made for the sandbox is left in the workspace
+    /// (which has none of its own).
     fn nothing_left(&self) -> Result<(), String> {
         let deadline = Instant::now() + QUIET_LIMIT;
         loop {
             let procs = self.processes();
             let mounts = self.mounts();
             let files = runtime_files(&self.home.join("run"));
-            if procs.is_empty() && mounts.is_empty() && files.is_empty() {
+            let editor: Vec<PathBuf> = [".vscode", ".idea"]
+                .iter()
+                .map(|d| self.workspace.join(d))
+                .filter(|p| p.symlink_metadata().is_ok())
+                .collect();
+            if procs.is_empty() && mounts.is_empty() && files.is_empty() && editor.is_empty() {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}"
+                    "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}, editor directories {editor:?}"
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));

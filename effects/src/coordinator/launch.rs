@@ -32,6 +32,7 @@ use lazaret_runtime::records::process::{
 use super::channel;
 use super::host::{micros, CoordinatorError, Hc, HcEvent, LaunchInputs};
 use super::model_ledger::ModelLedger;
+use super::paths::remove_generation_dir;
 use super::session::random_bytes;
 use super::supervisor::INIT_NAME;
 use super::SUPERVISOR_SUBCOMMAND;
@@ -232,7 +233,11 @@ pub(super) fn launch_generation(
     let result = (|| {
         rs.set_read_timeout(Some(SUPERVISOR_TIMEOUT))
             .map_err(io_err(&dir))?;
-        channel::send(&mut rs, "supervisor", &CoordinatorCommand::Plan(Box::new(plan)))?;
+        channel::send(
+            &mut rs,
+            "supervisor",
+            &CoordinatorCommand::Plan(Box::new(plan)),
+        )?;
         let verified = match channel::receive::<SupervisorMessage>(&mut rs, "supervisor")? {
             SupervisorMessage::UserNamespace { pid } => i32::try_from(pid)
                 .map_err(|_| format!("PID {pid} out of range"))
@@ -255,7 +260,7 @@ pub(super) fn launch_generation(
     if let Err(e) = result {
         drop(rs);
         reap_supervisor(hc, child.handle());
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = remove_generation_dir(&dir);
         return Err(e);
     }
     mark("verify_userns", timings);
@@ -284,7 +289,7 @@ pub(super) fn launch_generation(
         Err(f) => {
             drop(rs);
             reap_supervisor(hc, f.child.handle());
-            let _ = std::fs::remove_dir_all(&dir);
+            let _ = remove_generation_dir(&dir);
             return Err(CoordinatorError::Supervisor(f.error.to_string()));
         }
     };
@@ -293,7 +298,7 @@ pub(super) fn launch_generation(
         Err(e) => {
             drop(rs);
             reap_supervisor(hc, supervisor.handle());
-            let _ = std::fs::remove_dir_all(&dir);
+            let _ = remove_generation_dir(&dir);
             return Err(e);
         }
     };
@@ -306,7 +311,7 @@ pub(super) fn launch_generation(
         Err(e) => {
             drop(rs);
             reap_supervisor(hc, supervisor.handle());
-            let _ = std::fs::remove_dir_all(&dir);
+            let _ = remove_generation_dir(&dir);
             return Err(e);
         }
     };

@@ -75,3 +75,15 @@ impl ShortSocketPath {
         &self.path
     }
 }
+
+/// Removes a generation directory once the generation's processes are gone:
+/// first the editor directories a Runtime Supervisor made in the workspace
+/// and could not take away itself (killed), from the record it keeps there,
+/// then the directory (bundle, runsc state, record).
+pub(super) fn remove_generation_dir(dir: &Path) -> std::io::Result<()> {
+    crate::git_sentry::remove_recorded_editor_dirs(&dir.join(crate::git_sentry::EDITOR_RECORD));
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}

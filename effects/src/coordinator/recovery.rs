@@ -239,12 +239,10 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
     // The generation's runtime files (bundle, runsc state of a runsc that
     // was killed) go once its processes are proved absent.
     let dir = paths.generation(hc.id.0);
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|source| CoordinatorError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-    }
+    super::paths::remove_generation_dir(&dir).map_err(|source| CoordinatorError::Io {
+        path: dir.clone(),
+        source,
+    })?;
     clean_terminals(hc)?;
     let me = hc.model.me();
     let generation = hc.id;

@@ -126,5 +126,5 @@ fn stop_generation(hc: &Hc<'_, '_>, g: &LaunchedGeneration) {
     let mut to = &g.to_supervisor;
     let _ = channel::send(&mut to, "supervisor", &CoordinatorCommand::Stop);
     reap_supervisor(hc, g.supervisor.handle());
-    let _ = std::fs::remove_dir_all(&g.dir);
+    let _ = super::paths::remove_generation_dir(&g.dir);
 }

@@ -419,8 +419,9 @@ fn launch_and_serve<N: NamespaceSys>(
     let git_filter = filter.as_ref().map(|f| f.mountpoint().to_owned());
     // Held until RS exits: editor directories made for this sandbox are
     // removed again (when still empty) once it has stopped.
-    let editor_dirs = git_sentry::editor_dirs(&workspace)
-        .map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+    let editor_dirs =
+        git_sentry::editor_dirs(&workspace, &generation.join(git_sentry::EDITOR_RECORD))
+            .map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
     let bundle_digest = write_bundle(
         plan,
         git,
@@ -517,6 +518,7 @@ fn launch_and_serve<N: NamespaceSys>(
             }
             let tail = stderr_tail.join().unwrap_or_default();
             unmount_filter(filter);
+            drop(editor_dirs);
             let _ = std::fs::remove_dir_all(&generation);
             return Err(SupervisorError::NotReady(format!(
                 "{}: {}",
@@ -574,6 +576,9 @@ fn launch_and_serve<N: NamespaceSys>(
     }
     let _ = stderr_tail.join();
     unmount_filter(filter);
+    // The editor directories go before their record (in the generation
+    // directory): a crash in between leaves the record to the successor.
+    drop(editor_dirs);
     std::fs::remove_dir_all(&generation).map_err(|source| SupervisorError::Write {
         path: generation.clone(),
         source,

@@ -3,8 +3,11 @@
 //! file followed to its git directory and common directory. The mounts
 //! themselves are built purely in `lazaret_runtime::bundle`.
 
+mod editor_dirs;
 pub mod filesystem;
 pub mod filter;
+
+pub use editor_dirs::{editor_dirs, remove_recorded_editor_dirs, EditorDirs, EDITOR_RECORD};
 
 use lazaret_runtime::bundle::GitSentry;
 use std::fs;
@@ -33,6 +36,10 @@ pub enum GitSentryError {
     /// cannot be hidden.
     #[error("{path} is a {kind}; Lazaret hides editor configuration directories behind transient storage (spec 3.5) and cannot hide this one. Replace it with a directory")]
     EditorDir { path: PathBuf, kind: &'static str },
+    /// The record of the editor directories made for the session could not
+    /// be written (what was made is removed again).
+    #[error("cannot record the editor directories made for the sandbox in {path}: {source}")]
+    EditorRecord { path: PathBuf, source: io::Error },
     /// The worktree's git directory is not inside its common directory.
     #[error("worktree git directory {gitdir} is not inside its common directory {common}; this layout is not supported")]
     Layout { gitdir: PathBuf, common: PathBuf },
@@ -141,78 +148,6 @@ pub fn resolve(workspace: &Path) -> Result<GitSentry, GitSentryError> {
     })
 }
 
-/// The workspace's editor configuration directories, ready to be hidden
-/// behind transient storage (spec 3.5): every name of [`EDITOR_DIRS`] is a
-/// real directory, so the sandbox can neither read the host's nor plant one
-/// that host editors would run. A missing one is created empty (runsc would
-/// otherwise create it 0777 itself, or — unmounted — let the sandbox write
-/// one onto the host) and taken away again, when still empty, as the value
-/// is dropped (after the sandbox has stopped: the Runtime Supervisor holds
-/// it until it exits).
-#[derive(Debug)]
-pub struct EditorDirs {
-    /// Relative to the workspace, every one a directory.
-    pub names: Vec<PathBuf>,
-    created: Vec<PathBuf>,
-}
-
-impl Drop for EditorDirs {
-    /// Removes the directories this launch created, when still empty (a
-    /// host user who put something there keeps it).
-    fn drop(&mut self) {
-        for dir in &self.created {
-            if let Err(e) = fs::remove_dir(dir) {
-                tracing::info!(path = %dir.display(), error = %e, "kept an editor directory");
-            }
-        }
-    }
-}
-
-/// Prepares the editor directories of the canonical `workspace`; a symbolic
-/// link or a non-directory at one of the names is refused (it could not be
-/// hidden).
-pub fn editor_dirs(workspace: &Path) -> Result<EditorDirs, GitSentryError> {
-    let mut out = EditorDirs {
-        names: Vec::new(),
-        created: Vec::new(),
-    };
-    for d in EDITOR_DIRS {
-        let path = workspace.join(d);
-        match inspect(&path)? {
-            Some(m) if m.is_dir() => {}
-            Some(m) => {
-                return Err(GitSentryError::EditorDir {
-                    path,
-                    kind: if m.file_type().is_symlink() {
-                        "symbolic link"
-                    } else {
-                        "file that is not a directory"
-                    },
-                })
-            }
-            None => match fs::create_dir(&path) {
-                Ok(()) => out.created.push(path),
-                // Made by the host in the meantime: the host's.
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                // The user cannot write the workspace root, and the sandbox
-                // (which writes with the user's rights) cannot either:
-                // nothing to hide.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
-                    ) =>
-                {
-                    continue
-                }
-                Err(source) => return Err(GitSentryError::Inspect { path, source }),
-            },
-        }
-        out.names.push(PathBuf::from(d));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,23 +193,6 @@ mod tests {
                 read_only: vec![main.join(".git/config")]
             }
         );
-        let dirs = editor_dirs(&main).map_err(|e| e.to_string())?;
-        assert_eq!(
-            dirs.names,
-            vec![PathBuf::from(".vscode"), PathBuf::from(".idea")]
-        );
-        // The missing one was made for the session and goes away with it;
-        // the host's stays.
-        assert!(main.join(".idea").is_dir());
-        drop(dirs);
-        assert!(!main.join(".idea").exists());
-        assert!(main.join(".vscode").is_dir());
-        std::os::unix::fs::symlink("/tmp", main.join(".idea")).map_err(|e| e.to_string())?;
-        assert!(matches!(
-            editor_dirs(&main),
-            Err(GitSentryError::EditorDir { .. })
-        ));
-        fs::remove_file(main.join(".idea")).map_err(|e| e.to_string())?;
         git(&main, &["worktree", "add", "-q", "../wt"])?;
         let wt = root.join("wt");
         assert_eq!(
