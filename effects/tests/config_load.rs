@@ -10,6 +10,8 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+mod support;
+
 use lazaret_effects::config_resolve::{
     load_configuration, LoadRequest, ResolvedDomainConfiguration,
 };
@@ -790,36 +792,32 @@ fn a_config_or_workspace_overlapping_a_lazaret_root_is_refused_before_creation()
     };
     let config = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n";
 
-    // The configuration file inside the Storage Root ($XDG_CONFIG_HOME is
-    // the data directory, so the file is <storage root>/config.toml).
-    let f = Fixture::new();
-    make_owned(&f, "home/.local/share/lazaret");
-    let source = f.path("home/.local/share/lazaret/config.toml");
-    std::fs::write(&source, config).expect("write");
-    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let data = f.path("home/.local/share").display().to_string();
-    refused(
-        &f,
-        "ws",
-        &[("XDG_CONFIG_HOME", &data)],
-        ["(configuration source)", STORAGE],
-    );
-    assert!(!f.path("run/lazaret").exists());
-
-    // The configuration file inside the Runtime Root.
-    let f = Fixture::new();
-    make_owned(&f, "run/lazaret");
-    let source = f.path("run/lazaret/config.toml");
-    std::fs::write(&source, config).expect("write");
-    std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let run = f.path("run").display().to_string();
-    refused(
-        &f,
-        "ws",
-        &[("XDG_CONFIG_HOME", &run)],
-        ["(configuration source)", RUNTIME],
-    );
-    assert!(!f.path("home/.local").exists());
+    // The configuration file inside the Storage Root, then inside the
+    // Runtime Root: $XDG_CONFIG_HOME is the root's parent, so the file is
+    // <root>/config.toml. The other root is never created.
+    for (config_home, root, key, other) in [
+        (
+            "home/.local/share",
+            "home/.local/share/lazaret",
+            STORAGE,
+            "run/lazaret",
+        ),
+        ("run", "run/lazaret", RUNTIME, "home/.local"),
+    ] {
+        let f = Fixture::new();
+        make_owned(&f, root);
+        let source = f.path(root).join("config.toml");
+        std::fs::write(&source, config).expect("write");
+        std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let home = f.path(config_home).display().to_string();
+        refused(
+            &f,
+            "ws",
+            &[("XDG_CONFIG_HOME", &home)],
+            ["(configuration source)", key],
+        );
+        assert!(!f.path(other).exists(), "{other}");
+    }
 
     // The workspace is the Runtime Root, contains it, or lies inside a
     // runtime Domain tree; the same for the Storage Root.
@@ -843,29 +841,6 @@ fn a_config_or_workspace_overlapping_a_lazaret_root_is_refused_before_creation()
     assert!(!f.path("run/lazaret").exists());
 }
 
-const MOUNT_INNER: &str = "LAZARET_CONFIG_LOAD_MOUNT_INNER";
-
-/// Runs the test `name` of this binary again in a new user and mount
-/// namespace (so it may mount, as root or not) and requires it to pass.
-fn in_mount_namespace(name: &str) {
-    let exe = std::env::current_exe().expect("exe");
-    let status = std::process::Command::new("unshare")
-        .args([
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--propagation",
-            "private",
-        ])
-        .arg(exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(MOUNT_INNER, "1")
-        .stdin(std::process::Stdio::null())
-        .status()
-        .expect("unshare");
-    assert!(status.success(), "inner test {name}: {status}");
-}
-
 fn mount_tmpfs(at: &Path) {
     let status = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "mode=0755", "lazaret-test"])
@@ -881,9 +856,11 @@ fn mount_tmpfs(at: &Path) {
 /// requires, refuses it (spec 3.2).
 #[test]
 fn a_mount_root_workspace_loads_and_a_mount_over_it_fails_revalidation() {
-    if std::env::var_os(MOUNT_INNER).is_none() {
-        in_mount_namespace("a_mount_root_workspace_loads_and_a_mount_over_it_fails_revalidation");
-        return;
+    if std::env::var_os(support::INNER).is_none() {
+        return support::outer(
+            "a_mount_root_workspace_loads_and_a_mount_over_it_fails_revalidation",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
     let f = Fixture::new();
     f.write_config("[profiles.dev]\nimage = \"a\"\n");

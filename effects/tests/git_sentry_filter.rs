@@ -17,49 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const INNER: &str = "LAZARET_GIT_SENTRY_INNER";
-
-/// Runs `name` again inside a new user and mount namespace.
-fn outer(name: &str) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new("unshare")
-        .args([
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "--propagation",
-            "private",
-        ])
-        .arg(exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(INNER, "1")
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("unshare: {e}"))?;
-    // Signals go through a pidfd, never a numeric PID (spec 3.3, FR-7);
-    // opened while the child cannot have been reaped.
-    let pidfd = rustix::process::pidfd_open(
-        rustix::process::Pid::from_child(&child),
-        rustix::process::PidfdFlags::empty(),
-    )
-    .map_err(|e| format!("pidfd_open: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            return if status.success() {
-                Ok(())
-            } else {
-                Err(format!("inner test {name} failed: {status}"))
-            };
-        }
-        if Instant::now() > deadline {
-            let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
-            let _ = child.wait();
-            return Err(format!("inner test {name} did not finish in 180 s"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+mod support;
+use support::{outer, INNER};
 
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     let out = Command::new("git")

@@ -46,8 +46,11 @@ impl Created {
     /// Removes the directory if it is still the one made and still empty (a
     /// host user who put something there keeps it).
     fn remove(&self) {
-        let same = fs::symlink_metadata(&self.path)
-            .is_ok_and(|m| m.is_dir() && m.dev() == self.dev && m.ino() == self.ino);
+        let same = match fs::symlink_metadata(&self.path) {
+            Ok(m) => m.is_dir() && m.dev() == self.dev && m.ino() == self.ino,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(_) => false,
+        };
         if !same {
             tracing::info!(path = %self.path.display(), "an editor directory made for the sandbox was replaced; kept");
             return;
