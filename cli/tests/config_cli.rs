@@ -325,6 +325,27 @@ fn a_workspace_and_a_volume_on_their_own_mounts_load() {
     assert!(plain.status.success(), "{}", stderr(&plain));
     let p: serde_json::Value = serde_json::from_slice(&plain.stdout).expect("json");
     assert_eq!(p["domain_id"], v["domain_id"]);
+    // A mount root the user does not own (like /proc, /sys or a shared
+    // /tmp) stays refused as a mount crossing.
+    let script = format!(
+        "set -e; mount -t tmpfs -o mode=0777 lazaret-ws \"$1\"; \
+         cd \"$1\"; exec runuser -u {TEST_USER} -- env -i HOME=\"$2\" XDG_RUNTIME_DIR=\"$3\" \
+         PATH=/usr/bin:/bin \"$4\" config check dev"
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .arg(h.path("ws"))
+        .arg(h.path("home"))
+        .arg(h.path("run"))
+        .arg(env!("CARGO_BIN_EXE_lazaret"))
+        .output()
+        .expect("unshare");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("crosses a mount point"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -104,6 +104,7 @@ const ROWS: &[Row] = &[
     row("persistent product dir", "", "persistent_dirs = [\"/.lazaret\"]", Refused(&["profiles.dev.persistent_dirs[0]", "protected destination /.lazaret"])),
     row("persistent inside product dir", "", "persistent_dirs = [\"/.lazaret/sbin\"]", Refused(&["profiles.dev.persistent_dirs[0]", "/.lazaret"])),
     row("persistent beside product dir", "", "persistent_dirs = [\"/.lazarets\"]", Accepted),
+    row("persistent tmp", "", "persistent_dirs = [\"/tmp\"]", Refused(&["profiles.dev.persistent_dirs[0]", "protected destination /tmp"])),
     row("persistent parent of transient child", "", "persistent_dirs = [\"/etc\"]", Accepted),
     row("persistent equal to transient child", "", "persistent_dirs = [\"/etc/resolv.conf\"]", Refused(&["profiles.dev.persistent_dirs[0]", "/etc/resolv.conf"])),
     row("persistent root", "", "persistent_dirs = [\"/\"]", Refused(&["profiles.dev.persistent_dirs[0]", "other than /"])),

@@ -204,9 +204,9 @@ impl ConfinedPathPlan {
 }
 
 /// The label of `plan`'s object when its suffix is one component naming an
-/// existing directory with a filesystem mounted on it (its mount differs from
-/// the retained ancestor's); `None` for anything else, which the plan then
-/// opens (or refuses) as usual.
+/// existing directory of the invoking user with a filesystem mounted on it
+/// (its mount differs from the retained ancestor's); `None` for anything
+/// else, which the plan then opens (or refuses) as usual.
 fn mount_root(
     sys: &dyn ConfinedSys,
     plan: &ConfinedPathPlan,
@@ -227,7 +227,15 @@ fn mount_root(
     let st = stat(sys, fd.as_fd(), &plan.label())?;
     let crossed =
         st.kind() == FileKind::Directory && st.identity.mnt_id != plan.ancestor_identity.mnt_id;
-    Ok(crossed.then(|| plan.label()))
+    if !crossed {
+        return Ok(None);
+    }
+    // Only the invoking user's own directory: the root of /proc, /sys,
+    // /dev/shm or a shared /tmp stays refused as a mount crossing.
+    let user = sys
+        .user_ids()
+        .map_err(|source| ConfinedError::UserIds { source })?;
+    Ok((st.uid == user.uid).then(|| plan.label()))
 }
 
 pub(crate) fn stat(

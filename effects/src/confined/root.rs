@@ -83,9 +83,18 @@ fn create_components(
                         path: label.clone(),
                         problem: open_problem(&e),
                     })?;
-                if created {
-                    // mkdir's mode is masked by the umask: set it exactly.
-                    // The owner and mode are checked below either way.
+                // mkdir's mode is masked by the umask, which can only take
+                // bits away: set it exactly, but only on what still looks
+                // like the directory just made (a directory of ours with no
+                // bit beyond 0700; a link count would not tell emptiness on
+                // every filesystem). Anything else keeps its mode and is
+                // judged below.
+                let st = stat(sys, fd.as_fd(), &label)?;
+                if created
+                    && st.kind() == FileKind::Directory
+                    && st.uid == uid
+                    && st.permissions() & !LAZARET_DIR_MODE == 0
+                {
                     sys.chmod(fd.as_fd(), mode)
                         .map_err(|source| ConfinedError::Chmod {
                             path: label.clone(),

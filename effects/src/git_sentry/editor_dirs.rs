@@ -32,14 +32,23 @@ pub struct EditorDirs {
     /// Relative to the workspace, every one a directory.
     pub names: Vec<PathBuf>,
     created: Vec<Created>,
+    /// Where `created` is recorded.
+    record: PathBuf,
 }
 
-/// A directory this launch made, with the identity it had then.
+/// A directory this launch made, with the identity it had then. The change
+/// time is part of it: a directory made later in the same place can reuse
+/// the inode number, but not (beyond the clock's tick) the change time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Created {
     dev: u64,
     ino: u64,
+    ctime: (i64, i64),
     path: PathBuf,
+}
+
+fn identity(m: &fs::Metadata) -> (u64, u64, (i64, i64)) {
+    (m.dev(), m.ino(), (m.ctime(), m.ctime_nsec()))
 }
 
 impl Created {
@@ -47,7 +56,7 @@ impl Created {
     /// host user who put something there keeps it).
     fn remove(&self) {
         let same = match fs::symlink_metadata(&self.path) {
-            Ok(m) => m.is_dir() && m.dev() == self.dev && m.ino() == self.ino,
+            Ok(m) => m.is_dir() && identity(&m) == (self.dev, self.ino, self.ctime),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return,
             Err(_) => false,
         };
@@ -66,10 +75,14 @@ impl Drop for EditorDirs {
         for c in &self.created {
             c.remove();
         }
+        // Done: a stale record could later match a reused inode number.
+        if !self.created.is_empty() {
+            let _ = fs::remove_file(&self.record);
+        }
     }
 }
 
-/// One record line: `<dev> <ino> <path as lowercase hex>`.
+/// One record line: `<dev> <ino> <ctime s> <ctime ns> <path as lowercase hex>`.
 fn record_line(c: &Created) -> String {
     let hex: String = c
         .path
@@ -78,13 +91,14 @@ fn record_line(c: &Created) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    format!("{} {} {hex}\n", c.dev, c.ino)
+    format!("{} {} {} {} {hex}\n", c.dev, c.ino, c.ctime.0, c.ctime.1)
 }
 
 fn parse_line(line: &str) -> Option<Created> {
     let mut parts = line.split(' ');
     let dev = parts.next()?.parse().ok()?;
     let ino = parts.next()?.parse().ok()?;
+    let ctime = (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?);
     let hex = parts.next()?;
     if parts.next().is_some() || hex.len() % 2 != 0 {
         return None;
@@ -94,7 +108,12 @@ fn parse_line(line: &str) -> Option<Created> {
         .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
         .collect::<Option<Vec<u8>>>()?;
     let path = PathBuf::from(std::ffi::OsString::from_vec(bytes));
-    path.is_absolute().then_some(Created { dev, ino, path })
+    path.is_absolute().then_some(Created {
+        dev,
+        ino,
+        ctime,
+        path,
+    })
 }
 
 /// Replaces `record` with the list of `created`, atomically (a reader sees
@@ -118,6 +137,7 @@ pub fn editor_dirs(workspace: &Path, record: &Path) -> Result<EditorDirs, GitSen
     let mut out = EditorDirs {
         names: Vec::new(),
         created: Vec::new(),
+        record: record.to_owned(),
     };
     for d in EDITOR_DIRS {
         let path = workspace.join(d);
@@ -141,9 +161,11 @@ pub fn editor_dirs(workspace: &Path, record: &Path) -> Result<EditorDirs, GitSen
                             path: path.clone(),
                             source: io::Error::other("replaced right after it was made"),
                         })?;
+                    let (dev, ino, ctime) = identity(&m);
                     out.created.push(Created {
-                        dev: m.dev(),
-                        ino: m.ino(),
+                        dev,
+                        ino,
+                        ctime,
                         path: path.clone(),
                     });
                     // On failure `out` is dropped: what was made goes again.
@@ -230,6 +252,7 @@ mod tests {
         assert!(ws.join(".idea").is_dir());
         drop(dirs);
         assert!(!ws.join(".idea").exists());
+        assert!(!record.exists(), "the record goes with the directories");
         assert!(ws.join(".vscode").is_dir());
         std::os::unix::fs::symlink("/tmp", ws.join(".idea")).map_err(|e| e.to_string())?;
         assert!(matches!(
@@ -251,9 +274,10 @@ mod tests {
         let dirs = editor_dirs(&ws, &record).map_err(|e| e.to_string())?;
         std::mem::forget(dirs); // as if SIGKILLed
         assert!(ws.join(".vscode").is_dir() && ws.join(".idea").is_dir());
-        // The host replaced .idea with its own directory meanwhile.
-        fs::remove_dir(ws.join(".idea")).map_err(|e| e.to_string())?;
+        // The host replaced .idea with its own directory meanwhile (made
+        // first, so it cannot reuse the inode number).
         fs::create_dir(ws.join("other")).map_err(|e| e.to_string())?;
+        fs::remove_dir(ws.join(".idea")).map_err(|e| e.to_string())?;
         fs::rename(ws.join("other"), ws.join(".idea")).map_err(|e| e.to_string())?;
         remove_recorded_editor_dirs(&record);
         assert!(!ws.join(".vscode").exists(), "made and empty: removed");
@@ -274,17 +298,19 @@ mod tests {
         let c = Created {
             dev: 64769,
             ino: 42,
+            ctime: (1_764_460_800, 123_456_789),
             path: PathBuf::from(std::ffi::OsString::from_vec(b"/w s/\n\xff/.idea".to_vec())),
         };
         assert_eq!(parse_line(record_line(&c).trim_end()), Some(c));
         for bad in [
             "",
-            "1 2",
-            "1 2 2f6",
-            "x 2 2f61",
-            "1 2 2f61 extra",
-            "1 2 6162",
-            "1 2 zz",
+            "1 2 3 4",
+            "1 2 3 4 2f6",
+            "x 2 3 4 2f61",
+            "1 2 3 4 2f61 extra",
+            "1 2 3 4 6162",
+            "1 2 3 4 zz",
+            "1 2 2f61",
         ] {
             assert_eq!(parse_line(bad), None, "{bad:?}");
         }

@@ -52,12 +52,16 @@ pub const PRODUCT_DIR: &str = "/.lazaret";
 /// Sandbox-layout construction is this module: every destination a bundle
 /// mounts lies at or beneath one of these (tested), so no persistent path or
 /// volume can shadow or be shadowed by a product mount.
-pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 6] = [
+pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 7] = [
     ("/proc", DestinationClass::Protected),
     ("/sys", DestinationClass::Protected),
     // `/dev/pts` and `/dev/shm` are beneath it.
     ("/dev", DestinationClass::Protected),
     (PRODUCT_DIR, DestinationClass::Protected),
+    // runsc mounts its own tmpfs here when the image's /tmp is empty (as in
+    // the default image) and the bundle names no /tmp: a persistent /tmp or
+    // a volume in it would be hidden behind that tmpfs.
+    ("/tmp", DestinationClass::Protected),
     // Reserved for the Escalation Mailbox (spec 3.8), not mounted yet.
     ("/run/lazaret", DestinationClass::Protected),
     // Reserved for the protected resolver configuration (spec 3.7), not
