@@ -377,8 +377,10 @@ fn kill_through_pidfd(pid: i32) {
 }
 
 /// Spec 3.4 release order on client loss: a CLI killed with SIGKILL gets its
-/// session's guest group SIGHUP, then (the guest ignores SIGTERM and traps
-/// SIGHUP) SIGTERM and SIGKILL after the graces; the exec client is reaped.
+/// session terminal's ReleaseIntent recorded (the model's CloseSession, in
+/// the live trace before any signal), then its guest group SIGHUP, then (the
+/// guest ignores SIGTERM and traps SIGHUP) SIGTERM and SIGKILL after the
+/// graces; the exec client is reaped.
 /// Another session holds the sandbox open all along, a third joins after
 /// the release, and nothing is left at the end.
 #[test]
@@ -417,6 +419,30 @@ fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
 
     let killed = Instant::now();
     kill_through_pidfd(cli[0]);
+    // The moment the guest has its SIGHUP, the live trace already holds the
+    // CloseSession step (its store transaction comes first).
+    let got_hup = domain.workspace.join("got-hup");
+    while !got_hup.exists() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the guest group got no SIGHUP within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let live: Vec<PathBuf> = runtime_files(&domain.home.join("run"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
+                && p.extension().is_some_and(|e| e == "jsonl")
+        })
+        .collect();
+    assert_eq!(live.len(), 1, "the live trace: {live:?}");
+    let trace = std::fs::read_to_string(&live[0]).unwrap_or_default();
+    assert!(
+        trace.contains("\"CloseSession\""),
+        "SIGHUP reached the guest before its ReleaseIntent was recorded:\n{trace}"
+    );
     while alive(victim_exec[0]) {
         assert!(
             killed.elapsed() < Duration::from_secs(20),

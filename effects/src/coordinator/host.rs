@@ -16,7 +16,8 @@ use super::launch::{launch_generation, publish, LaunchedGeneration};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::recover_all;
 use super::release::{abort, no_sessions_left, teardown};
-use super::session::{random_bytes, start_session, SessionContext};
+use super::release_gate::ReleaseGate;
+use super::session::{random_bytes, start_session, SessionContext, SessionLinks};
 use super::supervisor::runsc_globals;
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
@@ -43,7 +44,7 @@ use lazaret_runtime::records::terminal::SessionTerminalState;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::time::{Duration, Instant};
 
 /// How long a coordinator whose bootstrap failed keeps answering the CLIs
@@ -126,6 +127,9 @@ pub(super) enum HcEvent {
     SessionEnded(SessionsId),
     /// The session in this slot has its guest leader identity.
     SessionRunning(SessionsId, TerminalEvidence),
+    /// The session in this slot starts its release: its ReleaseIntent must
+    /// be durable (answered on the sender) before any release signal.
+    SessionReleasing(SessionsId, SyncSender<()>),
     SupervisorLost(String),
 }
 
@@ -447,6 +451,14 @@ fn serve(
                     tracing::warn!(error = %e, "the session terminal's Running record");
                 }
             }
+            HcEvent::SessionReleasing(s, recorded) => {
+                // Spec 3.4 release step 1 (the model's CloseSession), asked
+                // by the session before it signals anything.
+                if hc.model.state().sess[s.index()] == Sess::Registered {
+                    hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
+                }
+                let _ = recorded.send(());
+            }
             HcEvent::SessionEnded(s) => {
                 if hc.model.state().sess[s.index()] == Sess::Registered {
                     hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
@@ -553,8 +565,11 @@ fn admit(
         container_id: &g.container_id,
     };
     let session = SessionId(random_bytes().map_err(CoordinatorError::Boot)?);
-    let ended = forward_end(events_tx, s);
-    let running = forward_running(events_tx, s);
+    let links = SessionLinks {
+        ended: forward_end(events_tx, s),
+        running: forward_running(events_tx, s),
+        release: ReleaseGate::new(forward_release(events_tx, s)),
+    };
     let start = stream
         .try_clone()
         .map_err(|e| e.to_string())
@@ -566,8 +581,7 @@ fn admit(
                 session,
                 hello,
                 client,
-                ended,
-                running,
+                links,
             )
             .map_err(|e| e.to_string())
         });
@@ -682,6 +696,20 @@ fn record_running(
         session,
         op: TerminalOp::Run(snapshot),
     }])
+}
+
+/// A session's release requests become HC events naming its slot.
+fn forward_release(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<SyncSender<()>> {
+    let (tx, rx) = mpsc::channel::<SyncSender<()>>();
+    let events = events_tx.clone();
+    std::thread::spawn(move || {
+        while let Ok(ack) = rx.recv() {
+            if events.send(HcEvent::SessionReleasing(slot, ack)).is_err() {
+                return;
+            }
+        }
+    });
+    tx
 }
 
 /// A session's end becomes an HC event naming its slot.

@@ -18,6 +18,7 @@ pub mod nsys;
 pub mod paths;
 pub mod recovery;
 pub mod release;
+pub mod release_gate;
 pub mod session;
 pub mod supervisor;
 pub mod terminal_session;

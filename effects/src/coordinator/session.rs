@@ -8,6 +8,7 @@
 use super::channel;
 use super::enter::EnterArgs;
 use super::guest_runner::STDIO_PLACEHOLDER;
+use super::release_gate::ReleaseGate;
 use super::terminal_session::{self, GuestTarget, TerminalEvidence, TerminalParts};
 use super::ENTER_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
@@ -138,8 +139,19 @@ pub enum ExecCommand<'a> {
     },
 }
 
+/// How a session's own threads reach the coordinator's loop.
+#[derive(Debug)]
+pub struct SessionLinks {
+    /// Told once the session is over (exec client reaped, PTY closed).
+    pub ended: Sender<()>,
+    /// Told the PTY and guest leader identity (interactive sessions).
+    pub running: Sender<TerminalEvidence>,
+    /// Commits the durable ReleaseIntent before release signals.
+    pub release: ReleaseGate,
+}
+
 /// Spawns the exec client for `argv` as Domain Store session `session`
-/// and starts the forwarding threads; `ended` is told when the session is
+/// and starts the forwarding threads; `links.ended` is told when the session is
 /// over. The CLI stream is answered with `Exited` by the session itself. On
 /// an error no exec client of the session is left (the broker reaps a
 /// refused wrapper, a failed commit is waited for).
@@ -151,8 +163,7 @@ pub fn start_session(
     session: SessionId,
     hello: &Hello,
     client: UnixStream,
-    ended: Sender<()>,
-    running: Sender<TerminalEvidence>,
+    links: SessionLinks,
 ) -> Result<SessionId, SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
     store.apply(&[
@@ -199,7 +210,7 @@ pub fn start_session(
             &process,
             size,
             client,
-            (ended, running),
+            links,
         )
         .map(|()| id);
     }
@@ -216,7 +227,7 @@ pub fn start_session(
     // The child has its copies; HC keeps only its own ends.
     drop((in_r, out_w, err_w));
     let committed = commit(broker, &mut ledger, acquired?)?;
-    spawn_forwarders(committed, client, in_w, out_r, err_r, ended).map(|()| session)
+    spawn_forwarders(committed, client, in_w, out_r, err_r, links).map(|()| session)
 }
 
 fn commit(
@@ -298,7 +309,7 @@ fn start_terminal_session(
     process: &ExecProcess,
     size: WindowSize,
     client: UnixStream,
-    (ended, running): (Sender<()>, Sender<TerminalEvidence>),
+    links: SessionLinks,
 ) -> Result<(), SessionError> {
     let json = process.to_json()?;
     let memfd = rustix::fs::memfd_create("lazaret-process-json", rustix::fs::MemfdFlags::CLOEXEC)
@@ -336,8 +347,9 @@ fn start_terminal_session(
         client,
         pid_pipe: pid_r,
         guest: guest_target(ctx),
-        ended,
-        running,
+        ended: links.ended,
+        running: links.running,
+        release: links.release,
     })
     .map_err(SessionError::Pipe)
 }
@@ -348,8 +360,11 @@ fn spawn_forwarders(
     stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
-    ended: Sender<()>,
+    links: SessionLinks,
 ) -> Result<(), SessionError> {
+    let SessionLinks {
+        ended, mut release, ..
+    } = links;
     let writer = Arc::new(Mutex::new(client.try_clone().map_err(SessionError::Pipe)?));
     let gone = Arc::new(AtomicBool::new(false));
     let (drained_tx, drained_rx) = mpsc::channel::<()>();
@@ -409,7 +424,7 @@ fn spawn_forwarders(
         });
     }
     std::thread::spawn(move || {
-        let status = wait_session(&committed, &gone);
+        let status = wait_session(&committed, &gone, &mut release);
         for _ in 0..2 {
             if drained_rx.recv_timeout(DRAIN).is_err() {
                 break;
@@ -424,7 +439,11 @@ fn spawn_forwarders(
     Ok(())
 }
 
-fn wait_session(committed: &CommittedChild, gone: &AtomicBool) -> Option<CommandStatus> {
+fn wait_session(
+    committed: &CommittedChild,
+    gone: &AtomicBool,
+    release: &mut ReleaseGate,
+) -> Option<CommandStatus> {
     let handle = committed.handle();
     let mut term_sent: Option<Instant> = None;
     let mut killed = false;
@@ -442,6 +461,8 @@ fn wait_session(committed: &CommittedChild, gone: &AtomicBool) -> Option<Command
         if gone.load(Ordering::SeqCst) {
             match term_sent {
                 None => {
+                    // Spec 3.4: the durable ReleaseIntent comes first.
+                    release.record();
                     let _ = handle.signal(&RealProcessSys, Signal::Term);
                     term_sent = Some(Instant::now());
                 }

@@ -25,6 +25,7 @@
 //! and the PTY closed. There is no reattachment.
 use super::channel;
 use super::guest_runner::EnteredRunner;
+use super::release_gate::ReleaseGate;
 use crate::broker::CommittedChild;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, Signal};
@@ -107,6 +108,8 @@ pub struct TerminalParts {
     /// Told the PTY and the guest leader identity once the leader is known
     /// (spec 3.4 step 3), for the terminal's durable Running record.
     pub running: Sender<TerminalEvidence>,
+    /// Commits the durable ReleaseIntent before the release signals.
+    pub release: ReleaseGate,
 }
 
 /// What a session terminal's Running record holds beyond the process slots.
@@ -189,6 +192,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         control: parts.guest.control(),
         wake: wake_r,
         release_started: None,
+        release: parts.release,
     };
     let ended = parts.ended;
     std::thread::spawn(move || {
@@ -307,6 +311,7 @@ struct Driver {
     control: GuestControl<'static, EnteredRunner>,
     wake: OwnedFd,
     release_started: Option<Instant>,
+    release: ReleaseGate,
 }
 
 fn process_signal(signal: GuestSignal) -> Signal {
@@ -531,6 +536,9 @@ impl Driver {
             Command::RecordReleaseIntent => {
                 self.release_started = Some(Instant::now());
                 tracing::info!(reason = ?self.machine.release_reason(), "RecordReleaseIntent");
+                // Spec 3.4 step 1: durable before any release signal (the
+                // machine emits those after this command).
+                self.release.record();
             }
             Command::TerminateExecClient => {
                 if let Err(e) = self

@@ -1,0 +1,77 @@
+//! Spec 3.4 session release, step 1 before step 2: the session terminal's
+//! durable ReleaseIntent (the model's `CloseSession`) is committed before any
+//! release signal reaches the session's guest or exec client. The session's
+//! own thread decides that the release starts; the coordinator's loop owns
+//! the Domain Store and the model. The gate asks the loop and waits.
+use std::sync::mpsc::{sync_channel, Sender, SyncSender};
+use std::time::Duration;
+
+/// How long a release waits for the coordinator's record. The loop answers
+/// at once unless the coordinator is stuck or gone; the release then goes
+/// on, and the record is made when the session's end is reported.
+const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One session's gate: the first [`ReleaseGate::record`] asks, later ones
+/// return at once.
+#[derive(Debug)]
+pub struct ReleaseGate {
+    ask: Option<Sender<SyncSender<()>>>,
+}
+
+impl ReleaseGate {
+    /// A gate that asks through `ask`; the coordinator answers each request
+    /// on the sender it carries once ReleaseIntent is durable.
+    pub fn new(ask: Sender<SyncSender<()>>) -> Self {
+        Self { ask: Some(ask) }
+    }
+
+    /// Asks for the durable ReleaseIntent and waits for it (bounded).
+    /// Whether it was confirmed.
+    pub fn record(&mut self) -> bool {
+        let Some(ask) = self.ask.take() else {
+            return true;
+        };
+        let (tx, rx) = sync_channel(1);
+        let confirmed = ask.send(tx).is_ok() && rx.recv_timeout(RECORD_TIMEOUT).is_ok();
+        if !confirmed {
+            tracing::warn!("the session's ReleaseIntent was not confirmed; releasing anyway");
+        }
+        confirmed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::channel;
+
+    #[test]
+    fn the_first_record_waits_for_the_answer_and_later_ones_do_not_ask() {
+        let (ask, requests) = channel::<SyncSender<()>>();
+        let answered = std::thread::spawn(move || {
+            let mut n = 0;
+            while let Ok(ack) = requests.recv() {
+                n += 1;
+                ack.send(()).ok();
+            }
+            n
+        });
+        let mut gate = ReleaseGate::new(ask);
+        assert!(gate.record());
+        assert!(gate.record());
+        drop(gate);
+        assert_eq!(answered.join().ok(), Some(1));
+    }
+
+    #[test]
+    fn a_coordinator_that_is_gone_does_not_hold_the_release() {
+        let (ask, requests) = channel::<SyncSender<()>>();
+        drop(requests);
+        assert!(!ReleaseGate::new(ask).record());
+        // Asked but never answered: the request is dropped unanswered.
+        let (ask, requests) = channel::<SyncSender<()>>();
+        let dropper = std::thread::spawn(move || drop(requests.recv()));
+        assert!(!ReleaseGate::new(ask).record());
+        dropper.join().ok();
+    }
+}
