@@ -79,6 +79,34 @@ impl Home {
             .expect("runuser")
     }
 
+    /// [`Home::run`] with a tmpfs (mount options, mount point) mounted on
+    /// each path first, in a private mount namespace that dies with the
+    /// command.
+    fn run_with_tmpfs(&self, mounts: &[(&str, &Path)], args: &[&str]) -> Output {
+        let mut script = String::from("set -e; ");
+        let mut argv: Vec<PathBuf> = Vec::new();
+        for (i, (options, at)) in mounts.iter().enumerate() {
+            script += &format!("mount -t tmpfs -o {options} lazaret-test \"${}\"; ", i + 1);
+            argv.push(at.to_path_buf());
+        }
+        script += &format!(
+            "cd \"${}\"; shift {}; exec runuser -u {TEST_USER} -- env -i \"$@\"",
+            mounts.len() + 1,
+            mounts.len() + 1
+        );
+        argv.push(self.path("ws"));
+        Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+            .args(&argv)
+            .arg(format!("HOME={}", self.path("home").display()))
+            .arg(format!("XDG_RUNTIME_DIR={}", self.path("run").display()))
+            .arg("PATH=/usr/bin:/bin")
+            .arg(env!("CARGO_BIN_EXE_lazaret"))
+            .args(args)
+            .output()
+            .expect("unshare")
+    }
+
     fn config_path(&self) -> PathBuf {
         self.path("home/.config/lazaret/config.toml")
     }
@@ -299,22 +327,11 @@ fn a_workspace_and_a_volume_on_their_own_mounts_load() {
         ),
         0o600,
     );
-    let uid = test_uid();
-    let script = format!(
-        "set -e; mount -t tmpfs -o mode=0755,uid={uid} lazaret-ws \"$1\"; \
-         mount -t tmpfs -o mode=0755,uid={uid} lazaret-vol \"$2\"; \
-         cd \"$1\"; exec runuser -u {TEST_USER} -- env -i HOME=\"$3\" XDG_RUNTIME_DIR=\"$4\" \
-         PATH=/usr/bin:/bin \"$5\" config check dev --json"
+    let owned = format!("mode=0755,uid={}", test_uid());
+    let out = h.run_with_tmpfs(
+        &[(&owned, &h.path("ws")), (&owned, &h.path("vol"))],
+        &["config", "check", "dev", "--json"],
     );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
-        .arg(h.path("ws"))
-        .arg(h.path("vol"))
-        .arg(h.path("home"))
-        .arg(h.path("run"))
-        .arg(env!("CARGO_BIN_EXE_lazaret"))
-        .output()
-        .expect("unshare");
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["workspace"], h.path("ws").display().to_string());
@@ -327,19 +344,7 @@ fn a_workspace_and_a_volume_on_their_own_mounts_load() {
     assert_eq!(p["domain_id"], v["domain_id"]);
     // A mount root the user does not own (like /proc, /sys or a shared
     // /tmp) stays refused as a mount crossing.
-    let script = format!(
-        "set -e; mount -t tmpfs -o mode=0777 lazaret-ws \"$1\"; \
-         cd \"$1\"; exec runuser -u {TEST_USER} -- env -i HOME=\"$2\" XDG_RUNTIME_DIR=\"$3\" \
-         PATH=/usr/bin:/bin \"$4\" config check dev"
-    );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
-        .arg(h.path("ws"))
-        .arg(h.path("home"))
-        .arg(h.path("run"))
-        .arg(env!("CARGO_BIN_EXE_lazaret"))
-        .output()
-        .expect("unshare");
+    let out = h.run_with_tmpfs(&[("mode=0777", &h.path("ws"))], &["config", "check", "dev"]);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("crosses a mount point"),
