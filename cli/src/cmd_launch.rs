@@ -7,10 +7,11 @@
 //! FR-14, FR-15, DX-5): the local terminal goes raw (restored on every exit
 //! path), the Host Coordinator gives the command a PTY, and window changes
 //! are sent as resizes. Ctrl-C, Ctrl-\ and Ctrl-Z typed locally are plain
-//! bytes in raw mode; the guest terminal's line discipline turns them into
-//! signals for its foreground group. Otherwise the session's stdio is piped
-//! (stdout and stderr kept separate and streamed). Without a command the
-//! session runs `/bin/bash`.
+//! bytes to the CLI; the Host Coordinator turns one into a signal for the
+//! guest terminal's foreground group only when that terminal's settings
+//! (`ISIG`, `VINTR`/`VQUIT`/`VSUSP`) say so (`lazaret_runtime::terminal::keys`).
+//! Otherwise the session's stdio is piped (stdout and stderr kept separate
+//! and streamed). Without a command the session runs `/bin/bash`.
 use clap::{Args, Parser};
 use lazaret_effects::config_resolve::{load_configuration, LoadError, LoadRequest};
 use lazaret_effects::confined::ConfinedSys;
@@ -237,9 +238,6 @@ fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec
     if !profile.volumes().is_empty() {
         notes.push("volumes: configured volumes are not mounted");
     }
-    if !profile.env_references().is_empty() {
-        notes.push("env: configured environment entries are not passed into the sandbox");
-    }
     if profile.escalation().enabled {
         notes.push("escalation: host escalation is not available");
     }
@@ -377,7 +375,8 @@ mod tests {
         let full = not_yet_enforced(&selected(&format!(
             "{head}env = {{ TOKEN = \"env:TOKEN\" }}\n[profiles.dev.escalation]\nenabled = true\n"
         )));
-        assert!(full.iter().any(|n| n.starts_with("env")));
+        // `env` is applied (every session's process gets it).
+        assert!(!full.iter().any(|n| n.starts_with("env")));
         assert!(full.iter().any(|n| n.starts_with("escalation")));
     }
 

@@ -375,8 +375,9 @@ enum Ending {
     /// The CLI was the crashed process.
     Killed,
     /// The session's exec client was the crashed process: the CLI reports
-    /// the session's status as killed by SIGKILL (128 + 9).
-    SessionKilled,
+    /// Lazaret's own error (status 125, "the session ended without the
+    /// command's status"), never a made-up status such as 137.
+    SessionLost,
 }
 
 /// Which process of a CLI's own the point crashes.
@@ -404,8 +405,19 @@ fn ending(f: &Finished, expected_stdout: &str, crashes: Crashes) -> Result<Endin
     if crashes == Crashes::TheCli && killed {
         return Ok(Ending::Killed);
     }
-    if crashes == Crashes::ItsExecClient && f.status.code() == Some(128 + 9) {
-        return Ok(Ending::SessionKilled);
+    if crashes == Crashes::ItsExecClient {
+        return if f.status.code() == Some(125)
+            && f.stderr.starts_with("lazaret: error: ")
+            && f.stderr.contains("ended without the command's status")
+        {
+            Ok(Ending::SessionLost)
+        } else {
+            Err(format!(
+                "the session's exec client was killed before exec: expected status 125 and \
+                 Lazaret's error, got {:?} with stderr {:?}",
+                f.status, f.stderr
+            ))
+        };
     }
     if f.status.code() == Some(0) && f.stdout == expected_stdout {
         return Ok(Ending::Completed);

@@ -622,3 +622,67 @@ fn a_flooding_session_does_not_stall_another_sessions_echo() {
     drop((quiet, flooder));
     domain.finish();
 }
+
+/// FR-8, FR-15, DX-5: the keys are signals only when the session
+/// terminal's line discipline says so. Under `stty raw -echo` Ctrl-C,
+/// Ctrl-\ and Ctrl-Z reach the program as the bytes 0x03, 0x1c, 0x1a and it
+/// survives; after `stty intr ^X`, Ctrl-X interrupts and Ctrl-C is a plain
+/// byte; back in cooked mode Ctrl-C interrupts the foreground job again.
+#[test]
+fn raw_mode_keys_are_bytes_and_signals_follow_the_line_discipline() {
+    let domain = Domain::new("interactive-keys");
+    let tmux = domain.tmux("keys", &domain.pane("keys", "default"));
+    tmux.wait_for("the first prompt", Duration::from_secs(60), prompt);
+
+    tmux.keys(&[
+        "clear; echo raw-starts; stty raw -echo; od -An -tx1 -N3; stty sane; echo survived-raw",
+        "Enter",
+    ]);
+    tmux.wait_for("raw mode", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "raw-starts")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.keys(&["C-c", "C-\\", "C-z"]);
+    tmux.wait_for("the three bytes", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "03 1c 1a")
+            && s.lines().any(|l| l.trim() == "survived-raw")
+            && prompt(s)
+    });
+
+    // `stty intr ^X`: Ctrl-C is an ordinary byte `cat -v` shows, Ctrl-X
+    // interrupts it (status 130; bash abandons the rest of an interrupted
+    // command line, so the status is asked for by the next one).
+    tmux.keys(&["clear; stty intr ^X; echo cat-starts; cat -v", "Enter"]);
+    tmux.wait_for("cat to start", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "cat-starts") && !prompt(s)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.keys(&["C-c", "Enter"]);
+    tmux.wait_for("^C printed by cat", Duration::from_secs(10), |s| {
+        s.lines().filter(|l| l.trim() == "^C").count() >= 2 && !prompt(s)
+    });
+    tmux.keys(&["C-x"]);
+    tmux.wait_for("Ctrl-X to interrupt cat", Duration::from_secs(10), prompt);
+    tmux.keys(&["echo cat-status=$?; stty sane", "Enter"]);
+    tmux.wait_for("cat's status", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "cat-status=130") && prompt(s)
+    });
+
+    // Cooked mode again (`stty sane`): Ctrl-C interrupts the foreground job.
+    tmux.keys(&["clear; echo sleep-starts; sleep 100", "Enter"]);
+    tmux.wait_for("sleep to start", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "sleep-starts") && !prompt(s)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("Ctrl-C to interrupt sleep", Duration::from_secs(5), prompt);
+    tmux.keys(&["echo sleep-status=$?", "Enter"]);
+    tmux.wait_for("sleep's status", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "sleep-status=130") && prompt(s)
+    });
+
+    tmux.keys(&["exit 0", "Enter"]);
+    assert_eq!(domain.status("keys", &tmux), "0");
+    drop(tmux);
+    domain.finish();
+}

@@ -21,3 +21,4 @@ pub mod role_argv;
 pub mod runsc_exec;
 pub mod terminal_mode;
 pub mod userns;
+pub mod workspace_owner;

@@ -14,6 +14,7 @@ mod real;
 pub use real::RealPty;
 
 use lazaret_runtime::records::terminal::PtyIdentity;
+use lazaret_runtime::terminal::keys::SignalKeys;
 use lazaret_runtime::terminal::protocol::{Chunk, MAX_CHUNK_BYTES};
 use std::ffi::CString;
 use std::io;
@@ -69,6 +70,9 @@ pub trait PtySys {
     fn write_master(&self, master: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<MasterWrite>;
     /// `fstat` of the slave: (`st_dev`, `st_ino`) of its devpts node.
     fn slave_identity(&self, slave: BorrowedFd<'_>) -> io::Result<(u64, u64)>;
+    /// `TCGETS` on the master, which Linux answers with the slave's termios:
+    /// `ISIG` and the `VINTR`/`VQUIT`/`VSUSP` characters the guest set.
+    fn signal_keys(&self, master: BorrowedFd<'_>) -> io::Result<SignalKeys>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +87,8 @@ pub enum PtyError {
     Read { slave: String, source: io::Error },
     #[error("writing to the PTY master of {slave} failed: {source}")]
     Write { slave: String, source: io::Error },
+    #[error("reading the line discipline settings of {slave} failed: {source}")]
+    Settings { slave: String, source: io::Error },
     #[error("input for {slave} offered while {pending} bytes are still pending")]
     InputPending { slave: String, pending: usize },
 }
@@ -162,6 +168,18 @@ impl<'s, S: PtySys> SessionPty<'s, S> {
         self.sys
             .set_window_size(self.master.as_fd(), size)
             .map_err(|source| PtyError::Resize {
+                slave: self.slave_name.clone(),
+                source,
+            })
+    }
+
+    /// The slave's current signal keys (the guest's termios: runsc makes
+    /// the host slave the guest terminal), read just before typed input is
+    /// split into bytes and signals (`lazaret_runtime::terminal::keys`).
+    pub fn signal_keys(&self) -> Result<SignalKeys, PtyError> {
+        self.sys
+            .signal_keys(self.master.as_fd())
+            .map_err(|source| PtyError::Settings {
                 slave: self.slave_name.clone(),
                 source,
             })

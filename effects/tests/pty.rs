@@ -192,3 +192,35 @@ fn real_pty_reads_are_budgeted_and_the_kernel_holds_the_rest() {
     assert!(rustix::fs::fstat(pty.master()).is_ok());
     pty.close();
 }
+
+/// The master reports the slave's line discipline (spec 3.4 keys; FR-8): a
+/// new pair is cooked with the default keys; what the slave's owner sets
+/// (`stty raw`, `stty intr ^X`, `stty quit undef`) is what HC reads.
+#[test]
+fn real_pty_master_reads_the_signal_keys_the_slave_sets() {
+    use lazaret_runtime::terminal::keys::SignalKeys;
+    use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions, SpecialCodeIndex};
+    let (pty, slave) = SessionPty::allocate(&RealPty).unwrap();
+    assert_eq!(
+        pty.signal_keys().unwrap(),
+        SignalKeys::from_termios(true, 0x03, 0x1c, 0x1a)
+    );
+    let mut t = tcgetattr(&slave).unwrap();
+    t.special_codes[SpecialCodeIndex::VINTR] = 0x18;
+    t.special_codes[SpecialCodeIndex::VQUIT] = 0;
+    tcsetattr(&slave, OptionalActions::Now, &t).unwrap();
+    assert_eq!(
+        pty.signal_keys().unwrap(),
+        SignalKeys::from_termios(true, 0x18, 0, 0x1a)
+    );
+    t.local_modes.remove(LocalModes::ISIG);
+    tcsetattr(&slave, OptionalActions::Now, &t).unwrap();
+    let keys = pty.signal_keys().unwrap();
+    assert!(!keys.isig);
+    assert_eq!(keys.signal_of(0x18), None);
+    // The fake records the call and answers a cooked terminal by default.
+    let fake = RecordingPty::default();
+    let (pty, _slave) = SessionPty::allocate(&fake).unwrap();
+    assert!(pty.signal_keys().unwrap().signal_of(0x03).is_some());
+    assert!(fake.calls().contains(&PtyCall::SignalKeys));
+}

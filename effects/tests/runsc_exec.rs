@@ -76,46 +76,79 @@ fn session_invocation_is_exec_with_process_json_and_internal_pid_file() {
 }
 
 #[test]
-fn process_json_has_a_terminal_workspace_cwd_and_no_privileges() {
+fn process_json_has_a_terminal_workspace_cwd_and_the_container_capabilities() {
     let p = ExecProcess {
         args: vec!["/bin/bash".into()],
-        env: vec!["TERM=xterm-256color".into()],
+        env: vec!["TERM=xterm-256color".into(), "HOME=/root".into()],
         terminal: true,
     };
-    let got: serde_json::Value = serde_json::from_slice(&p.to_json().unwrap()).unwrap();
+    let got: serde_json::Value = serde_json::from_slice(
+        &p.to_json([("API_KEY", "s3cret"), ("HOME", "/home/agent")])
+            .unwrap(),
+    )
+    .unwrap();
+    let caps = [
+        "CAP_CHOWN",
+        "CAP_DAC_OVERRIDE",
+        "CAP_FOWNER",
+        "CAP_FSETID",
+        "CAP_KILL",
+        "CAP_SETGID",
+        "CAP_SETUID",
+        "CAP_SETPCAP",
+        "CAP_SETFCAP",
+        "CAP_NET_BIND_SERVICE",
+        "CAP_SYS_CHROOT",
+        "CAP_AUDIT_WRITE",
+    ];
     let expected = serde_json::json!({
         "terminal": true,
         "user": {"uid": 0, "gid": 0},
         "args": ["/bin/bash"],
-        "env": ["TERM=xterm-256color"],
+        // A profile entry replaces the product's entry of the same name.
+        "env": ["TERM=xterm-256color", "API_KEY=s3cret", "HOME=/home/agent"],
         "cwd": "/workspace",
-        "capabilities": {"bounding": [], "effective": [], "inheritable": [], "permitted": [], "ambient": []},
+        "capabilities": {"bounding": caps, "effective": caps, "inheritable": [], "permitted": caps, "ambient": []},
         "noNewPrivileges": true
     });
     assert_eq!(got, expected);
+    // SR-5 and the spec README decision: never network administration, raw
+    // sockets or SYS_ADMIN, in any set.
+    let text = String::from_utf8(p.to_json([]).unwrap()).unwrap();
+    for never in lazaret_runtime::bundle::NEVER_GRANTED {
+        assert!(!text.contains(never), "{never} granted: {text}");
+    }
 }
 
 #[test]
-fn process_json_refuses_bad_argv_and_env() {
+fn process_json_refuses_bad_argv_and_env_without_printing_values() {
     let mk = |args: Vec<&str>, env: Vec<&str>| ExecProcess {
         args: args.into_iter().map(String::from).collect(),
         env: env.into_iter().map(String::from).collect(),
         terminal: true,
     };
     assert!(matches!(
-        mk(vec![], vec![]).to_json(),
+        mk(vec![], vec![]).to_json([]),
         Err(ProcessSpecError::EmptyArgv)
     ));
     assert!(matches!(
-        mk(vec!["a", "b\0c"], vec![]).to_json(),
+        mk(vec!["a", "b\0c"], vec![]).to_json([]),
         Err(ProcessSpecError::NulInArgv { index: 1 })
     ));
     for bad in ["NOEQUALS", "=value", "A=b\0"] {
-        let err = mk(vec!["a"], vec!["OK=1", bad]).to_json().unwrap_err();
+        let err = mk(vec!["a"], vec!["OK=1", bad]).to_json([]).unwrap_err();
         assert!(
             matches!(err, ProcessSpecError::BadEnv { index: 1, .. }),
             "{bad}: {err}"
         );
+    }
+    for (name, value) in [("", "v"), ("A=B", "v"), ("N", "secret\0value")] {
+        let err = mk(vec!["a"], vec![]).to_json([(name, value)]).unwrap_err();
+        assert!(
+            matches!(err, ProcessSpecError::BadProfileEnv { .. }),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 }
 

@@ -181,7 +181,7 @@ impl Sandbox {
             terminal: true,
         };
         let json = self.dir.join(format!("{name}.json"));
-        std::fs::write(&json, process.to_json().unwrap()).unwrap();
+        std::fs::write(&json, process.to_json([]).unwrap()).unwrap();
         let pid_file = self.dir.join(format!("{name}.pid"));
         let inv = self.runsc.exec_session(&json, &pid_file, &self.container);
         let child = self
@@ -505,7 +505,7 @@ fn run_release(
                         log.push("TerminateExecClient".into());
                     }
                     Effect::ReapExecClient => log.push("ReapExecClient".into()),
-                    Effect::ClosePty => log.push("ClosePty".into()),
+                    Effect::CloseOutput => log.push("CloseOutput".into()),
                     other => log.push(format!("{other:?}")),
                 }
             }

@@ -202,16 +202,16 @@ fn release_phases() -> Vec<(&'static str, Machine)> {
     out.push(("Draining", m));
     let mut m = machine();
     ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
-    ok(&mut m, Input::PtyEof);
+    ok(&mut m, Input::OutputEof);
     out.push(("FinalObserve", m));
     let mut m = machine();
     ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
-    ok(&mut m, Input::PtyEof);
+    ok(&mut m, Input::OutputEof);
     ok(&mut m, Input::Observed(GroupObservation::Empty));
     out.push(("Clean", m));
     let mut m = machine();
     ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
-    ok(&mut m, Input::PtyEof);
+    ok(&mut m, Input::OutputEof);
     ok(
         &mut m,
         Input::Observed(GroupObservation::LeaderAbsentGroupRemains),
@@ -317,7 +317,7 @@ fn close_with_live_leader_follows_the_full_release_order() {
             leader(),
             Input::ExecClientExited(ExecStatus::Signalled(9)),
             Input::PtyData(chunk(b"tail")),
-            Input::PtyEof,
+            Input::OutputEof,
             Input::Observed(GroupObservation::Empty),
         ],
     );
@@ -338,7 +338,7 @@ fn close_with_live_leader_follows_the_full_release_order() {
             ReapExecClient,
             timer(TimerKind::DrainDeadline, 300),
             CancelTimer(TimerKind::DrainDeadline),
-            ClosePty,
+            CloseOutput,
             ObserveGroup,
             RecordClean,
         ]
@@ -386,7 +386,7 @@ fn guest_exiting_on_hangup_reports_the_exec_client_status() {
                 timer: TimerKind::DrainDeadline,
                 after_ms: 300
             },
-            ClosePty,
+            CloseOutput,
             ObserveGroup,
             RecordClean,
         ]
@@ -446,7 +446,7 @@ fn leader_observation_table_at_every_signal_stage() {
                 assert!(got.contains(&Command::TerminateExecClient), "{got:?}");
                 ok(&mut m, Input::ExecClientExited(ExecStatus::Signalled(9)));
             }
-            ok(&mut m, Input::PtyEof);
+            ok(&mut m, Input::OutputEof);
             let last = ok(&mut m, Input::Observed(GroupObservation::Empty));
             match retained {
                 None => assert_eq!(last, vec![Command::RecordClean]),
@@ -478,7 +478,7 @@ fn final_observation_table() {
     ] {
         let mut m = machine();
         ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0)));
-        ok(&mut m, Input::PtyEof);
+        ok(&mut m, Input::OutputEof);
         assert_eq!(ok(&mut m, Input::Observed(observation)), vec![expected]);
     }
 }
@@ -504,7 +504,7 @@ fn normal_completion_drains_then_sends_one_exit_after_the_last_byte() {
     ok(&mut m, Input::PtyData(chunk(b"two")));
     assert_eq!(
         ok(&mut m, Input::Timer(TimerKind::DrainDeadline)),
-        vec![ClosePty, ObserveGroup]
+        vec![CloseOutput, ObserveGroup]
     );
     assert_eq!(m.pty_read_budget(), 0);
     assert!(m.handle(Input::PtyData(chunk(b"late"))).is_err());
@@ -539,7 +539,7 @@ fn client_loss_discards_output_and_sends_nothing() {
     ok(&mut m, Input::Observed(GroupObservation::Empty));
     assert_eq!(
         ok(&mut m, Input::ExecClientExited(ExecStatus::Signalled(9))),
-        vec![ReapExecClient, ClosePty, ObserveGroup]
+        vec![ReapExecClient, CloseOutput, ObserveGroup]
     );
     ok(&mut m, Input::Observed(GroupObservation::Empty));
     assert!(m.is_clean());
@@ -553,7 +553,7 @@ fn pty_loss_skips_the_drain_but_reports_the_exit() {
     let got = run(
         &mut m,
         vec![
-            Input::PtyLost,
+            Input::OutputLost,
             Input::Observed(GroupObservation::Empty),
             Input::ExecClientExited(ExecStatus::Signalled(9)),
         ],
@@ -565,7 +565,7 @@ fn pty_loss_skips_the_drain_but_reports_the_exit() {
             ObserveGroup,
             TerminateExecClient,
             ReapExecClient,
-            ClosePty,
+            CloseOutput,
             ObserveGroup
         ]
     );
@@ -607,7 +607,7 @@ fn exec_client_loss_still_signals_a_live_leader_and_reports_runtime_lost() {
     );
     assert_eq!(
         got,
-        vec![ObserveGroup, ReapExecClient, ClosePty, ObserveGroup]
+        vec![ObserveGroup, ReapExecClient, CloseOutput, ObserveGroup]
     );
     assert_eq!(
         messages(&mut m),
@@ -703,7 +703,7 @@ fn table_bounds_sessions_and_forgets_only_finished_terminals() {
     assert_eq!(table.len(), 1, "a running terminal is not forgotten");
     let m = table.machine_mut(S).unwrap();
     ok(m, Input::ExecClientExited(ExecStatus::Exited(0)));
-    ok(m, Input::PtyEof);
+    ok(m, Input::OutputEof);
     ok(m, Input::Observed(GroupObservation::Empty));
     table.remove_finished(S).unwrap();
     assert!(table.is_empty());

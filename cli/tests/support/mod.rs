@@ -1,10 +1,15 @@
-//! Scaffolding shared by the end-to-end suites that run Lazaret as the
+//! The end-to-end harness shared by the suites that run Lazaret as the
 //! unprivileged test user: who that user is, the default image, ownership
-//! of a scenario's tree. Each suite uses part of it.
+//! of a scenario's tree, and [`Env`], one scenario's private HOME, runtime
+//! directory and configuration with its leak check. Each suite uses part of
+//! it.
 #![allow(dead_code)] // each test binary compiles this module and uses part of it
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 pub fn test_user() -> String {
     std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-test".to_owned())
@@ -88,4 +93,267 @@ pub fn runtime_files(root: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Two cores, real sandboxes: scenarios take turns.
+pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A private HOME/XDG_RUNTIME_DIR/config for one scenario, owned by the
+/// test user.
+pub struct Env {
+    pub home: PathBuf,
+    pub workspace: PathBuf,
+    /// Whether the scenario launches a Domain (and so must keep a trace).
+    pub traced: bool,
+}
+
+impl Env {
+    pub fn new(name: &str, image: &str) -> Env {
+        let home = PathBuf::from(format!("/tmp/lazaret-chain-e2e-{name}"));
+        let _ = Command::new("rm").arg("-rf").arg(&home).status();
+        let workspace = home.join("ws");
+        std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
+        std::fs::create_dir_all(home.join("run")).unwrap();
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let env = Env {
+            home,
+            workspace,
+            traced: true,
+        };
+        env.write_config("config.toml", image, "");
+        chown_tree(&env.home);
+        env
+    }
+
+    pub fn write_config(&self, name: &str, image: &str, extra: &str) -> PathBuf {
+        let path = self.home.join(".config/lazaret").join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n{extra}\n[profiles.broken]\nimage = \"oci:{}/no-such-layout:default\"\n",
+                self.home.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        chown_tree(&path);
+        path
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let lazaret = env!("CARGO_BIN_EXE_lazaret");
+        let mut cmd = if rustix::process::geteuid().is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", &test_user(), "--", "env", "-i"]);
+            c.arg("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+                .arg(format!("HOME={}", self.home.display()))
+                .arg(format!(
+                    "XDG_RUNTIME_DIR={}",
+                    self.home.join("run").display()
+                ))
+                .arg(format!("USER={}", test_user()))
+                .arg(lazaret);
+            c
+        } else {
+            let mut c = Command::new(lazaret);
+            c.env("HOME", &self.home)
+                .env("XDG_RUNTIME_DIR", self.home.join("run"))
+                .env_remove("XDG_CONFIG_HOME")
+                .env_remove("XDG_DATA_HOME");
+            c
+        };
+        cmd.args(args)
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// [`Env::command`] with extra environment variables for the CLI.
+    pub fn command_env(&self, args: &[&str], vars: &[(&str, &str)]) -> Command {
+        let mut cmd = self.command(&[]);
+        if rustix::process::geteuid().is_root() {
+            // `runuser -u USER -- env -i VAR=... lazaret`: the extra
+            // variables go before the program, which is the last argument.
+            let argv: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_owned()).collect();
+            let (program, head) = argv.split_last().unwrap();
+            let mut c = Command::new(cmd.get_program());
+            c.args(head);
+            for (k, v) in vars {
+                c.arg(format!("{k}={v}"));
+            }
+            c.arg(program).args(args);
+            c.current_dir(&self.workspace).stdin(Stdio::null());
+            return c;
+        }
+        cmd.args(args).envs(vars.iter().copied());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Every process whose environment or command line names this
+    /// scenario's HOME (the CLI, HC, RS, runsc and its sandbox and gofer).
+    pub fn processes(&self) -> Vec<String> {
+        let needle = self.home.display().to_string();
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.bytes().all(|b| b.is_ascii_digit()) || name == std::process::id().to_string() {
+                continue;
+            }
+            let read = |f: &str| std::fs::read(entry.path().join(f)).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&read("cmdline")).replace('\0', " ");
+            let environ = String::from_utf8_lossy(&read("environ")).into_owned();
+            if cmdline.contains(&needle) || environ.contains(&needle) {
+                found.push(format!("{name}: {cmdline}"));
+            }
+        }
+        found
+    }
+
+    /// The leak check: within 15 s nothing of this Domain remains.
+    pub fn assert_nothing_left(&self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let procs = self.processes();
+            let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains(&*self.home.to_string_lossy()))
+                .map(str::to_owned)
+                .collect();
+            let files = runtime_files(&self.home.join("run"));
+            if procs.is_empty() && mounts.is_empty() && files.is_empty() {
+                self.assert_traces_replay();
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = Command::new("rm").arg("-rf").arg(&self.home).status();
+        }
+    }
+}
+
+impl Env {
+    /// The kept traces of this scenario's Domains, each of which must
+    /// replay clean against the model (issue 6 item 9).
+    pub fn traces(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = runtime_files(&self.home)
+            .into_iter()
+            .filter(|p| !p.starts_with(&self.workspace))
+            .filter(|p| {
+                p.parent().is_some_and(|d| d.ends_with("traces"))
+                    && p.extension().is_some_and(|e| e == "jsonl")
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Every generation the Domain Store holds ended retired and clean
+    /// (issue 5: teardown and recovery write ReleaseIntent -> Clean).
+    pub fn assert_store_clean(&self) {
+        let out = self.run(&["state", "default", "--json"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(state["status"], "inactive", "{state}");
+        let generations = state["generations"].as_array().unwrap();
+        assert!(!generations.is_empty(), "{state}");
+        for g in generations {
+            assert_eq!(g["durable_decision"], "Vacant", "{g}");
+            assert_eq!(g["clean"], true, "{g}");
+        }
+    }
+
+    pub fn assert_traces_replay(&self) {
+        let traces = self.traces();
+        assert!(
+            !self.traced || !traces.is_empty(),
+            "no trace was kept under {}",
+            self.home.display()
+        );
+        if self.traced {
+            self.assert_store_clean();
+        }
+        for t in traces {
+            let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
+                .args(["trace", "replay"])
+                .arg(&t)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{} does not replay: {}{}",
+                t.display(),
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Crash injection: signals a process the test just found, through a pidfd
+/// (the repository never signals a numeric PID; spec 3.3). The pidfd pins the
+/// process between the lookup and the signal.
+pub fn signal_through_pidfd(pid: &str, signal: rustix::process::Signal) {
+    let raw: i32 = pid.trim().parse().unwrap();
+    let pid = rustix::process::Pid::from_raw(raw).unwrap();
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+    rustix::process::pidfd_send_signal(&pidfd, signal).unwrap();
+}
+
+/// `name=exit status` lines of a guest script.
+pub fn guest_results(stdout: &str) -> std::collections::BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+pub fn assert_failed(results: &std::collections::BTreeMap<String, String>, keys: &[&str]) {
+    for k in keys {
+        match results.get(*k).map(String::as_str) {
+            Some("0") => panic!("{k} succeeded inside the sandbox: {results:?}"),
+            None => panic!("{k} did not run: {results:?}"),
+            Some(_) => {}
+        }
+    }
+}
+
+pub fn assert_succeeded(results: &std::collections::BTreeMap<String, String>, keys: &[&str]) {
+    for k in keys {
+        assert_eq!(
+            results.get(*k).map(String::as_str),
+            Some("0"),
+            "{k} failed inside the sandbox: {results:?}"
+        );
+    }
 }

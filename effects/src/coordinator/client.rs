@@ -7,7 +7,7 @@ use super::paths::{DomainPaths, ShortSocketPath};
 use super::LOST_LOCK_EXIT;
 use crate::crash_point::crash_point;
 use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSignal, TerminalSize,
+    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSize,
 };
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -51,6 +51,8 @@ pub enum ClientError {
     LaunchFailed(String),
     #[error("the session could not be started: {0}")]
     SessionFailed(String),
+    #[error("the session ended without the command's status: {0}")]
+    SessionLost(String),
     #[error("gave up joining the Domain after {ATTEMPTS} attempts (it kept stopping)")]
     GaveUp,
     #[error("writing the command's output: {0}")]
@@ -294,7 +296,6 @@ pub fn run_session(
             Err(_) => false,
         }
     };
-    let interactive = resizes.is_some();
     if let Some(resizes) = resizes {
         let writer = Arc::clone(&writer);
         std::thread::spawn(move || {
@@ -317,17 +318,6 @@ pub fn run_session(
                 Ok(n) => {
                     if !send(&writer, &ClientMessage::Stdin(buf[..n].to_vec())) {
                         return;
-                    }
-                    // The guest line discipline echoes these keys but does
-                    // not reach the foreground group (measured with runsc
-                    // 0.0~20240729); HC signals the exec client, which
-                    // forwards to it (docs/terminals.md).
-                    if interactive {
-                        for signal in TerminalSignal::keys_in(&buf[..n]) {
-                            if !send(&writer, &ClientMessage::Signal(signal)) {
-                                return;
-                            }
-                        }
                     }
                 }
             }
@@ -353,6 +343,7 @@ pub fn run_session(
                 timings.phases.push(("command".into(), t.elapsed()));
                 return Ok((status, timings));
             }
+            CoordinatorMessage::SessionLost(why) => return Err(ClientError::SessionLost(why)),
             // Joined comes before the exec client is started, so a start
             // that fails is reported after it.
             CoordinatorMessage::Refused(Refusal::SessionFailed(why)) => {

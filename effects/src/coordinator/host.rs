@@ -28,7 +28,7 @@ use crate::domain_store::{DomainStore, StoreError, StoreOp};
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{identity_of, ProcessSys};
 use lazaret_generated::lazaret::{Action, Decision, FingerprintResults, Sess, SessionsId};
-use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
+use lazaret_runtime::config::{HostEnvironment, ResolvedEnvironment, SandboxLayoutV1};
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
@@ -287,6 +287,8 @@ pub fn run_coordinator(
         init_binary,
         paths: &paths,
         program: &program,
+        environment: config.environment(),
+        runsc_dcache: config.runsc_dcache(),
     };
     let booted = bootstrap(&mut hc, &paths);
     if let Err(e) = &booted {
@@ -359,6 +361,10 @@ pub(super) struct LaunchInputs<'a> {
     pub init_binary: &'a [u8],
     pub paths: &'a DomainPaths,
     pub program: &'a Path,
+    /// The profile's resolved `env` table (values redacted in Debug).
+    pub environment: &'a ResolvedEnvironment,
+    /// `runtime.runsc_dcache` (spec 3.2): runsc's `--dcache`.
+    pub runsc_dcache: u32,
 }
 
 /// A bootstrap that failed (a generation that cannot be recovered) reaches
@@ -556,13 +562,14 @@ fn admit(
             "a published generation without a launched sandbox".into(),
         ));
     };
-    let globals = runsc_globals(&g.runsc_root);
+    let globals = runsc_globals(&g.runsc_root, launch.runsc_dcache);
     let ctx = SessionContext {
         generation: g.id,
         program: launch.program,
         supervisor: g.supervisor.handle(),
         runsc_globals: &globals,
         container_id: &g.container_id,
+        environment: launch.environment,
     };
     let session = SessionId(random_bytes().map_err(CoordinatorError::Boot)?);
     let links = SessionLinks {

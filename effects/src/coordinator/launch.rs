@@ -221,6 +221,8 @@ pub(super) fn launch_generation(
         workspace_object,
         init: init_dir.display().to_string(),
         hostname: "lazaret".to_owned(),
+        runsc_dcache: launch.runsc_dcache,
+        owner_restore_marker: launch.paths.owner_restore_marker().display().to_string(),
         env: vec![
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
             "HOME=/root".to_owned(),

@@ -16,6 +16,7 @@ pub mod launch;
 pub mod model_ledger;
 pub mod nsys;
 pub mod paths;
+pub mod piped_session;
 pub mod recovery;
 pub mod release;
 pub mod release_gate;

@@ -30,6 +30,13 @@ impl DomainPaths {
     pub fn store(&self) -> PathBuf {
         self.storage.join("domain.redb")
     }
+    /// Present while a generation may have left workspace entries re-owned
+    /// by the sandbox: written by the Runtime Supervisor before its sandbox
+    /// starts, removed after its ownership restore (`crate::workspace_owner`).
+    /// Persistent, so a crash or a reboot in between is restored next time.
+    pub fn owner_restore_marker(&self) -> PathBuf {
+        self.storage.join("workspace-owner.pending")
+    }
     /// Where the traces of finished generations are kept.
     pub fn traces(&self) -> PathBuf {
         self.storage.join("traces")

@@ -1,13 +1,15 @@
-//! One session (spec 3.4, non-interactive form): HC spawns the exec client
-//! through the broker into the Runtime Supervisor's namespaces, keeps stdout
-//! and stderr separate and streams them to the CLI, forwards stdin, and
-//! reports the command's status. A CLI that disconnects gets its command
-//! terminated (SIGTERM, grace, SIGKILL through the retained pidfd).
-//! The interactive form (a host PTY) is handed to `terminal_session`, where
-//! the pure terminal machine drives it, release order included.
-use super::channel;
+//! One session (spec 3.4): HC spawns the exec client through the broker
+//! into the Runtime Supervisor's namespaces as `runsc exec --process
+//! /proc/self/fd/N --internal-pid-file /proc/self/fd/M CID`. The process
+//! JSON lives in a memfd (the profile's environment values are in it, and
+//! never in a file, an argv or a log: spec 3.2); the guest leader PID comes
+//! back through the inherited pipe. The interactive form (a host PTY) is
+//! driven by `terminal_session`, the piped form (stdin, stdout and stderr
+//! pipes, kept separate) by `piped_session`; the same pure terminal machine
+//! runs both releases.
 use super::enter::EnterArgs;
 use super::guest_runner::STDIO_PLACEHOLDER;
+use super::piped_session::{self, PipedParts};
 use super::release_gate::ReleaseGate;
 use super::terminal_session::{self, GuestTarget, TerminalEvidence, TerminalParts};
 use super::ENTER_SUBCOMMAND;
@@ -15,12 +17,11 @@ use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError, CommittedChild};
 use crate::domain_store::{DomainStore, SlotTarget, StoreError, StoreLedger, StoreOp};
 use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::{ChildState, ProcessHandle, Signal};
+use crate::process_identity::{ChildState, ProcessHandle};
 use crate::pty::{RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{ExecProcess, Runsc};
-use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, Hello, TerminalSize,
-};
+use lazaret_runtime::config::ResolvedEnvironment;
+use lazaret_runtime::coordinator::messages::{Hello, TerminalSize};
 use lazaret_runtime::records::domain::Session;
 use lazaret_runtime::records::ids::{CliId, GenerationId, ModelValue, SessionAnchorId, SessionId};
 use lazaret_runtime::records::process::HostProcessOwnershipSlot;
@@ -30,17 +31,7 @@ use std::num::NonZeroU16;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// How long a disconnected client's command gets after SIGTERM.
-const TERM_GRACE: Duration = Duration::from_secs(2);
-/// How long output may keep flowing after the exec client exited.
-const DRAIN: Duration = Duration::from_secs(2);
-/// Output is forwarded in chunks of at most this size (bounded frames).
-const CHUNK: usize = 32 * 1024;
+use std::sync::mpsc::Sender;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -64,7 +55,7 @@ pub enum SessionError {
     ProcessFile(io::Error),
 }
 
-/// The guest `PATH` of interactive sessions (`--process` replaces the
+/// The guest `PATH` of every session (`--process` replaces the
 /// container's environment).
 const SESSION_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -76,6 +67,10 @@ pub struct SessionContext<'a> {
     pub supervisor: &'a ProcessHandle,
     pub runsc_globals: &'a [String],
     pub container_id: &'a str,
+    /// The profile's `env` table as this Host Coordinator resolved it at
+    /// load (from the environment of the CLI that started it): every
+    /// session of the Domain gets these values (spec 3.2; docs/config.md).
+    pub environment: &'a ResolvedEnvironment,
 }
 
 pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -89,31 +84,20 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SessionError> {
         .map_err(|e| SessionError::Pipe(e.into()))
 }
 
-/// The exec client's argv: `lazaret __enter ... -- runsc ... exec ...`.
-/// An interactive session names its process JSON (`"terminal": true`)
-/// instead of an argv.
+/// The exec client's argv: `lazaret __enter ... -- runsc ... exec
+/// --process PROCESS_JSON --internal-pid-file PIDFILE CID`, the same for
+/// both forms (the process JSON says whether there is a terminal).
 pub fn exec_client_argv(
     ctx: &SessionContext<'_>,
     stdio: [i32; 3],
-    command: ExecCommand<'_>,
+    files: ExecFiles<'_>,
 ) -> Vec<OsString> {
     let identity = ctx.supervisor.identity();
     let mut target: Vec<OsString> = vec!["runsc".into()];
     target.extend(ctx.runsc_globals.iter().map(OsString::from));
-    match command {
-        ExecCommand::Piped(argv) => {
-            target.extend(["exec", "--cwd", "/workspace", ctx.container_id].map(OsString::from));
-            target.extend(argv.iter().map(OsString::from));
-        }
-        ExecCommand::Terminal {
-            process_json,
-            internal_pid_file,
-        } => {
-            target.extend(["exec", "--process", process_json].map(OsString::from));
-            target.extend(["--internal-pid-file", internal_pid_file].map(OsString::from));
-            target.push(ctx.container_id.into());
-        }
-    }
+    target.extend(["exec", "--process", files.process_json].map(OsString::from));
+    target.extend(["--internal-pid-file", files.internal_pid_file].map(OsString::from));
+    target.push(ctx.container_id.into());
     let enter = EnterArgs {
         pid: identity.host_pid,
         dev: identity.authority.pidfs_st_dev,
@@ -126,17 +110,13 @@ pub fn exec_client_argv(
     full
 }
 
-/// What the exec client runs.
+/// The exec client's inherited files, named through `/proc/self/fd`.
 #[derive(Clone, Copy, Debug)]
-pub enum ExecCommand<'a> {
-    /// `runsc exec --cwd /workspace CID argv...` with pipes.
-    Piped(&'a [String]),
-    /// `runsc exec --process PATH --internal-pid-file PIDFILE CID` with the
-    /// PTY slave as stdio.
-    Terminal {
-        process_json: &'a str,
-        internal_pid_file: &'a str,
-    },
+pub struct ExecFiles<'a> {
+    /// The process JSON memfd.
+    pub process_json: &'a str,
+    /// The write end of the pipe runsc writes the guest leader PID to.
+    pub internal_pid_file: &'a str,
 }
 
 /// How a session's own threads reach the coordinator's loop.
@@ -190,44 +170,96 @@ pub fn start_session(
             slot: HostProcessOwnershipSlot::SessionTerminalExecClient,
         },
     )?;
+    // The product's entries; the profile's `env` table is added (and wins
+    // over these) only inside the memfd's JSON.
+    let mut env = vec![SESSION_PATH.to_owned(), "HOME=/root".to_owned()];
+    match hello.terminal.as_ref().and_then(|t| t.term.as_ref()) {
+        Some(term) => env.push(format!("TERM={term}")),
+        // The piped form keeps the sandbox's default.
+        None if hello.terminal.is_none() => env.push("TERM=xterm".to_owned()),
+        None => {}
+    }
+    let process = ExecProcess {
+        args: hello.argv.clone(),
+        env,
+        terminal: hello.terminal.is_some(),
+    };
+    let json = process.to_json(
+        ctx.environment
+            .entries()
+            .map(|(name, _, value)| (name.as_str(), value.expose())),
+    )?;
+    let memfd = rustix::fs::memfd_create("lazaret-process-json", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| SessionError::ProcessFile(e.into()))?;
+    std::fs::File::from(memfd.try_clone().map_err(SessionError::ProcessFile)?)
+        .write_all(&json)
+        .map_err(SessionError::ProcessFile)?;
+    drop(json);
+    let (pid_r, pid_w) = pipe()?;
+    let process_json = format!("/proc/self/fd/{}", memfd.as_raw_fd());
+    let internal_pid_file = format!("/proc/self/fd/{}", pid_w.as_raw_fd());
+    let files = ExecFiles {
+        process_json: &process_json,
+        internal_pid_file: &internal_pid_file,
+    };
     if let Some(terminal) = &hello.terminal {
         let size = window_size(terminal.size)?;
-        let mut env = vec![SESSION_PATH.to_owned(), "HOME=/root".to_owned()];
-        if let Some(term) = &terminal.term {
-            env.push(format!("TERM={term}"));
-        }
-        let process = ExecProcess {
-            args: hello.argv.clone(),
-            env,
-            terminal: true,
+        let (pty, slave) = SessionPty::allocate(&RealPty)?;
+        pty.resize(size)?;
+        let fd = slave.as_raw_fd();
+        let target = TargetCommand {
+            argv: exec_client_argv(ctx, [fd, fd, fd], files),
+            inherit: vec![fd, memfd.as_raw_fd(), pid_w.as_raw_fd()],
         };
-        let id = session;
-        return start_terminal_session(
-            broker,
-            &mut ledger,
-            ctx,
-            (session, ctx.generation),
-            &process,
-            size,
+        let acquired = broker.acquire(&target, &mut ledger);
+        // The child has its copies; HC keeps only the master and the
+        // pipe's read end.
+        drop((slave, memfd, pid_w));
+        let committed = commit(broker, &mut ledger, acquired?)?;
+        terminal_session::spawn(TerminalParts {
+            session,
+            generation: ctx.generation,
+            committed,
+            pty,
             client,
-            links,
-        )
-        .map(|()| id);
+            pid_pipe: pid_r,
+            guest: guest_target(ctx),
+            ended: links.ended,
+            running: links.running,
+            release: links.release,
+        })
+        .map_err(SessionError::Pipe)?;
+        return Ok(session);
     }
-    let argv = &hello.argv;
     let (in_r, in_w) = pipe()?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let stdio = [in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+    let mut inherit = stdio.to_vec();
+    inherit.extend([memfd.as_raw_fd(), pid_w.as_raw_fd()]);
     let target = TargetCommand {
-        argv: exec_client_argv(ctx, stdio, ExecCommand::Piped(argv)),
-        inherit: stdio.to_vec(),
+        argv: exec_client_argv(ctx, stdio, files),
+        inherit,
     };
     let acquired = broker.acquire(&target, &mut ledger);
     // The child has its copies; HC keeps only its own ends.
-    drop((in_r, out_w, err_w));
+    drop((in_r, out_w, err_w, memfd, pid_w));
     let committed = commit(broker, &mut ledger, acquired?)?;
-    spawn_forwarders(committed, client, in_w, out_r, err_r, links).map(|()| session)
+    piped_session::spawn(PipedParts {
+        session,
+        generation: ctx.generation,
+        committed,
+        client,
+        stdin: in_w,
+        stdout: out_r,
+        stderr: err_r,
+        pid_pipe: pid_r,
+        guest: guest_target(ctx),
+        ended: links.ended,
+        release: links.release,
+    })
+    .map_err(SessionError::Pipe)?;
+    Ok(session)
 }
 
 fn commit(
@@ -291,196 +323,5 @@ fn guest_target(ctx: &SessionContext<'_>) -> GuestTarget {
             global: ctx.runsc_globals.iter().map(OsString::from).collect(),
         },
         container: ctx.container_id.to_owned(),
-    }
-}
-
-/// The interactive form (spec 3.4, FR-14, FR-15): a host PTY whose slave is
-/// the exec client's stdio and whose master HC forwards; the process JSON
-/// (`"terminal": true`) is passed as an inherited memfd, and the guest
-/// leader PID comes back through an inherited pipe named as
-/// `--internal-pid-file`. The pure terminal machine drives the session from
-/// here on (`terminal_session`).
-#[allow(clippy::too_many_arguments)] // one call site; each is a distinct owned part
-fn start_terminal_session(
-    broker: &mut Broker<RealProcessSys>,
-    ledger: &mut StoreLedger<'_, '_>,
-    ctx: &SessionContext<'_>,
-    (session, generation): (SessionId, GenerationId),
-    process: &ExecProcess,
-    size: WindowSize,
-    client: UnixStream,
-    links: SessionLinks,
-) -> Result<(), SessionError> {
-    let json = process.to_json()?;
-    let memfd = rustix::fs::memfd_create("lazaret-process-json", rustix::fs::MemfdFlags::CLOEXEC)
-        .map_err(|e| SessionError::ProcessFile(e.into()))?;
-    std::fs::File::from(memfd.try_clone().map_err(SessionError::ProcessFile)?)
-        .write_all(&json)
-        .map_err(SessionError::ProcessFile)?;
-    let (pid_r, pid_w) = pipe()?;
-    let (pty, slave) = SessionPty::allocate(&RealPty)?;
-    pty.resize(size)?;
-    let fd = slave.as_raw_fd();
-    let process_json = format!("/proc/self/fd/{}", memfd.as_raw_fd());
-    let internal_pid_file = format!("/proc/self/fd/{}", pid_w.as_raw_fd());
-    let target = TargetCommand {
-        argv: exec_client_argv(
-            ctx,
-            [fd, fd, fd],
-            ExecCommand::Terminal {
-                process_json: &process_json,
-                internal_pid_file: &internal_pid_file,
-            },
-        ),
-        inherit: vec![fd, memfd.as_raw_fd(), pid_w.as_raw_fd()],
-    };
-    let acquired = broker.acquire(&target, ledger);
-    // The child has its copies; HC keeps only the master and the pipe's
-    // read end.
-    drop((slave, memfd, pid_w));
-    let committed = commit(broker, ledger, acquired?)?;
-    terminal_session::spawn(TerminalParts {
-        session,
-        generation,
-        committed,
-        pty,
-        client,
-        pid_pipe: pid_r,
-        guest: guest_target(ctx),
-        ended: links.ended,
-        running: links.running,
-        release: links.release,
-    })
-    .map_err(SessionError::Pipe)
-}
-
-fn spawn_forwarders(
-    committed: CommittedChild,
-    client: UnixStream,
-    stdin: OwnedFd,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-    links: SessionLinks,
-) -> Result<(), SessionError> {
-    let SessionLinks {
-        ended, mut release, ..
-    } = links;
-    let writer = Arc::new(Mutex::new(client.try_clone().map_err(SessionError::Pipe)?));
-    let gone = Arc::new(AtomicBool::new(false));
-    let (drained_tx, drained_rx) = mpsc::channel::<()>();
-    for (fd, stdout_kind) in [(stdout, true), (stderr, false)] {
-        let writer = Arc::clone(&writer);
-        let done = drained_tx.clone();
-        std::thread::spawn(move || {
-            let mut file = std::fs::File::from(fd);
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                match file.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        let bytes = buf[..n].to_vec();
-                        let msg = if stdout_kind {
-                            CoordinatorMessage::Stdout(bytes)
-                        } else {
-                            CoordinatorMessage::Stderr(bytes)
-                        };
-                        let Ok(mut w) = writer.lock() else { break };
-                        if channel::send(&mut *w, "session", &msg).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-            let _ = done.send(());
-        });
-    }
-    drop(drained_tx);
-    {
-        let gone = Arc::clone(&gone);
-        let mut reader = client;
-        std::thread::spawn(move || {
-            let mut stdin = Some(std::fs::File::from(stdin));
-            loop {
-                match channel::receive::<ClientMessage>(&mut reader, "session") {
-                    Ok(ClientMessage::Stdin(bytes)) => {
-                        if let Some(pipe) = stdin.as_mut() {
-                            if pipe.write_all(&bytes).is_err() {
-                                stdin = None;
-                            }
-                        }
-                    }
-                    Ok(ClientMessage::StdinClosed) => stdin = None,
-                    Ok(ClientMessage::Hello(_))
-                    | Ok(ClientMessage::Resize(_))
-                    | Ok(ClientMessage::Signal(_)) => {}
-                    Err(_) => {
-                        gone.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                }
-            }
-        });
-    }
-    std::thread::spawn(move || {
-        let status = wait_session(&committed, &gone, &mut release);
-        for _ in 0..2 {
-            if drained_rx.recv_timeout(DRAIN).is_err() {
-                break;
-            }
-        }
-        if let (Some(status), Ok(mut w)) = (status, writer.lock()) {
-            let _ = channel::send(&mut *w, "session", &CoordinatorMessage::Exited(status));
-            let _ = w.shutdown(std::net::Shutdown::Both);
-        }
-        let _ = ended.send(());
-    });
-    Ok(())
-}
-
-fn wait_session(
-    committed: &CommittedChild,
-    gone: &AtomicBool,
-    release: &mut ReleaseGate,
-) -> Option<CommandStatus> {
-    let handle = committed.handle();
-    let mut term_sent: Option<Instant> = None;
-    let mut killed = false;
-    loop {
-        match handle.poll(&RealProcessSys) {
-            Ok(ChildState::Exited { code, signal }) => {
-                return Some(CommandStatus::from_wait(code, signal))
-            }
-            Ok(ChildState::Running) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot wait for the exec client");
-                return None;
-            }
-        }
-        if gone.load(Ordering::SeqCst) {
-            match term_sent {
-                None => {
-                    // Spec 3.4: the durable ReleaseIntent comes first.
-                    release.record();
-                    let _ = handle.signal(&RealProcessSys, Signal::Term);
-                    term_sent = Some(Instant::now());
-                }
-                Some(at) if !killed && at.elapsed() > TERM_GRACE => {
-                    let _ = handle.signal(&RealProcessSys, Signal::Kill);
-                    killed = true;
-                }
-                Some(_) => {}
-            }
-        }
-        let ts = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 100_000_000,
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            handle.pidfd(),
-            rustix::event::PollFlags::IN,
-        )];
-        let _ = rustix::event::poll(&mut fds, Some(&ts));
     }
 }

@@ -21,6 +21,7 @@ use crate::crash_point::crash_point;
 use crate::git_sentry;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
+use crate::workspace_owner::{self, RealOwnerSys};
 use lazaret_runtime::bundle::{build_spec, worktree_git_file, BundlePlan, GitSentry, INIT_DIR};
 use lazaret_runtime::coordinator::messages::{
     CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan,
@@ -214,11 +215,16 @@ pub fn write_bundle(
 }
 
 /// The runsc global flags of this generation (shared by run and exec).
-pub fn runsc_globals(runsc_root: &Path) -> Vec<String> {
+/// `dcache` is `runtime.runsc_dcache` (spec 3.2): the global gofer-client
+/// dentry cache's zero-reference entries, 0 included (0 disables
+/// retention). runsc keeps its descriptor budget: the inherited soft
+/// `RLIMIT_NOFILE`, which the supervisor raises to the hard limit.
+pub fn runsc_globals(runsc_root: &Path, dcache: u32) -> Vec<String> {
     vec![
         format!("--root={}", runsc_root.display()),
         "--ignore-cgroups".to_owned(),
         "--network=none".to_owned(),
+        format!("--dcache={dcache}"),
         // A transient in-memory rootfs overlay over the read-only prepared
         // lower until State Anchors exist (`root:self` would write its
         // filestore into the shared prepared lower).
@@ -250,6 +256,24 @@ fn wait_exit(handle: &ProcessHandle, timeout: Duration) -> io::Result<Option<Chi
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// Gives the workspace's entries back to namespace 0:0, the developer
+/// (`crate::workspace_owner`). A failure to read the workspace is logged:
+/// the restore does what it can and never stops a teardown.
+fn restore_workspace_owner(workspace: &OwnedFd) {
+    let opened = rustix::fs::openat(
+        workspace,
+        ".",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    );
+    let result = opened
+        .map_err(|e| workspace_owner::OwnerError::Root(e.into()))
+        .and_then(|dir| workspace_owner::restore_owner(&RealOwnerSys, dir.as_fd(), (0, 0)));
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "workspace ownership not restored");
     }
 }
 
@@ -342,7 +366,7 @@ fn check_workspace(
     sys: &dyn ConfinedSys,
     workspace: &Path,
     expected: ObjectId,
-) -> Result<(), SupervisorError> {
+) -> Result<OwnedFd, SupervisorError> {
     let changed = |found: String| SupervisorError::WorkspaceChanged {
         path: workspace.to_owned(),
         found,
@@ -370,7 +394,7 @@ fn check_workspace(
             expected.ino
         )));
     }
-    Ok(())
+    Ok(fd)
 }
 
 fn launch_and_serve<N: NamespaceSys>(
@@ -390,7 +414,17 @@ fn launch_and_serve<N: NamespaceSys>(
     })?;
     let netns = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
     let workspace = PathBuf::from(&plan.workspace);
-    check_workspace(&RealSys, &workspace, plan.workspace_object)?;
+    let workspace_fd = check_workspace(&RealSys, &workspace, plan.workspace_object)?;
+    // A generation that did not finish its ownership restore (a crash, a
+    // reboot) left the marker: restore before this sandbox starts.
+    let marker = PathBuf::from(&plan.owner_restore_marker);
+    if marker.exists() {
+        restore_workspace_owner(&workspace_fd);
+    }
+    std::fs::write(&marker, b"").map_err(|source| SupervisorError::Write {
+        path: marker.clone(),
+        source,
+    })?;
     let git =
         git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
     // SR-4: the common git directory is served through the Git Sentry
@@ -462,7 +496,11 @@ fn launch_and_serve<N: NamespaceSys>(
     };
     let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
     let mut argv: Vec<std::ffi::OsString> = vec!["runsc".into()];
-    argv.extend(runsc_globals(&runsc_root).into_iter().map(Into::into));
+    argv.extend(
+        runsc_globals(&runsc_root, plan.runsc_dcache)
+            .into_iter()
+            .map(Into::into),
+    );
     argv.extend([
         "run".into(),
         "--bundle".into(),
@@ -518,6 +556,8 @@ fn launch_and_serve<N: NamespaceSys>(
             }
             let tail = stderr_tail.join().unwrap_or_default();
             unmount_filter(filter);
+            restore_workspace_owner(&workspace_fd);
+            let _ = std::fs::remove_file(&marker);
             drop(editor_dirs);
             let _ = std::fs::remove_dir_all(&generation);
             return Err(SupervisorError::NotReady(format!(
@@ -576,6 +616,13 @@ fn launch_and_serve<N: NamespaceSys>(
     }
     let _ = stderr_tail.join();
     unmount_filter(filter);
+    // The sandbox is gone: what it re-owned in the workspace goes back to
+    // the developer, then the marker goes.
+    restore_workspace_owner(&workspace_fd);
+    std::fs::remove_file(&marker).map_err(|source| SupervisorError::Write {
+        path: marker.clone(),
+        source,
+    })?;
     // The editor directories go before their record (in the generation
     // directory): a crash in between leaves the record to the successor.
     drop(editor_dirs);
@@ -611,7 +658,7 @@ mod tests {
         let ws = dir.path().join("ws");
         std::fs::create_dir(&ws).map_err(|e| e.to_string())?;
         let loaded = object_id(&ws);
-        check_workspace(&RealSys, &ws, loaded).map_err(|e| e.to_string())?;
+        drop(check_workspace(&RealSys, &ws, loaded).map_err(|e| e.to_string())?);
         // Replaced by another directory of the same name.
         std::fs::rename(&ws, dir.path().join("old")).map_err(|e| e.to_string())?;
         std::fs::create_dir(&ws).map_err(|e| e.to_string())?;

@@ -32,16 +32,17 @@ use crate::process_identity::{ChildState, Signal};
 use crate::pty::{Pumped, RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{GuestControl, GuestTools, Runsc};
 use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, TerminalSignal, TerminalSize,
+    ClientMessage, CommandStatus, CoordinatorMessage, TerminalSize,
 };
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::terminal::{GuestProcessIdentity, PtyIdentity};
+use lazaret_runtime::terminal::keys::{split_keys, KeyedInput, SignalKeys};
 use lazaret_runtime::terminal::machine::{
     Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseTimings, TimerKind,
 };
 use lazaret_runtime::terminal::protocol::{
     Chunk, SessionExit, SessionExitOutcome, SessionTerminalEvent, SessionTerminalMessage,
-    TerminalInput, TerminalResize, TerminalSignalKind, MAX_CHUNK_BYTES,
+    TerminalInput, TerminalResize, MAX_CHUNK_BYTES,
 };
 use lazaret_runtime::terminal::sessions::SessionLimits;
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -82,7 +83,7 @@ pub struct GuestTarget {
 }
 
 impl GuestTarget {
-    fn control(&self) -> GuestControl<'static, EnteredRunner> {
+    pub(super) fn control(&self) -> GuestControl<'static, EnteredRunner> {
         GuestControl::new(
             &RUNNER,
             self.runsc.clone(),
@@ -248,7 +249,7 @@ fn write_client(
 
 /// Spec 3.4 acquisition step 3: the leader PID from the exec client, then
 /// its group and start time from the guest.
-fn read_leader(
+pub(super) fn read_leader(
     pipe: &OwnedFd,
     control: &GuestControl<'static, EnteredRunner>,
 ) -> Option<GuestProcessIdentity> {
@@ -326,21 +327,27 @@ fn process_signal(signal: GuestSignal) -> Signal {
     }
 }
 
-/// The CLI protocol's status for the session's one `SessionExit`.
-fn command_status(exit: SessionExit) -> CommandStatus {
+/// The CLI protocol's message for the session's one `SessionExit`: the
+/// command's status, or, when the runtime lost the exec client, Lazaret's
+/// own error (never a made-up status).
+pub(super) fn command_message(exit: SessionExit) -> CoordinatorMessage {
     match (exit.outcome(), exit.exit_code()) {
         (SessionExitOutcome::Exited, Some(code)) => {
-            CommandStatus::from_wait(Some(i32::from(code)), None)
+            CoordinatorMessage::Exited(CommandStatus::from_wait(Some(i32::from(code)), None))
         }
         // Released by Lazaret: reported as killed (128 + 9).
         (SessionExitOutcome::Terminated, _) | (SessionExitOutcome::Exited, None) => {
-            CommandStatus::Signalled(9)
+            CoordinatorMessage::Exited(CommandStatus::Signalled(9))
         }
-        (SessionExitOutcome::RuntimeLost, _) => CommandStatus::Exited(255),
+        (SessionExitOutcome::RuntimeLost, _) => CoordinatorMessage::SessionLost(
+            "the session's exec client ended without reporting the command's status \
+             (it was killed or vanished before or while running the command)"
+                .into(),
+        ),
     }
 }
 
-fn exec_status(code: Option<i32>, signal: Option<i32>) -> ExecStatus {
+pub(super) fn exec_status(code: Option<i32>, signal: Option<i32>) -> ExecStatus {
     match (code, signal) {
         (_, Some(s)) => ExecStatus::Signalled(u8::try_from(s).unwrap_or(u8::MAX)),
         (Some(c), None) => ExecStatus::Exited(u8::try_from(c & 0xff).unwrap_or(u8::MAX)),
@@ -413,18 +420,43 @@ impl Driver {
         }
     }
 
-    /// One client message as protocol events (input split into chunks).
+    /// One client message as protocol events: typed input split into
+    /// chunks, with an `Interrupt`/`Quit`/`Suspend` event after each byte
+    /// the session terminal's line discipline signals for right now
+    /// (`lazaret_runtime::terminal::keys`; spec 3.4, FR-8).
     fn stage(&mut self, message: ClientMessage) {
         let session_id = self.session;
         match message {
             ClientMessage::Stdin(bytes) => {
-                for piece in bytes.chunks(MAX_CHUNK_BYTES) {
-                    if let Ok(bytes) = Chunk::new(piece.to_vec()) {
-                        self.staged
-                            .push_back(SessionTerminalEvent::Input(TerminalInput {
-                                session_id,
-                                bytes,
-                            }));
+                // Settings that cannot be read (a PTY being lost) generate
+                // no signal: the bytes go through as typed.
+                let keys = match self.pty.as_ref().map(|p| p.signal_keys()) {
+                    Some(Ok(keys)) => keys,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "terminal settings unreadable; no signal keys");
+                        SignalKeys::from_termios(false, 0, 0, 0)
+                    }
+                    None => SignalKeys::from_termios(false, 0, 0, 0),
+                };
+                for piece in split_keys(&bytes, &keys) {
+                    match piece {
+                        KeyedInput::Bytes(typed) => {
+                            for part in typed.chunks(MAX_CHUNK_BYTES) {
+                                if let Ok(bytes) = Chunk::new(part.to_vec()) {
+                                    self.staged.push_back(SessionTerminalEvent::Input(
+                                        TerminalInput { session_id, bytes },
+                                    ));
+                                }
+                            }
+                        }
+                        KeyedInput::Signal(signal) => {
+                            self.staged.push_back(SessionTerminalEvent::Signal(
+                                lazaret_runtime::terminal::protocol::TerminalSignal {
+                                    session_id,
+                                    signal,
+                                },
+                            ));
+                        }
                     }
                 }
             }
@@ -447,16 +479,6 @@ impl Driver {
                     ),
                 }
             }
-            ClientMessage::Signal(key) => {
-                let signal = match key {
-                    TerminalSignal::Interrupt => TerminalSignalKind::Interrupt,
-                    TerminalSignal::Quit => TerminalSignalKind::Quit,
-                    TerminalSignal::Suspend => TerminalSignalKind::Suspend,
-                };
-                self.staged.push_back(SessionTerminalEvent::Signal(
-                    lazaret_runtime::terminal::protocol::TerminalSignal { session_id, signal },
-                ));
-            }
             // A terminal has no end of input; Ctrl-D is a byte.
             ClientMessage::StdinClosed | ClientMessage::Hello(_) => {}
         }
@@ -478,7 +500,7 @@ impl Driver {
                 if let Some(pty) = self.pty.as_mut() {
                     if let Err(e) = pty.write_input(&chunk) {
                         tracing::warn!(error = %e, "PTY lost");
-                        work.push_back(Input::PtyLost);
+                        work.push_back(Input::OutputLost);
                     }
                 }
             }
@@ -553,7 +575,7 @@ impl Driver {
                 Ok(state) => tracing::info!(?state, "exec client reaped"),
                 Err(e) => tracing::warn!(error = %e, "cannot reap the exec client"),
             },
-            Command::ClosePty => {
+            Command::CloseOutput => {
                 if let Some(pty) = self.pty.take() {
                     pty.close();
                 }
@@ -581,9 +603,7 @@ impl Driver {
                     SessionTerminalMessage::Output(out) => {
                         CoordinatorMessage::Stdout(out.bytes.as_bytes().to_vec())
                     }
-                    SessionTerminalMessage::Exit(exit) => {
-                        CoordinatorMessage::Exited(command_status(exit))
-                    }
+                    SessionTerminalMessage::Exit(exit) => command_message(exit),
                 });
             }
             let (Some(message), Some(writer)) = (self.pending_out.take(), self.to_writer.as_ref())
@@ -681,13 +701,13 @@ impl Driver {
                 Ok(Pumped::Data(chunk)) => self.feed(Input::PtyData(chunk), work),
                 Ok(Pumped::Eof) => {
                     self.pty_eof = true;
-                    work.push_back(Input::PtyEof);
+                    work.push_back(Input::OutputEof);
                 }
                 Ok(Pumped::WouldBlock | Pumped::Paused) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "PTY lost");
                     self.pty_eof = true;
-                    work.push_back(Input::PtyLost);
+                    work.push_back(Input::OutputLost);
                 }
             }
         }
@@ -695,7 +715,7 @@ impl Driver {
             if pty.input_pending() > 0 {
                 if let Err(e) = pty.flush_input() {
                     tracing::warn!(error = %e, "PTY lost");
-                    work.push_back(Input::PtyLost);
+                    work.push_back(Input::OutputLost);
                 }
             }
         }

@@ -2,6 +2,7 @@
 //! pair, reads come from a script, and every call is recorded with its
 //! typed arguments.
 use super::{MasterRead, MasterWrite, PtyPair, PtySys, WindowSize};
+use lazaret_runtime::terminal::keys::SignalKeys;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -15,6 +16,7 @@ pub enum PtyCall {
     SetWindowSize(WindowSize),
     ReadMaster { max: usize },
     WriteMaster(Vec<u8>),
+    SignalKeys,
 }
 
 #[derive(Debug, Default)]
@@ -26,6 +28,8 @@ pub struct RecordingPty {
     pub writes: RefCell<VecDeque<io::Result<MasterWrite>>>,
     pub fail_open: RefCell<Option<io::ErrorKind>>,
     pub fail_resize: RefCell<Option<io::ErrorKind>>,
+    /// What `signal_keys` reports; `None` = a cooked terminal's defaults.
+    pub keys: RefCell<Option<SignalKeys>>,
 }
 
 impl RecordingPty {
@@ -77,5 +81,13 @@ impl PtySys for RecordingPty {
     fn slave_identity(&self, _slave: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
         self.calls.borrow_mut().push(PtyCall::SlaveIdentity);
         Ok((0x1d, 7))
+    }
+
+    fn signal_keys(&self, _master: BorrowedFd<'_>) -> io::Result<SignalKeys> {
+        self.calls.borrow_mut().push(PtyCall::SignalKeys);
+        Ok(self
+            .keys
+            .borrow()
+            .unwrap_or(SignalKeys::from_termios(true, 0x03, 0x1c, 0x1a)))
     }
 }

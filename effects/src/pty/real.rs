@@ -1,9 +1,10 @@
 //! The real PTY calls (rustix).
 use super::{MasterRead, MasterWrite, PtyPair, PtySys, WindowSize};
+use lazaret_runtime::terminal::keys::SignalKeys;
 use rustix::fs::{fcntl_getfl, fcntl_setfl, fstat, OFlags};
 use rustix::io::Errno;
 use rustix::pty::{grantpt, ioctl_tiocgptpeer, openpt, ptsname, unlockpt, OpenptFlags};
-use rustix::termios::{tcsetwinsize, Winsize};
+use rustix::termios::{tcgetattr, tcsetwinsize, LocalModes, SpecialCodeIndex, Winsize};
 use std::io;
 use std::os::fd::BorrowedFd;
 
@@ -63,5 +64,16 @@ impl PtySys for RealPty {
     fn slave_identity(&self, slave: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
         let st = fstat(slave)?;
         Ok((st.st_dev, st.st_ino))
+    }
+
+    fn signal_keys(&self, master: BorrowedFd<'_>) -> io::Result<SignalKeys> {
+        let t = tcgetattr(master)?;
+        let cc = &t.special_codes;
+        Ok(SignalKeys::from_termios(
+            t.local_modes.contains(LocalModes::ISIG),
+            cc[SpecialCodeIndex::VINTR],
+            cc[SpecialCodeIndex::VQUIT],
+            cc[SpecialCodeIndex::VSUSP],
+        ))
     }
 }

@@ -1,10 +1,17 @@
-//! The OCI process JSON for a session (`runsc exec --process`).
-use serde_json::{json, Value};
+//! The OCI process JSON for a session (`runsc exec --process`), in both
+//! forms: a guest TTY (`"terminal": true`) or pipes.
+use lazaret_runtime::bundle::SESSION_CAPABILITIES;
+use serde_json::json;
 
-/// A session's guest process: exact argv, environment, a guest TTY.
+/// A session's guest process: exact argv, the product's environment
+/// entries, a guest TTY or not. The profile's environment values are not
+/// held here (they are secret and this type is `Debug`); they are passed to
+/// [`ExecProcess::to_json`] and exist only in its output, which goes to a
+/// memfd and never to a file (spec 3.2).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecProcess {
     pub args: Vec<String>,
+    /// `NAME=VALUE` entries Lazaret itself sets (`PATH`, `HOME`, `TERM`).
     pub env: Vec<String>,
     pub terminal: bool,
 }
@@ -15,8 +22,10 @@ pub enum ProcessSpecError {
     EmptyArgv,
     #[error("session argv element {index} contains a NUL byte")]
     NulInArgv { index: usize },
-    #[error("environment entry {index} ({entry:?}) is not NAME=VALUE without NUL")]
-    BadEnv { index: usize, entry: String },
+    #[error("environment entry {index} ({name:?}) is not NAME=VALUE without NUL")]
+    BadEnv { index: usize, name: String },
+    #[error("profile environment entry {name:?} has an empty name, '=' in its name or a NUL byte (value not shown)")]
+    BadProfileEnv { name: String },
     #[error("cannot encode the process JSON: {0}")]
     Encode(#[from] serde_json::Error),
 }
@@ -26,41 +35,80 @@ pub enum ProcessSpecError {
 pub const SESSION_CWD: &str = "/workspace";
 
 impl ExecProcess {
-    /// The process JSON: `terminal`, args, env, `cwd` `/workspace`, user
-    /// 0:0 of the sandbox (no host authority: SR-1), every capability set
-    /// empty and `noNewPrivileges` (SR-5).
-    pub fn to_json(&self) -> Result<Vec<u8>, ProcessSpecError> {
+    /// The process JSON: `terminal`, args, the environment, `cwd`
+    /// `/workspace`, user 0:0 of the sandbox (no host authority: SR-1), the
+    /// conventional container capability set in the bounding, effective
+    /// and permitted sets (never network administration, raw sockets or
+    /// SYS_ADMIN: SR-5 and the spec README decision "Sandbox capabilities"),
+    /// and `noNewPrivileges` (SR-5).
+    ///
+    /// `profile_env` is the selected profile's resolved `env` table
+    /// (sandbox name, value); an entry replaces a product entry of the same
+    /// name. Values never appear in an error.
+    pub fn to_json<'v>(
+        &self,
+        profile_env: impl IntoIterator<Item = (&'v str, &'v str)>,
+    ) -> Result<Vec<u8>, ProcessSpecError> {
         if self.args.is_empty() {
             return Err(ProcessSpecError::EmptyArgv);
         }
         if let Some(index) = self.args.iter().position(|a| a.contains('\0')) {
             return Err(ProcessSpecError::NulInArgv { index });
         }
+        let mut product = Vec::with_capacity(self.env.len());
         for (index, entry) in self.env.iter().enumerate() {
-            let ok = entry
-                .split_once('=')
-                .is_some_and(|(name, _)| !name.is_empty())
-                && !entry.contains('\0');
-            if !ok {
-                return Err(ProcessSpecError::BadEnv {
-                    index,
-                    entry: entry.chars().take(64).collect(),
-                });
+            match entry.split_once('=') {
+                Some((name, _)) if !name.is_empty() && !entry.contains('\0') => {
+                    product.push((name, entry.as_str()));
+                }
+                _ => {
+                    return Err(ProcessSpecError::BadEnv {
+                        index,
+                        name: entry
+                            .split('=')
+                            .next()
+                            .unwrap_or_default()
+                            .chars()
+                            .take(64)
+                            .collect(),
+                    })
+                }
             }
         }
-        let empty: Vec<Value> = Vec::new();
+        let mut profile = Vec::new();
+        for (name, value) in profile_env {
+            if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                return Err(ProcessSpecError::BadProfileEnv {
+                    name: name.chars().filter(|c| *c != '\0').take(64).collect(),
+                });
+            }
+            profile.push(format!("{name}={value}"));
+        }
+        let overridden = |n: &str| {
+            profile
+                .iter()
+                .any(|p| p.split_once('=').is_some_and(|(pn, _)| pn == n))
+        };
+        let env: Vec<&str> = product
+            .iter()
+            .filter(|(name, _)| !overridden(name))
+            .map(|(_, entry)| *entry)
+            .chain(profile.iter().map(String::as_str))
+            .collect();
+        let caps: Vec<&str> = SESSION_CAPABILITIES.to_vec();
+        let none: Vec<&str> = Vec::new();
         let value = json!({
             "terminal": self.terminal,
             "user": { "uid": 0, "gid": 0 },
             "args": self.args,
-            "env": self.env,
+            "env": env,
             "cwd": SESSION_CWD,
             "capabilities": {
-                "bounding": empty,
-                "effective": empty,
-                "inheritable": empty,
-                "permitted": empty,
-                "ambient": empty,
+                "bounding": caps,
+                "effective": caps,
+                "inheritable": none,
+                "permitted": caps,
+                "ambient": none,
             },
             "noNewPrivileges": true,
         });

@@ -70,6 +70,31 @@ pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 7] = [
     ("/etc/resolv.conf", DestinationClass::TransientChild),
 ];
 
+/// The capabilities of every session process (`runsc exec --process`): the
+/// conventional container set, so package managers can change ownership and
+/// switch users (spec README decision "Sandbox capabilities", SR-5). Never
+/// `CAP_NET_ADMIN`, `CAP_NET_RAW` or `CAP_SYS_ADMIN` (tested); with
+/// `noNewPrivileges` no exec can gain more. PID 1 (`lazaret-init`) keeps
+/// every set empty: it only reaps.
+pub const SESSION_CAPABILITIES: [&str; 12] = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_SETFCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE",
+];
+
+/// Capabilities no sandbox process specification may hold (SR-5: network
+/// administration; raw sockets and SYS_ADMIN by the spec README decision).
+pub const NEVER_GRANTED: [&str; 3] = ["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_ADMIN"];
+
 /// The Git Sentry's view of the workspace's repository, resolved on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GitSentry {

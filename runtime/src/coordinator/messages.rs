@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The CLI <-> HC protocol version.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// What a CLI asks of the Domain's coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,31 +45,6 @@ pub enum ClientMessage {
     StdinClosed,
     /// The CLI's window changed (interactive sessions only, FR-15).
     Resize(TerminalSize),
-    /// Ctrl-C / Ctrl-\\ / Ctrl-Z typed locally (interactive sessions only,
-    /// FR-15), sent after the byte itself.
-    Signal(TerminalSignal),
-}
-
-/// A signal key of an interactive session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TerminalSignal {
-    Interrupt,
-    Quit,
-    /// SIGTSTP for the foreground job (Ctrl-Z).
-    Suspend,
-}
-
-impl TerminalSignal {
-    /// The signals the default `VINTR`/`VQUIT`/`VSUSP` keys stand for in
-    /// `bytes`, in order.
-    pub fn keys_in(bytes: &[u8]) -> impl Iterator<Item = TerminalSignal> + '_ {
-        bytes.iter().filter_map(|b| match b {
-            0x03 => Some(TerminalSignal::Interrupt),
-            0x1c => Some(TerminalSignal::Quit),
-            0x1a => Some(TerminalSignal::Suspend),
-            _ => None,
-        })
-    }
 }
 
 /// Why a coordinator refused a session.
@@ -139,6 +114,10 @@ pub enum CoordinatorMessage {
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     Exited(CommandStatus),
+    /// The session ended without the command's status: its exec client was
+    /// lost (killed by a signal Lazaret did not send, or vanished). The CLI
+    /// reports it as its own error, never as a command status.
+    SessionLost(String),
 }
 
 /// RS -> HC over the lifetime channel.
@@ -196,6 +175,11 @@ pub struct SupervisorPlan {
     pub init: String,
     pub hostname: String,
     pub env: Vec<String>,
+    /// `runtime.runsc_dcache` (spec 3.2), runsc's `--dcache`.
+    pub runsc_dcache: u32,
+    /// The Domain's workspace-ownership restore marker (a file in the
+    /// persistent Domain root; effects `workspace_owner`).
+    pub owner_restore_marker: String,
 }
 
 /// HC -> RS over the lifetime channel.
@@ -212,24 +196,4 @@ pub enum CoordinatorCommand {
     Refused(String),
     /// Stop the sandbox and exit.
     Stop,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::TerminalSignal;
-
-    #[test]
-    fn only_the_intr_quit_and_susp_keys_are_signals_in_order() {
-        let keys: Vec<_> = TerminalSignal::keys_in(b"a\x03b\x1c\x1a\x04\x03").collect();
-        assert_eq!(
-            keys,
-            [
-                TerminalSignal::Interrupt,
-                TerminalSignal::Quit,
-                TerminalSignal::Suspend,
-                TerminalSignal::Interrupt
-            ]
-        );
-        assert_eq!(TerminalSignal::keys_in(b"plain text\r").count(), 0);
-    }
 }

@@ -20,6 +20,13 @@
 //! Normal guest completion (the exec client exits by itself) takes the same
 //! path without signals: the leader has exited, so step 2 has nothing to
 //! signal.
+//!
+//! The session's *output* is the PTY master of an interactive session, or
+//! the stdout and stderr pipes of a piped one. The piped form (spec 3.4
+//! applies its release to every Client Session) feeds the machine only the
+//! release inputs: client loss, output end, exec-client completion,
+//! observations and timers; its bytes flow through pipes with the kernel's
+//! backpressure, and its client is told only the one exit.
 use super::protocol::{Chunk, SessionExit, SessionTerminalEvent, TerminalSignalKind};
 use super::queue::ClientQueue;
 use crate::records::ids::{GenerationId, SessionId};
@@ -141,7 +148,7 @@ pub enum RetainReason {
 pub enum ReleaseReason {
     ClientClose,
     ClientLost,
-    PtyLost,
+    OutputLost,
     ExecClientLost,
     GuestCompleted,
 }
@@ -158,8 +165,11 @@ pub enum Input {
     /// Bytes read from the PTY master (only after [`Machine::pty_read_budget`]
     /// allowed a read).
     PtyData(Chunk),
-    PtyEof,
-    PtyLost,
+    /// The output ended: the PTY master reported EOF, or both output pipes
+    /// of a piped session did.
+    OutputEof,
+    /// The output cannot be read any more.
+    OutputLost,
     ClientLost,
     ExecClientExited(ExecStatus),
     /// The exec client vanished without a usable status.
@@ -201,7 +211,9 @@ pub enum Command {
     /// Kill the exact exec client through its retained pidfd.
     TerminateExecClient,
     ReapExecClient,
-    ClosePty,
+    /// Close the session's output: the exact PTY master (spec 3.4 release
+    /// step 3), or a piped session's output pipes.
+    CloseOutput,
     /// Domain Store `TerminalOp::Clean` with the absence proof.
     RecordClean,
     RetainReleaseIntent(RetainReason),
@@ -320,8 +332,8 @@ fn input_name(input: &Input) -> &'static str {
         Input::Client { .. } => "client event",
         Input::Route(_) => "Route",
         Input::PtyData(_) => "PtyData",
-        Input::PtyEof => "PtyEof",
-        Input::PtyLost => "PtyLost",
+        Input::OutputEof => "OutputEof",
+        Input::OutputLost => "OutputLost",
         Input::ClientLost => "ClientLost",
         Input::ExecClientExited(_) => "ExecClientExited",
         Input::ExecClientLost => "ExecClientLost",
@@ -432,7 +444,7 @@ impl Machine {
                     .map_err(|_| self.refusal_unexpected(name))?;
                 Ok(Vec::new())
             }
-            Input::PtyEof => {
+            Input::OutputEof => {
                 if !self.pty_open || self.pty_eof {
                     return self.unexpected(name);
                 }
@@ -444,13 +456,13 @@ impl Machine {
                 }
                 Ok(Vec::new())
             }
-            Input::PtyLost => {
+            Input::OutputLost => {
                 if !self.pty_open {
                     return self.unexpected(name);
                 }
                 self.pty_eof = true;
                 match self.phase {
-                    Phase::Running => Ok(self.begin_release(ReleaseReason::PtyLost)),
+                    Phase::Running => Ok(self.begin_release(ReleaseReason::OutputLost)),
                     Phase::Draining => {
                         let mut out = vec![Command::CancelTimer(TimerKind::DrainDeadline)];
                         out.extend(self.finish_drain());
@@ -702,6 +714,13 @@ impl Machine {
             Exec::Exited(ExecStatus::Exited(code)) if !self.terminated_by_us => {
                 SessionExit::exited(self.session_id, code)
             }
+            // `runsc exec` reports a guest killed by signal N as exit status
+            // 128+N; the client itself dying by a signal that Lazaret did not
+            // send (its wrapper killed before exec, an OOM kill) says nothing
+            // about the command: the runtime lost it.
+            Exec::Exited(ExecStatus::Signalled(_)) if !self.terminated_by_us => {
+                SessionExit::runtime_lost(self.session_id)
+            }
             Exec::Lost => SessionExit::runtime_lost(self.session_id),
             _ => SessionExit::terminated(self.session_id),
         }
@@ -719,7 +738,7 @@ impl Machine {
         let mut out = Vec::new();
         if self.pty_open {
             self.pty_open = false;
-            out.push(Command::ClosePty);
+            out.push(Command::CloseOutput);
         }
         out.push(Command::ObserveGroup);
         out

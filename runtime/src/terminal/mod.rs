@@ -2,6 +2,7 @@
 //! codec (schemas.md "Session terminal protocol") and the pure per-session
 //! terminal state machine. Sans-IO: inputs (client events, PTY data, timers,
 //! observations) go in as data and effects come out as [`machine::Command`]s.
+pub mod keys;
 pub mod machine;
 pub mod protocol;
 pub mod queue;

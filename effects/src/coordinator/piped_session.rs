@@ -1,0 +1,431 @@
+//! One piped (non-interactive) session: stdin, stdout and stderr are pipes,
+//! and its release follows the same pure terminal machine as an interactive
+//! one (spec 3.4 "Session close, Client connection loss, PTY loss, or
+//! exec-client loss starts the same physical release"): record release
+//! intent, then SIGHUP, grace, SIGTERM, grace, SIGKILL to the recorded guest
+//! process group, each only while the leader still matches. A signal to the
+//! exec client alone is not enough: runsc does not forward it to a process
+//! without a terminal (measured: a `trap ... TERM` in `sh -c` never ran).
+//!
+//! Threads of one session:
+//! - two forwarders read the stdout and stderr pipes and send each chunk to
+//!   the client as it arrives (a blocked client blocks them, and the kernel
+//!   pipe then holds the guest back); they stop at EOF or when the machine
+//!   closes the output;
+//! - the reader writes the client's stdin into the guest's stdin pipe;
+//! - the identity thread reads the guest leader from `--internal-pid-file`;
+//! - the driver owns the machine and the exec client's pidfd. It feeds the
+//!   machine only release inputs (client loss, output end, exec-client
+//!   completion, observations, timers) and sends the one exit last.
+use super::channel;
+use super::guest_runner::EnteredRunner;
+use super::release_gate::ReleaseGate;
+use super::terminal_session::{command_message, exec_status, read_leader, GuestTarget};
+use crate::broker::CommittedChild;
+use crate::process_identity::real::RealProcessSys;
+use crate::process_identity::{ChildState, Signal};
+use crate::runsc_exec::GuestControl;
+use lazaret_runtime::coordinator::messages::{ClientMessage, CoordinatorMessage};
+use lazaret_runtime::records::ids::{GenerationId, SessionId};
+use lazaret_runtime::records::terminal::GuestProcessIdentity;
+use lazaret_runtime::terminal::machine::{
+    Command, GroupObservation, Input, Machine, ReleaseTimings, TimerKind,
+};
+use lazaret_runtime::terminal::protocol::SessionTerminalMessage;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Output is forwarded in chunks of at most this size (bounded frames).
+const CHUNK: usize = 32 * 1024;
+/// How long the loop waits for the guest leader identity when a release
+/// needs it.
+const IDENTITY_WAIT: Duration = Duration::from_secs(10);
+/// How long the forwarders may take to finish their last send before the
+/// exit is sent.
+const FORWARDERS_FINISH: Duration = Duration::from_secs(5);
+/// Longest poll sleep without a timer.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+/// The piped form's drain: output that is still arriving when the command
+/// ended gets this long to reach its pipes' EOF (a background process that
+/// keeps them open does not hold the session).
+const PIPED_DRAIN_MS: u64 = 2000;
+
+/// Everything one piped session owns once its exec client runs.
+#[derive(Debug)]
+pub struct PipedParts {
+    pub session: SessionId,
+    pub generation: GenerationId,
+    pub committed: CommittedChild,
+    pub client: UnixStream,
+    /// HC's ends of the guest's stdio pipes.
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// Read end of the pipe named by `--internal-pid-file`.
+    pub pid_pipe: OwnedFd,
+    pub guest: GuestTarget,
+    /// Told once the release finished (Clean or retained).
+    pub ended: Sender<()>,
+    /// Commits the durable ReleaseIntent before the release signals.
+    pub release: ReleaseGate,
+}
+
+/// What the session's threads report to its driver.
+enum Event {
+    ClientLost,
+    OutputEnded,
+}
+
+/// Starts the session's threads.
+pub fn spawn(parts: PipedParts) -> io::Result<()> {
+    let (wake_r, wake_w) = rustix::pipe::pipe_with(
+        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+    )?;
+    let wake_w = Arc::new(wake_w);
+    // Closing the write end tells the forwarders to stop (CloseOutput).
+    let (stop_r, stop_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let stop_r = Arc::new(stop_r);
+    let (events_tx, events_rx) = mpsc::channel::<Event>();
+    let (forwarded_tx, forwarded_rx) = mpsc::channel::<()>();
+    let writer = Arc::new(Mutex::new(parts.client.try_clone()?));
+    for (fd, is_stdout) in [(parts.stdout, true), (parts.stderr, false)] {
+        let writer = Arc::clone(&writer);
+        let stop = Arc::clone(&stop_r);
+        let events = events_tx.clone();
+        let forwarded = forwarded_tx.clone();
+        let wake = Arc::clone(&wake_w);
+        std::thread::spawn(move || {
+            forward_output(&fd, is_stdout, &writer, &stop, &events, &wake);
+            let _ = forwarded.send(());
+        });
+    }
+    drop(forwarded_tx);
+    {
+        let events = events_tx.clone();
+        let wake = Arc::clone(&wake_w);
+        let client = parts.client;
+        let stdin = parts.stdin;
+        std::thread::spawn(move || forward_input(client, stdin, &events, &wake));
+    }
+    drop(events_tx);
+    let (leader_tx, leader_rx) = mpsc::channel();
+    {
+        let control = parts.guest.control();
+        let pipe = parts.pid_pipe;
+        std::thread::spawn(move || {
+            let _ = leader_tx.send(read_leader(&pipe, &control));
+        });
+    }
+    let timings = ReleaseTimings {
+        drain_deadline_ms: PIPED_DRAIN_MS,
+        ..ReleaseTimings::default()
+    };
+    let driver = Driver {
+        // Output bypasses the machine's client queue; it holds only the exit.
+        machine: Machine::new(parts.session, parts.generation, timings, 0),
+        committed: parts.committed,
+        exec_running: true,
+        outputs_open: 2,
+        events: events_rx,
+        timers: Vec::new(),
+        leader: Leader::Waiting(leader_rx),
+        control: parts.guest.control(),
+        wake: wake_r,
+        stop: Some(stop_w),
+        release: parts.release,
+    };
+    let ended = parts.ended;
+    std::thread::spawn(move || {
+        let _span = tracing::info_span!("PipedSession").entered();
+        let exit = driver.run();
+        // The exit follows the last forwarded byte: the forwarders finish
+        // their current chunk first (bounded).
+        for _ in 0..2 {
+            if forwarded_rx.recv_timeout(FORWARDERS_FINISH).is_err() {
+                break;
+            }
+        }
+        if let (Some(message), Ok(mut w)) = (exit, writer.lock()) {
+            let _ = channel::send(&mut *w, "session", &message);
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = ended.send(());
+    });
+    Ok(())
+}
+
+fn poke(wake: &OwnedFd) {
+    // A full wake pipe already wakes the driver.
+    let _ = rustix::io::write(wake, &[1]);
+}
+
+/// Copies one output pipe to the client until EOF or until told to stop.
+/// After the client is gone the pipe is still read (and discarded), so a
+/// guest writing from its SIGHUP or SIGTERM handler is not blocked.
+fn forward_output(
+    fd: &OwnedFd,
+    is_stdout: bool,
+    writer: &Mutex<UnixStream>,
+    stop: &OwnedFd,
+    events: &Sender<Event>,
+    wake: &OwnedFd,
+) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut client_ok = true;
+    loop {
+        let mut fds = [
+            PollFd::new(fd, PollFlags::IN),
+            PollFd::new(stop, PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+        if !fds[1].revents().is_empty() {
+            return;
+        }
+        match rustix::io::read(fd, &mut buf) {
+            Ok(0) => break,
+            Ok(n) if client_ok => {
+                let bytes = buf[..n].to_vec();
+                let message = if is_stdout {
+                    CoordinatorMessage::Stdout(bytes)
+                } else {
+                    CoordinatorMessage::Stderr(bytes)
+                };
+                let sent = writer
+                    .lock()
+                    .map_err(|_| ())
+                    .and_then(|mut w| channel::send(&mut *w, "session", &message).map_err(|_| ()));
+                if sent.is_err() {
+                    client_ok = false;
+                    let _ = events.send(Event::ClientLost);
+                    poke(wake);
+                }
+            }
+            Ok(_) | Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = events.send(Event::OutputEnded);
+    poke(wake);
+}
+
+/// Copies the client's stdin into the guest's stdin pipe; a client that
+/// goes away is reported. A guest that stops reading its stdin blocks only
+/// this thread (the socket then holds the client back).
+fn forward_input(mut client: UnixStream, stdin: OwnedFd, events: &Sender<Event>, wake: &OwnedFd) {
+    let mut pipe = Some(std::fs::File::from(stdin));
+    loop {
+        match channel::receive::<ClientMessage>(&mut client, "session") {
+            Ok(ClientMessage::Stdin(bytes)) => {
+                if let Some(p) = pipe.as_mut() {
+                    if p.write_all(&bytes).is_err() {
+                        pipe = None;
+                    }
+                }
+            }
+            Ok(ClientMessage::StdinClosed) => pipe = None,
+            Ok(ClientMessage::Hello(_) | ClientMessage::Resize(_)) => {}
+            Err(_) => {
+                let _ = events.send(Event::ClientLost);
+                poke(wake);
+                return;
+            }
+        }
+    }
+}
+
+enum Leader {
+    Waiting(Receiver<Option<GuestProcessIdentity>>),
+    Known(Option<GuestProcessIdentity>),
+}
+
+struct Driver {
+    machine: Machine,
+    committed: CommittedChild,
+    exec_running: bool,
+    /// Output pipes not yet at EOF.
+    outputs_open: u8,
+    events: Receiver<Event>,
+    timers: Vec<(TimerKind, Instant)>,
+    leader: Leader,
+    control: GuestControl<'static, EnteredRunner>,
+    wake: OwnedFd,
+    stop: Option<OwnedFd>,
+    release: ReleaseGate,
+}
+
+impl Driver {
+    /// Runs the release to its end; returns the client's exit message (none
+    /// when the client is gone).
+    fn run(mut self) -> Option<CoordinatorMessage> {
+        let mut work = VecDeque::new();
+        let mut client_lost_fed = false;
+        loop {
+            while let Ok(event) = self.events.try_recv() {
+                match event {
+                    Event::ClientLost if !client_lost_fed => {
+                        client_lost_fed = true;
+                        work.push_back(Input::ClientLost);
+                    }
+                    Event::ClientLost => {}
+                    Event::OutputEnded => {
+                        self.outputs_open = self.outputs_open.saturating_sub(1);
+                        if self.outputs_open == 0 {
+                            work.push_back(Input::OutputEof);
+                        }
+                    }
+                }
+            }
+            while let Some(input) = work.pop_front() {
+                self.feed(input, &mut work);
+            }
+            if self.machine.is_clean() || self.machine.retained().is_some() {
+                // The queue has no room for output: only the exit is in it.
+                return self.machine.poll_message().and_then(|m| match m {
+                    SessionTerminalMessage::Exit(exit) => Some(command_message(exit)),
+                    SessionTerminalMessage::Output(_) => None,
+                });
+            }
+            self.wait(&mut work);
+        }
+    }
+
+    fn feed(&mut self, input: Input, work: &mut VecDeque<Input>) {
+        match self.machine.handle(input) {
+            Ok(commands) => {
+                for command in commands {
+                    self.execute(command, work);
+                }
+            }
+            Err(refusal) => tracing::debug!(%refusal, "terminal machine refused an input"),
+        }
+    }
+
+    fn leader(&mut self) -> Option<GuestProcessIdentity> {
+        if let Leader::Waiting(rx) = &self.leader {
+            self.leader = Leader::Known(rx.recv_timeout(IDENTITY_WAIT).ok().flatten());
+        }
+        match self.leader {
+            Leader::Known(identity) => identity,
+            Leader::Waiting(_) => None,
+        }
+    }
+
+    fn execute(&mut self, command: Command, work: &mut VecDeque<Input>) {
+        match command {
+            Command::SignalGroup(signal) => {
+                let _span =
+                    tracing::info_span!("SignalGuestGroup", signal = signal.name()).entered();
+                match self.leader() {
+                    Some(identity) => {
+                        if let Err(e) = self.control.signal(&identity, signal) {
+                            tracing::warn!(error = %e, "guest group signal failed");
+                        }
+                    }
+                    None => tracing::warn!("no recorded guest group; signal not sent"),
+                }
+            }
+            Command::ObserveGroup => {
+                let observation = match self.leader() {
+                    Some(identity) => self.control.observe(&identity),
+                    None => GroupObservation::Mismatch,
+                };
+                tracing::info!(?observation, "guest group observed");
+                work.push_back(Input::Observed(observation));
+            }
+            Command::StartTimer { timer, after_ms } => {
+                self.timers.retain(|(t, _)| *t != timer);
+                self.timers
+                    .push((timer, Instant::now() + Duration::from_millis(after_ms)));
+            }
+            Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
+            Command::RecordReleaseIntent => {
+                tracing::info!(reason = ?self.machine.release_reason(), "RecordReleaseIntent");
+                // Spec 3.4 step 1: durable before any release signal.
+                self.release.record();
+            }
+            Command::TerminateExecClient => {
+                if let Err(e) = self
+                    .committed
+                    .handle()
+                    .signal(&RealProcessSys, Signal::Kill)
+                {
+                    tracing::warn!(error = %e, "cannot kill the exec client");
+                }
+            }
+            Command::ReapExecClient => match self.committed.handle().poll(&RealProcessSys) {
+                Ok(state) => tracing::info!(?state, "exec client reaped"),
+                Err(e) => tracing::warn!(error = %e, "cannot reap the exec client"),
+            },
+            Command::CloseOutput => {
+                // The forwarders stop after their current chunk.
+                self.stop = None;
+            }
+            Command::RecordClean => tracing::info!("RecordClean: piped session released"),
+            Command::RetainReleaseIntent(reason) => {
+                tracing::warn!(?reason, "RetainReleaseIntent: left for Domain teardown");
+            }
+            // A piped session takes no terminal events: the machine never
+            // writes input, resizes or signals a foreground group for it.
+            Command::WritePty(_) | Command::SetWindowSize { .. } | Command::SignalForeground(_) => {
+                tracing::warn!(?command, "terminal command in a piped session ignored");
+            }
+        }
+    }
+
+    /// Sleeps until an event, the exec client's exit or the nearest timer.
+    fn wait(&mut self, work: &mut VecDeque<Input>) {
+        let now = Instant::now();
+        let sleep = self
+            .timers
+            .iter()
+            .map(|(_, at)| at.saturating_duration_since(now))
+            .min()
+            .unwrap_or(IDLE_POLL)
+            .min(IDLE_POLL);
+        let timeout = Timespec::try_from(sleep).unwrap_or(Timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        });
+        {
+            let mut fds = Vec::with_capacity(2);
+            fds.push(PollFd::new(&self.wake, PollFlags::IN));
+            if self.exec_running {
+                fds.push(PollFd::new(self.committed.handle().pidfd(), PollFlags::IN));
+            }
+            if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
+                if e != rustix::io::Errno::INTR {
+                    tracing::warn!(error = %e, "session poll failed");
+                }
+            }
+        }
+        let mut sink = [0u8; 64];
+        while matches!(rustix::io::read(&self.wake, &mut sink), Ok(n) if n > 0) {}
+        if self.exec_running {
+            match self.committed.handle().peek(&RealProcessSys) {
+                Ok(ChildState::Running) => {}
+                Ok(ChildState::Exited { code, signal }) => {
+                    self.exec_running = false;
+                    work.push_back(Input::ExecClientExited(exec_status(code, signal)));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the exec client is lost");
+                    self.exec_running = false;
+                    work.push_back(Input::ExecClientLost);
+                }
+            }
+        }
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = self.timers.iter().partition(|(_, at)| *at <= now);
+        self.timers = later;
+        work.extend(due.into_iter().map(|(t, _)| Input::Timer(t)));
+    }
+}
