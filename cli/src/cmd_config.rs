@@ -90,8 +90,14 @@ pub fn run(
                 layout: &layout,
             };
             let resolved = load_configuration(sys, &request)?;
+            let shadowed = shadowing_warning(profile, &crate::command_names());
+            if let Some(warning) = &shadowed {
+                eprintln!("lazaret: warning: {warning}");
+            }
             let text = if *json {
-                let mut s = json_report(&resolved).to_string();
+                let mut report = json_report(&resolved);
+                report["warnings"] = json!(shadowed.iter().collect::<Vec<_>>());
+                let mut s = report.to_string();
                 s.push('\n');
                 s
             } else {
@@ -146,6 +152,18 @@ image = "docker.io/library/debian:bookworm"
 # enabled = false
 # auto_approve = [{ executable = "/usr/bin/git", args = ["fetch"], allow_extra_args = true }]
 "#;
+
+/// The warning for a profile whose name is one of Lazaret's commands: the
+/// short form `lazaret NAME` runs the command (spec README decision "Command
+/// names and profile names").
+fn shadowing_warning(profile: &str, commands: &[String]) -> Option<String> {
+    commands.iter().any(|c| c == profile).then(|| {
+        format!(
+            "profile '{profile}' has the name of the command `lazaret {profile}`, which \
+             `lazaret {profile}` runs; launch this profile with `lazaret run {profile}`"
+        )
+    })
+}
 
 fn lossy(p: &Path) -> String {
     p.to_string_lossy().into_owned()
@@ -265,4 +283,21 @@ fn text_report(r: &ResolvedDomainConfiguration) -> String {
     line("configuration fingerprint:", r.fingerprint().to_string());
     line("policy digest:", r.policy_digest().to_string());
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shadowing_warning;
+
+    #[test]
+    fn only_a_command_name_is_shadowed_and_the_warning_names_the_run_form() {
+        let commands = crate::command_names();
+        for name in ["doctor", "config", "state", "run", "help", "model", "trace"] {
+            let w = shadowing_warning(name, &commands).unwrap_or_default();
+            assert!(w.contains(&format!("lazaret run {name}")), "{name}: {w}");
+        }
+        for name in ["default", "agent", "doctors", "__coordinator"] {
+            assert_eq!(shadowing_warning(name, &commands), None, "{name}");
+        }
+    }
 }

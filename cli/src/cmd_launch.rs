@@ -47,16 +47,45 @@ pub struct HostOptions {
     pub timings: bool,
 }
 
-/// `lazaret run --profile P [--workspace DIR] [--config FILE] [-- cmd...]`.
+/// `lazaret run PROFILE [...]` or `lazaret run --profile PROFILE [...]`: the
+/// explicit launch form, which also reaches a profile named like one of
+/// Lazaret's commands (spec README decision "Command names and profile
+/// names").
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct RunCommand {
     /// The profile to launch (required; never inferred).
-    #[arg(long)]
-    pub profile: String,
+    #[arg(
+        value_name = "PROFILE",
+        required_unless_present = "profile_option",
+        conflicts_with = "profile_option"
+    )]
+    profile: Option<String>,
+    /// The profile to launch, as an option.
+    #[arg(long = "profile", value_name = "PROFILE")]
+    profile_option: Option<String>,
     #[command(flatten)]
-    pub host: HostOptions,
+    host: HostOptions,
     /// The command to run in the sandbox (default: /bin/bash).
     #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+impl RunCommand {
+    /// The launch it asks for (clap guarantees exactly one profile form).
+    pub fn into_args(self) -> RunArgs {
+        RunArgs {
+            profile: self.profile.or(self.profile_option).unwrap_or_default(),
+            host: self.host,
+            command: self.command,
+        }
+    }
+}
+
+/// One launch: the profile, host options and the exact argv.
+#[derive(Debug)]
+pub struct RunArgs {
+    pub profile: String,
+    pub host: HostOptions,
     pub command: Vec<String>,
 }
 

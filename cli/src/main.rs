@@ -18,7 +18,13 @@ mod cmd_trace;
 /// `lazaret <profile> [--workspace DIR] [--config FILE] [-- cmd args...]`
 /// runs cmd (default /bin/bash) in the profile's sandbox on the workspace.
 #[derive(Debug, Parser)]
-#[command(name = "lazaret", version)]
+#[command(
+    name = "lazaret",
+    version,
+    after_help = "A profile named like a command (config, doctor, help, model, run, state, \
+                  trace) is launched with `lazaret run NAME` or `lazaret run --profile NAME`; \
+                  `lazaret config check NAME` warns about it."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,8 +36,9 @@ enum Command {
     Config(cmd_config::ConfigArgs),
     /// Check that this host can run Lazaret; print each problem with its fix.
     Doctor,
-    /// Run a command in a profile's sandbox (same as `lazaret <profile>`).
-    Run(cmd_launch::RunArgs),
+    /// Run a command in a profile's sandbox (same as `lazaret <profile>`;
+    /// the form for a profile named like a command).
+    Run(cmd_launch::RunCommand),
     /// Internal: the launch-barrier wrapper every Lazaret-owned child is
     /// spawned through (spec 3.3 step 3). Not for direct use.
     #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
@@ -57,6 +64,22 @@ enum Command {
     /// `lazaret <profile> ...`
     #[command(external_subcommand)]
     Profile(Vec<OsString>),
+}
+
+/// The first words that are Lazaret's own commands (`help` included), so
+/// `lazaret NAME` never launches a profile of that name (spec README decision
+/// "Command names and profile names").
+pub(crate) fn command_names() -> Vec<String> {
+    use clap::CommandFactory;
+    let mut names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set() && c.get_name() != "profile")
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    names.push("help".to_owned());
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn launch(args: &cmd_launch::RunArgs) -> ExitCode {
@@ -86,7 +109,7 @@ fn main() -> ExitCode {
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
         Command::Doctor => return cmd_doctor::run(&lazaret_effects::doctor::RealDoctorHost),
-        Command::Run(args) => return launch(&args),
+        Command::Run(args) => return launch(&args.into_args()),
         Command::Profile(argv) => match cmd_launch::RunArgs::from_profile_form(&argv) {
             Ok(args) => return launch(&args),
             Err(e) => e.exit(),
@@ -119,12 +142,36 @@ mod tests {
         let cli = super::Cli::try_parse_from(["lazaret", "state", "--domain-root", "/x"])
             .expect("state parses");
         assert!(matches!(cli.command, super::Command::State(_)));
-        let cli = super::Cli::try_parse_from(["lazaret", "run", "--profile", "state"])
+        for argv in [
+            &["lazaret", "run", "--profile", "state"][..],
+            &["lazaret", "run", "state"][..],
+        ] {
+            let cli = super::Cli::try_parse_from(argv).expect("run parses");
+            let super::Command::Run(args) = cli.command else {
+                panic!("{argv:?} did not parse as a launch");
+            };
+            assert_eq!(args.into_args().profile, "state");
+        }
+        let cli = super::Cli::try_parse_from(["lazaret", "run", "doctor", "--", "sh", "-c", "x"])
             .expect("run parses");
         let super::Command::Run(args) = cli.command else {
-            panic!("`run --profile state` did not parse as a launch");
+            panic!("`run doctor -- ...` did not parse as a launch");
         };
-        assert_eq!(args.profile, "state");
+        let args = args.into_args();
+        assert_eq!((args.profile.as_str(), args.command.len()), ("doctor", 3));
+        // Exactly one form: neither, or both, is refused.
+        assert!(super::Cli::try_parse_from(["lazaret", "run"]).is_err());
+        assert!(super::Cli::try_parse_from(["lazaret", "run", "a", "--profile", "b"]).is_err());
+    }
+
+    /// The shadowed names are every visible command and `help`, never a
+    /// hidden internal role.
+    #[test]
+    fn command_names_are_the_visible_commands_and_help() {
+        assert_eq!(
+            super::command_names(),
+            ["config", "doctor", "help", "model", "run", "state", "trace"]
+        );
     }
 
     #[test]

@@ -465,3 +465,63 @@ fn workspace_files_end_owned_by_the_developer_whatever_the_sandbox_did() {
     assert_eq!(foreign_entries(&env.workspace, ids), Vec::<String>::new());
     assert_eq!(marker(), 0);
 }
+
+/// The spec README decision "Command names and profile names": a profile
+/// named like a command stays valid, `config check` warns that the short
+/// form runs the command, and `lazaret run NAME` launches it.
+#[test]
+fn a_profile_named_like_a_command_is_launched_with_run() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut env = Env::new("shadowed-profile", &default_image());
+    env.profile = "doctor";
+    env.write_config(
+        "config.toml",
+        &default_image(),
+        &format!("\n[profiles.doctor]\nimage = \"{}\"\n", default_image()),
+    );
+    let out = env.run(&["config", "check", "doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let warning = text(&out.stderr);
+    assert!(
+        warning.starts_with("lazaret: warning: ") && warning.contains("lazaret run doctor"),
+        "{warning}"
+    );
+    let out = env.run(&["config", "check", "doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["warnings"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    let out = env.run(&["config", "check", "default"]);
+    assert!(
+        !text(&out.stderr).contains("warning"),
+        "{}",
+        text(&out.stderr)
+    );
+    // `lazaret run doctor` launches the profile; `lazaret doctor` stays the
+    // command.
+    let out = env.run(&[
+        "run",
+        "doctor",
+        "--",
+        "sh",
+        "-c",
+        "echo in-the-doctor-profile",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "in-the-doctor-profile\n");
+    env.assert_nothing_left();
+    let out = env.run(&["doctor"]);
+    assert!(
+        !text(&out.stdout).contains("in-the-doctor-profile"),
+        "{}",
+        text(&out.stdout)
+    );
+    let help = env.run(&["--help"]);
+    assert!(
+        text(&help.stdout).contains("lazaret run NAME"),
+        "{}",
+        text(&help.stdout)
+    );
+}

@@ -105,6 +105,8 @@ pub struct Env {
     pub workspace: PathBuf,
     /// Whether the scenario launches a Domain (and so must keep a trace).
     pub traced: bool,
+    /// The profile whose Domain the leak check inspects.
+    pub profile: &'static str,
 }
 
 impl Env {
@@ -120,6 +122,7 @@ impl Env {
             home,
             workspace,
             traced: true,
+            profile: "default",
         };
         env.write_config("config.toml", image, "");
         chown_tree(&env.home);
@@ -274,7 +277,7 @@ impl Env {
     /// Every generation the Domain Store holds ended retired and clean
     /// (issue 5: teardown and recovery write ReleaseIntent -> Clean).
     pub fn assert_store_clean(&self) {
-        let out = self.run(&["state", "default", "--json"]);
+        let out = self.run(&["state", self.profile, "--json"]);
         assert_eq!(
             out.status.code(),
             Some(0),
