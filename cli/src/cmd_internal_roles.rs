@@ -28,7 +28,24 @@ pub struct CoordinatorCommand {
     config: Option<String>,
 }
 
+/// The internal roles' diagnostics: `tracing` events on stderr (the Host
+/// Coordinator's goes to the Domain's `coordinator.log`, whose tail a CLI
+/// shows when the coordinator fails), at the level `LAZARET_LOG` names
+/// (an `EnvFilter` directive; default `warn`). Timestamps are seconds since
+/// the process started.
+fn init_diagnostics() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LAZARET_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _already = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_timer(tracing_subscriber::fmt::time::uptime())
+        .with_ansi(false)
+        .try_init();
+}
+
 pub fn coordinator(args: CoordinatorCommand) -> ExitCode {
+    init_diagnostics();
     let args = CoordinatorArgs {
         profile: args.profile,
         config: args.config,
@@ -52,6 +69,7 @@ pub struct SupervisorCommand {
 }
 
 pub fn supervisor(args: SupervisorCommand) -> ExitCode {
+    init_diagnostics();
     if args.channel_fd <= 2
         || rustix::io::fcntl_getfd(
             // SAFETY: borrowed only for this validity check.

@@ -525,3 +525,194 @@ fn a_profile_named_like_a_command_is_launched_with_run() {
         text(&help.stdout)
     );
 }
+
+/// Host tasks (threads) in the user namespace of `env`'s Runtime Supervisor
+/// or in a namespace beneath it (runsc makes its own for the sandbox and its
+/// stubs): what one Domain costs the host.
+fn domain_host_tasks(env: &Env) -> usize {
+    let ns_of = |path: &Path| -> Option<u64> {
+        let link = std::fs::read_link(path.join("ns/user")).ok()?;
+        let text = link.to_string_lossy().into_owned();
+        text.trim_start_matches("user:[")
+            .trim_end_matches(']')
+            .parse()
+            .ok()
+    };
+    let Some(rs) = env
+        .processes()
+        .into_iter()
+        .find(|p| p.contains("__supervisor"))
+        .and_then(|p| ns_of(&Path::new("/proc").join(p.split(':').next().unwrap())))
+    else {
+        return 0;
+    };
+    let out = std::process::Command::new("lsns")
+        .args(["-J", "-t", "user", "-o", "NS,PNS"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let parent: std::collections::HashMap<u64, u64> = listed["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| Some((n["ns"].as_u64()?, n["pns"].as_u64()?)))
+        .collect();
+    let beneath = |mut ns: u64| {
+        for _ in 0..32 {
+            if ns == rs {
+                return true;
+            }
+            match parent.get(&ns) {
+                Some(&p) if p != 0 && p != ns => ns = p,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut count = 0;
+    for proc in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !proc
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(proc.path().join("task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            if ns_of(&task.path()).is_some_and(beneath) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// Spec README decision "Resource bounds": a fork bomb and a memory hog in
+/// one Domain cannot exhaust the host. The bomb meets the guest task ceiling
+/// (EAGAIN inside), the Domain's host tasks stay under the supervisor's
+/// backstop, a second Domain launches and answers meanwhile, writes past
+/// the `/tmp` and root file system bounds fail with ENOSPC inside, and the
+/// Domain tears down within 10 s afterwards with nothing left.
+#[test]
+fn a_fork_bomb_and_a_memory_hog_stay_inside_their_bounds() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("bounds", &default_image());
+    // Memory: both file system bounds hold.
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "dd if=/dev/zero of=/tmp/big bs=1M count=600 2>/workspace/err; echo tmp=$?; \
+         grep -c 'No space left on device' /workspace/err; rm -f /tmp/big; \
+         dd if=/dev/zero of=/var/big bs=1M count=1200 2>/workspace/err; echo root=$?; \
+         grep -c 'No space left on device' /workspace/err; rm -f /var/big /workspace/err; \
+         echo files=$(ulimit -n):$(ulimit -Hn)",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert_eq!(lines[4], "files=1024:524288");
+    assert!(
+        lines[0] != "tmp=0" && lines[1] == "1",
+        "/tmp took 600 MB: {lines:?}"
+    );
+    assert!(
+        lines[2] != "root=0" && lines[3] == "1",
+        "/ took 1200 MB: {lines:?}"
+    );
+    env.assert_nothing_left();
+
+    // Tasks: the issue's own bomb. `timeout` returns at once (the outer sh
+    // ends); the session then waits 20 s on a FIFO without forking.
+    let bomb = env.spawn(&[
+        "default",
+        "--",
+        "bash",
+        "-c",
+        "mkfifo /tmp/f; exec 3<>/tmp/f; \
+         timeout 20 sh -c 'b(){ b|b& };b' 2>>/workspace/bomb.err; \
+         read -t 20 -u 3; echo $EPOCHREALTIME > /workspace/ended",
+    ]);
+    let started = Instant::now();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    // A second Domain launches and answers while the bomb runs.
+    let second = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(6));
+        let other = Env::new("second-domain", &default_image());
+        let t = Instant::now();
+        let out = other.run(&["default", "--", "echo", "answered"]);
+        let took = t.elapsed();
+        other.assert_nothing_left();
+        (out, took)
+    });
+    let ended_file = env.workspace.join("ended");
+    let mut most = 0;
+    while !ended_file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the bomb session never ended"
+        );
+        most = most.max(domain_host_tasks(&env));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The session's command ended (written by bash itself, without
+    // forking); its release (observation, signals) comes before the CLI's
+    // exit. Then the Domain tears down: nothing of it within 10 s.
+    let ended: f64 = loop {
+        if let Ok(v) = std::fs::read_to_string(&ended_file)
+            .unwrap_or_default()
+            .trim()
+            .parse()
+        {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = bomb.wait_with_output().unwrap();
+    let released = now() - ended;
+    let cli_exit = Instant::now();
+    while !env.processes().is_empty() {
+        assert!(
+            cli_exit.elapsed() < Duration::from_secs(10),
+            "still there 10 s after the last session left: {:?}",
+            env.processes()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let teardown = cli_exit.elapsed();
+    let (second_out, answered) = second.join().unwrap();
+    assert_eq!(
+        second_out.status.code(),
+        Some(0),
+        "{}",
+        text(&second_out.stderr)
+    );
+    assert_eq!(text(&second_out.stdout), "answered\n");
+    let refusals = std::fs::read_to_string(env.workspace.join("bomb.err")).unwrap_or_default();
+    assert!(
+        refusals.contains("Resource temporarily unavailable") || refusals.contains("fork"),
+        "the bomb met no EAGAIN inside: {}",
+        refusals.lines().take(5).collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        (1..=4096).contains(&most),
+        "the Domain held {most} host tasks (backstop 4096)"
+    );
+    eprintln!(
+        "bounds: most host tasks {most}, second Domain answered in {answered:?}, \
+         session released {released:.2} s after its command ended (CLI {:?}), \
+         Domain gone {teardown:?} after that",
+        out.status
+    );
+    env.assert_nothing_left();
+}

@@ -397,7 +397,7 @@ fn job_control_needs_the_foreground_group(
     // Poll (bounded) until bash has started the foreground job.
     let deadline = Instant::now() + Duration::from_secs(10);
     let (sleep, stats) = loop {
-        let stats = control.stats(&control.pids().unwrap()).unwrap();
+        let stats = control.all_stats().unwrap();
         let sleep = stats.iter().copied().find(|s| {
             s.pid != identity.leader_pid
                 && s.session == identity.leader_pid

@@ -112,13 +112,14 @@ impl RunscRunner for EnteredRunner {
         let mut out = Vec::new();
         let mut err = Vec::new();
         let (mut out_open, mut err_open) = (true, true);
-        let deadline = Instant::now() + RUN_LIMIT;
+        let limit = invocation.limit.unwrap_or(RUN_LIMIT).min(RUN_LIMIT);
+        let deadline = Instant::now() + limit;
         let status = loop {
             if !out_open && !err_open {
-                break wait_exit(&pidfd, deadline)?;
+                break wait_exit(&pidfd, deadline, limit)?;
             }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break kill_and_reap(&pidfd)?;
+                break kill_and_reap(&pidfd, limit)?;
             };
             let mut fds = Vec::with_capacity(2);
             if out_open {
@@ -162,14 +163,14 @@ fn to_status(state: ChildState) -> Option<ExitStatus> {
 }
 
 /// Waits for the exit until `deadline`, then kills.
-fn wait_exit(pidfd: &Pidfd, deadline: Instant) -> io::Result<ExitStatus> {
+fn wait_exit(pidfd: &Pidfd, deadline: Instant, limit: Duration) -> io::Result<ExitStatus> {
     loop {
         let handle_state = RealProcessSys.waitid(pidfd, crate::process_identity::WaitMode::Poll)?;
         if let Some(status) = to_status(handle_state) {
             return Ok(status);
         }
         let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-            return kill_and_reap(pidfd);
+            return kill_and_reap(pidfd, limit);
         };
         let timeout = Timespec::try_from(left.min(Duration::from_secs(1))).unwrap_or(Timespec {
             tv_sec: 1,
@@ -183,7 +184,7 @@ fn wait_exit(pidfd: &Pidfd, deadline: Instant) -> io::Result<ExitStatus> {
     }
 }
 
-fn kill_and_reap(pidfd: &Pidfd) -> io::Result<ExitStatus> {
+fn kill_and_reap(pidfd: &Pidfd, limit: Duration) -> io::Result<ExitStatus> {
     rustix::process::pidfd_send_signal(
         pidfd.as_fd(),
         crate::process_identity::real::rustix_signal(Signal::Kill),
@@ -192,6 +193,6 @@ fn kill_and_reap(pidfd: &Pidfd) -> io::Result<ExitStatus> {
     RealProcessSys.waitid(pidfd, crate::process_identity::WaitMode::Block)?;
     Err(io::Error::new(
         io::ErrorKind::TimedOut,
-        format!("the guest tool run took longer than {RUN_LIMIT:?} and was killed"),
+        format!("the guest tool run took longer than {limit:?} and was killed"),
     ))
 }

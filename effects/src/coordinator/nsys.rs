@@ -21,6 +21,14 @@ pub trait NamespaceSys {
     fn enter_user_and_mount_of(&self, pidfd: BorrowedFd<'_>) -> io::Result<()>;
     /// `dup2` of `fd` onto descriptor `target` (0, 1 or 2).
     fn dup_onto_stdio(&self, fd: BorrowedFd<'_>, target: u8) -> io::Result<()>;
+    /// `mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+    /// "size=BYTES,mode=0700")` in the caller's mount namespace.
+    fn mount_tmpfs(&self, target: &Path, size_bytes: u64) -> io::Result<()>;
+    /// `setrlimit(RLIMIT_NPROC, {max, max})` for the caller and what it
+    /// spawns; inside a user namespace it counts that namespace's tasks.
+    fn limit_tasks(&self, max: u64) -> io::Result<()>;
+    /// `umount2(target, MNT_DETACH)`.
+    fn unmount(&self, target: &Path) -> io::Result<()>;
 }
 
 /// The real kernel.
@@ -62,6 +70,37 @@ impl NamespaceSys for RealNs {
     fn enter_user_and_mount_of(&self, pidfd: BorrowedFd<'_>) -> io::Result<()> {
         use rustix::thread::ThreadNameSpaceType as T;
         rustix::thread::move_into_thread_name_spaces(pidfd, T::USER | T::MOUNT)?;
+        Ok(())
+    }
+
+    fn mount_tmpfs(&self, target: &Path, size_bytes: u64) -> io::Result<()> {
+        use rustix::mount::MountFlags as F;
+        let data = std::ffi::CString::new(format!("size={size_bytes},mode=0700"))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        rustix::mount::mount(
+            "tmpfs",
+            target,
+            "tmpfs",
+            F::NOSUID | F::NODEV | F::NOEXEC,
+            data.as_c_str(),
+        )?;
+        Ok(())
+    }
+
+    fn unmount(&self, target: &Path) -> io::Result<()> {
+        rustix::mount::unmount(target, rustix::mount::UnmountFlags::DETACH)?;
+        Ok(())
+    }
+
+    fn limit_tasks(&self, max: u64) -> io::Result<()> {
+        use rustix::process::{setrlimit, Resource, Rlimit};
+        setrlimit(
+            Resource::Nproc,
+            Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            },
+        )?;
         Ok(())
     }
 
@@ -131,5 +170,14 @@ impl NamespaceSys for RecordingNs {
     }
     fn dup_onto_stdio(&self, _fd: BorrowedFd<'_>, target: u8) -> io::Result<()> {
         self.record("dup_onto_stdio", format!(" {target}"))
+    }
+    fn mount_tmpfs(&self, target: &Path, size_bytes: u64) -> io::Result<()> {
+        self.record("mount_tmpfs", format!(" {} {size_bytes}", target.display()))
+    }
+    fn limit_tasks(&self, max: u64) -> io::Result<()> {
+        self.record("limit_tasks", format!(" {max}"))
+    }
+    fn unmount(&self, target: &Path) -> io::Result<()> {
+        self.record("unmount", format!(" {}", target.display()))
     }
 }

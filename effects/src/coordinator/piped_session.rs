@@ -54,7 +54,7 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 /// The piped form's drain: output that is still arriving when the command
 /// ended gets this long to reach its pipes' EOF (a background process that
 /// keeps them open does not hold the session).
-const PIPED_DRAIN_MS: u64 = 2000;
+const PIPED_DRAIN_MS: u64 = 1000;
 
 /// Everything one piped session owns once its exec client runs.
 #[derive(Debug)]

@@ -39,7 +39,14 @@ use std::time::{Duration, Instant};
 pub const INIT_NAME: &str = "lazaret-init";
 /// How long the sandbox may take to reach `running`.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long `runsc run` may take to exit after init's stdin closes.
+/// How long `runsc run` gets to stop the sandbox itself after init's stdin
+/// closes; then it is killed (spec README "Resource bounds": a Domain full
+/// of tasks tears down within seconds). An idle sandbox stops well within
+/// it; with a thousand guest tasks gVisor's own stop took longer than the
+/// kill path (measured: SIGKILL of the sandbox, 2.2-3.9 s to nothing left).
+const GRACEFUL_STOP: Duration = Duration::from_secs(2);
+/// How long `runsc run` may take to exit after SIGKILL (the attached
+/// sandbox dies with it).
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
@@ -225,11 +232,53 @@ pub fn runsc_globals(runsc_root: &Path, dcache: u32) -> Vec<String> {
         "--ignore-cgroups".to_owned(),
         "--network=none".to_owned(),
         format!("--dcache={dcache}"),
-        // A transient in-memory rootfs overlay over the read-only prepared
-        // lower until State Anchors exist (`root:self` would write its
-        // filestore into the shared prepared lower).
-        "--overlay2=root:memory".to_owned(),
+        // A transient rootfs overlay over the read-only prepared lower until
+        // State Anchors exist (`root:self` would write its filestore into
+        // the shared prepared lower). Its filestore lives on the
+        // supervisor's size-limited tmpfs (`bound_resources`): a write past
+        // it fails with ENOSPC inside instead of taking host memory.
+        format!(
+            "--overlay2=root:dir={}",
+            rootfs_writes(runsc_root).display()
+        ),
     ]
+}
+
+/// Where the rootfs overlay's filestore lives: a tmpfs of
+/// [`ROOTFS_WRITES_MAX_BYTES`] in the supervisor's mount namespace, next to
+/// the runsc state of the generation.
+fn rootfs_writes(runsc_root: &Path) -> PathBuf {
+    runsc_root
+        .parent()
+        .unwrap_or(runsc_root)
+        .join("rootfs-writes")
+}
+
+/// What the sandbox's root file system may take of host memory for what
+/// the agent writes outside `/workspace` and `/tmp` (spec README "Resource
+/// bounds").
+pub const ROOTFS_WRITES_MAX_BYTES: u64 = 1 << 30;
+/// The host task backstop: `RLIMIT_NPROC` of the supervisor, in its own
+/// user namespace, inherited by runsc. Under systrap each guest process is
+/// two host tasks (stub and stub thread) besides the sentry's own threads;
+/// the guest ceiling (`GUEST_TASKS_MAX`, per guest user) keeps an ordinary
+/// fork bomb near 2,400 host tasks. A bomb spread over many guest users
+/// (the sandbox has CAP_SETUID) meets this limit instead, and the sentry
+/// then ends the whole sandbox: no guest error, but the host is safe.
+pub const HOST_TASKS_MAX: u64 = 4096;
+
+/// Spec README "Resource bounds": the host task backstop, and the bounded
+/// tmpfs that holds the rootfs overlay's writes.
+fn bound_resources<N: NamespaceSys>(ns: &N, runsc_root: &Path) -> Result<(), SupervisorError> {
+    let writes = rootfs_writes(runsc_root);
+    std::fs::create_dir_all(&writes).map_err(|source| SupervisorError::Write {
+        path: writes.clone(),
+        source,
+    })?;
+    ns.mount_tmpfs(&writes, ROOTFS_WRITES_MAX_BYTES)
+        .map_err(kernel("mounting the rootfs writes tmpfs"))?;
+    ns.limit_tasks(HOST_TASKS_MAX)
+        .map_err(kernel("setting the host task limit (RLIMIT_NPROC)"))
 }
 
 fn wait_exit(handle: &ProcessHandle, timeout: Duration) -> io::Result<Option<ChildState>> {
@@ -412,6 +461,7 @@ fn launch_and_serve<N: NamespaceSys>(
         path: runsc_root.clone(),
         source,
     })?;
+    bound_resources(ns, &runsc_root)?;
     let netns = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
     let workspace = PathBuf::from(&plan.workspace);
     let workspace_fd = check_workspace(&RealSys, &workspace, plan.workspace_object)?;
@@ -559,6 +609,7 @@ fn launch_and_serve<N: NamespaceSys>(
             restore_workspace_owner(&workspace_fd);
             let _ = std::fs::remove_file(&marker);
             drop(editor_dirs);
+            let _ = ns.unmount(&rootfs_writes(&runsc_root));
             let _ = std::fs::remove_dir_all(&generation);
             return Err(SupervisorError::NotReady(format!(
                 "{}: {}",
@@ -607,7 +658,7 @@ fn launch_and_serve<N: NamespaceSys>(
     }
     let _span = tracing::info_span!("StopSandbox").entered();
     drop(init_w);
-    let ended = wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
+    let ended = wait_exit(handle, GRACEFUL_STOP).map_err(kernel("waiting for runsc run"))?;
     if ended.is_none() {
         broker
             .signal(handle, Signal::Kill)
@@ -626,6 +677,9 @@ fn launch_and_serve<N: NamespaceSys>(
     // The editor directories go before their record (in the generation
     // directory): a crash in between leaves the record to the successor.
     drop(editor_dirs);
+    // The rootfs writes go with their tmpfs (the memory is freed here).
+    ns.unmount(&rootfs_writes(&runsc_root))
+        .map_err(kernel("unmounting the rootfs writes tmpfs"))?;
     std::fs::remove_dir_all(&generation).map_err(|source| SupervisorError::Write {
         path: generation.clone(),
         source,
@@ -681,6 +735,37 @@ mod tests {
         // Gone.
         std::fs::remove_file(&ws).map_err(|e| e.to_string())?;
         assert!(check_workspace(&RealSys, &ws, loaded).is_err());
+        Ok(())
+    }
+
+    /// Spec README "Resource bounds": the rootfs writes tmpfs is mounted
+    /// with its size, then the host task backstop is set, before runsc (the
+    /// globals point runsc's overlay filestore at that tmpfs).
+    #[test]
+    fn resource_bounds_come_before_runsc() -> Result<(), SupervisorError> {
+        let dir = tempfile::tempdir().map_err(kernel("tempdir"))?;
+        let runsc_root = dir.path().join("gen-1/runsc");
+        let ns = RecordingNs::default();
+        bound_resources(&ns, &runsc_root)?;
+        let writes = dir.path().join("gen-1/rootfs-writes");
+        assert!(writes.is_dir());
+        assert_eq!(
+            ns.calls(),
+            vec![
+                format!("mount_tmpfs {} {}", writes.display(), 1u64 << 30),
+                "limit_tasks 4096".to_owned(),
+            ]
+        );
+        let globals = runsc_globals(&runsc_root, 7);
+        assert!(globals.contains(&format!("--overlay2=root:dir={}", writes.display())));
+        assert!(globals.contains(&"--dcache=7".to_owned()));
+        // A failed mount stops the launch with the step named.
+        let failing = RecordingNs::failing("mount_tmpfs");
+        let e = bound_resources(&failing, &runsc_root)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("rootfs writes tmpfs"), "{e}");
         Ok(())
     }
 

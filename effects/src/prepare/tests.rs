@@ -140,7 +140,7 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         vec![
             "version".to_owned(),
             "umoci raw unpack --image image:lazaret rootfs".to_owned(),
-            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common rootfs/.lazaret/sbin"
+            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common rootfs/.lazaret/sbin rootfs/tmp"
                 .to_owned()
         ]
     );

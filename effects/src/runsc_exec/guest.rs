@@ -5,6 +5,7 @@ use lazaret_runtime::records::terminal::GuestProcessIdentity;
 use lazaret_runtime::terminal::machine::{GroupObservation, GuestSignal};
 use std::io;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// Runs one short runsc client and collects its output (pipes only).
 pub trait RunscRunner {
@@ -85,15 +86,6 @@ pub enum GuestControlError {
     NotGroupLeader { pid: u32, pgrp: u32, session: u32 },
 }
 
-/// Parses `runsc ps --format json` (a JSON array of PIDs).
-pub fn parse_ps_pids(stdout: &[u8]) -> Result<Vec<u32>, GuestControlError> {
-    serde_json::from_slice::<Vec<u32>>(stdout).map_err(|_| GuestControlError::Parse {
-        what: "runsc ps --format json",
-        line: String::from_utf8_lossy(stdout).chars().take(200).collect(),
-        expected: "a JSON array of PIDs",
-    })
-}
-
 /// Parses `/proc/<pid>/stat` lines. The command name may contain spaces and
 /// parentheses, so fields are taken after the last `)`.
 pub fn parse_stat_lines(text: &str) -> Result<Vec<GuestStat>, GuestControlError> {
@@ -141,6 +133,17 @@ pub fn classify(recorded: &GuestProcessIdentity, stats: &[GuestStat]) -> GroupOb
 }
 
 const STAT_SCRIPT: &str = "for p in \"$@\"; do if [ -r /proc/$p/stat ]; then read -r l < /proc/$p/stat && printf '%s\\n' \"$l\"; fi; done";
+/// Every guest process's stat line (the tool's own shell included; it
+/// leads a group of its own).
+const ALL_STAT_SCRIPT: &str = "for s in /proc/[0-9]*/stat; do if [ -r \"$s\" ]; then read -r l < \"$s\" && printf '%s\\n' \"$l\"; fi; done";
+/// How long the leader identity read may take (acquisition step 3).
+const IDENTITY_LIMIT: Duration = Duration::from_secs(10);
+/// How long one release observation or signal may take. Normally 30-60 ms;
+/// a guest that saturates the host (a fork bomb) makes every runsc client
+/// slow, and a release step that times out fails closed (a mismatch or an
+/// unsent signal leaves the group to Domain teardown), which then comes
+/// sooner.
+const RELEASE_LIMIT: Duration = Duration::from_secs(3);
 const KILL_SCRIPT: &str = "kill -s \"$1\" -- \"-$2\"";
 
 /// Guest process-group control for one exact container.
@@ -184,7 +187,13 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
         Ok(output)
     }
 
-    fn tool(&self, script: &str, name: &str, args: impl IntoIterator<Item = String>) -> Invocation {
+    fn tool(
+        &self,
+        limit: Duration,
+        script: &str,
+        name: &str,
+        args: impl IntoIterator<Item = String>,
+    ) -> Invocation {
         let mut argv = vec![
             self.tools.shell.clone(),
             "-c".to_owned(),
@@ -192,20 +201,31 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
             name.to_owned(),
         ];
         argv.extend(args);
-        self.runsc.exec_tool(&self.container, &argv)
+        self.runsc.exec_tool(&self.container, &argv, limit)
     }
 
     /// Guest stats of `pids` (absent PIDs are skipped).
     pub fn stats(&self, pids: &[u32]) -> Result<Vec<GuestStat>, GuestControlError> {
-        let inv = self.tool(STAT_SCRIPT, "lazaret-stat", pids.iter().map(u32::to_string));
+        let inv = self.tool(
+            IDENTITY_LIMIT,
+            STAT_SCRIPT,
+            "lazaret-stat",
+            pids.iter().map(u32::to_string),
+        );
         let out = self.run("guest stat", &inv)?;
         parse_stat_lines(&String::from_utf8_lossy(&out.stdout))
     }
 
-    /// Every PID in the container.
-    pub fn pids(&self) -> Result<Vec<u32>, GuestControlError> {
-        let out = self.run("runsc ps", &self.runsc.ps(&self.container))?;
-        parse_ps_pids(&out.stdout)
+    /// Guest stats of every process in the container, in one tool run.
+    pub fn all_stats(&self) -> Result<Vec<GuestStat>, GuestControlError> {
+        let inv = self.tool(
+            RELEASE_LIMIT,
+            ALL_STAT_SCRIPT,
+            "lazaret-stat",
+            std::iter::empty(),
+        );
+        let out = self.run("guest stat", &inv)?;
+        parse_stat_lines(&String::from_utf8_lossy(&out.stdout))
     }
 
     /// Acquisition step 3: the leader's identity. It must lead its own
@@ -239,7 +259,7 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
     /// The observation the terminal machine asks for with `ObserveGroup`.
     /// A failed observation is a mismatch (fail closed).
     pub fn observe(&self, recorded: &GuestProcessIdentity) -> GroupObservation {
-        let observed = self.pids().and_then(|pids| self.stats(&pids));
+        let observed = self.all_stats();
         match observed {
             Ok(stats) => classify(recorded, &stats),
             Err(e) => {
@@ -258,7 +278,12 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
     ) -> Result<(), GuestControlError> {
         let pgid = recorded.process_group_id;
         let name = signal.name().trim_start_matches("SIG").to_owned();
-        let inv = self.tool(KILL_SCRIPT, "lazaret-signal", [name, pgid.to_string()]);
+        let inv = self.tool(
+            RELEASE_LIMIT,
+            KILL_SCRIPT,
+            "lazaret-signal",
+            [name, pgid.to_string()],
+        );
         self.run("guest group signal", &inv).map(|_| ())
     }
 }

@@ -6,7 +6,8 @@
 //!   namespace, no uid/gid mappings, no other namespace path.
 //! - SR-3: the only host paths are the prepared rootfs, the canonical
 //!   workspace at `/workspace` and the Git Sentry mounts below.
-//! - Every capability set is empty and `noNewPrivileges` is set.
+//! - PID 1's capability sets are empty and `noNewPrivileges` is set; session
+//!   processes get [`SESSION_CAPABILITIES`] (with `noNewPrivileges`).
 //! - Git Sentry (spec 3.5, SR-4), see [`GitSentry`]: the host repository's
 //!   common git directory is served through the Git Sentry filter
 //!   (`BundlePlan::git_filter`, guards in [`crate::git_sentry`]), which
@@ -27,7 +28,8 @@
 use crate::config::DestinationClass;
 use oci_spec::runtime::{
     Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxNamespaceBuilder, LinuxNamespaceType,
-    Mount, MountBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
+    Mount, MountBuilder, PosixRlimitBuilder, PosixRlimitType, ProcessBuilder, RootBuilder, Spec,
+    SpecBuilder, UserBuilder,
 };
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -38,8 +40,31 @@ pub const WORKSPACE: &str = "/workspace";
 pub const GIT_COMMON: &str = "/.lazaret/git-common";
 /// Where the directory holding the static PID 1 (`lazaret-init`) appears.
 pub const INIT_DIR: &str = "/.lazaret/sbin";
+/// Where the sandbox's bounded scratch tmpfs is mounted.
+pub const TMP: &str = "/tmp";
 /// Directories every prepared lower must contain as mount points.
-pub const MOUNT_POINTS: [&str; 3] = [WORKSPACE, GIT_COMMON, INIT_DIR];
+pub const MOUNT_POINTS: [&str; 4] = [WORKSPACE, GIT_COMMON, INIT_DIR, TMP];
+
+/// Per-Domain resource bounds (spec README decision "Resource bounds": fixed
+/// defaults, no configuration keys in v1, enforced outside the agent's
+/// control). Measured with runsc 0.0~20240729 rootless (docs/resources.md).
+///
+/// The guest task ceiling: OCI `RLIMIT_NPROC`, soft and hard, for PID 1 and
+/// so for every process (`runsc exec` processes inherit the container's
+/// limits). gVisor counts it per guest user, threads included; the guest
+/// cannot raise it. A fork bomb gets `EAGAIN`.
+pub const GUEST_TASKS_MAX: u64 = 1024;
+/// Guest open files: soft and hard `RLIMIT_NOFILE` of every process (the
+/// common container defaults; a tool may raise its soft limit up to the
+/// hard one).
+pub const GUEST_FILES_SOFT: u64 = 1024;
+/// See [`GUEST_FILES_SOFT`].
+pub const GUEST_FILES_HARD: u64 = 524_288;
+/// The size of the sandbox's `/tmp` (gVisor enforces tmpfs `size=`: a
+/// write past it fails with `ENOSPC`).
+pub const TMP_SIZE: &str = "512m";
+/// The size of `/dev/shm`.
+pub const SHM_SIZE: &str = "64m";
 /// Lazaret's own directory inside the sandbox: every product mount outside
 /// the workspace ([`GIT_COMMON`], [`INIT_DIR`]) lies beneath it.
 pub const PRODUCT_DIR: &str = "/.lazaret";
@@ -249,7 +274,19 @@ fn system_mounts() -> Result<Vec<Mount>, BundleError> {
             Path::new("/dev/shm"),
             "tmpfs",
             Path::new("shm"),
-            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+            &[
+                "nosuid",
+                "noexec",
+                "nodev",
+                "mode=1777",
+                &format!("size={SHM_SIZE}"),
+            ],
+        )?,
+        mount(
+            Path::new(TMP),
+            "tmpfs",
+            Path::new("tmpfs"),
+            &["nosuid", "nodev", "mode=1777", &format!("size={TMP_SIZE}")],
         )?,
         mount(
             Path::new("/sys"),
@@ -392,8 +429,22 @@ pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
         .ambient(no_caps)
         .build()
         .map_err(spec_err("capabilities"))?;
+    // Spec README "Resource bounds": the guest task ceiling.
+    let nproc = PosixRlimitBuilder::default()
+        .typ(PosixRlimitType::RlimitNproc)
+        .soft(GUEST_TASKS_MAX)
+        .hard(GUEST_TASKS_MAX)
+        .build()
+        .map_err(spec_err("rlimits"))?;
+    let nofile = PosixRlimitBuilder::default()
+        .typ(PosixRlimitType::RlimitNofile)
+        .soft(GUEST_FILES_SOFT)
+        .hard(GUEST_FILES_HARD)
+        .build()
+        .map_err(spec_err("rlimits"))?;
     let process = ProcessBuilder::default()
         .terminal(false)
+        .rlimits(vec![nproc, nofile])
         .user(
             UserBuilder::default()
                 .uid(0u32)

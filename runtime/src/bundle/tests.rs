@@ -1,5 +1,16 @@
 use super::*;
 
+/// Sessions get the conventional set and never a network-administration,
+/// raw-socket or SYS_ADMIN capability (SR-5; spec README decision).
+#[test]
+fn session_capabilities_never_include_the_forbidden_ones() {
+    for never in NEVER_GRANTED {
+        assert!(!SESSION_CAPABILITIES.contains(&never), "{never}");
+    }
+    let unique: HashSet<&str> = SESSION_CAPABILITIES.iter().copied().collect();
+    assert_eq!(unique.len(), SESSION_CAPABILITIES.len());
+}
+
 fn plan(git: GitSentry) -> BundlePlan {
     BundlePlan {
         rootfs: "/store/prepared/abc/rootfs".into(),
@@ -96,6 +107,22 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
         );
     }
     assert_eq!(v["process"]["noNewPrivileges"], serde_json::json!(true));
+    // Spec README "Resource bounds": the guest task ceiling, soft and hard,
+    // and the bounded tmpfs file systems.
+    assert_eq!(
+        v["process"]["rlimits"],
+        serde_json::json!([
+            {"type": "RLIMIT_NPROC", "soft": 1024, "hard": 1024},
+            {"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 524_288}
+        ])
+    );
+    for (dest, size) in [("/tmp", "size=512m"), ("/dev/shm", "size=64m")] {
+        let found = mounts(v)
+            .into_iter()
+            .find(|(d, t, _, _)| d == dest && t == "tmpfs")
+            .unwrap_or_else(|| panic!("no tmpfs at {dest}"));
+        assert!(found.3.iter().any(|o| o == size), "{dest}: {:?}", found.3);
+    }
     // Every destination is the workspace or a protected destination of the
     // production layout, or beneath one (spec 3.2: no persistent path or
     // volume may meet a product mount). The Runtime Supervisor adds the
