@@ -137,6 +137,32 @@ fn dcs_progress(matched: u8, b: u8, c1_ends: bool) -> Option<u8> {
     }
 }
 
+/// Bytes that may start a sequence at ground: ESC, the lead `C2` and the
+/// C1 OSC and DCS bytes.
+const MAY_START: [bool; 256] = {
+    let mut table = [false; 256];
+    table[ESC as usize] = true;
+    table[LEAD_C1 as usize] = true;
+    table[C1_OSC as usize] = true;
+    table[C1_DCS as usize] = true;
+    table
+};
+
+/// The continuation bytes a UTF-8 lead byte announces (0 for any other byte).
+const LEAD_NEEDS: [u8; 256] = {
+    let mut table = [0; 256];
+    let mut b = 0xc2;
+    while b <= 0xf4 {
+        table[b] = match b {
+            0xc2..=0xdf => 1,
+            0xe0..=0xef => 2,
+            _ => 3,
+        };
+        b += 1;
+    }
+    table
+};
+
 /// UTF-8 decoding as a terminal does it, just enough to tell a
 /// continuation byte from a C1 control.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -224,11 +250,50 @@ impl TerminalState {
         !self.escape && self.osc_ps.is_none() && self.dcs_prefix.is_none()
     }
 
-    /// A run of ASCII bytes other than ESC passed at ground.
-    fn passed_ascii(&mut self) {
+    /// The length of the prefix of `input` that passes at ground as it is,
+    /// taken as passed: text up to the first byte that may start a sequence
+    /// (ESC, `C2`, a C1 OSC or DCS byte that is not a continuation). Same
+    /// result as passing byte by byte, in bulk.
+    fn plain_run(&mut self, input: &[u8]) -> usize {
         debug_assert!(self.at_ground());
-        self.utf8 = Utf8::default();
-        self.passes = self.passes.wrapping_add(1);
+        let mut utf8 = self.utf8;
+        let mut run = 0;
+        while let Some(&b) = input.get(run) {
+            if MAY_START[usize::from(b)] {
+                match b {
+                    // `C2` and a continuation that makes neither U+009D nor
+                    // U+0090 is a character.
+                    LEAD_C1 => match input.get(run + 1) {
+                        Some(&next)
+                            if (0x80..=0xbf).contains(&next)
+                                && next != C1_OSC
+                                && next != C1_DCS =>
+                        {
+                            utf8 = Utf8::default();
+                            run += 2;
+                            continue;
+                        }
+                        _ => break,
+                    },
+                    C1_OSC | C1_DCS if !utf8.is_c1() => {}
+                    _ => break,
+                }
+            }
+            // Utf8::take without branches on the byte's value: random bytes
+            // would make them unpredictable.
+            utf8.need = if b & 0xc0 == 0x80 {
+                utf8.need.saturating_sub(1)
+            } else {
+                LEAD_NEEDS[usize::from(b)]
+            };
+            utf8.after_lead_c1 = false;
+            run += 1;
+        }
+        if run > 0 {
+            self.utf8 = utf8;
+            self.passes = self.passes.wrapping_add(1);
+        }
+        run
     }
 }
 
@@ -332,12 +397,16 @@ impl EscapeFilter {
     pub fn feed(&mut self, terminal: &mut TerminalState, input: &[u8], out: &mut Vec<u8>) {
         let mut rest = input;
         while let Some((&first, tail)) = rest.split_first() {
-            let run = self.skippable_run(terminal, rest);
-            if run > 0 {
-                if self.state == State::Ground {
+            if self.state == State::Ground && terminal.at_ground() {
+                let run = terminal.plain_run(rest);
+                if run > 0 {
                     out.extend_from_slice(&rest[..run]);
-                    terminal.passed_ascii();
+                    rest = &rest[run..];
+                    continue;
                 }
+            }
+            let run = self.discardable_run(rest);
+            if run > 0 {
                 rest = &rest[run..];
                 continue;
             }
@@ -373,15 +442,10 @@ impl EscapeFilter {
         debug_assert!(self.state == State::Ground && self.held.is_empty());
     }
 
-    /// The length of the prefix of `input` that needs no per-byte decision
-    /// in the current state: ASCII other than ESC at ground (passed on), or
-    /// payload bytes that cannot end a discarded sequence (discarded).
-    fn skippable_run(&mut self, terminal: &TerminalState, input: &[u8]) -> usize {
+    /// The length of the prefix of `input` that a discarded sequence takes
+    /// without a per-byte decision: payload bytes that cannot end it.
+    fn discardable_run(&mut self, input: &[u8]) -> usize {
         match &mut self.state {
-            State::Ground if terminal.at_ground() => input
-                .iter()
-                .position(|&b| b == ESC || b >= 0x80)
-                .unwrap_or(input.len()),
             State::DropOsc { esc: false, utf8 } => {
                 let run = input
                     .iter()

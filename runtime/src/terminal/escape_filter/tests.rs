@@ -961,3 +961,32 @@ fn interleaved_streams_give_the_terminal_no_clipboard_sequence() {
         .tests(TESTS)
         .quickcheck(prop as fn(Vec<(Piece, bool)>) -> bool);
 }
+
+/// The bulk path at ground leaves the terminal state exactly as passing its
+/// bytes one at a time would, and stops before any byte that could start a
+/// sequence.
+#[test]
+fn the_bulk_path_agrees_with_byte_by_byte() {
+    fn prop(before: Vec<u8>, bytes: Vec<u8>) -> bool {
+        let mut bulk = TerminalState::default();
+        for &b in &before {
+            bulk.passed(b);
+        }
+        if !bulk.at_ground() {
+            return true;
+        }
+        let mut single = bulk;
+        let run = bulk.plain_run(&bytes);
+        for &b in &bytes[..run] {
+            single.passed(b);
+        }
+        let stops_right = bytes.get(run).is_none_or(|&b| {
+            b == ESC || b == LEAD_C1 || ((b == C1_OSC || b == C1_DCS) && single.utf8.is_c1())
+        });
+        (bulk.passes, single.passes) = (0, 0);
+        bulk == single && stops_right
+    }
+    QuickCheck::new()
+        .tests(TESTS)
+        .quickcheck(prop as fn(Vec<u8>, Vec<u8>) -> bool);
+}
