@@ -1,6 +1,7 @@
 //! `lazaret config check` and `lazaret config init` (issue 4; spec 3.2).
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use crate::report::{self, errln, outln};
 
 use clap::{Args, Subcommand};
 use lazaret_effects::config_init::{write_new_config, InitError};
@@ -9,6 +10,7 @@ use lazaret_effects::config_resolve::{
 };
 use lazaret_effects::confined::ConfinedSys;
 use lazaret_runtime::config::{config_source_path, ConfigError, HostEnvironment, SandboxLayoutV1};
+use lazaret_runtime::display::{escape_line, escape_path};
 use serde_json::json;
 
 #[derive(Debug, Args)]
@@ -92,26 +94,24 @@ pub fn run(
             let resolved = load_configuration(sys, &request)?;
             let shadowed = shadowing_warning(profile, &crate::command_names());
             if let Some(warning) = &shadowed {
-                eprintln!("lazaret: warning: {warning}");
+                errln!("lazaret: warning: {warning}");
             }
-            let text = if *json {
-                let mut report = json_report(&resolved);
-                report["warnings"] = json!(shadowed.iter().collect::<Vec<_>>());
-                let mut s = report.to_string();
+            let printed = if *json {
+                let mut document = json_report(&resolved);
+                document["warnings"] = json!(shadowed.iter().collect::<Vec<_>>());
+                let mut s = document.to_string();
                 s.push('\n');
-                s
+                report::print_json(&s)
             } else {
-                text_report(&resolved)
+                report::print_text(&text_report(&resolved))
             };
-            std::io::stdout()
-                .write_all(text.as_bytes())
-                .map_err(ConfigCommandError::Output)
+            printed.map_err(ConfigCommandError::Output)
         }
         ConfigCommand::Init { config } => {
             let path =
                 config_source_path(config.as_deref(), env).map_err(ConfigCommandError::Locate)?;
             let written = write_new_config(sys, &path, STARTER_CONFIG.as_bytes(), user.uid)?;
-            println!("wrote {}", written.display());
+            outln!("wrote {}", escape_path(&written));
             Ok(())
         }
     }
@@ -219,20 +219,27 @@ fn list<T: ToString>(items: impl Iterator<Item = T>) -> String {
     }
 }
 
+/// A path in the text report: every control escaped, and bytes that are not
+/// UTF-8 as `\xNN` (spec README 'Terminal output hygiene').
+fn shown(p: &Path) -> String {
+    escape_path(p).into_owned()
+}
+
+/// The human report: one line per value, each value escaped to one line.
 fn text_report(r: &ResolvedDomainConfiguration) -> String {
     let s = r.selected();
     let mut out = String::new();
     let mut line = |k: &str, v: String| {
-        out.push_str(&format!("{k:<27} {v}\n"));
+        out.push_str(&format!("{k:<27} {}\n", escape_line(&v)));
     };
     line("profile:", s.name().to_string());
-    line("configuration:", lossy(&r.source_label()));
-    line("workspace:", lossy(&r.workspace().label()));
+    line("configuration:", shown(&r.source_label()));
+    line("workspace:", shown(&r.workspace().label()));
     line("image:", s.image().to_string());
     line("isolate_gitignored:", s.isolate_gitignored().to_string());
-    line("storage root:", lossy(&r.storage_root().label()));
-    line("runtime root:", lossy(&r.runtime_root().label()));
-    line("profile directory:", lossy(&r.profile_dir().label()));
+    line("storage root:", shown(&r.storage_root().label()));
+    line("runtime root:", shown(&r.runtime_root().label()));
+    line("profile directory:", shown(&r.profile_dir().label()));
     line("persistent dirs:", list(s.persistent_dirs()));
     for v in r.volumes() {
         let d = v.decl();
@@ -240,7 +247,7 @@ fn text_report(r: &ResolvedDomainConfiguration) -> String {
             "volume:",
             format!(
                 "{} -> {} ({}, {}{})",
-                lossy(&v.source().label()),
+                shown(&v.source().label()),
                 d.container,
                 d.kind.as_str(),
                 d.access.as_str(),
@@ -268,7 +275,7 @@ fn text_report(r: &ResolvedDomainConfiguration) -> String {
         .to_owned(),
     );
     for rule in r.auto_approval_rules() {
-        let mut text = lossy(&rule.executable().label());
+        let mut text = shown(&rule.executable().label());
         for a in &rule.rule().args {
             text.push(' ');
             text.push_str(&format!("{a:?}"));

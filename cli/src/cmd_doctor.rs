@@ -1,42 +1,50 @@
 //! `lazaret doctor`: checks the host and prints each problem with its fix
 //! (issue 6 item 2). Exits non-zero when something is missing.
 
+use crate::report::{self, errln};
 use lazaret_effects::doctor::{run_checks, Check, DoctorHost};
-use std::io::Write;
+use lazaret_runtime::display::escape_line;
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
-/// Writes the report for `checks`; returns whether all passed.
-pub fn report(checks: &[Check], out: &mut dyn Write) -> std::io::Result<bool> {
+/// The report for `checks`, and whether all passed. What a check found
+/// (paths, tool versions) is escaped to one line.
+pub fn report(checks: &[Check]) -> (String, bool) {
+    let mut text = String::new();
     for c in checks {
+        let found = escape_line(&c.found);
         match &c.fix {
-            None => writeln!(out, "ok       {:<17} {}", c.name, c.found)?,
+            None => {
+                let _ = writeln!(text, "ok       {:<17} {found}", c.name);
+            }
             Some(fix) => {
-                writeln!(out, "PROBLEM  {:<17} {}", c.name, c.found)?;
-                writeln!(out, "         fix: {fix}")?;
+                let _ = writeln!(text, "PROBLEM  {:<17} {found}", c.name);
+                let _ = writeln!(text, "         fix: {}", escape_line(fix));
             }
         }
     }
     let failed = checks.iter().filter(|c| !c.passed()).count();
-    if failed == 0 {
-        writeln!(out, "lazaret doctor: all {} checks passed", checks.len())?;
+    let _ = if failed == 0 {
+        writeln!(text, "lazaret doctor: all {} checks passed", checks.len())
     } else {
         writeln!(
-            out,
+            text,
             "lazaret doctor: {failed} of {} checks found a problem",
             checks.len()
-        )?;
-    }
-    Ok(failed == 0)
+        )
+    };
+    (text, failed == 0)
 }
 
 /// Runs the doctor against `host`.
 pub fn run(host: &dyn DoctorHost) -> ExitCode {
     let checks = run_checks(host);
-    match report(&checks, &mut std::io::stdout().lock()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+    let (text, passed) = report(&checks);
+    match report::print_text(&text) {
+        Ok(()) if passed => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("lazaret doctor: cannot write the report: {e}");
+            errln!("lazaret doctor: cannot write the report: {e}");
             ExitCode::FAILURE
         }
     }
@@ -60,10 +68,8 @@ mod tests {
                 fix: Some("as root: apt-get install slirp4netns".into()),
             },
         ];
-        let mut out = Vec::new();
-        let ok = report(&checks, &mut out).map_err(|e| e.to_string())?;
+        let (text, ok) = report(&checks);
         assert!(!ok);
-        let text = String::from_utf8(out).map_err(|e| e.to_string())?;
         assert_eq!(
             text,
             "ok       kernel            6.18 (>= 6.9)\n\
@@ -71,5 +77,22 @@ mod tests {
              lazaret doctor: 1 of 2 checks found a problem\n"
         );
         Ok(())
+    }
+
+    /// Spec README 'Terminal output hygiene': what a check found (a path on
+    /// PATH, a tool's version line) is shown escaped, on its line.
+    #[test]
+    fn what_a_check_found_is_escaped_to_its_line() {
+        let checks = vec![Check {
+            name: "runsc",
+            found: "/opt/evil\x1b]0;x\x07\nPROBLEM forged".into(),
+            fix: Some("see \u{9b}2J".into()),
+        }];
+        let (text, _) = report(&checks);
+        assert_eq!(
+            text,
+            "PROBLEM  runsc             /opt/evil\\x1b]0;x\\x07\\nPROBLEM forged\n         \
+             fix: see \\u{9b}2J\nlazaret doctor: 1 of 1 checks found a problem\n"
+        );
     }
 }

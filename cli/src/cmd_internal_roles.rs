@@ -1,6 +1,7 @@
 //! The hidden role subcommands of the process chain: `__coordinator` (the
 //! Host Coordinator), `__supervisor` (the Runtime Supervisor) and `__enter`
 //! (what an exec client runs as before it becomes `runsc exec`).
+use crate::report::errln;
 use clap::Args;
 use lazaret_effects::coordinator::enter::{run_enter, EnterArgs, EnterError};
 use lazaret_effects::coordinator::host::{run_coordinator, CoordinatorArgs, Outcome};
@@ -9,6 +10,7 @@ use lazaret_effects::coordinator::supervisor::run_supervisor;
 use lazaret_effects::coordinator::LOST_LOCK_EXIT;
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::process_identity::real::RealProcessSys;
+use lazaret_runtime::display::escape_line;
 use std::ffi::OsString;
 use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -55,7 +57,7 @@ pub fn coordinator(args: CoordinatorCommand) -> ExitCode {
         Ok(Outcome::LostLock) => ExitCode::from(LOST_LOCK_EXIT),
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lazaret __coordinator: {e}");
+            errln!("lazaret __coordinator: {e}");
             ExitCode::FAILURE
         }
     }
@@ -77,7 +79,7 @@ pub fn supervisor(args: SupervisorCommand) -> ExitCode {
         )
         .is_err()
     {
-        eprintln!(
+        errln!(
             "lazaret __supervisor: --channel-fd {} is not an open descriptor",
             args.channel_fd
         );
@@ -91,7 +93,7 @@ pub fn supervisor(args: SupervisorCommand) -> ExitCode {
     match run_supervisor(&RealNs, UnixStream::from(fd)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lazaret __supervisor: {e}");
+            errln!("lazaret __supervisor: {e}");
             ExitCode::FAILURE
         }
     }
@@ -108,13 +110,15 @@ pub fn enter(command: EnterCommand) -> ExitCode {
     let args = match EnterArgs::parse(&command.args) {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("lazaret __enter: {e}");
+            errln!("lazaret __enter: {e}");
             return ExitCode::from(126);
         }
     };
     let failure = run_enter(&RealProcessSys, &RealNs, &args);
-    let message = format!("lazaret __enter: {failure}\n");
-    eprint!("{message}");
+    // One escaped line (spec README 'Terminal output hygiene'): it names
+    // paths, and the copy below reaches the user as session output.
+    let message = escape_line(&format!("lazaret __enter: {failure}")).into_owned();
+    errln!("{message}");
     // Until the session pipes are on stdio (a failed exec is the only
     // failure after that), stderr is the coordinator's log: the session's
     // own stderr gets the message too, so its CLI shows why the command did
@@ -124,7 +128,7 @@ pub fn enter(command: EnterCommand) -> ExitCode {
         // this session's stderr and stays open for this process's life; the
         // borrow ends with this call.
         let session_stderr = unsafe { BorrowedFd::borrow_raw(args.stdio[2]) };
-        let _ = rustix::io::write(session_stderr, message.as_bytes());
+        let _ = rustix::io::write(session_stderr, format!("{message}\n").as_bytes());
     }
     ExitCode::from(126)
 }

@@ -2,6 +2,7 @@
 //! steps 3 and 8). The argument grammar lives in
 //! `lazaret_effects::broker::wrapper::WrapperArgs` so the broker and the
 //! wrapper cannot drift apart.
+use crate::report::errln;
 use clap::Args;
 use lazaret_effects::broker::wrapper::{run_wrapper, WrapperArgs};
 use lazaret_effects::process_identity::real::RealProcessSys;
@@ -22,12 +23,12 @@ pub fn run(command: WrapperCommand) -> ExitCode {
     let args = match WrapperArgs::parse(&command.args) {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("lazaret __wrapper: {e}");
+            errln!("lazaret __wrapper: {e}");
             return ExitCode::from(BAD_ARGUMENTS);
         }
     };
     // Returns only when the target must not run.
     let failure = run_wrapper(&RealProcessSys, &args);
-    eprintln!("lazaret __wrapper: not executing the target: {failure}");
+    errln!("lazaret __wrapper: not executing the target: {failure}");
     ExitCode::from(failure.exit_code())
 }

@@ -12,6 +12,7 @@
 //! (`ISIG`, `VINTR`/`VQUIT`/`VSUSP`) say so (`lazaret_runtime::terminal::keys`).
 //! Otherwise the session's stdio is piped (stdout and stderr kept separate
 //! and streamed). Without a command the session runs `/bin/bash`.
+use crate::report::errln;
 use clap::{Args, Parser};
 use lazaret_effects::config_resolve::{load_configuration, LoadError, LoadRequest};
 use lazaret_effects::confined::ConfinedSys;
@@ -245,7 +246,7 @@ fn print_timings(config_load: std::time::Duration, t: &ClientTimings, total: std
         line.push_str(&format!(", hc.{name} {:.1} ms", *us as f64 / 1e3));
     }
     line.push_str(&format!(", total {:.1} ms", total.as_secs_f64() * 1e3));
-    eprintln!("{line}");
+    errln!("{line}");
 }
 
 /// The selected profile's settings this version accepts, validates and
@@ -308,7 +309,7 @@ pub fn run(
     // terminal, so a command's own stderr stays exactly the command's.
     if std::io::stderr().is_terminal() {
         for note in not_yet_enforced(config.selected()) {
-            eprintln!("lazaret: note: not yet enforced by this version: {note}");
+            errln!("lazaret: note: not yet enforced by this version: {note}");
         }
     }
     let canonical = config.workspace().label();

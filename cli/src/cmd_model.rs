@@ -1,6 +1,6 @@
 //! `lazaret model check` and `lazaret model simulate`.
 
-use std::io::Write as _;
+use crate::report::{self, errln};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -56,7 +56,7 @@ pub fn run(cmd: ModelCmd) -> ExitCode {
         ) {
             None => unknown_model(&model),
             Some(Err(e)) => {
-                eprintln!("lazaret: {e}");
+                errln!("lazaret: {e}");
                 ExitCode::from(2)
             }
             Some(Ok(lines)) => {
@@ -64,14 +64,12 @@ pub fn run(cmd: ModelCmd) -> ExitCode {
                 let written = match &output {
                     Some(path) => std::fs::write(path, text)
                         .map_err(|e| format!("writing {}: {e}", path.display())),
-                    None => std::io::stdout()
-                        .write_all(text.as_bytes())
-                        .map_err(|e| format!("writing stdout: {e}")),
+                    None => report::print_json(&text).map_err(|e| format!("writing stdout: {e}")),
                 };
                 match written {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
-                        eprintln!("lazaret: {e}");
+                        errln!("lazaret: {e}");
                         ExitCode::from(2)
                     }
                 }
@@ -82,7 +80,7 @@ pub fn run(cmd: ModelCmd) -> ExitCode {
 
 fn unknown_model(name: &str) -> ExitCode {
     let known = MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ");
-    eprintln!("lazaret: unknown model `{name}` (known: {known})");
+    errln!("lazaret: unknown model `{name}` (known: {known})");
     ExitCode::from(2)
 }
 
@@ -121,7 +119,7 @@ impl ModelVisitor for Check {
         let model = Checked::<P>::from_entry(entry, None).map_err(|e| e.to_string())?;
         let cx = model.cx.clone();
         let out = check::<P>(model, None);
-        eprintln!(
+        errln!(
             "{}: {} states, depth {}, {:.2} s",
             entry.name,
             out.unique_states,
@@ -129,10 +127,10 @@ impl ModelVisitor for Check {
             out.wall.as_secs_f64()
         );
         let Some((inv, path)) = out.violation else {
-            eprintln!("{}: every invariant and action property holds", entry.name);
+            errln!("{}: every invariant and action property holds", entry.name);
             return Ok(Checked1::Holds);
         };
-        eprintln!(
+        errln!(
             "{}: {inv} is violated after {} steps; counterexample trace on stdout",
             entry.name,
             path.len()
@@ -142,7 +140,9 @@ impl ModelVisitor for Check {
             .iter()
             .map(|l| l.to_json() + "\n")
             .collect();
-        print!("{text}");
+        if let Err(e) = report::print_json(&text) {
+            errln!("lazaret: writing stdout: {e}");
+        }
         Ok(Checked1::Violated)
     }
 }
@@ -166,7 +166,7 @@ fn check_models(only: Option<&str>) -> ExitCode {
             Some(Ok(Checked1::Holds)) => {}
             Some(Ok(Checked1::Violated)) => violated = true,
             Some(Err(e)) => {
-                eprintln!("lazaret: {}: {e}", entry.name);
+                errln!("lazaret: {}: {e}", entry.name);
                 return ExitCode::from(2);
             }
             None => return unknown_model(entry.name),

@@ -21,6 +21,7 @@ mod live;
 mod ownership;
 mod render;
 
+use crate::report::errln;
 use clap::Args;
 use evidence::GenerationEvidence;
 use lazaret_effects::config_resolve::{locate_domain, DomainLocation, LoadError, LoadRequest};
@@ -162,11 +163,20 @@ impl Report {
 pub fn run(command: StateCommand) -> ExitCode {
     match inspect(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {
         Ok(report) => {
-            print!("{}", render::render(&report, command.json));
+            let text = render::render(&report, command.json);
+            let printed = if command.json {
+                crate::report::print_json(&text)
+            } else {
+                crate::report::print_text(&text)
+            };
+            if let Err(e) = printed {
+                errln!("lazaret state: writing stdout: {e}");
+                return ExitCode::FAILURE;
+            }
             ExitCode::from(report.exit_code())
         }
         Err(e) => {
-            eprintln!("lazaret state: {e}");
+            errln!("lazaret state: {e}");
             ExitCode::FAILURE
         }
     }

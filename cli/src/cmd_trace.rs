@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::report::{self, errln, outln};
 use lazaret_runtime::replay::{replay_text, Divergence, Outcome, Reason};
 
 /// `lazaret trace ...`
@@ -29,12 +30,12 @@ fn replay(file: &std::path::Path) -> ExitCode {
         Ok(bytes) => match String::from_utf8(bytes) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("lazaret: {name}: not UTF-8 text: {e}");
+                errln!("lazaret: {name}: not UTF-8 text: {e}");
                 return ExitCode::from(2);
             }
         },
         Err(e) => {
-            eprintln!("lazaret: reading {name}: {e}");
+            errln!("lazaret: reading {name}: {e}");
             return ExitCode::from(2);
         }
     };
@@ -45,20 +46,22 @@ fn replay(file: &std::path::Path) -> ExitCode {
             recorded_start,
         }) => {
             if recorded_start {
-                println!(
+                outln!(
                     "{steps} steps conform to {model} from the start state the trace records (it satisfies every invariant; it is not replayed from Init)"
                 );
             } else {
-                println!("{steps} steps conform to {model}");
+                outln!("{steps} steps conform to {model}");
             }
             ExitCode::SUCCESS
         }
         Ok(Outcome::Diverged(d)) => {
-            print!("{}", render_divergence(&d));
+            if let Err(e) = report::print_text(&render_divergence(&d)) {
+                errln!("lazaret: writing stdout: {e}");
+            }
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("lazaret: {e}");
+            errln!("lazaret: {e}");
             ExitCode::from(2)
         }
     }

@@ -12,6 +12,9 @@ mod cmd_launch;
 mod cmd_model;
 mod cmd_state;
 mod cmd_trace;
+mod report;
+
+use report::errln;
 
 /// Lazaret: a rootless gVisor sandbox for AI coding agents.
 ///
@@ -91,7 +94,7 @@ fn launch(args: &cmd_launch::RunArgs) -> ExitCode {
     ) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("lazaret: error: {error}");
+            errln!("lazaret: error: {error}");
             // Distinct from any command status the sandbox can report.
             ExitCode::from(125)
         }
@@ -123,7 +126,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("lazaret: error: {error}");
+            errln!("lazaret: error: {error}");
             ExitCode::FAILURE
         }
     }

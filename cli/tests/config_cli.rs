@@ -311,6 +311,89 @@ kind = "directory"
     );
 }
 
+/// Spec README 'Terminal output hygiene': a name Lazaret did not choose is
+/// printed with its control characters escaped, in errors (one line each)
+/// and in reports; JSON keeps the exact name, escaped as JSON.
+#[test]
+fn names_with_control_characters_are_printed_escaped() {
+    let h = Home::new();
+    h.write_config(
+        "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"a\"\n",
+        0o600,
+    );
+    let evil = h.path("ws/evil\x1b]0;x\x07\nlazaret: forged\u{9b}2J");
+    std::fs::create_dir(&evil).expect("mkdir");
+    h.give(&evil);
+    let raw = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .any(|b| matches!(b, 0x1b | 0x07 | 0x9b) || (*b < 0x20 && *b != b'\n'))
+    };
+    let shown = "evil\\x1b]0;x\\x07\\nlazaret: forged\\u{9b}2J";
+
+    // An error naming a missing path inside it: one escaped line.
+    let missing = evil.join("missing");
+    let out = h.run(&[
+        "config",
+        "check",
+        "dev",
+        "--workspace",
+        missing.to_str().expect("UTF-8"),
+    ]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        !raw(&out.stderr),
+        "raw control bytes on stderr: {:?}",
+        out.stderr
+    );
+    assert!(e.contains(&format!("{shown}/missing")), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.starts_with("lazaret: error: "), "{e}");
+
+    // The text report shows the workspace escaped.
+    let ws = evil.to_str().expect("UTF-8");
+    let out = h.run(&["config", "check", "dev", "--workspace", ws]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !raw(&out.stdout),
+        "raw control bytes on stdout: {:?}",
+        out.stdout
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("workspace:") && l.ends_with(shown)),
+        "{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("lazaret: forged")),
+        "{text}"
+    );
+
+    // JSON: the exact name, as JSON escapes.
+    let out = h.run(&["config", "check", "dev", "--workspace", ws, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !raw(&out.stdout),
+        "raw control bytes in JSON: {:?}",
+        out.stdout
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["workspace"], ws);
+
+    // `--config` with such a name is refused by the path grammar, escaped.
+    let config = format!("{ws}/config.toml");
+    let out = h.run(&["config", "check", "dev", "--config", &config]);
+    assert!(!out.status.success());
+    assert!(
+        !raw(&out.stderr),
+        "raw control bytes on stderr: {:?}",
+        out.stderr
+    );
+    assert!(stderr(&out).contains("--config"), "{}", stderr(&out));
+}
+
 #[test]
 fn a_workspace_and_a_volume_on_their_own_mounts_load() {
     // A project on its own filesystem (or bind mount) is a mount root: its

@@ -197,9 +197,14 @@ impl Domain {
     /// (`TAG.before`, `TAG.after`) and its exit status (`TAG.status`), then
     /// stays open for the capture.
     fn pane(&self, tag: &str, cli_args: &str) -> String {
+        self.pane_with_stdin(tag, "", cli_args)
+    }
+
+    /// [`Domain::pane`] with `stdin` (`cmd | `, or nothing) before the CLI.
+    fn pane_with_stdin(&self, tag: &str, stdin: &str, cli_args: &str) -> String {
         let h = self.home.display();
         format!(
-            "cd {ws} && stty -g > {h}/{tag}.before && {as_user} {cli_args}; echo $? > {h}/{tag}.status; stty -g > {h}/{tag}.after; sleep 100",
+            "cd {ws} && stty -g > {h}/{tag}.before && {stdin}{as_user} {cli_args}; echo $? > {h}/{tag}.status; stty -g > {h}/{tag}.after; sleep 100",
             ws = shell_quote(&self.workspace.display().to_string()),
             as_user = self.as_user,
         )
@@ -684,5 +689,118 @@ fn raw_mode_keys_are_bytes_and_signals_follow_the_line_discipline() {
     tmux.keys(&["exit 0", "Enter"]);
     assert_eq!(domain.status("keys", &tmux), "0");
     drop(tmux);
+    domain.finish();
+}
+
+/// The guest side of the hygiene test: markers around an OSC 52 written in
+/// three pieces 0.2 s apart (so each reaches the CLI in its own message),
+/// an OSC 0 title and a colour CSI split the same way, then OSC 52 in its
+/// UTF-8 C1 form and wrapped for tmux. With `clip_to_stderr` the clipboard
+/// sequences go to stderr.
+fn hygiene_script(tag: &str, clip_to_stderr: bool) -> String {
+    let clip = if clip_to_stderr { " >&2" } else { "" };
+    format!(
+        "printf '{tag}-start\\n'; \
+         printf '\\033]5'{clip}; sleep 0.2; printf '2;c;aGVsbG8='{clip}; sleep 0.2; \
+         printf '\\007'{clip}; \
+         printf '\\033]0;{tag}-'; sleep 0.2; printf 'title\\007'; \
+         printf '\\033['; sleep 0.2; printf '31m{tag}-red\\033[0m\\n'; \
+         printf '\\302\\23552;c;aGk=\\007'{clip}; \
+         printf '\\033Ptmux;\\033\\033]52;c;aGk=\\007\\033\\\\'{clip}; \
+         printf '{tag}-end\\n'"
+    )
+}
+
+impl Domain {
+    /// [`Domain::pane`] with the CLI's stdin from `echo` (the piped form).
+    fn piped_pane(&self, tag: &str, cli_args: &str) -> String {
+        self.pane_with_stdin(tag, "echo | ", cli_args)
+    }
+
+    /// A tmux server that takes OSC 52 from its panes into paste buffers
+    /// (`set-clipboard on`), set before `pane` starts.
+    fn clipboard_tmux(&self, tag: &str, pane: &str) -> Tmux {
+        let tmux = self.tmux(tag, "sleep 1000");
+        tmux.run(&["set-option", "-s", "set-clipboard", "on"]);
+        tmux.run(&["respawn-pane", "-k", "-t", "s", pane]);
+        tmux
+    }
+}
+
+impl Tmux {
+    fn buffers(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["list-buffers"]).stdout).into_owned()
+    }
+
+    fn title(&self) -> String {
+        let out = self.run(&["display-message", "-p", "-t", "s", "#{pane_title}"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+/// Spec README 'Terminal output hygiene': a guest's OSC 52, split across
+/// writes, in C1 form or wrapped for tmux, never reaches the developer's
+/// terminal, interactive or piped, on stdout or stderr; the title and
+/// colour sequences around it do, and so does the text.
+#[test]
+fn sandbox_output_cannot_write_the_terminals_clipboard() {
+    let domain = Domain::new("hygiene-e2e");
+
+    // The control: this tmux takes an OSC 52 from a plain pane.
+    let control = domain.clipboard_tmux(
+        "control",
+        "printf '\\033]52;c;aGVsbG8=\\007'; echo control-done; sleep 100",
+    );
+    control.wait_for("the control", Duration::from_secs(10), |s| {
+        s.contains("control-done")
+    });
+    let buffers = control.buffers();
+    assert!(
+        buffers.contains("hello"),
+        "tmux did not take a plain OSC 52, the test would prove nothing: {buffers:?}"
+    );
+    drop(control);
+
+    for (tag, piped, to_stderr) in [
+        ("tty", false, false),
+        ("piped", true, false),
+        ("piperr", true, true),
+    ] {
+        let cli = format!(
+            "default -- bash -c {}",
+            shell_quote(&hygiene_script(tag, to_stderr))
+        );
+        let pane = if piped {
+            domain.piped_pane(tag, &cli)
+        } else {
+            domain.pane(tag, &cli)
+        };
+        let tmux = domain.clipboard_tmux(tag, &pane);
+        let (start_marker, end_marker) = (format!("{tag}-start"), format!("{tag}-end"));
+        tmux.wait_for(&end_marker, Duration::from_secs(60), |s| {
+            s.contains(&end_marker)
+        });
+        assert_eq!(domain.status(tag, &tmux), "0", "{}", tmux.screen());
+        let screen = tmux.screen();
+        let start = screen.lines().position(|l| l.trim() == start_marker);
+        let end = screen.lines().position(|l| l.trim() == end_marker);
+        assert_eq!(tmux.buffers(), "", "{tag}: a clipboard write reached tmux");
+        // tmux reads no C1 controls: an OSC 52 in C1 form that got through
+        // would show its payload as text, before the end marker.
+        assert!(!screen.contains("aGk"), "{tag}: a payload shows:\n{screen}");
+        assert!(
+            start.is_some_and(|s| end.is_some_and(|e| s < e)),
+            "{tag}: the markers did not print on lines of their own:\n{screen}"
+        );
+        assert_eq!(tmux.title(), format!("{tag}-title"), "{tag}: the title");
+        let styled =
+            String::from_utf8_lossy(&tmux.run(&["capture-pane", "-p", "-e", "-t", "s"]).stdout)
+                .into_owned();
+        assert!(
+            styled.contains(&format!("\u{1b}[31m{tag}-red")),
+            "{tag}: the colour did not reach the terminal:\n{styled:?}"
+        );
+        drop(tmux);
+    }
     domain.finish();
 }

@@ -973,3 +973,41 @@ fn a_sandbox_directory_never_replaces_a_worktree_the_host_just_made() -> Result<
     assert_eq!(replaced, 0, "a host worktree directory was replaced");
     Ok(())
 }
+
+/// A refusal that names a directory under `.git/worktrees` (or
+/// `.git/modules`) shows its control characters escaped, and bytes that are
+/// not UTF-8 as `\xNN` (spec README 'Terminal output hygiene'): whoever can
+/// write the repository chooses that name, and the refusal reaches the
+/// developer's terminal as the launch's error.
+#[test]
+fn a_refusal_names_a_hostile_admin_directory_escaped() -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = tmp.path().join("repo");
+    io("mkdir repo", fs::create_dir(&repo))?;
+    git(&repo, &["init", "-q"])?;
+    let name = std::ffi::OsStr::from_bytes(b"evil\x1b]0;x\x07\n\xff");
+    let admin = repo.join(".git/worktrees").join(name);
+    io("mkdir admin", fs::create_dir_all(&admin))?;
+    io(
+        "plant a link",
+        std::os::unix::fs::symlink(tmp.path(), repo.join(".git/lnk")),
+    )?;
+    io(
+        "include through it",
+        fs::write(
+            admin.join("config.worktree"),
+            "[include]\n\tpath = ../../lnk/x.gitconfig\n",
+        ),
+    )?;
+    let message = match scan_layout(&repo.join(".git")) {
+        Ok(_) => return Err("an include through a symbolic link was accepted".to_owned()),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        message.contains("worktrees/evil\\x1b]0;x\\x07\\n\\xff/config.worktree"),
+        "{message}"
+    );
+    assert!(!message.contains(char::is_control), "{message:?}");
+    Ok(())
+}

@@ -18,6 +18,7 @@
 //! Pinned and sealed entries can never be renamed or removed, which keeps that
 //! path-based decision sound for the filesystem's lifetime.
 
+use crate::display::{escape_os_str, escape_path};
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::path::{Component, Path, PathBuf};
@@ -180,10 +181,10 @@ pub struct HostGitDir {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LayoutError {
     /// A git directory path that is not plain and relative.
-    #[error("git directory {0} is not a plain relative path under the common directory")]
+    #[error("git directory {} is not a plain relative path under the common directory", escape_path(.0))]
     BadGitDir(PathBuf),
     /// A worktree name that is not one plain component.
-    #[error("worktree name {0:?} is not one plain path component")]
+    #[error("worktree name `{}` is not one plain path component", escape_os_str(.0))]
     BadWorktree(OsString),
     /// Too many entries for the filter's table.
     #[error("the repository has more than {MAX_GUARDED} guarded git-directory entries")]

@@ -3,6 +3,7 @@ pub mod bundle;
 pub mod config;
 pub mod coordinator;
 pub mod core;
+pub mod display;
 pub mod git_sentry;
 pub mod ownership;
 pub mod records;

@@ -5,6 +5,7 @@ use super::live::LiveView;
 use super::ownership::{fields, fields_text, slot_json, slot_text};
 use super::{Outcome, Report, Target};
 use lazaret_effects::domain_store::{DomainDocument, GenerationDocument, SlotHolder};
+use lazaret_runtime::display::{escape_line, escape_path};
 use lazaret_runtime::records::participant::ParticipantRole;
 use lazaret_runtime::records::terminal::SessionTerminal;
 use serde_json::{json, Value};
@@ -200,8 +201,10 @@ fn to_json(report: &Report) -> Value {
 struct Lines(String);
 
 impl Lines {
+    /// One line of the report, escaped to one line: the paths and names in
+    /// it were not chosen by Lazaret (spec README 'Terminal output hygiene').
     fn line(&mut self, text: impl AsRef<str>) {
-        self.0.push_str(text.as_ref());
+        self.0.push_str(&escape_line(text.as_ref()));
         self.0.push('\n');
     }
 }
@@ -227,12 +230,12 @@ fn header(out: &mut Lines, t: &Target) {
     if let Some(l) = &t.located {
         out.line(format!("Domain      {}", l.domain_id));
         out.line(format!("profile     {}", l.profile));
-        out.line(format!("workspace   {}", l.workspace.display()));
-        out.line(format!("config      {}", l.config_file.display()));
+        out.line(format!("workspace   {}", escape_path(&l.workspace)));
+        out.line(format!("config      {}", escape_path(&l.config_file)));
     }
-    out.line(format!("Domain Root {}", t.domain_root.display()));
+    out.line(format!("Domain Root {}", escape_path(&t.domain_root)));
     if let Some(r) = &t.runtime {
-        out.line(format!("runtime     {}", r.dir.display()));
+        out.line(format!("runtime     {}", escape_path(&r.dir)));
     }
 }
 
@@ -251,18 +254,18 @@ fn live_text(out: &mut Lines, report: &Report, view: &LiveView) {
     };
     out.line(format!(
         "status      live: a Host Coordinator holds the Domain lock {}{holders}",
-        t.lock.display()
+        escape_path(&t.lock)
     ));
     match &t.runtime {
         Some(r) => {
             let present = |p: bool| if p { "present" } else { "absent" };
             out.line(format!(
                 "socket      {} ({})",
-                r.socket.display(),
+                escape_path(&r.socket),
                 present(view.socket_present)
             ));
             if view.log_present {
-                out.line(format!("log         {}", r.log.display()));
+                out.line(format!("log         {}", escape_path(&r.log)));
             }
             out.line(format!(
                 "generation directories  {}",
@@ -385,12 +388,12 @@ fn to_text(report: &Report) -> String {
                 Some(l) => out.line(format!(
                     "no Domain for profile {} in workspace {}: there is no Domain Store at {}",
                     l.profile,
-                    l.workspace.display(),
-                    t.store.display()
+                    escape_path(&l.workspace),
+                    escape_path(&t.store)
                 )),
                 None => out.line(format!(
                     "no Domain Store at {}: this Domain has never been started",
-                    t.store.display()
+                    escape_path(&t.store)
                 )),
             }
             header(&mut out, t);

@@ -9,6 +9,7 @@ use crate::crash_point::crash_point;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSize,
 };
+use lazaret_runtime::terminal::escape_filter::{OutputStream, SessionOutputFilter};
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -324,21 +325,37 @@ pub fn run_session(
         }
     });
     let mut reader = stream;
+    // Spec README 'Terminal output hygiene': no clipboard sequence of the
+    // sandbox reaches the user, whatever stdout and stderr are (output piped
+    // into `less -R` reaches a terminal too). One filter per stream; they
+    // share the terminal both may reach.
+    let mut hygiene = SessionOutputFilter::new();
+    let mut filtered = Vec::new();
+    let mut write = |stream: OutputStream, bytes: Option<&[u8]>| {
+        filtered.clear();
+        match bytes {
+            Some(bytes) => hygiene.feed(stream, bytes, &mut filtered),
+            None => hygiene.finish(stream, &mut filtered),
+        }
+        let out: &mut dyn Write = match stream {
+            OutputStream::Stdout => &mut *stdout,
+            OutputStream::Stderr => &mut *stderr,
+        };
+        out.write_all(&filtered)
+            .and_then(|()| out.flush())
+            .map_err(ClientError::Output)
+    };
     loop {
         let message = channel::receive::<CoordinatorMessage>(&mut reader, "client")?;
         match message {
             CoordinatorMessage::Stdout(bytes) => {
-                stdout
-                    .write_all(&bytes)
-                    .and_then(|()| stdout.flush())
-                    .map_err(ClientError::Output)?;
+                write(OutputStream::Stdout, Some(&bytes))?;
                 crash_point!(Cli, "output", "after", "Stdout");
             }
-            CoordinatorMessage::Stderr(bytes) => stderr
-                .write_all(&bytes)
-                .and_then(|()| stderr.flush())
-                .map_err(ClientError::Output)?,
+            CoordinatorMessage::Stderr(bytes) => write(OutputStream::Stderr, Some(&bytes))?,
             CoordinatorMessage::Exited(status) => {
+                write(OutputStream::Stdout, None)?;
+                write(OutputStream::Stderr, None)?;
                 crash_point!(Cli, "status", "before", "Exited");
                 timings.phases.push(("command".into(), t.elapsed()));
                 return Ok((status, timings));

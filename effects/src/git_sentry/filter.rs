@@ -11,6 +11,7 @@
 //! it vanishes with the namespace when the Runtime Supervisor exits.
 
 use super::filesystem::{Limits, SentryFs};
+use lazaret_runtime::display::escape_path;
 use lazaret_runtime::git_sentry::{HostGitDir, LayoutError, SentryLayout};
 use std::ffi::OsString;
 use std::fs;
@@ -30,29 +31,29 @@ const MAX_INCLUDE_DEPTH: usize = 4;
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
     /// Scanning the host git directory failed.
-    #[error("scanning {path} for the Git Sentry: {source}")]
+    #[error("scanning {} for the Git Sentry: {source}", escape_path(.path))]
     Scan { path: PathBuf, source: io::Error },
     /// The git directory has more entries than the scan visits.
-    #[error("{path} has more than {MAX_SCAN_ENTRIES} entries under worktrees/ and modules/; the Git Sentry does not scan repositories this large")]
+    #[error("{} has more than {MAX_SCAN_ENTRIES} entries under worktrees/ and modules/; the Git Sentry does not scan repositories this large", escape_path(.path))]
     TooLarge { path: PathBuf },
     /// `git config` could not list a configuration file's includes.
-    #[error("reading the includes of {path} with `git config`: {detail}")]
+    #[error("reading the includes of {} with `git config`: {detail}", escape_path(.path))]
     Includes { path: PathBuf, detail: String },
     /// An included configuration file is reached through a symbolic link
     /// inside the git directory.
-    #[error("{config} includes a file through the symbolic link {link}; host Git would read configuration the Git Sentry cannot guard (SR-4). Replace the link with the file or move the include outside the repository")]
+    #[error("{} includes a file through the symbolic link {}; host Git would read configuration the Git Sentry cannot guard (SR-4). Replace the link with the file or move the include outside the repository", escape_path(.config), escape_path(.link))]
     IncludeThroughSymlink { config: PathBuf, link: PathBuf },
     /// The layout was refused.
-    #[error("Git Sentry layout of {path}: {source}")]
+    #[error("Git Sentry layout of {}: {source}", escape_path(.path))]
     Layout { path: PathBuf, source: LayoutError },
     /// Opening the common directory failed.
-    #[error("opening {path} for the Git Sentry: {source}")]
+    #[error("opening {} for the Git Sentry: {source}", escape_path(.path))]
     Open {
         path: PathBuf,
         source: rustix::io::Errno,
     },
     /// The FUSE mount failed.
-    #[error("mounting the Git Sentry filter on {path}: {source} (is /dev/fuse mode 0666? `lazaret doctor` checks)")]
+    #[error("mounting the Git Sentry filter on {}: {source} (is /dev/fuse mode 0666? `lazaret doctor` checks)", escape_path(.path))]
     Mount { path: PathBuf, source: io::Error },
 }
 

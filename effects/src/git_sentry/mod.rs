@@ -10,6 +10,7 @@ pub mod filter;
 pub use editor_dirs::{editor_dirs, remove_recorded_editor_dirs, EditorDirs, EDITOR_RECORD};
 
 use lazaret_runtime::bundle::GitSentry;
+use lazaret_runtime::display::escape_path;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,27 +22,27 @@ pub const EDITOR_DIRS: [&str; 2] = [".vscode", ".idea"];
 #[derive(Debug, thiserror::Error)]
 pub enum GitSentryError {
     /// A path could not be inspected.
-    #[error("cannot inspect {path}: {source}")]
+    #[error("cannot inspect {}: {source}", escape_path(.path))]
     Inspect { path: PathBuf, source: io::Error },
     /// `.git` is something Lazaret does not protect.
-    #[error("{path} is a {kind}; Lazaret protects a `.git` directory or a linked worktree's `.git` file only")]
+    #[error("{} is a {kind}; Lazaret protects a `.git` directory or a linked worktree's `.git` file only", escape_path(.path))]
     Unsupported { path: PathBuf, kind: &'static str },
     /// The `.git` file has no `gitdir:` line.
-    #[error("{path} does not start with `gitdir: <path>` (a linked worktree's .git file)")]
+    #[error("{} does not start with `gitdir: <path>` (a linked worktree's .git file)", escape_path(.path))]
     BadGitFile { path: PathBuf },
     /// The repository has no config file.
-    #[error("{path} is missing; the repository looks damaged (run `git status` on the host)")]
+    #[error("{} is missing; the repository looks damaged (run `git status` on the host)", escape_path(.path))]
     NoConfig { path: PathBuf },
     /// An editor configuration directory's name is taken by something that
     /// cannot be hidden.
-    #[error("{path} is a {kind}; Lazaret hides editor configuration directories behind transient storage (spec 3.5) and cannot hide this one. Replace it with a directory")]
+    #[error("{} is a {kind}; Lazaret hides editor configuration directories behind transient storage (spec 3.5) and cannot hide this one. Replace it with a directory", escape_path(.path))]
     EditorDir { path: PathBuf, kind: &'static str },
     /// The record of the editor directories made for the session could not
     /// be written (what was made is removed again).
-    #[error("cannot record the editor directories made for the sandbox in {path}: {source}")]
+    #[error("cannot record the editor directories made for the sandbox in {}: {source}", escape_path(.path))]
     EditorRecord { path: PathBuf, source: io::Error },
     /// The worktree's git directory is not inside its common directory.
-    #[error("worktree git directory {gitdir} is not inside its common directory {common}; this layout is not supported")]
+    #[error("worktree git directory {} is not inside its common directory {}; this layout is not supported", escape_path(.gitdir), escape_path(.common))]
     Layout { gitdir: PathBuf, common: PathBuf },
 }
 
