@@ -5,9 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
 mod support;
-use support::{default_image, runtime_files, test_user};
+use support::{default_image, runtime_files, signal_through_pidfd, test_user, Env};
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -68,82 +67,15 @@ impl Drop for Tmux {
     }
 }
 
-/// Every process whose command line or environment names `home`.
-fn processes(home: &Path) -> Vec<String> {
-    let needle = home.display().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) || name == std::process::id().to_string() {
-            continue;
-        }
-        let read = |f: &str| std::fs::read(entry.path().join(f)).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&read("cmdline")).replace('\0', " ");
-        let environ = String::from_utf8_lossy(&read("environ")).into_owned();
-        if cmdline.contains(&needle) || environ.contains(&needle) {
-            found.push(format!("{name}: {cmdline}"));
-        }
-    }
-    found
-}
-
-/// Within 15 s nothing of this Domain remains: process, mount or runtime file.
-fn assert_nothing_left(home: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let procs = processes(home);
-        let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains(&*home.to_string_lossy()))
-            .map(str::to_owned)
-            .collect();
-        let files = runtime_files(&home.join("run"));
-        if procs.is_empty() && mounts.is_empty() && files.is_empty() {
-            assert_traces_replay(home);
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The Domain's kept traces replay clean against the model (issue 6 item 9).
-fn assert_traces_replay(home: &Path) {
-    let traces: Vec<PathBuf> = runtime_files(home)
-        .into_iter()
-        .filter(|p| {
-            p.parent().is_some_and(|d| d.ends_with("traces"))
-                && p.extension().is_some_and(|e| e == "jsonl")
-        })
-        .collect();
-    assert!(!traces.is_empty(), "no trace kept under {}", home.display());
-    for t in traces {
-        let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
-            .args(["trace", "replay"])
-            .arg(&t)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{} does not replay: {}{}",
-            t.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// One Domain of the test user: home, workspace, config, and the command
-/// that runs the CLI as that user.
+/// One Domain of the test user (the shared harness's [`Env`]: home,
+/// workspace, config, leak check) and the command that runs the CLI as that
+/// user in a tmux pane.
 struct Domain {
+    env: Env,
     home: PathBuf,
     workspace: PathBuf,
     as_user: String,
@@ -151,42 +83,22 @@ struct Domain {
 
 impl Domain {
     fn new(name: &str) -> Domain {
-        let image = default_image();
-        let home = PathBuf::from(format!("/tmp/lazaret-{name}"));
-        let _ = Command::new("rm").arg("-rf").arg(&home).status();
-        let workspace = home.join("ws");
-        std::fs::create_dir_all(home.join(".config/lazaret")).unwrap();
-        std::fs::create_dir_all(home.join("run")).unwrap();
-        std::fs::create_dir_all(&workspace).unwrap();
-        std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let config = home.join(".config/lazaret/config.toml");
-        std::fs::write(
-            &config,
-            format!("schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"),
-        )
-        .unwrap();
-        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let root = rustix::process::geteuid().is_root();
-        if root {
-            let status = Command::new("chown")
-                .args(["-R", &format!("{}:", test_user())])
-                .arg(&home)
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
+        let env = Env::new(name, &default_image());
+        let home = env.home.clone();
+        let workspace = env.workspace.clone();
         let h = home.display().to_string();
         let lazaret = format!(
             "env -i PATH=/usr/bin:/bin HOME={h} XDG_RUNTIME_DIR={h}/run USER={} TERM=xterm {}",
             test_user(),
             env!("CARGO_BIN_EXE_lazaret")
         );
-        let as_user = if root {
+        let as_user = if rustix::process::geteuid().is_root() {
             format!("runuser -u {} -- {lazaret}", test_user())
         } else {
             lazaret
         };
         Domain {
+            env,
             home,
             workspace,
             as_user,
@@ -254,8 +166,7 @@ impl Domain {
     }
 
     fn finish(self) {
-        assert_nothing_left(&self.home);
-        let _ = Command::new("rm").arg("-rf").arg(&self.home).status();
+        self.env.assert_nothing_left();
     }
 }
 
@@ -374,13 +285,6 @@ fn alive(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// SIGKILL through a pidfd (the workspace sends no signal by numeric PID).
-fn kill_through_pidfd(pid: i32) {
-    let pid = rustix::process::Pid::from_raw(pid).unwrap();
-    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
-    rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL).unwrap();
-}
-
 /// Spec 3.4 release order on client loss: a CLI killed with SIGKILL gets its
 /// session terminal's ReleaseIntent recorded (the model's CloseSession, in
 /// the live trace before any signal), then its guest group SIGHUP, then (the
@@ -423,7 +327,7 @@ fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
     std::thread::sleep(Duration::from_millis(300));
 
     let killed = Instant::now();
-    kill_through_pidfd(cli[0]);
+    signal_through_pidfd(&cli[0].to_string(), rustix::process::Signal::KILL);
     // The moment the guest has its SIGHUP, the live trace already holds the
     // CloseSession step (its store transaction comes first).
     let got_hup = domain.workspace.join("got-hup");
@@ -499,12 +403,6 @@ fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
     assert_eq!(domain.status("holder", &holder), "0");
     drop((holder, victim, joiner));
     domain.finish();
-}
-
-fn signal_through_pidfd(pid: i32, signal: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(pid).unwrap();
-    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
-    rustix::process::pidfd_send_signal(&pidfd, signal).unwrap();
 }
 
 fn parent_of(pid: i32) -> Option<i32> {
@@ -591,7 +489,7 @@ fn a_flooding_session_does_not_stall_another_sessions_echo() {
             .unwrap_or_default()
             .starts_with(b"runuser")
     });
-    signal_through_pidfd(cli[0], rustix::process::Signal::STOP);
+    signal_through_pidfd(&cli[0].to_string(), rustix::process::Signal::STOP);
     std::thread::sleep(Duration::from_millis(500));
     let rss_stopped = rss_kib(coordinator[0]);
     let stalled = round_trips(&quiet, "stalled", 5);
@@ -612,11 +510,11 @@ fn a_flooding_session_does_not_stall_another_sessions_echo() {
     );
 
     // The flood was still running (head had not finished); Ctrl-C ends it.
-    signal_through_pidfd(cli[0], rustix::process::Signal::CONT);
+    signal_through_pidfd(&cli[0].to_string(), rustix::process::Signal::CONT);
     // runuser, the CLI's parent, stops itself when its child stops
     // (util-linux su-common) and needs its own SIGCONT.
     if let Some(parent) = runuser {
-        signal_through_pidfd(parent, rustix::process::Signal::CONT);
+        signal_through_pidfd(&parent.to_string(), rustix::process::Signal::CONT);
     }
     assert!(!domain.home.join("flooder.status").exists());
     std::thread::sleep(Duration::from_millis(300));

@@ -139,25 +139,41 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
         wake: wake_r,
         stop: Some(stop_w),
         release: parts.release,
+        exit: Some(ExitPath {
+            writer,
+            forwarded: forwarded_rx,
+        }),
     };
     let ended = parts.ended;
     std::thread::spawn(move || {
         let _span = tracing::info_span!("PipedSession").entered();
-        let exit = driver.run();
-        // The exit follows the last forwarded byte: the forwarders finish
-        // their current chunk first (bounded).
-        for _ in 0..2 {
-            if forwarded_rx.recv_timeout(FORWARDERS_FINISH).is_err() {
-                break;
-            }
-        }
-        if let (Some(message), Ok(mut w)) = (exit, writer.lock()) {
-            let _ = channel::send(&mut *w, "session", &message);
-            let _ = w.shutdown(std::net::Shutdown::Both);
-        }
+        driver.run();
         let _ = ended.send(());
     });
     Ok(())
+}
+
+/// How the one exit reaches the client: after the forwarders' last chunk.
+struct ExitPath {
+    writer: Arc<Mutex<UnixStream>>,
+    forwarded: Receiver<()>,
+}
+
+impl ExitPath {
+    /// Sends `message` once both forwarders finished their current chunk
+    /// (bounded), then closes the connection: the CLI exits while the
+    /// release's final observation goes on.
+    fn send(self, message: &CoordinatorMessage) {
+        for _ in 0..2 {
+            if self.forwarded.recv_timeout(FORWARDERS_FINISH).is_err() {
+                break;
+            }
+        }
+        if let Ok(mut w) = self.writer.lock() {
+            let _ = channel::send(&mut *w, "session", message);
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 fn poke(wake: &OwnedFd) {
@@ -260,12 +276,15 @@ struct Driver {
     wake: OwnedFd,
     stop: Option<OwnedFd>,
     release: ReleaseGate,
+    /// Taken when the machine queues the exit.
+    exit: Option<ExitPath>,
 }
 
 impl Driver {
-    /// Runs the release to its end; returns the client's exit message (none
-    /// when the client is gone).
-    fn run(mut self) -> Option<CoordinatorMessage> {
+    /// Runs the release to its end. The client's exit goes out as soon as
+    /// the machine queues it (after the drain), before the final
+    /// observation.
+    fn run(mut self) {
         let mut work = VecDeque::new();
         let mut client_lost_fed = false;
         loop {
@@ -287,12 +306,14 @@ impl Driver {
             while let Some(input) = work.pop_front() {
                 self.feed(input, &mut work);
             }
+            // The queue has no room for output: only the exit is ever in it.
+            if let Some(SessionTerminalMessage::Exit(exit)) = self.machine.poll_message() {
+                if let Some(path) = self.exit.take() {
+                    path.send(&command_message(exit));
+                }
+            }
             if self.machine.is_clean() || self.machine.retained().is_some() {
-                // The queue has no room for output: only the exit is in it.
-                return self.machine.poll_message().and_then(|m| match m {
-                    SessionTerminalMessage::Exit(exit) => Some(command_message(exit)),
-                    SessionTerminalMessage::Output(_) => None,
-                });
+                return;
             }
             self.wait(&mut work);
         }
