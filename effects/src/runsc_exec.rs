@@ -40,8 +40,8 @@ mod guest;
 mod process;
 
 pub use guest::{
-    classify, parse_stat_lines, GuestControl, GuestControlError, GuestStat, GuestTools, RealRunner,
-    RunscRunner,
+    classify, identify_and_classify, parse_stat_lines, GuestControl, GuestControlError, GuestStat,
+    GuestTools, RealRunner, RunscRunner,
 };
 pub use process::{ExecProcess, ProcessSpecError};
 

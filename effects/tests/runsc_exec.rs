@@ -339,3 +339,40 @@ fn guest_control_fails_closed() {
         "{err}"
     );
 }
+
+/// A piped session's first observation takes the leader's identity: the PID
+/// must hold a session and group leader; a free PID leaves the group it led.
+#[test]
+fn the_first_observation_identifies_a_piped_sessions_leader() {
+    let stat = |pid, pgrp, session, start_time| GuestStat {
+        pid,
+        pgrp,
+        session,
+        start_time,
+    };
+    let (identity, seen) =
+        identify_and_classify(5, &[stat(1, 1, 1, 1), stat(5, 5, 5, 40), stat(6, 5, 5, 41)]);
+    assert_eq!(seen, GroupObservation::LeaderMatches);
+    assert_eq!(
+        identity,
+        Some(GuestProcessIdentity {
+            leader_pid: 5,
+            leader_start_time: 40,
+            process_group_id: 5
+        })
+    );
+    // Another process holds the PID (not a group and session leader).
+    assert_eq!(
+        identify_and_classify(5, &[stat(5, 2, 2, 90)]),
+        (None, GroupObservation::Mismatch)
+    );
+    // The leader is gone: members of its group remain, or none.
+    assert_eq!(
+        identify_and_classify(5, &[stat(6, 5, 5, 41)]),
+        (None, GroupObservation::LeaderAbsentGroupRemains)
+    );
+    assert_eq!(
+        identify_and_classify(5, &[stat(1, 1, 1, 1), stat(9, 9, 9, 3)]),
+        (None, GroupObservation::Empty)
+    );
+}

@@ -712,3 +712,65 @@ fn table_bounds_sessions_and_forgets_only_finished_terminals() {
         Err(TableError::Unknown(S))
     );
 }
+
+/// The piped form: a command that completed by itself is reaped, drained
+/// and answered with its exit, then left unobserved (no guest tool run per
+/// command); a client that goes away gets the full release order.
+#[test]
+fn a_piped_session_observes_only_when_it_must_signal() {
+    use Command::*;
+    let mut m = Machine::new_piped(S, G, T);
+    assert_eq!(
+        m.pty_read_budget(),
+        0,
+        "piped output never passes the machine"
+    );
+    assert_eq!(
+        run(
+            &mut m,
+            vec![
+                Input::ExecClientExited(ExecStatus::Exited(0)),
+                Input::OutputEof
+            ]
+        ),
+        vec![
+            RecordReleaseIntent,
+            ReapExecClient,
+            StartTimer {
+                timer: TimerKind::DrainDeadline,
+                after_ms: T.drain_deadline_ms
+            },
+            CancelTimer(TimerKind::DrainDeadline),
+            CloseOutput,
+            RetainReleaseIntent(RetainReason::NotObserved),
+        ]
+    );
+    assert_eq!(m.retained(), Some(RetainReason::NotObserved));
+    assert_eq!(
+        messages(&mut m),
+        vec![SessionTerminalMessage::Exit(SessionExit::exited(S, 0))]
+    );
+
+    let mut m = Machine::new_piped(S, G, T);
+    let got = run(
+        &mut m,
+        vec![
+            Input::ClientLost,
+            Input::Observed(GroupObservation::LeaderMatches),
+            Input::Timer(TimerKind::HangupGrace),
+        ],
+    );
+    assert_eq!(
+        got,
+        vec![
+            RecordReleaseIntent,
+            ObserveGroup,
+            SignalGroup(GuestSignal::Hangup),
+            StartTimer {
+                timer: TimerKind::HangupGrace,
+                after_ms: T.hangup_grace_ms
+            },
+            ObserveGroup,
+        ]
+    );
+}

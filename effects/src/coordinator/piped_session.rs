@@ -13,14 +13,17 @@
 //!   pipe then holds the guest back); they stop at EOF or when the machine
 //!   closes the output;
 //! - the reader writes the client's stdin into the guest's stdin pipe;
-//! - the identity thread reads the guest leader from `--internal-pid-file`;
+//! - the identity thread reads the guest leader's PID from
+//!   `--internal-pid-file`; the rest of its identity (start time, group)
+//!   comes with the first observation, so a piped session runs no guest
+//!   tool unless its release needs one;
 //! - the driver owns the machine and the exec client's pidfd. It feeds the
 //!   machine only release inputs (client loss, output end, exec-client
 //!   completion, observations, timers) and sends the one exit last.
 use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
-use super::terminal_session::{command_message, exec_status, read_leader, GuestTarget};
+use super::terminal_session::{command_message, exec_status, read_leader_pid, GuestTarget};
 use crate::broker::CommittedChild;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, Signal};
@@ -29,7 +32,7 @@ use lazaret_runtime::coordinator::messages::{ClientMessage, CoordinatorMessage};
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::terminal::GuestProcessIdentity;
 use lazaret_runtime::terminal::machine::{
-    Command, GroupObservation, Input, Machine, ReleaseTimings, TimerKind,
+    Command, GroupObservation, Input, Machine, ReleaseReason, ReleaseTimings, TimerKind,
 };
 use lazaret_runtime::terminal::protocol::SessionTerminalMessage;
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -116,10 +119,9 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
     drop(events_tx);
     let (leader_tx, leader_rx) = mpsc::channel();
     {
-        let control = parts.guest.control();
         let pipe = parts.pid_pipe;
         std::thread::spawn(move || {
-            let _ = leader_tx.send(read_leader(&pipe, &control));
+            let _ = leader_tx.send(read_leader_pid(&pipe));
         });
     }
     let timings = ReleaseTimings {
@@ -128,7 +130,7 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
     };
     let driver = Driver {
         // Output bypasses the machine's client queue; it holds only the exit.
-        machine: Machine::new(parts.session, parts.generation, timings, 0),
+        machine: Machine::new_piped(parts.session, parts.generation, timings),
         committed: parts.committed,
         exec_running: true,
         outputs_open: 2,
@@ -143,6 +145,7 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
             writer,
             forwarded: forwarded_rx,
         }),
+        observe_due: false,
     };
     let ended = parts.ended;
     std::thread::spawn(move || {
@@ -259,8 +262,13 @@ fn forward_input(mut client: UnixStream, stdin: OwnedFd, events: &Sender<Event>,
 }
 
 enum Leader {
-    Waiting(Receiver<Option<GuestProcessIdentity>>),
-    Known(Option<GuestProcessIdentity>),
+    /// The PID has not been read yet.
+    Waiting(Receiver<Option<u32>>),
+    /// The PID, before the first observation.
+    Pid(u32),
+    Known(GuestProcessIdentity),
+    /// No PID, or an observation that could not identify the leader.
+    Unknown,
 }
 
 struct Driver {
@@ -278,6 +286,8 @@ struct Driver {
     release: ReleaseGate,
     /// Taken when the machine queues the exit.
     exit: Option<ExitPath>,
+    /// The machine asked for an observation (`ObserveGroup`).
+    observe_due: bool,
 }
 
 impl Driver {
@@ -296,6 +306,7 @@ impl Driver {
                     }
                     Event::ClientLost => {}
                     Event::OutputEnded => {
+                        tracing::info!(open = self.outputs_open, "output pipe ended");
                         self.outputs_open = self.outputs_open.saturating_sub(1);
                         if self.outputs_open == 0 {
                             work.push_back(Input::OutputEof);
@@ -304,13 +315,22 @@ impl Driver {
                 }
             }
             while let Some(input) = work.pop_front() {
-                self.feed(input, &mut work);
+                self.feed(input);
             }
             // The queue has no room for output: only the exit is ever in it.
             if let Some(SessionTerminalMessage::Exit(exit)) = self.machine.poll_message() {
                 if let Some(path) = self.exit.take() {
                     path.send(&command_message(exit));
+                    tracing::info!("session exit sent");
                 }
+            }
+            // An observation is a guest tool run: the exit went out first.
+            if self.observe_due {
+                self.observe_due = false;
+                let observation = self.observe();
+                tracing::info!(?observation, "guest group observed");
+                work.push_back(Input::Observed(observation));
+                continue;
             }
             if self.machine.is_clean() || self.machine.retained().is_some() {
                 return;
@@ -319,49 +339,59 @@ impl Driver {
         }
     }
 
-    fn feed(&mut self, input: Input, work: &mut VecDeque<Input>) {
+    fn feed(&mut self, input: Input) {
         match self.machine.handle(input) {
             Ok(commands) => {
                 for command in commands {
-                    self.execute(command, work);
+                    self.execute(command);
                 }
             }
             Err(refusal) => tracing::debug!(%refusal, "terminal machine refused an input"),
         }
     }
 
-    fn leader(&mut self) -> Option<GuestProcessIdentity> {
+    fn leader(&mut self) -> &Leader {
         if let Leader::Waiting(rx) = &self.leader {
-            self.leader = Leader::Known(rx.recv_timeout(IDENTITY_WAIT).ok().flatten());
+            self.leader = match rx.recv_timeout(IDENTITY_WAIT).ok().flatten() {
+                Some(pid) => Leader::Pid(pid),
+                None => Leader::Unknown,
+            };
         }
-        match self.leader {
-            Leader::Known(identity) => identity,
-            Leader::Waiting(_) => None,
+        &self.leader
+    }
+
+    /// `ObserveGroup`: the first observation also takes the leader's
+    /// identity (`runsc_exec::identify_and_classify`).
+    fn observe(&mut self) -> GroupObservation {
+        match *self.leader() {
+            Leader::Known(identity) => self.control.observe(&identity),
+            Leader::Pid(pid) => {
+                let (identity, observation) = self.control.observe_by_pid(pid);
+                self.leader = identity.map_or(Leader::Unknown, Leader::Known);
+                observation
+            }
+            Leader::Waiting(_) | Leader::Unknown => GroupObservation::Mismatch,
         }
     }
 
-    fn execute(&mut self, command: Command, work: &mut VecDeque<Input>) {
+    fn execute(&mut self, command: Command) {
         match command {
             Command::SignalGroup(signal) => {
                 let _span =
                     tracing::info_span!("SignalGuestGroup", signal = signal.name()).entered();
-                match self.leader() {
-                    Some(identity) => {
+                // Signals follow an observation that found the leader, so
+                // its identity is known by now.
+                match *self.leader() {
+                    Leader::Known(identity) => {
                         if let Err(e) = self.control.signal(&identity, signal) {
                             tracing::warn!(error = %e, "guest group signal failed");
                         }
                     }
-                    None => tracing::warn!("no recorded guest group; signal not sent"),
+                    _ => tracing::warn!("no identified guest group; signal not sent"),
                 }
             }
-            Command::ObserveGroup => {
-                let observation = match self.leader() {
-                    Some(identity) => self.control.observe(&identity),
-                    None => GroupObservation::Mismatch,
-                };
-                tracing::info!(?observation, "guest group observed");
-                work.push_back(Input::Observed(observation));
-            }
+            // Made by the loop once this input's commands are done.
+            Command::ObserveGroup => self.observe_due = true,
             Command::StartTimer { timer, after_ms } => {
                 self.timers.retain(|(t, _)| *t != timer);
                 self.timers
@@ -369,9 +399,15 @@ impl Driver {
             }
             Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
             Command::RecordReleaseIntent => {
-                tracing::info!(reason = ?self.machine.release_reason(), "RecordReleaseIntent");
-                // Spec 3.4 step 1: durable before any release signal.
-                self.release.record();
+                let reason = self.machine.release_reason();
+                tracing::info!(?reason, "RecordReleaseIntent");
+                // Spec 3.4 step 1: durable before any release signal. A
+                // guest that completed gets none: nothing waits for it.
+                if reason == Some(ReleaseReason::GuestCompleted) {
+                    self.release.record_in_background();
+                } else {
+                    self.release.record();
+                }
             }
             Command::TerminateExecClient => {
                 if let Err(e) = self
@@ -434,6 +470,7 @@ impl Driver {
             match self.committed.handle().peek(&RealProcessSys) {
                 Ok(ChildState::Running) => {}
                 Ok(ChildState::Exited { code, signal }) => {
+                    tracing::info!(?code, ?signal, "exec client exited");
                     self.exec_running = false;
                     work.push_back(Input::ExecClientExited(exec_status(code, signal)));
                 }

@@ -25,6 +25,19 @@ impl ReleaseGate {
         Self { ask: Some(ask) }
     }
 
+    /// Asks for the durable ReleaseIntent without waiting: for a release
+    /// that sends no signal (the guest completed by itself), where step 1
+    /// has nothing to precede. The coordinator's loop records it before it
+    /// handles the session's end, which comes later on the same channel.
+    pub fn record_in_background(&mut self) {
+        if let Some(ask) = self.ask.take() {
+            let (tx, _answer_not_awaited) = sync_channel(1);
+            if ask.send(tx).is_err() {
+                tracing::warn!("the session's ReleaseIntent could not be asked for");
+            }
+        }
+    }
+
     /// Asks for the durable ReleaseIntent and waits for it (bounded).
     /// Whether it was confirmed.
     pub fn record(&mut self) -> bool {
@@ -61,6 +74,17 @@ mod tests {
         assert!(gate.record());
         drop(gate);
         assert_eq!(answered.join().ok(), Some(1));
+    }
+
+    #[test]
+    fn a_release_without_signals_asks_once_and_does_not_wait() {
+        let (ask, requests) = channel::<SyncSender<()>>();
+        let mut gate = ReleaseGate::new(ask);
+        gate.record_in_background();
+        // Asked exactly once; nobody answered, and nothing waited.
+        assert!(requests.try_recv().is_ok());
+        assert!(gate.record());
+        assert!(requests.try_recv().is_err());
     }
 
     #[test]

@@ -38,7 +38,8 @@ use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::terminal::{GuestProcessIdentity, PtyIdentity};
 use lazaret_runtime::terminal::keys::{split_keys, KeyedInput, SignalKeys};
 use lazaret_runtime::terminal::machine::{
-    Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseTimings, TimerKind,
+    Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseReason,
+    ReleaseTimings, TimerKind,
 };
 use lazaret_runtime::terminal::protocol::{
     Chunk, SessionExit, SessionExitOutcome, SessionTerminalEvent, SessionTerminalMessage,
@@ -194,6 +195,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         wake: wake_r,
         release_started: None,
         release: parts.release,
+        observe_due: false,
     };
     let ended = parts.ended;
     std::thread::spawn(move || {
@@ -247,12 +249,9 @@ fn write_client(
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
-/// Spec 3.4 acquisition step 3: the leader PID from the exec client, then
-/// its group and start time from the guest.
-pub(super) fn read_leader(
-    pipe: &OwnedFd,
-    control: &GuestControl<'static, EnteredRunner>,
-) -> Option<GuestProcessIdentity> {
+/// The guest leader's PID, which the exec client writes to
+/// `--internal-pid-file` once the process has started.
+pub(super) fn read_leader_pid(pipe: &OwnedFd) -> Option<u32> {
     let deadline = Instant::now() + PID_FILE_WAIT;
     let mut text = Vec::new();
     let mut buf = [0u8; 32];
@@ -273,7 +272,16 @@ pub(super) fn read_leader(
             Err(_) => return None,
         }
     }
-    let pid: u32 = std::str::from_utf8(&text).ok()?.trim().parse().ok()?;
+    std::str::from_utf8(&text).ok()?.trim().parse().ok()
+}
+
+/// Spec 3.4 acquisition step 3: the leader PID from the exec client, then
+/// its group and start time from the guest.
+fn read_leader(
+    pipe: &OwnedFd,
+    control: &GuestControl<'static, EnteredRunner>,
+) -> Option<GuestProcessIdentity> {
+    let pid = read_leader_pid(pipe)?;
     match control.leader_identity(pid) {
         Ok(identity) => {
             tracing::info!(
@@ -313,6 +321,8 @@ struct Driver {
     wake: OwnedFd,
     release_started: Option<Instant>,
     release: ReleaseGate,
+    /// The machine asked for an observation (`ObserveGroup`).
+    observe_due: bool,
 }
 
 fn process_signal(signal: GuestSignal) -> Signal {
@@ -361,6 +371,21 @@ impl Driver {
         loop {
             self.take_client_events(&mut work);
             self.forward_messages();
+            // An observation is a guest tool run: queued messages (the
+            // exit after the drain) go out before it.
+            if self.observe_due {
+                self.observe_due = false;
+                let observation = match self.leader() {
+                    Some(identity) => self.control.observe(&identity),
+                    None => GroupObservation::Mismatch,
+                };
+                tracing::info!(?observation, "guest group observed");
+                work.push_back(Input::Observed(observation));
+                while let Some(input) = work.pop_front() {
+                    self.feed(input, &mut work);
+                }
+                continue;
+            }
             if self.finished() {
                 break;
             }
@@ -541,14 +566,9 @@ impl Driver {
                     None => tracing::warn!("no recorded guest group; signal not sent"),
                 }
             }
-            Command::ObserveGroup => {
-                let observation = match self.leader() {
-                    Some(identity) => self.control.observe(&identity),
-                    None => GroupObservation::Mismatch,
-                };
-                tracing::info!(?observation, "guest group observed");
-                work.push_back(Input::Observed(observation));
-            }
+            // Made by the loop once the commands of this input are done and
+            // queued messages went out.
+            Command::ObserveGroup => self.observe_due = true,
             Command::StartTimer { timer, after_ms } => {
                 self.timers.retain(|(t, _)| *t != timer);
                 self.timers
@@ -557,10 +577,16 @@ impl Driver {
             Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
             Command::RecordReleaseIntent => {
                 self.release_started = Some(Instant::now());
-                tracing::info!(reason = ?self.machine.release_reason(), "RecordReleaseIntent");
+                let reason = self.machine.release_reason();
+                tracing::info!(?reason, "RecordReleaseIntent");
                 // Spec 3.4 step 1: durable before any release signal (the
-                // machine emits those after this command).
-                self.release.record();
+                // machine emits those after this command). A guest that
+                // completed gets none: nothing waits for it.
+                if reason == Some(ReleaseReason::GuestCompleted) {
+                    self.release.record_in_background();
+                } else {
+                    self.release.record();
+                }
             }
             Command::TerminateExecClient => {
                 if let Err(e) = self

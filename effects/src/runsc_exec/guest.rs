@@ -132,6 +132,40 @@ pub fn classify(recorded: &GuestProcessIdentity, stats: &[GuestStat]) -> GroupOb
     }
 }
 
+/// A piped session knows its leader's PID from the start (runsc's
+/// `--internal-pid-file`) but takes the rest of its identity at its first
+/// observation (no guest tool run on the session's start). While the exec
+/// client runs, the process with that PID is the leader (it cannot have been
+/// reused); gVisor makes it the leader of its own session and group. From
+/// one observation: the identity, when the leader is alive and leads its
+/// group, and what the observation found.
+///
+/// - the PID holds a session and group leader: that is the leader
+///   (`LeaderMatches`);
+/// - the PID holds anything else: another process reused it (`Mismatch`);
+/// - the PID is free: members of the group it led remain
+///   (`LeaderAbsentGroupRemains`) or none (`Empty`).
+pub fn identify_and_classify(
+    leader_pid: u32,
+    stats: &[GuestStat],
+) -> (Option<GuestProcessIdentity>, GroupObservation) {
+    match stats.iter().find(|s| s.pid == leader_pid) {
+        Some(s) if s.pgrp == s.pid && s.session == s.pid => (
+            Some(GuestProcessIdentity {
+                leader_pid,
+                leader_start_time: s.start_time,
+                process_group_id: s.pgrp,
+            }),
+            GroupObservation::LeaderMatches,
+        ),
+        Some(_) => (None, GroupObservation::Mismatch),
+        None if stats.iter().any(|s| s.pgrp == leader_pid) => {
+            (None, GroupObservation::LeaderAbsentGroupRemains)
+        }
+        None => (None, GroupObservation::Empty),
+    }
+}
+
 const STAT_SCRIPT: &str = "for p in \"$@\"; do if [ -r /proc/$p/stat ]; then read -r l < /proc/$p/stat && printf '%s\\n' \"$l\"; fi; done";
 /// Every guest process's stat line (the tool's own shell included; it
 /// leads a group of its own).
@@ -265,6 +299,22 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
             Err(e) => {
                 tracing::warn!(error = %e, "guest group observation failed; treating as mismatch");
                 GroupObservation::Mismatch
+            }
+        }
+    }
+
+    /// The first observation of a piped session, which knows only its
+    /// leader's PID ([`identify_and_classify`]). A failed observation is a
+    /// mismatch.
+    pub fn observe_by_pid(
+        &self,
+        leader_pid: u32,
+    ) -> (Option<GuestProcessIdentity>, GroupObservation) {
+        match self.all_stats() {
+            Ok(stats) => identify_and_classify(leader_pid, &stats),
+            Err(e) => {
+                tracing::warn!(error = %e, "guest group observation failed; treating as mismatch");
+                (None, GroupObservation::Mismatch)
             }
         }
     }

@@ -142,6 +142,10 @@ pub enum RetainReason {
     LeaderMismatch,
     /// Group members outlived the leader; Domain teardown contains them.
     GroupRemains,
+    /// A piped session whose command completed by itself: nothing is
+    /// signalled, so its group is not observed (a guest tool run on every
+    /// completed command); members it left are Domain teardown's.
+    NotObserved,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -316,6 +320,10 @@ pub struct Machine {
     reason: Option<ReleaseReason>,
     refused: Option<RetainReason>,
     queue: ClientQueue,
+    /// Whether a guest that completed by itself is observed before Clean
+    /// (Session Terminals, spec 3.4) or left to Domain teardown (the piped
+    /// form, [`Machine::new_piped`]).
+    observe_completed: bool,
 }
 
 fn event_name(event: &SessionTerminalEvent) -> &'static str {
@@ -365,6 +373,22 @@ impl Machine {
             reason: None,
             refused: None,
             queue: ClientQueue::new(session_id, queue_bytes),
+            observe_completed: true,
+        }
+    }
+
+    /// The release machine of a piped (non-interactive) session: the same
+    /// release order on client, output or exec-client loss, but a command
+    /// that completed by itself ends in `RetainReleaseIntent(NotObserved)`
+    /// without an observation. Its client queue holds only the exit.
+    pub fn new_piped(
+        session_id: SessionId,
+        generation: GenerationId,
+        timings: ReleaseTimings,
+    ) -> Self {
+        Self {
+            observe_completed: false,
+            ..Self::new(session_id, generation, timings, 0)
         }
     }
 
@@ -734,12 +758,20 @@ impl Machine {
             // Draining for good), so this is the only SessionExit.
             let _only_once = self.queue.push_exit(exit);
         }
-        self.phase = Phase::FinalObserve;
         let mut out = Vec::new();
         if self.pty_open {
             self.pty_open = false;
             out.push(Command::CloseOutput);
         }
+        if !self.observe_completed
+            && self.reason == Some(ReleaseReason::GuestCompleted)
+            && self.refused.is_none()
+        {
+            self.phase = Phase::Retained(RetainReason::NotObserved);
+            out.push(Command::RetainReleaseIntent(RetainReason::NotObserved));
+            return out;
+        }
+        self.phase = Phase::FinalObserve;
         out.push(Command::ObserveGroup);
         out
     }
