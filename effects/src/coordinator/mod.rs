@@ -21,6 +21,7 @@ pub mod recovery;
 pub mod release;
 pub mod release_gate;
 pub mod session;
+mod session_release;
 pub mod supervisor;
 pub mod terminal_session;
 

@@ -23,16 +23,15 @@
 use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
-use super::terminal_session::{command_message, exec_status, read_leader_pid, GuestTarget};
+use super::session_release::ReleaseEffects;
+use super::terminal_session::{command_message, read_leader_pid, GuestTarget};
 use crate::broker::CommittedChild;
-use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::{ChildState, Signal};
 use crate::runsc_exec::GuestControl;
 use lazaret_runtime::coordinator::messages::{ClientMessage, CoordinatorMessage};
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::terminal::GuestProcessIdentity;
 use lazaret_runtime::terminal::machine::{
-    Command, GroupObservation, Input, Machine, ReleaseReason, ReleaseTimings, TimerKind,
+    Command, GroupObservation, Input, Machine, ReleaseTimings,
 };
 use lazaret_runtime::terminal::protocol::SessionTerminalMessage;
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -42,7 +41,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Output is forwarded in chunks of at most this size (bounded frames).
 const CHUNK: usize = 32 * 1024;
@@ -52,8 +51,6 @@ const IDENTITY_WAIT: Duration = Duration::from_secs(10);
 /// How long the forwarders may take to finish their last send before the
 /// exit is sent.
 const FORWARDERS_FINISH: Duration = Duration::from_secs(5);
-/// Longest poll sleep without a timer.
-const IDLE_POLL: Duration = Duration::from_secs(1);
 /// The piped form's drain: output that is still arriving when the command
 /// ended gets this long to reach its pipes' EOF (a background process that
 /// keeps them open does not hold the session).
@@ -131,16 +128,13 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
     let driver = Driver {
         // Output bypasses the machine's client queue; it holds only the exit.
         machine: Machine::new_piped(parts.session, parts.generation, timings),
-        committed: parts.committed,
-        exec_running: true,
+        effects: ReleaseEffects::new(parts.committed, parts.release),
         outputs_open: 2,
         events: events_rx,
-        timers: Vec::new(),
         leader: Leader::Waiting(leader_rx),
         control: parts.guest.control(),
         wake: wake_r,
         stop: Some(stop_w),
-        release: parts.release,
         exit: Some(ExitPath {
             writer,
             forwarded: forwarded_rx,
@@ -273,17 +267,14 @@ enum Leader {
 
 struct Driver {
     machine: Machine,
-    committed: CommittedChild,
-    exec_running: bool,
+    effects: ReleaseEffects,
     /// Output pipes not yet at EOF.
     outputs_open: u8,
     events: Receiver<Event>,
-    timers: Vec<(TimerKind, Instant)>,
     leader: Leader,
     control: GuestControl<'static, EnteredRunner>,
     wake: OwnedFd,
     stop: Option<OwnedFd>,
-    release: ReleaseGate,
     /// Taken when the machine queues the exit.
     exit: Option<ExitPath>,
     /// The machine asked for an observation (`ObserveGroup`).
@@ -375,6 +366,9 @@ impl Driver {
     }
 
     fn execute(&mut self, command: Command) {
+        let Some(command) = self.effects.execute(command, self.machine.release_reason()) else {
+            return;
+        };
         match command {
             Command::SignalGroup(signal) => {
                 let _span =
@@ -392,71 +386,28 @@ impl Driver {
             }
             // Made by the loop once this input's commands are done.
             Command::ObserveGroup => self.observe_due = true,
-            Command::StartTimer { timer, after_ms } => {
-                self.timers.retain(|(t, _)| *t != timer);
-                self.timers
-                    .push((timer, Instant::now() + Duration::from_millis(after_ms)));
-            }
-            Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
-            Command::RecordReleaseIntent => {
-                let reason = self.machine.release_reason();
-                tracing::info!(?reason, "RecordReleaseIntent");
-                // Spec 3.4 step 1: durable before any release signal. A
-                // guest that completed gets none: nothing waits for it.
-                if reason == Some(ReleaseReason::GuestCompleted) {
-                    self.release.record_in_background();
-                } else {
-                    self.release.record();
-                }
-            }
-            Command::TerminateExecClient => {
-                if let Err(e) = self
-                    .committed
-                    .handle()
-                    .signal(&RealProcessSys, Signal::Kill)
-                {
-                    tracing::warn!(error = %e, "cannot kill the exec client");
-                }
-            }
-            Command::ReapExecClient => match self.committed.handle().poll(&RealProcessSys) {
-                Ok(state) => tracing::info!(?state, "exec client reaped"),
-                Err(e) => tracing::warn!(error = %e, "cannot reap the exec client"),
-            },
             Command::CloseOutput => {
                 // The forwarders stop after their current chunk.
                 self.stop = None;
             }
-            Command::RecordClean => tracing::info!("RecordClean: piped session released"),
-            Command::RetainReleaseIntent(reason) => {
-                tracing::warn!(?reason, "RetainReleaseIntent: left for Domain teardown");
-            }
             // A piped session takes no terminal events: the machine never
             // writes input, resizes or signals a foreground group for it.
-            Command::WritePty(_) | Command::SetWindowSize { .. } | Command::SignalForeground(_) => {
-                tracing::warn!(?command, "terminal command in a piped session ignored");
-            }
+            other => tracing::warn!(?other, "command not carried out in a piped session"),
         }
     }
 
     /// Sleeps until an event, the exec client's exit or the nearest timer.
     fn wait(&mut self, work: &mut VecDeque<Input>) {
-        let now = Instant::now();
-        let sleep = self
-            .timers
-            .iter()
-            .map(|(_, at)| at.saturating_duration_since(now))
-            .min()
-            .unwrap_or(IDLE_POLL)
-            .min(IDLE_POLL);
-        let timeout = Timespec::try_from(sleep).unwrap_or(Timespec {
+        let timeout = Timespec::try_from(self.effects.sleep()).unwrap_or(Timespec {
             tv_sec: 1,
             tv_nsec: 0,
         });
         {
+            let exec = self.effects.exec_pidfd();
             let mut fds = Vec::with_capacity(2);
             fds.push(PollFd::new(&self.wake, PollFlags::IN));
-            if self.exec_running {
-                fds.push(PollFd::new(self.committed.handle().pidfd(), PollFlags::IN));
+            if let Some(exec) = exec.as_ref() {
+                fds.push(PollFd::new(exec, PollFlags::IN));
             }
             if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
                 if e != rustix::io::Errno::INTR {
@@ -466,24 +417,6 @@ impl Driver {
         }
         let mut sink = [0u8; 64];
         while matches!(rustix::io::read(&self.wake, &mut sink), Ok(n) if n > 0) {}
-        if self.exec_running {
-            match self.committed.handle().peek(&RealProcessSys) {
-                Ok(ChildState::Running) => {}
-                Ok(ChildState::Exited { code, signal }) => {
-                    tracing::info!(?code, ?signal, "exec client exited");
-                    self.exec_running = false;
-                    work.push_back(Input::ExecClientExited(exec_status(code, signal)));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the exec client is lost");
-                    self.exec_running = false;
-                    work.push_back(Input::ExecClientLost);
-                }
-            }
-        }
-        let now = Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = self.timers.iter().partition(|(_, at)| *at <= now);
-        self.timers = later;
-        work.extend(due.into_iter().map(|(t, _)| Input::Timer(t)));
+        self.effects.collect(work);
     }
 }

@@ -26,9 +26,9 @@
 use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
+use super::session_release::ReleaseEffects;
 use crate::broker::CommittedChild;
-use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::{ChildState, Signal};
+use crate::process_identity::Signal;
 use crate::pty::{Pumped, RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{GuestControl, GuestTools, Runsc};
 use lazaret_runtime::coordinator::messages::{
@@ -38,8 +38,7 @@ use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::terminal::{GuestProcessIdentity, PtyIdentity};
 use lazaret_runtime::terminal::keys::{split_keys, KeyedInput, SignalKeys};
 use lazaret_runtime::terminal::machine::{
-    Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseReason,
-    ReleaseTimings, TimerKind,
+    Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseTimings,
 };
 use lazaret_runtime::terminal::protocol::{
     Chunk, SessionExit, SessionExitOutcome, SessionTerminalEvent, SessionTerminalMessage,
@@ -70,8 +69,6 @@ const IDENTITY_WAIT: Duration = Duration::from_secs(10);
 const PID_FILE_WAIT: Duration = Duration::from_secs(10);
 /// How long the last frames (the exit) may take to reach the client.
 const WRITER_FINISH: Duration = Duration::from_secs(5);
-/// Longest poll sleep without a timer.
-const IDLE_POLL: Duration = Duration::from_secs(1);
 
 static RUNNER: EnteredRunner = EnteredRunner;
 
@@ -179,11 +176,9 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         ),
         session: parts.session,
         generation: parts.generation,
-        committed: parts.committed,
+        effects: ReleaseEffects::new(parts.committed, parts.release),
         pty: Some(parts.pty),
-        exec_running: true,
         pty_eof: false,
-        timers: Vec::new(),
         inbound: inbound_rx,
         staged: VecDeque::new(),
         client_lost_fed: false,
@@ -193,8 +188,6 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         leader: Leader::Waiting(leader_rx),
         control: parts.guest.control(),
         wake: wake_r,
-        release_started: None,
-        release: parts.release,
         observe_due: false,
     };
     let ended = parts.ended;
@@ -303,11 +296,9 @@ struct Driver {
     machine: Machine,
     session: SessionId,
     generation: GenerationId,
-    committed: CommittedChild,
+    effects: ReleaseEffects,
     pty: Option<SessionPty<'static, RealPty>>,
-    exec_running: bool,
     pty_eof: bool,
-    timers: Vec<(TimerKind, Instant)>,
     inbound: Receiver<Inbound>,
     /// Decoded events of the last client message, fed one at a time while
     /// no input waits for the PTY.
@@ -319,8 +310,6 @@ struct Driver {
     leader: Leader,
     control: GuestControl<'static, EnteredRunner>,
     wake: OwnedFd,
-    release_started: Option<Instant>,
-    release: ReleaseGate,
     /// The machine asked for an observation (`ObserveGroup`).
     observe_due: bool,
 }
@@ -520,6 +509,9 @@ impl Driver {
     }
 
     fn execute(&mut self, command: Command, work: &mut VecDeque<Input>) {
+        let Some(command) = self.effects.execute(command, self.machine.release_reason()) else {
+            return;
+        };
         match command {
             Command::WritePty(chunk) => {
                 if let Some(pty) = self.pty.as_mut() {
@@ -546,11 +538,7 @@ impl Driver {
                 }
             }
             Command::SignalForeground(signal) => {
-                let sent = self
-                    .committed
-                    .handle()
-                    .signal(&RealProcessSys, process_signal(signal));
-                if let Err(e) = sent {
+                if let Err(e) = self.effects.signal_exec_client(process_signal(signal)) {
                     tracing::warn!(error = %e, signal = signal.name(), "cannot signal the exec client");
                 }
             }
@@ -569,55 +557,14 @@ impl Driver {
             // Made by the loop once the commands of this input are done and
             // queued messages went out.
             Command::ObserveGroup => self.observe_due = true,
-            Command::StartTimer { timer, after_ms } => {
-                self.timers.retain(|(t, _)| *t != timer);
-                self.timers
-                    .push((timer, Instant::now() + Duration::from_millis(after_ms)));
-            }
-            Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
-            Command::RecordReleaseIntent => {
-                self.release_started = Some(Instant::now());
-                let reason = self.machine.release_reason();
-                tracing::info!(?reason, "RecordReleaseIntent");
-                // Spec 3.4 step 1: durable before any release signal (the
-                // machine emits those after this command). A guest that
-                // completed gets none: nothing waits for it.
-                if reason == Some(ReleaseReason::GuestCompleted) {
-                    self.release.record_in_background();
-                } else {
-                    self.release.record();
-                }
-            }
-            Command::TerminateExecClient => {
-                if let Err(e) = self
-                    .committed
-                    .handle()
-                    .signal(&RealProcessSys, Signal::Kill)
-                {
-                    tracing::warn!(error = %e, "cannot kill the exec client");
-                }
-            }
-            Command::ReapExecClient => match self.committed.handle().poll(&RealProcessSys) {
-                Ok(state) => tracing::info!(?state, "exec client reaped"),
-                Err(e) => tracing::warn!(error = %e, "cannot reap the exec client"),
-            },
             Command::CloseOutput => {
                 if let Some(pty) = self.pty.take() {
                     pty.close();
                 }
             }
-            Command::RecordClean => {
-                let took = self.release_started.map(|t| t.elapsed());
-                tracing::info!(?took, "RecordClean: session terminal released");
-            }
-            Command::RetainReleaseIntent(reason) => {
-                let took = self.release_started.map(|t| t.elapsed());
-                tracing::warn!(
-                    ?reason,
-                    ?took,
-                    "RetainReleaseIntent: left for Domain teardown"
-                );
-            }
+            // The release commands (timers, intent, exec client, outcome)
+            // were `ReleaseEffects`' own.
+            other => tracing::warn!(?other, "release command not carried out"),
         }
     }
 
@@ -653,12 +600,7 @@ impl Driver {
     /// Sleeps until something happens (bounded by the nearest timer), then
     /// turns it into machine inputs.
     fn wait(&mut self, work: &mut VecDeque<Input>) {
-        let now = Instant::now();
-        let next_timer = self.timers.iter().map(|(_, at)| *at).min();
-        let sleep = next_timer
-            .map(|at| at.saturating_duration_since(now))
-            .unwrap_or(IDLE_POLL)
-            .min(IDLE_POLL);
+        let sleep = self.effects.sleep();
         let budget = self.machine.pty_read_budget();
         let mut master_events = PollFlags::empty();
         if let Some(pty) = self.pty.as_ref() {
@@ -679,10 +621,11 @@ impl Driver {
                 .as_ref()
                 .filter(|_| !master_events.is_empty())
                 .map(|p| p.master());
+            let exec = self.effects.exec_pidfd();
             let mut fds = Vec::with_capacity(3);
             fds.push(PollFd::new(&self.wake, PollFlags::IN));
-            if self.exec_running {
-                fds.push(PollFd::new(self.committed.handle().pidfd(), PollFlags::IN));
+            if let Some(exec) = exec.as_ref() {
+                fds.push(PollFd::new(exec, PollFlags::IN));
             }
             if let Some(master) = master.as_ref() {
                 fds.push(PollFd::new(master, master_events));
@@ -695,25 +638,8 @@ impl Driver {
         }
         let mut sink = [0u8; 64];
         while matches!(rustix::io::read(&self.wake, &mut sink), Ok(n) if n > 0) {}
-        if self.exec_running {
-            match self.committed.handle().peek(&RealProcessSys) {
-                Ok(ChildState::Running) => {}
-                Ok(ChildState::Exited { code, signal }) => {
-                    self.exec_running = false;
-                    work.push_back(Input::ExecClientExited(exec_status(code, signal)));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the exec client is lost");
-                    self.exec_running = false;
-                    work.push_back(Input::ExecClientLost);
-                }
-            }
-        }
+        self.effects.collect(work);
         self.pump_pty(work);
-        let now = Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = self.timers.iter().partition(|(_, at)| *at <= now);
-        self.timers = later;
-        work.extend(due.into_iter().map(|(t, _)| Input::Timer(t)));
     }
 
     fn pump_pty(&mut self, work: &mut VecDeque<Input>) {

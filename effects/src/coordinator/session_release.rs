@@ -1,0 +1,144 @@
+//! The effects both session drivers (`terminal_session`, `piped_session`)
+//! carry out for the terminal machine's release order (spec 3.4): its
+//! timers, the durable ReleaseIntent, the exact exec client (watch,
+//! terminate, reap). Each driver adds what its output is (a PTY master, or
+//! two pipes) and its client connection.
+use super::release_gate::ReleaseGate;
+use super::terminal_session::exec_status;
+use crate::broker::CommittedChild;
+use crate::process_identity::real::RealProcessSys;
+use crate::process_identity::{ChildState, Signal};
+use lazaret_runtime::terminal::machine::{Command, Input, ReleaseReason, TimerKind};
+use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+/// Longest poll sleep without a timer.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// One session's exec client and release timers.
+#[derive(Debug)]
+pub(super) struct ReleaseEffects {
+    committed: CommittedChild,
+    exec_running: bool,
+    timers: Vec<(TimerKind, Instant)>,
+    release: ReleaseGate,
+    started: Option<Instant>,
+}
+
+impl ReleaseEffects {
+    pub(super) fn new(committed: CommittedChild, release: ReleaseGate) -> Self {
+        Self {
+            committed,
+            exec_running: true,
+            timers: Vec::new(),
+            release,
+            started: None,
+        }
+    }
+
+    /// The exec client's pidfd while it runs (to poll for its exit).
+    pub(super) fn exec_pidfd(&self) -> Option<BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.exec_running
+            .then(|| self.committed.handle().pidfd().as_fd())
+    }
+
+    /// How long a driver may sleep: until the nearest timer, at most a
+    /// second.
+    pub(super) fn sleep(&self) -> Duration {
+        let now = Instant::now();
+        self.timers
+            .iter()
+            .map(|(_, at)| at.saturating_duration_since(now))
+            .min()
+            .unwrap_or(IDLE_POLL)
+            .min(IDLE_POLL)
+    }
+
+    /// After a wake-up: the exec client's end and the timers that are due,
+    /// as machine inputs.
+    pub(super) fn collect(&mut self, work: &mut VecDeque<Input>) {
+        if self.exec_running {
+            match self.committed.handle().peek(&RealProcessSys) {
+                Ok(ChildState::Running) => {}
+                Ok(ChildState::Exited { code, signal }) => {
+                    tracing::info!(?code, ?signal, "exec client exited");
+                    self.exec_running = false;
+                    work.push_back(Input::ExecClientExited(exec_status(code, signal)));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the exec client is lost");
+                    self.exec_running = false;
+                    work.push_back(Input::ExecClientLost);
+                }
+            }
+        }
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = self.timers.iter().partition(|(_, at)| *at <= now);
+        self.timers = later;
+        work.extend(due.into_iter().map(|(t, _)| Input::Timer(t)));
+    }
+
+    /// Carries out a release command; returns the command when it is not
+    /// one of these (the driver's own: output, observation, terminal).
+    pub(super) fn execute(
+        &mut self,
+        command: Command,
+        reason: Option<ReleaseReason>,
+    ) -> Option<Command> {
+        match command {
+            Command::StartTimer { timer, after_ms } => {
+                self.timers.retain(|(t, _)| *t != timer);
+                self.timers
+                    .push((timer, Instant::now() + Duration::from_millis(after_ms)));
+            }
+            Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
+            Command::RecordReleaseIntent => {
+                self.started = Some(Instant::now());
+                tracing::info!(?reason, "RecordReleaseIntent");
+                // Spec 3.4 step 1: durable before any release signal (the
+                // machine emits those after this command). A guest that
+                // completed gets none: nothing waits for it.
+                if reason == Some(ReleaseReason::GuestCompleted) {
+                    self.release.record_in_background();
+                } else {
+                    self.release.record();
+                }
+            }
+            Command::TerminateExecClient => {
+                if let Err(e) = self
+                    .committed
+                    .handle()
+                    .signal(&RealProcessSys, Signal::Kill)
+                {
+                    tracing::warn!(error = %e, "cannot kill the exec client");
+                }
+            }
+            Command::ReapExecClient => match self.committed.handle().poll(&RealProcessSys) {
+                Ok(state) => tracing::info!(?state, "exec client reaped"),
+                Err(e) => tracing::warn!(error = %e, "cannot reap the exec client"),
+            },
+            Command::RecordClean => {
+                let took = self.started.map(|t| t.elapsed());
+                tracing::info!(?took, "RecordClean: session released");
+            }
+            Command::RetainReleaseIntent(reason) => {
+                let took = self.started.map(|t| t.elapsed());
+                tracing::warn!(
+                    ?reason,
+                    ?took,
+                    "RetainReleaseIntent: left for Domain teardown"
+                );
+            }
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// Signals the exec client (terminal keys and resizes: runsc forwards
+    /// them to the guest terminal's foreground group).
+    pub(super) fn signal_exec_client(&self, signal: Signal) -> Result<(), std::io::Error> {
+        self.committed.handle().signal(&RealProcessSys, signal)
+    }
+}
