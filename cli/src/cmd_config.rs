@@ -1,4 +1,4 @@
-//! `lazaret config check` and `lazaret config init` (issue 4; spec 3.2).
+//! `lazaret config check` and `lazaret config init` (spec 3.2).
 use std::path::{Path, PathBuf};
 
 use crate::report::{self, errln, outln};

@@ -1,5 +1,5 @@
 //! `lazaret doctor`: checks the host and prints each problem with its fix
-//! (issue 6 item 2). Exits non-zero when something is missing.
+//! (DX-5). Exits non-zero when something is missing.
 
 use crate::report::{self, errln};
 use lazaret_effects::doctor::{run_checks, Check, DoctorHost};

@@ -1,6 +1,6 @@
 //! `lazaret state [PROFILE] [--workspace DIR] [--config FILE] [--json]`:
-//! what a Domain holds durably and what recovery would find (issue 5
-//! deliverable 5; spec 3.2 reserves `state` as the maintenance command, 3.9
+//! what a Domain holds durably and what recovery would find (spec
+//! 3.2 reserves `state` as the maintenance command, 3.9
 //! read-only inspection, DX-6 human and machine-readable output, no
 //! persisted file contents).
 //!

@@ -1,5 +1,5 @@
 //! End-to-end: the Domain process chain under real runsc, as the
-//! unprivileged test user (issue 6 items 1, 3, 4, 7). Every scenario ends
+//! unprivileged test user (spec 3.1, 3.3, 3.4, DX-1). Every scenario ends
 //! with a leak check: no process, mount, runsc state, socket or log of its
 //! Domain remains.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
@@ -533,7 +533,7 @@ fn host_git(dir: &Path, args: &[&str]) -> String {
     text(&out.stdout)
 }
 
-/// SR-4 through the product (issue 6 items 4 and 9): Git works inside on the
+/// SR-4 through the product (spec 3.5): Git works inside on the
 /// shared repository, while neither `.git/config` nor the default hooks can
 /// be written, replaced or redirected by any means — including creating a
 /// `commondir` or `config.worktree` that would point host Git at another

@@ -1,4 +1,4 @@
-//! The crash-point suite (issue 5 deliverable 6; spec 3.3 recovery, 3.6):
+//! The crash-point suite (spec 3.3 recovery, 3.6; docs/crash-points.md):
 //! real processes as the unprivileged test user, built with the
 //! `crash-points` feature (docs/crash-points.md).
 //!

@@ -1,5 +1,5 @@
 //! End-to-end: `lazaret <profile>` on a terminal is an interactive PTY
-//! session (spec 3.4, FR-14, FR-15, DX-5; issue 6 item 6). A tmux pane is
+//! session (spec 3.4, FR-14, FR-15, DX-5). A tmux pane is
 //! the user's terminal; the CLI runs in it as the unprivileged test user.
 //! The scenario ends with the chain's leak check.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test

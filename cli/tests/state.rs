@@ -1,4 +1,4 @@
-//! `lazaret state` (issue 5 deliverable 5; spec 3.2, 3.6, 3.9 read-only
+//! `lazaret state` (spec 3.2, 3.6, 3.9 read-only
 //! part, FR-7, FR-17, DX-6), on real store files as the invoking user:
 //! locating the Domain from profile and workspace as a launch does, a
 //! missing Domain, a live Domain (the flock held by this test), recovery

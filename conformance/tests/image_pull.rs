@@ -1,5 +1,5 @@
 //! Image resolution from a local OCI layout and from a real registry
-//! (Debian's docker-registry on a loopback port), spec 3.6, issue 6 item 5.
+//! (Debian's docker-registry on a loopback port), spec 3.6.
 
 use lazaret_conformance::fixtures::{layered_layout, Registry};
 use lazaret_conformance::test_user::{delegate, Delegation};

@@ -1,4 +1,4 @@
-//! Issue 2 and 3 acceptance for the protocol models: TLC finds no violation
+//! The protocol models' checks: TLC finds no violation
 //! and takes every action; stateright over the generated Rust reaches
 //! exactly TLC's distinct states, every invariant holds in every state and
 //! every box-action property on every step. TLC runs once per model (with

@@ -1,4 +1,4 @@
-//! Crash-point injection for the crash-point suite (issue 5 deliverable 6;
+//! Crash-point injection for the crash-point suite (docs/crash-points.md;
 //! spec 3.3 recovery, 3.6): the [`crash_point!`] hook marks each durable step
 //! of the Host Coordinator, the Runtime Supervisor, the broker wrapper and
 //! the CLI. The hook exists only with the `crash-points` cargo feature;

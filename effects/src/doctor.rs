@@ -1,4 +1,4 @@
-//! `lazaret doctor`'s host checks (issue 6 item 2): kernel and architecture,
+//! `lazaret doctor`'s host checks (DX-5): kernel and architecture,
 //! runsc and its version, the uid-map helpers and a subordinate range of at
 //! least 65536 IDs, slirp4netns, a usable `/dev/fuse` and fuse-overlayfs, and
 //! `XDG_RUNTIME_DIR`. Each problem carries the exact fix. All host access goes

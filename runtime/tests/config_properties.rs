@@ -1,5 +1,5 @@
 //! Property tests over generated and mutated configuration documents
-//! (issue 4, item 9): decoding and selection never panic, and the same input
+//! (spec 3.2, DX-5): decoding and selection never panic, and the same input
 //! always gets the same verdict. The normal run uses a modest case count;
 //! `LAZARET_SOAK_CASES=100000` runs the soak recorded in docs/config-soak.md.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking

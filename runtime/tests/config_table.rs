@@ -1,6 +1,6 @@
 //! Table-driven acceptance and refusal cases for every row of the schemas.md
 //! "Trusted host configuration" table and every grammar, layout and network
-//! rule (issue 4 acceptance). Each row is decoded and the selected profile
+//! rule (spec 3.2). Each row is decoded and the selected profile
 //! `dev` is validated against the production SandboxLayoutV1.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)] // tests fail by panicking
 use lazaret_runtime::config::{decode_document, ConfigError, SandboxLayoutV1, SelectedProfileV1};

@@ -260,7 +260,7 @@ impl Drop for Env {
 
 impl Env {
     /// The kept traces of this scenario's Domains, each of which must
-    /// replay clean against the model (issue 6 item 9).
+    /// replay clean against the model (ARCHITECTURE.md "Traces").
     pub fn traces(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = runtime_files(&self.home)
             .into_iter()
@@ -275,7 +275,7 @@ impl Env {
     }
 
     /// Every generation the Domain Store holds ended retired and clean
-    /// (issue 5: teardown and recovery write ReleaseIntent -> Clean).
+    /// (teardown and recovery write ReleaseIntent -> Clean).
     pub fn assert_store_clean(&self) {
         let out = self.run(&["state", self.profile, "--json"]);
         assert_eq!(

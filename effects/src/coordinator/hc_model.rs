@@ -1,5 +1,5 @@
-//! The Host Coordinator's model core and its trace file (issue 3 items 4
-//! and 5): every lifecycle step of this process is checked against the
+//! The Host Coordinator's model core and its trace file (ARCHITECTURE.md
+//! "Traces"): every lifecycle step of this process is checked against the
 //! generated Lazaret model before its effect and recorded after it, one
 //! JSON line per step, in a file of the generation under the Domain runtime
 //! directory; at exit the file moves under the Domain's storage root, which

@@ -1,4 +1,4 @@
-//! Bootstrap recovery (issue 5 item 4; spec 3.3 recovery, 3.4, 3.6): a
+//! Bootstrap recovery (spec 3.3 recovery, 3.4, 3.6): a
 //! coordinator that finds a generation not retired — its coordinator died —
 //! continues that generation's trace as the next successor and takes the
 //! model's recovery path: `HostCoordinatorLost` for the dead holder (the

@@ -342,7 +342,7 @@ fn sandbox_running(state_file: &Path) -> bool {
     std::fs::read_to_string(state_file).is_ok_and(|t| t.contains("\"status\":\"running\""))
 }
 
-/// Arms RS's parent-death signal (spec 3.1, issue 6 item 3) as SIGTERM,
+/// Arms RS's parent-death signal (spec 3.1) as SIGTERM,
 /// delivered to a socket the serving loop polls. The broker wrapper armed
 /// SIGKILL, which would kill RS before it could stop the sandbox; SIGTERM
 /// lets RS take the same stop path as EOF on the lifetime channel. HC spawns

@@ -1,5 +1,5 @@
 //! Image references and resolution into Lazaret's blob store (spec 3.6
-//! "Prepared lower", issue 6 item 5).
+//! "Prepared lower").
 //!
 //! [`resolve`] follows an image reference to one verified manifest — through
 //! nested indexes, picking `linux/amd64` — and brings the manifest, config and

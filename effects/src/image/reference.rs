@@ -1,4 +1,4 @@
-//! Image references (spec 3.6, schemas.md `profile.image`, issue 6 item 5).
+//! Image references (spec 3.6, schemas.md `profile.image`).
 //!
 //! Two forms:
 //! - `oci:/abs/path/to/layout[:tag]` — a local OCI image layout; the tag

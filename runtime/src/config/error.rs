@@ -1,5 +1,5 @@
 //! Refusals of configuration decoding and selection. Every variant names the
-//! TOML key path it concerns and what was expected (issue 4, item 9); the
+//! TOML key path it concerns and what was expected (DX-5); the
 //! caller adds the source file label.
 use std::fmt;
 

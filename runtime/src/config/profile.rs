@@ -20,7 +20,7 @@ pub const RUNSC_DCACHE_MAX: u32 = 262_144;
 
 /// The most entries any configuration list or map may hold. The pairwise
 /// layout, overlap and duplicate rules are quadratic; this bound keeps a
-/// 1 MiB document's validation work bounded (issue 4; not a spec number).
+/// 1 MiB document's validation work bounded (not a spec number).
 pub const LIST_ITEMS_MAX: usize = 1024;
 
 /// Refuses a list or map longer than [`LIST_ITEMS_MAX`].

@@ -1,4 +1,4 @@
-//! The Host Coordinator's model core (issue 3 item 4; spec "Document
+//! The Host Coordinator's model core (spec "Document
 //! authority"): every lifecycle decision of one Host Coordinator process is
 //! a step of the generated Lazaret model, sized for this one process.
 //!
