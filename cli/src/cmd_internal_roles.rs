@@ -107,7 +107,14 @@ pub struct EnterCommand {
 }
 
 pub fn enter(command: EnterCommand) -> ExitCode {
-    let args = match EnterArgs::parse(&command.args) {
+    enter_with(&command.args)
+}
+
+/// `__enter`'s work on its arguments (after the subcommand name): also run
+/// in place by a released `__wrapper` whose target is `lazaret __enter`.
+/// Returns only on failure (exit status 126).
+pub fn enter_with(argv: &[std::ffi::OsString]) -> ExitCode {
+    let args = match EnterArgs::parse(argv) {
         Ok(args) => args,
         Err(e) => {
             errln!("lazaret __enter: {e}");

@@ -170,41 +170,51 @@ fn authority_of<S: WrapperSys>(sys: &S, pid: HostPid) -> Result<PidfsProcessAuth
 
 /// Runs the wrapper. Returns only when the target must not run.
 pub fn run_wrapper<S: WrapperSys>(sys: &S, args: &WrapperArgs) -> WrapperFailure {
+    if let Err(failure) = await_release(sys, args) {
+        return failure;
+    }
+    WrapperFailure::Exec(sys.exec(&args.target))
+}
+
+/// Steps 3 and 8 up to the target: blocks on the barrier, checks the
+/// release names this process, arms parent death and rechecks the parent.
+/// `Ok` means the target may run now, in this process (the caller execs it,
+/// or runs the exec client's own first step in place: `lazaret __wrapper`
+/// does that for `lazaret __enter`, one exec of the binary fewer).
+pub fn await_release<S: WrapperSys>(sys: &S, args: &WrapperArgs) -> Result<(), WrapperFailure> {
     // Block before any target work until the broker releases or closes.
     let bytes = match sys.read_barrier(args.barrier_fd, RELEASE_LEN + 1) {
         Ok(bytes) => bytes,
-        Err(e) => return WrapperFailure::BarrierRead(e),
+        Err(e) => return Err(WrapperFailure::BarrierRead(e)),
     };
     if bytes.is_empty() {
-        return WrapperFailure::BarrierClosed;
+        return Err(WrapperFailure::BarrierClosed);
     }
     let Some(named) = parse_release(&bytes) else {
-        return WrapperFailure::MalformedRelease { len: bytes.len() };
+        return Err(WrapperFailure::MalformedRelease { len: bytes.len() });
     };
-    let own = match authority_of(sys, sys.own_pid()) {
-        Ok(own) => own,
-        Err(e) => return WrapperFailure::OwnIdentity(e),
-    };
+    let own = authority_of(sys, sys.own_pid()).map_err(WrapperFailure::OwnIdentity)?;
     if named != own {
-        return WrapperFailure::ReleaseForAnotherProcess { named, own };
+        return Err(WrapperFailure::ReleaseForAnotherProcess { named, own });
     }
-    if let Err(e) = sys.arm_parent_death() {
-        return WrapperFailure::ArmParentDeath(e);
-    }
+    sys.arm_parent_death()
+        .map_err(WrapperFailure::ArmParentDeath)?;
     // Recheck after arming: if the parent died before the prctl, getppid now
     // names a reaper whose pidfs authority differs.
     let Some(parent) = sys.parent_pid() else {
-        return WrapperFailure::ParentMismatch("no parent in this PID namespace".to_owned());
+        return Err(WrapperFailure::ParentMismatch(
+            "no parent in this PID namespace".to_owned(),
+        ));
     };
     match authority_of(sys, parent) {
         Ok(observed) if observed == args.parent => {}
         Ok(observed) => {
-            return WrapperFailure::ParentMismatch(format!(
+            return Err(WrapperFailure::ParentMismatch(format!(
                 "PID {} has authority {observed:?}, expected {:?}",
                 parent.0, args.parent
-            ))
+            )))
         }
-        Err(e) => return WrapperFailure::ParentMismatch(e),
+        Err(e) => return Err(WrapperFailure::ParentMismatch(e)),
     }
     crash_point!(
         Wrapper,
@@ -212,5 +222,5 @@ pub fn run_wrapper<S: WrapperSys>(sys: &S, args: &WrapperArgs) -> WrapperFailure
         "before-exec",
         ""
     );
-    WrapperFailure::Exec(sys.exec(&args.target))
+    Ok(())
 }
