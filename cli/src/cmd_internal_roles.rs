@@ -68,29 +68,47 @@ pub struct SupervisorCommand {
     /// The inherited lifetime channel to the Host Coordinator.
     #[arg(long)]
     channel_fd: RawFd,
+    /// The inherited write-sealed memfd holding the derived network policy
+    /// (spec 3.7 "Policy transport").
+    #[arg(long)]
+    policy_fd: RawFd,
+}
+
+/// Takes ownership of an inherited descriptor named by `flag`, or says
+/// which flag named a descriptor that is not open.
+fn inherited(flag: &str, raw: RawFd) -> Result<OwnedFd, ExitCode> {
+    if raw <= 2
+        || rustix::io::fcntl_getfd(
+            // SAFETY: borrowed only for this validity check.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) },
+        )
+        .is_err()
+    {
+        errln!("lazaret __supervisor: {flag} {raw} is not an open descriptor");
+        return Err(ExitCode::from(2));
+    }
+    // SAFETY: the descriptor is open (checked above) and was inherited from
+    // the Host Coordinator for this one purpose; nothing else here owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
+    Ok(fd)
 }
 
 pub fn supervisor(args: SupervisorCommand) -> ExitCode {
     init_diagnostics();
-    if args.channel_fd <= 2
-        || rustix::io::fcntl_getfd(
-            // SAFETY: borrowed only for this validity check.
-            unsafe { std::os::fd::BorrowedFd::borrow_raw(args.channel_fd) },
-        )
-        .is_err()
-    {
-        errln!(
-            "lazaret __supervisor: --channel-fd {} is not an open descriptor",
-            args.channel_fd
-        );
+    if args.channel_fd == args.policy_fd {
+        errln!("lazaret __supervisor: --channel-fd and --policy-fd name the same descriptor");
         return ExitCode::from(2);
     }
-    // SAFETY: the descriptor is open (checked above) and was inherited from
-    // the Host Coordinator solely as this process's lifetime channel; nothing
-    // else here owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(args.channel_fd) };
-    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
-    match run_supervisor(&RealNs, UnixStream::from(fd)) {
+    let channel = match inherited("--channel-fd", args.channel_fd) {
+        Ok(fd) => fd,
+        Err(code) => return code,
+    };
+    let policy = match inherited("--policy-fd", args.policy_fd) {
+        Ok(fd) => fd,
+        Err(code) => return code,
+    };
+    match run_supervisor(&RealNs, UnixStream::from(channel), policy) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("lazaret __supervisor: {e}");

@@ -271,10 +271,6 @@ fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec
     if profile.escalation().enabled {
         notes.push("escalation: host escalation is not available");
     }
-    notes.push(
-        "network policy (spec 3.7): the sandbox has no network at all; allow and deny \
-         prefixes are not installed",
-    );
     notes
 }
 
@@ -395,13 +391,13 @@ mod tests {
         let default = not_yet_enforced(&selected(head));
         assert!(default.iter().any(|n| n.starts_with("isolate_gitignored")));
         assert!(default.iter().any(|n| n.starts_with("persistent_dirs")));
-        assert!(default.iter().any(|n| n.starts_with("network policy")));
         assert!(!default.iter().any(|n| n.starts_with("escalation")));
+        // The network policy is applied (spec 3.7): never named.
+        assert!(!default.iter().any(|n| n.contains("network")));
         let minimal = not_yet_enforced(&selected(&format!(
             "{head}isolate_gitignored = false\npersistent_dirs = []\n"
         )));
-        assert_eq!(minimal.len(), 1, "{minimal:?}");
-        assert!(minimal[0].starts_with("network policy"));
+        assert!(minimal.is_empty(), "{minimal:?}");
         let full = not_yet_enforced(&selected(&format!(
             "{head}env = {{ TOKEN = \"env:TOKEN\" }}\n[profiles.dev.escalation]\nenabled = true\n"
         )));

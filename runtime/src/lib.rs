@@ -5,6 +5,7 @@ pub mod coordinator;
 pub mod core;
 pub mod display;
 pub mod git_sentry;
+pub mod network;
 pub mod ownership;
 pub mod records;
 pub mod replay;

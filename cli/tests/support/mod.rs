@@ -360,3 +360,113 @@ pub fn assert_succeeded(results: &std::collections::BTreeMap<String, String>, ke
         );
     }
 }
+
+/// A network namespace the test creates (as root) to stand in for "the
+/// host" of a Domain: the CLI, and so the coordinator and slirp4netns, run
+/// in it, and peers listen on addresses of its loopback. Traffic never
+/// leaves it (the project's network-safety rule).
+pub struct PeerNamespace {
+    pub name: String,
+}
+
+impl PeerNamespace {
+    /// `ip netns add NAME`, loopback up, and `addresses` (each a /32) on it.
+    pub fn new(name: &str, addresses: &[&str]) -> PeerNamespace {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the network suite runs as root (CI does): it creates the peer network namespace"
+        );
+        let name = format!("lz-e2e-{name}");
+        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().unwrap();
+            assert!(out.status.success(), "ip {args:?}: {}", text(&out.stderr));
+        };
+        ip(&["netns", "add", &name]);
+        ip(&["-n", &name, "link", "set", "lo", "up"]);
+        for a in addresses {
+            ip(&["-n", &name, "addr", "add", &format!("{a}/32"), "dev", "lo"]);
+        }
+        PeerNamespace { name }
+    }
+
+    /// Runs `f` on a new thread inside this namespace (sockets it opens
+    /// stay there).
+    pub fn spawn<F: FnOnce() + Send + 'static>(&self, f: F) {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let fd = std::fs::File::open(&path).unwrap();
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&fd),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .unwrap();
+            f();
+        });
+    }
+
+    /// A TCP listener at `addr` answering every connection with `banner`.
+    pub fn serve_tcp(&self, addr: &'static str, banner: &'static str) {
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        self.spawn(move || {
+            let listener = std::net::TcpListener::bind(addr).unwrap();
+            ready_tx.send(()).unwrap();
+            for stream in listener.incoming().flatten() {
+                let mut s = stream;
+                let _ = std::io::Write::write_all(&mut s, banner.as_bytes());
+            }
+        });
+        ready.recv().unwrap();
+    }
+
+    /// A UDP socket at `addr` answering each datagram with `reply`; the
+    /// returned counter counts the datagrams that arrived.
+    pub fn serve_udp(
+        &self,
+        addr: &'static str,
+        reply: &'static str,
+    ) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        self.spawn(move || {
+            let socket = std::net::UdpSocket::bind(addr).unwrap();
+            ready_tx.send(()).unwrap();
+            let mut buf = [0u8; 512];
+            while let Ok((_, from)) = socket.recv_from(&mut buf) {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = socket.send_to(reply.as_bytes(), from);
+            }
+        });
+        ready.recv().unwrap();
+        count
+    }
+
+    /// `cmd` run inside this namespace (`nsenter --net`).
+    pub fn wrap(&self, cmd: Command) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.name))
+            .arg("--")
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        if let Some(dir) = cmd.get_current_dir() {
+            c.current_dir(dir);
+        }
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c.stdin(Stdio::null());
+        c
+    }
+}
+
+impl Drop for PeerNamespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}

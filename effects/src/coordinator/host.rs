@@ -28,7 +28,9 @@ use crate::domain_store::{DomainStore, StoreError, StoreOp};
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{identity_of, ProcessSys};
 use lazaret_generated::lazaret::{Action, Decision, FingerprintResults, Sess, SessionsId};
-use lazaret_runtime::config::{HostEnvironment, ResolvedEnvironment, SandboxLayoutV1};
+use lazaret_runtime::config::{
+    DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
+};
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
@@ -86,6 +88,9 @@ pub enum CoordinatorError {
     Spawn(#[from] BrokerError),
     #[error("Runtime Supervisor: {0}")]
     Supervisor(String),
+    /// Spec 3.7: the network could not be made ready.
+    #[error("network readiness refused: {0}")]
+    Network(String),
     /// The workspace no longer is the object the configuration loaded.
     #[error("the workspace changed since the configuration was loaded: {0}")]
     Workspace(String),
@@ -289,6 +294,7 @@ pub fn run_coordinator(
         program: &program,
         environment: config.environment(),
         runsc_dcache: config.runsc_dcache(),
+        policy: config.selected().derived_policy(),
     };
     let booted = bootstrap(&mut hc, &paths);
     if let Err(e) = &booted {
@@ -365,6 +371,8 @@ pub(super) struct LaunchInputs<'a> {
     pub environment: &'a ResolvedEnvironment,
     /// `runtime.runsc_dcache` (spec 3.2): runsc's `--dcache`.
     pub runsc_dcache: u32,
+    /// The selected profile's derived network policy (spec 3.7, FR-19).
+    pub policy: &'a DerivedNetworkPolicy,
 }
 
 /// A bootstrap that failed (a generation that cannot be recovered) reaches

@@ -1,7 +1,10 @@
-//! Launch and publication of a generation (spec 3.3, 3.6; FR-12): the model
-//! steps `StartGeneration`, `RecordIntent`/`StageProcess`/`CommitProcess` of
-//! the Runtime Supervisor and the attached runsc, `CommitParticipant`,
-//! then the publication's `RecordIntent`, `AcquireSnapshot` and `Publish`.
+//! Launch and publication of a generation (spec 3.3, 3.6, 3.7; FR-12): the
+//! model steps `StartGeneration`, `RecordIntent`/`StageProcess`/
+//! `CommitProcess` of the Runtime Supervisor, of the connectivity helper
+//! (then `CommitParticipant(Helper)`), the Network role's `RecordIntent`,
+//! `AcquireSnapshot` and `MarkNetworkReady`, the attached runsc and
+//! `CommitParticipant(Sandbox)`, then the publication's `RecordIntent`,
+//! `AcquireSnapshot` and `Publish`.
 //! Each is checked against the model before its durable write and recorded
 //! after it.
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -22,11 +25,15 @@ use lazaret_runtime::records::ids::{
     NetworkSidecarId, ProfileName, SandboxId, Sha256Digest,
 };
 use lazaret_runtime::records::participant::{
+    HelperOwnership, NamespaceIdentity, NetworkOwnership, NetworkReadinessEvidence,
     ParticipantOwnership, ParticipantRole, PublicationOwnership,
 };
 use lazaret_runtime::records::process::{
     HostProcessIdentity, HostProcessOwnershipSlot, PersistedHostProcessOwnership,
     StagedProcessOwnership,
+};
+use lazaret_runtime::records::readiness::{
+    NetworkReadinessIdentity, NETWORK_READINESS_IDENTITY_SCHEMA_ID,
 };
 
 use super::channel;
@@ -43,9 +50,15 @@ use crate::domain_store::{accept_staged_ownership, SlotTarget, StoreLedger, Stor
 use crate::image::reference::ImageRef;
 use crate::image::resolve;
 use crate::image::store::BlobStore;
+use crate::network::policy_fd::seal_policy;
 use crate::prepare::{prepare, RealPrepareHost};
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::userns::{map_and_verify, plan_maps, Identity, RealHost};
+
+/// Why this coordinator's runtime ended, once it has (RS reported a
+/// failure or vanished): every session that ends afterwards reports it
+/// to its terminal instead of a bare status (spec 3.7 helper loss).
+pub(super) static RUNTIME_LOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// How long RS may take for each launch step.
 const SUPERVISOR_TIMEOUT: Duration = Duration::from_secs(30);
@@ -143,12 +156,13 @@ pub(super) fn launch_generation(
     let running = launch.running;
     let invalid = |what: &str, e: String| CoordinatorError::Supervisor(format!("{what}: {e}"));
     let c = hc.model.me();
+    let network_sidecar_id = NetworkSidecarId(random_bytes().map_err(CoordinatorError::Boot)?);
     let generation = Generation {
         domain_id: DomainId(running.domain_id),
         generation_id: id,
         configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
         coordinator_id: hc.coordinator_id,
-        network_sidecar_id: NetworkSidecarId(random_bytes().map_err(CoordinatorError::Boot)?),
+        network_sidecar_id,
         sandbox_id: SandboxId(random_bytes().map_err(CoordinatorError::Boot)?),
         durable_decision: decision_value("Starting")?,
     };
@@ -182,6 +196,11 @@ pub(super) fn launch_generation(
     // The lifetime channel: a socketpair whose RS end RS inherits.
     let (hc_end, rs_end) = UnixStream::pair().map_err(io_err(&dir))?;
     let rs_fd: OwnedFd = rs_end.into();
+    // Spec 3.7 "Policy transport": the derived policy's canonical bytes in
+    // a write-sealed memfd RS inherits; its digest goes in the plan.
+    let policy_fd =
+        seal_policy(launch.policy).map_err(|e| CoordinatorError::Network(e.to_string()))?;
+    let policy_digest = launch.policy.digest().0;
     let store_ledger = StoreLedger::new(
         hc.store,
         SlotTarget::Participant {
@@ -196,8 +215,10 @@ pub(super) fn launch_generation(
             SUPERVISOR_SUBCOMMAND.into(),
             "--channel-fd".into(),
             rs_fd.as_raw_fd().to_string().into(),
+            "--policy-fd".into(),
+            policy_fd.as_raw_fd().to_string().into(),
         ],
-        inherit: vec![rs_fd.as_raw_fd()],
+        inherit: vec![rs_fd.as_raw_fd(), policy_fd.as_raw_fd()],
     };
     let mut ledger = ModelLedger::new(
         store_ledger,
@@ -206,7 +227,7 @@ pub(super) fn launch_generation(
         ProcSlots::SandboxRuntimeSupervisor,
     );
     let acquired = hc.broker.acquire(&target, &mut ledger);
-    drop(rs_fd);
+    drop((rs_fd, policy_fd));
     let child = acquired?;
     mark("spawn_supervisor", timings);
     let container_id = format!("lazaret-{}-{}", hex_prefix(&running.domain_id), id.0);
@@ -223,6 +244,7 @@ pub(super) fn launch_generation(
         hostname: "lazaret".to_owned(),
         runsc_dcache: launch.runsc_dcache,
         owner_restore_marker: launch.paths.owner_restore_marker().display().to_string(),
+        policy_digest,
         env: vec![
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
             "HOME=/root".to_owned(),
@@ -295,7 +317,13 @@ pub(super) fn launch_generation(
             return Err(CoordinatorError::Supervisor(f.error.to_string()));
         }
     };
-    let running_sandbox = match serve_supervisor_launch(hc, id, &mut rs) {
+    let network = NetworkInputs {
+        domain_id: DomainId(running.domain_id),
+        configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
+        network_sidecar_id,
+        policy_digest,
+    };
+    let running_sandbox = match serve_supervisor_launch(hc, id, &mut rs, &supervisor, &network) {
         Ok(r) => r,
         Err(e) => {
             drop(rs);
@@ -325,6 +353,7 @@ pub(super) fn launch_generation(
             Ok(other) => format!("unexpected {other:?}"),
             Err(e) => e.to_string(),
         };
+        let _ = RUNTIME_LOST.set(why.clone());
         let _ = lost.send(HcEvent::SupervisorLost(why));
     });
     Ok(LaunchedGeneration {
@@ -347,30 +376,71 @@ struct RunningSandbox {
     bundle_digest: [u8; 32],
 }
 
-/// HC's half of RS's acquisition of the attached runsc (spec 3.3 steps 1,
-/// 6, 9 for an RS-launched child), until the sandbox runs.
+/// What the Network and Helper participants are bound to (spec 3.7
+/// "Durable encoding").
+struct NetworkInputs {
+    domain_id: DomainId,
+    configuration_fingerprint: ConfigurationFingerprint,
+    network_sidecar_id: NetworkSidecarId,
+    policy_digest: [u8; 32],
+}
+
+/// The model's process slot of an RS-launched child's staged message.
+fn rs_launched_slot(slot: HostProcessOwnershipSlot) -> Result<ProcSlots, String> {
+    match slot {
+        HostProcessOwnershipSlot::HelperConnectivityHelper => {
+            Ok(ProcSlots::HelperConnectivityHelper)
+        }
+        HostProcessOwnershipSlot::SandboxAttachedRunsc => Ok(ProcSlots::SandboxAttachedRunsc),
+        other => Err(format!(
+            "slot {other:?} is not launched by the Runtime Supervisor"
+        )),
+    }
+}
+
+/// HC's half of RS's launch (spec 3.3 steps 1, 6, 9 for each RS-launched
+/// child; spec 3.7 readiness), until the sandbox runs: the connectivity
+/// helper's intent, staging and commit (then CommitParticipant(Helper)),
+/// the network's readiness, then the attached runsc's staging and commit.
 fn serve_supervisor_launch(
     hc: &mut Hc<'_, '_>,
     generation: GenerationId,
     rs: &mut UnixStream,
+    supervisor: &CommittedChild,
+    network: &NetworkInputs,
 ) -> Result<RunningSandbox, CoordinatorError> {
     let c = hc.model.me();
-    let ps = ProcSlots::SandboxAttachedRunsc;
+    // Bounded: a launch has two children of three messages each, the
+    // network report and the running report.
     for _ in 0..16 {
         match channel::receive::<SupervisorMessage>(rs, "supervisor")? {
-            SupervisorMessage::ConfirmIntent => {
-                channel::send(rs, "supervisor", &CoordinatorCommand::IntentConfirmed)?;
+            SupervisorMessage::ConfirmIntent(slot) => {
+                let reply = match rs_launched_slot(slot) {
+                    // The helper's role records bare intent here; the
+                    // attached runsc's Sandbox role recorded it with RS.
+                    Ok(ProcSlots::HelperConnectivityHelper) => {
+                        record_intent(hc, generation, Roles::Helper)?;
+                        CoordinatorCommand::IntentConfirmed
+                    }
+                    Ok(_) => CoordinatorCommand::IntentConfirmed,
+                    Err(e) => CoordinatorCommand::Refused(e),
+                };
+                channel::send(rs, "supervisor", &reply)?;
             }
             SupervisorMessage::Staged(bytes) => {
-                let answer = hc
-                    .model
-                    .check(&Action::StageProcess { c, ps })
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        accept_staged_ownership(hc.store, &bytes).map_err(|e| e.to_string())
-                    });
+                let staged = StagedProcessOwnership::decode(&bytes).map_err(|e| e.to_string());
+                let ps = staged.and_then(|s| rs_launched_slot(s.slot));
+                let answer = ps.and_then(|ps| {
+                    hc.model
+                        .check(&Action::StageProcess { c, ps })
+                        .map_err(|e| e.to_string())
+                        .and_then(|()| {
+                            accept_staged_ownership(hc.store, &bytes).map_err(|e| e.to_string())
+                        })
+                        .map(|ack| (ps, ack))
+                });
                 let reply = match answer {
-                    Ok(ack) => {
+                    Ok((ps, ack)) => {
                         hc.model
                             .take(Action::StageProcess { c, ps })
                             .map_err(model_err)?;
@@ -381,34 +451,55 @@ fn serve_supervisor_launch(
                 channel::send(rs, "supervisor", &reply)?;
             }
             SupervisorMessage::Committed(bytes) => {
-                let answer = hc
-                    .model
-                    .check(&Action::CommitProcess { c, ps })
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| {
-                        StagedProcessOwnership::decode(&bytes).map_err(|e| e.to_string())
-                    })
-                    .and_then(|staged| {
-                        hc.store
-                            .apply(&[StoreOp::CommitProcess {
-                                target: SlotTarget::Participant {
-                                    generation,
-                                    slot: staged.slot,
-                                },
-                                identity: staged.identity,
-                            }])
-                            .map_err(|e| e.to_string())
-                    });
+                let staged = StagedProcessOwnership::decode(&bytes).map_err(|e| e.to_string());
+                let answer = staged.and_then(|staged| {
+                    let ps = rs_launched_slot(staged.slot)?;
+                    hc.model
+                        .check(&Action::CommitProcess { c, ps })
+                        .map_err(|e| e.to_string())?;
+                    hc.store
+                        .apply(&[StoreOp::CommitProcess {
+                            target: SlotTarget::Participant {
+                                generation,
+                                slot: staged.slot,
+                            },
+                            identity: staged.identity,
+                        }])
+                        .map_err(|e| e.to_string())?;
+                    Ok(ps)
+                });
                 let reply = match answer {
-                    Ok(()) => {
+                    Ok(ps) => {
                         hc.model
                             .take(Action::CommitProcess { c, ps })
                             .map_err(model_err)?;
+                        if ps == ProcSlots::HelperConnectivityHelper {
+                            commit_helper(hc, generation, supervisor, network)?;
+                        }
                         CoordinatorCommand::IntentConfirmed
                     }
                     Err(e) => CoordinatorCommand::Refused(e),
                 };
                 channel::send(rs, "supervisor", &reply)?;
+            }
+            SupervisorMessage::NetworkInstalled {
+                namespace,
+                policy_digest,
+            } => {
+                let ready = mark_network_ready(
+                    hc,
+                    generation,
+                    supervisor,
+                    network,
+                    namespace,
+                    policy_digest,
+                );
+                let reply = match &ready {
+                    Ok(()) => CoordinatorCommand::NetworkReady,
+                    Err(e) => CoordinatorCommand::Refused(e.to_string()),
+                };
+                channel::send(rs, "supervisor", &reply)?;
+                ready?;
             }
             SupervisorMessage::SandboxRunning {
                 runsc_root,
@@ -431,6 +522,158 @@ fn serve_supervisor_launch(
     Err(CoordinatorError::Supervisor(
         "more launch messages than a launch has".into(),
     ))
+}
+
+/// RecordIntent(r): the role's bare intent row.
+fn record_intent(
+    hc: &mut Hc<'_, '_>,
+    generation: GenerationId,
+    r: Roles,
+) -> Result<(), CoordinatorError> {
+    let c = hc.model.me();
+    let role = participant_role(r);
+    hc.step(Action::RecordIntent { c, r }, |hc| {
+        hc.apply(&[StoreOp::InsertParticipantIntent { generation, role }])
+    })
+}
+
+/// The Runtime Supervisor's identity as a committed direct edge.
+fn supervisor_edge(supervisor: &CommittedChild) -> PersistedHostProcessOwnership {
+    PersistedHostProcessOwnership::Committed(HostProcessIdentity {
+        identity: *supervisor.handle().identity(),
+    })
+}
+
+/// CommitParticipant(Helper): the helper's snapshot gains the generation's
+/// network sidecar ID and RS as its committed direct edge.
+fn commit_helper(
+    hc: &mut Hc<'_, '_>,
+    generation: GenerationId,
+    supervisor: &CommittedChild,
+    network: &NetworkInputs,
+) -> Result<(), CoordinatorError> {
+    let c = hc.model.me();
+    let current = hc
+        .store
+        .participant(generation, ParticipantRole::Helper)
+        .map_err(|e| hc.store_err(e))?
+        .and_then(|p| p.ownership);
+    let Some(ParticipantOwnership::Helper(snapshot)) = current else {
+        return Err(CoordinatorError::Model(
+            "the Helper participant has no snapshot to commit".into(),
+        ));
+    };
+    let snapshot = HelperOwnership {
+        network_sidecar_id: Some(network.network_sidecar_id),
+        runtime_supervisor: supervisor_edge(supervisor),
+        ..snapshot
+    };
+    hc.step(
+        Action::CommitParticipant {
+            c,
+            r: Roles::Helper,
+        },
+        |hc| {
+            hc.apply(&[StoreOp::Participant {
+                generation,
+                role: ParticipantRole::Helper,
+                op: ParticipantOp::Activate(ParticipantOwnership::Helper(snapshot)),
+            }])
+        },
+    )
+}
+
+/// Spec 3.7 "Independent identity": the enforcement namespace of the
+/// Runtime Supervisor as HC reads it, through the PID of the child it
+/// still holds unreaped (so the PID names RS).
+fn supervisor_network_namespace(
+    supervisor: &CommittedChild,
+) -> Result<NamespaceIdentity, CoordinatorError> {
+    let pid = supervisor.handle().identity().host_pid;
+    let path = PathBuf::from(format!("/proc/{}/ns/net", pid.0));
+    let st = rustix::fs::stat(&path).map_err(|e| CoordinatorError::Io {
+        path: path.clone(),
+        source: e.into(),
+    })?;
+    Ok(NamespaceIdentity {
+        device: st.st_dev,
+        inode: st.st_ino,
+    })
+}
+
+/// The Network role: RecordIntent, AcquireSnapshot (derived policy digest,
+/// enforcement namespace, RS as committed direct edge), and the atomic
+/// MarkNetworkReady with the readiness fingerprint and evidence (spec 3.7
+/// "Durable encoding"; FR-19). Refused unless RS installed exactly the
+/// policy HC derived, in the namespace HC reads itself.
+fn mark_network_ready(
+    hc: &mut Hc<'_, '_>,
+    generation: GenerationId,
+    supervisor: &CommittedChild,
+    network: &NetworkInputs,
+    reported: NamespaceIdentity,
+    policy_digest: [u8; 32],
+) -> Result<(), CoordinatorError> {
+    if policy_digest != network.policy_digest {
+        return Err(CoordinatorError::Network(format!(
+            "the supervisor installed policy {} where {} was derived",
+            hex::encode(policy_digest),
+            hex::encode(network.policy_digest)
+        )));
+    }
+    let namespace = supervisor_network_namespace(supervisor)?;
+    if namespace != reported {
+        return Err(CoordinatorError::Network(format!(
+            "the supervisor reported enforcement namespace {reported:?}, its process is in {namespace:?}"
+        )));
+    }
+    let c = hc.model.me();
+    record_intent(hc, generation, Roles::Network)?;
+    let mut snapshot = NetworkOwnership {
+        derived_policy_digest: Some(Sha256Digest(policy_digest)),
+        namespace: Some(namespace),
+        runtime_supervisor: supervisor_edge(supervisor),
+        ..NetworkOwnership::default()
+    };
+    hc.step(
+        Action::AcquireSnapshot {
+            c,
+            r: Roles::Network,
+        },
+        |hc| {
+            hc.apply(&[StoreOp::Participant {
+                generation,
+                role: ParticipantRole::Network,
+                op: ParticipantOp::Acquire(ParticipantOwnership::Network(snapshot.clone())),
+            }])
+        },
+    )?;
+    let identity = NetworkReadinessIdentity {
+        schema_id: NETWORK_READINESS_IDENTITY_SCHEMA_ID.to_owned(),
+        domain_id: network.domain_id,
+        generation_id: generation,
+        configuration_fingerprint: network.configuration_fingerprint,
+        network_sidecar_id: network.network_sidecar_id,
+        derived_policy_digest: Sha256Digest(policy_digest),
+        enforcement_namespace: namespace,
+    };
+    let fingerprint = identity
+        .fingerprint()
+        .map_err(|e| CoordinatorError::Network(e.to_string()))?;
+    snapshot.readiness_fingerprint = Some(fingerprint);
+    snapshot.readiness_evidence = Some(NetworkReadinessEvidence {
+        domain_id: network.domain_id,
+        generation_id: generation,
+        network_sidecar_id: network.network_sidecar_id,
+        readiness_fingerprint: fingerprint,
+    });
+    hc.step(Action::MarkNetworkReady { c }, |hc| {
+        hc.apply(&[StoreOp::Participant {
+            generation,
+            role: ParticipantRole::Network,
+            op: ParticipantOp::Activate(ParticipantOwnership::Network(snapshot)),
+        }])
+    })
 }
 
 /// CommitParticipant(Sandbox): the snapshot gains the container, runsc root

@@ -8,6 +8,7 @@
 //! this module carries it out and traced after.
 pub mod channel;
 pub mod client;
+pub mod enforcement;
 pub mod enter;
 pub mod guest_runner;
 pub mod hc_model;

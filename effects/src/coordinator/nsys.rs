@@ -2,15 +2,25 @@
 //! style): [`RealNs`] calls the kernel, [`RecordingNs`] records.
 use std::cell::RefCell;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 pub trait NamespaceSys {
     /// `unshare(CLONE_NEWUSER)`; the caller must be single-threaded.
     fn unshare_user(&self) -> io::Result<()>;
-    /// `unshare(CLONE_NEWNS | CLONE_NEWNET)`: the generation's mount and
-    /// network namespaces.
-    fn unshare_mount_and_network(&self) -> io::Result<()>;
+    /// The generation's enforcement network namespace (spec 3.7), created
+    /// without moving the caller into it: a short-lived thread unshares
+    /// `CLONE_NEWNET`, writes `sysctls` there (path, value: IPv6 off) and
+    /// returns a descriptor of the namespace. The caller and the children
+    /// it forks stay in the host network namespace.
+    fn create_network_namespace(&self, sysctls: &[(&Path, &str)]) -> io::Result<OwnedFd>;
+    /// `setns(fd, CLONE_NEWNET)` for the calling thread.
+    fn enter_network_namespace(&self, fd: BorrowedFd<'_>) -> io::Result<()>;
+    /// `unshare(CLONE_NEWNS)`: the generation's mount namespace.
+    fn unshare_mount(&self) -> io::Result<()>;
+    /// An empty read-only tmpfs over `target` (runsc's "root network
+    /// namespace" probe, docs/network.md).
+    fn mount_empty_readonly(&self, target: &Path) -> io::Result<()>;
     /// `mount(NULL, "/", NULL, MS_REC | MS_PRIVATE)`.
     fn make_mounts_private(&self) -> io::Result<()>;
     /// Writes one sysctl file (of the caller's network namespace).
@@ -44,11 +54,53 @@ impl NamespaceSys for RealNs {
         Ok(())
     }
 
-    fn unshare_mount_and_network(&self) -> io::Result<()> {
-        use rustix::thread::UnshareFlags as F;
-        // SAFETY: neither flag unshares the descriptor table (CLONE_FILES),
-        // which is what makes unshare unsafe for Rust's fd ownership.
-        unsafe { rustix::thread::unshare_unsafe(F::NEWNS | F::NEWNET) }?;
+    fn create_network_namespace(&self, sysctls: &[(&Path, &str)]) -> io::Result<OwnedFd> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| -> io::Result<OwnedFd> {
+                    // SAFETY: CLONE_NEWNET does not unshare the descriptor
+                    // table (CLONE_FILES), which is what makes unshare unsafe
+                    // for Rust's fd ownership; it affects this thread only.
+                    unsafe {
+                        rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET)
+                    }?;
+                    // /proc/sys/net resolves to the reader's namespace:
+                    // this thread's, the new one.
+                    for (path, value) in sysctls {
+                        std::fs::write(path, value)?;
+                    }
+                    Ok(std::fs::File::open("/proc/thread-self/ns/net")?.into())
+                })
+                .join()
+                .map_err(|_| io::Error::other("the namespace thread panicked"))?
+        })
+    }
+
+    fn enter_network_namespace(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        rustix::thread::move_into_link_name_space(
+            fd,
+            Some(rustix::thread::LinkNameSpaceType::Network),
+        )?;
+        Ok(())
+    }
+
+    fn unshare_mount(&self) -> io::Result<()> {
+        // SAFETY: CLONE_NEWNS does not unshare the descriptor table
+        // (CLONE_FILES), which is what makes unshare unsafe for Rust's fd
+        // ownership.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }?;
+        Ok(())
+    }
+
+    fn mount_empty_readonly(&self, target: &Path) -> io::Result<()> {
+        use rustix::mount::MountFlags as F;
+        rustix::mount::mount(
+            "tmpfs",
+            target,
+            "tmpfs",
+            F::RDONLY | F::NOSUID | F::NODEV | F::NOEXEC,
+            c"size=4k,mode=0555",
+        )?;
         Ok(())
     }
 
@@ -152,8 +204,22 @@ impl NamespaceSys for RecordingNs {
     fn unshare_user(&self) -> io::Result<()> {
         self.record("unshare_user", String::new())
     }
-    fn unshare_mount_and_network(&self) -> io::Result<()> {
-        self.record("unshare_mount_and_network", String::new())
+    fn create_network_namespace(&self, sysctls: &[(&Path, &str)]) -> io::Result<OwnedFd> {
+        let written: Vec<String> = sysctls
+            .iter()
+            .map(|(p, v)| format!(" {}={v}", p.display()))
+            .collect();
+        self.record("create_network_namespace", written.concat())?;
+        Ok(std::fs::File::open("/dev/null")?.into())
+    }
+    fn enter_network_namespace(&self, _fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.record("enter_network_namespace", String::new())
+    }
+    fn unshare_mount(&self) -> io::Result<()> {
+        self.record("unshare_mount", String::new())
+    }
+    fn mount_empty_readonly(&self, target: &Path) -> io::Result<()> {
+        self.record("mount_empty_readonly", format!(" {}", target.display()))
     }
     fn make_mounts_private(&self) -> io::Result<()> {
         self.record("make_mounts_private", String::new())

@@ -233,6 +233,12 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
         ("Runtime Supervisor", supervisor.as_ref()),
         runsc.as_ref(),
     )?;
+    // The connectivity helper exits when RS's end of its exit pipe closes
+    // (spec 3.7); it is proved absent by its exact recorded identity too.
+    let helper = recorded_helper(hc)?;
+    if helper.is_some() {
+        wait_absent(hc.id, ("connectivity helper", helper.as_ref()), None)?;
+    }
     for action in hc.model.model().runtime_absent(runsc_outlived) {
         hc.step(action, |_| Ok(()))?;
     }
@@ -324,6 +330,19 @@ fn recorded_runtime(
             s.attached_runsc.identity().copied(),
         ),
         _ => (None, None),
+    })
+}
+
+/// The connectivity helper recorded in the Helper participant, if any.
+fn recorded_helper(hc: &Hc<'_, '_>) -> Result<Option<PidfsProcessIdentityV1>, CoordinatorError> {
+    let helper = hc
+        .store
+        .participant(hc.id, ParticipantRole::Helper)
+        .map_err(|e| hc.store_err(e))?
+        .and_then(|p| p.ownership);
+    Ok(match helper {
+        Some(ParticipantOwnership::Helper(h)) => h.connectivity_helper.identity().copied(),
+        _ => None,
     })
 }
 

@@ -1,16 +1,19 @@
-//! The Runtime Supervisor (spec 3.1, 3.3): started by HC through the broker,
-//! it unshares its user namespace and waits for HC's verified maps, creates
-//! the generation's mount and network namespaces (network: an empty
-//! namespace, IPv6 disabled, no connectivity yet — runsc runs with
-//! `--network=none` until the network issue lands), writes the bundle and
-//! launches the non-detached `runsc run` (attached runsc) through its own
-//! broker, staging it through HC's exact acknowledgement.
+//! The Runtime Supervisor (spec 3.1, 3.3, 3.7): started by HC through the
+//! broker, it unshares its user namespace and waits for HC's verified maps,
+//! creates the enforcement network namespace (IPv6 off), acquires the
+//! connectivity helper (slirp4netns) through its broker, enters the
+//! namespace with a new mount namespace, installs and observes the derived
+//! policy (`enforcement`), waits for HC's MarkNetworkReady, writes the
+//! bundle and launches the non-detached `runsc run --network=sandbox`
+//! (attached runsc) through the same broker, staging each child through
+//! HC's exact acknowledgement.
 //!
 //! Lifetime: the container's PID 1 (the static `lazaret-init`) reads its
 //! stdin, a pipe whose only write end RS holds. Closing it — on HC's `Stop`,
 //! on HC loss (EOF on the lifetime channel) or when RS dies — makes init exit,
 //! and `runsc run` then deletes the container and its state itself.
 use super::channel::{self, ChannelError};
+use super::enforcement::{self, EnforcementError, HelperPipes};
 use super::nsys::NamespaceSys;
 use crate::broker::ledger::StagingContext;
 use crate::broker::remote::{CoordinatorLink, RemoteLedger};
@@ -19,6 +22,9 @@ use crate::broker::{Broker, BrokerError};
 use crate::confined::{ConfinedSys, FileKind, RealSys};
 use crate::crash_point::crash_point;
 use crate::git_sentry;
+use crate::network::nft::RealNft;
+use crate::network::policy_fd::{read_sealed_policy, PolicyFdError};
+use crate::network::rtnl::NetlinkRoutes;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::workspace_owner::{self, RealOwnerSys};
@@ -27,6 +33,7 @@ use lazaret_runtime::coordinator::messages::{
     CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan,
 };
 use lazaret_runtime::records::ids::{CoordinatorId, DomainId, GenerationId};
+use lazaret_runtime::records::participant::NamespaceIdentity;
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessOwnership};
 use sha2::Digest as _;
 use std::io::{self, Read};
@@ -74,6 +81,16 @@ pub enum SupervisorError {
     Launch(#[from] BrokerError),
     #[error("the sandbox did not start: {0}")]
     NotReady(String),
+    #[error("network policy transport: {0}")]
+    Policy(#[from] PolicyFdError),
+    #[error("network: {0}")]
+    Enforcement(#[from] EnforcementError),
+    #[error("acquiring the connectivity helper slirp4netns: {0}")]
+    Helper(#[source] BrokerError),
+    #[error(
+        "the network helper slirp4netns ended ({0}); the sandbox was stopped, its network is gone"
+    )]
+    HelperLost(String),
 }
 
 fn kernel(step: &'static str) -> impl FnOnce(io::Error) -> SupervisorError {
@@ -98,8 +115,8 @@ impl ChannelLink<'_> {
 }
 
 impl CoordinatorLink for ChannelLink<'_> {
-    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), String> {
-        self.send(&SupervisorMessage::ConfirmIntent)?;
+    fn confirm_intent(&mut self, context: &StagingContext) -> Result<(), String> {
+        self.send(&SupervisorMessage::ConfirmIntent(context.slot))?;
         crash_point!(Rs, "intent", "before-ack", "ConfirmIntent");
         match self.receive()? {
             CoordinatorCommand::IntentConfirmed => {
@@ -139,19 +156,19 @@ impl CoordinatorLink for ChannelLink<'_> {
     }
 }
 
-/// Namespaces and the network seam: an empty network namespace with IPv6
-/// disabled. Runs as root of the verified user namespace.
-pub fn prepare_namespaces<N: NamespaceSys>(ns: &N) -> Result<(), SupervisorError> {
-    ns.unshare_mount_and_network()
-        .map_err(kernel("unshare(CLONE_NEWNS | CLONE_NEWNET)"))?;
+/// The generation's namespaces for the supervisor itself: it enters the
+/// enforcement network namespace (created earlier, with IPv6 off, by
+/// [`enforcement::create_enforcement_namespace`]) and unshares its mount
+/// namespace, made private, in which runsc and the Git Sentry filter run.
+/// Runs as root of the verified user namespace.
+pub fn enter_generation_namespaces<N: NamespaceSys>(
+    ns: &N,
+    netns: &OwnedFd,
+) -> Result<(), SupervisorError> {
+    enforcement::enter(ns, netns)?;
+    ns.unshare_mount().map_err(kernel("unshare(CLONE_NEWNS)"))?;
     ns.make_mounts_private()
         .map_err(kernel("making / recursively private"))?;
-    for key in ["all", "default"] {
-        let path = PathBuf::from(format!("/proc/sys/net/ipv6/conf/{key}/disable_ipv6"));
-        ns.write_sysctl(&path, "1").map_err(kernel(
-            "disabling IPv6 in the generation's network namespace",
-        ))?;
-    }
     Ok(())
 }
 
@@ -167,6 +184,7 @@ pub fn write_bundle(
     editor_dirs: Vec<PathBuf>,
     bundle: &Path,
     netns: &Path,
+    network_files: &Path,
 ) -> Result<[u8; 32], SupervisorError> {
     let workspace = PathBuf::from(&plan.workspace);
     // A linked worktree's `.git` file is covered by a Lazaret-owned file
@@ -195,6 +213,7 @@ pub fn write_bundle(
         editor_dirs,
         git_file,
         git_filter,
+        network_files: network_files.to_owned(),
     };
     let mut spec = build_spec(&bundle_plan).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
     let init = oci_spec::runtime::MountBuilder::default()
@@ -230,7 +249,9 @@ pub fn runsc_globals(runsc_root: &Path, dcache: u32) -> Vec<String> {
     vec![
         format!("--root={}", runsc_root.display()),
         "--ignore-cgroups".to_owned(),
-        "--network=none".to_owned(),
+        // Spec 3.7: the sandbox's only network is the enforcement namespace
+        // the bundle names (SR-12), imported by runsc.
+        "--network=sandbox".to_owned(),
         format!("--dcache={dcache}"),
         // A transient rootfs overlay over the read-only prepared lower until
         // State Anchors exist (`root:self` would write its filestore into
@@ -363,7 +384,11 @@ fn arm_parent_death<N: NamespaceSys>(ns: &N) -> Result<UnixStream, SupervisorErr
 }
 
 /// Runs RS to completion on the lifetime channel `stream`.
-pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(), SupervisorError> {
+pub fn run_supervisor<N: NamespaceSys>(
+    ns: &N,
+    stream: UnixStream,
+    policy_fd: OwnedFd,
+) -> Result<(), SupervisorError> {
     // HC loss: EOF on the lifetime channel, or the parent-death signal.
     let hc_gone = arm_parent_death(ns)?;
     let mut rx = &stream;
@@ -393,7 +418,7 @@ pub fn run_supervisor<N: NamespaceSys>(ns: &N, stream: UnixStream) -> Result<(),
             })
         }
     }
-    match launch_and_serve(ns, &plan, &stream, &hc_gone) {
+    match launch_and_serve(ns, &plan, &stream, &hc_gone, policy_fd) {
         Ok(()) => Ok(()),
         Err(e) => {
             let mut tx = &stream;
@@ -446,14 +471,161 @@ fn check_workspace(
     Ok(fd)
 }
 
+/// The connectivity helper while the supervisor runs: its committed
+/// ownership and the write end of its exit pipe.
+struct Helper {
+    child: crate::broker::CommittedChild,
+    exit: OwnedFd,
+}
+
+impl Helper {
+    /// Closes the exit pipe (slirp4netns then exits by itself) and reaps it;
+    /// killed through its pidfd if it does not end in time.
+    fn stop(self, broker: &Broker<RealProcessSys>) {
+        let _span = tracing::info_span!("StopHelper").entered();
+        drop(self.exit);
+        let handle = self.child.handle();
+        if !matches!(wait_exit(handle, GRACEFUL_STOP), Ok(Some(_))) {
+            let _ = broker.signal(handle, Signal::Kill);
+            let _ = wait_exit(handle, STOP_TIMEOUT);
+        }
+    }
+}
+
+/// FR-16: acquires slirp4netns through this process's broker (slot
+/// HelperConnectivityHelper, staged through HC) while this thread is still
+/// in the host network namespace, attached to `netns`; committed once it
+/// reported `tap0` configured.
+fn acquire_helper(
+    broker: &mut Broker<RealProcessSys>,
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+    netns: &OwnedFd,
+) -> Result<Helper, SupervisorError> {
+    let _span = tracing::info_span!("AcquireHelper").entered();
+    let pipes = HelperPipes::new().map_err(kernel("pipes for the connectivity helper"))?;
+    let context = StagingContext {
+        domain_id: DomainId(plan.domain_id),
+        generation_id: GenerationId(plan.generation_id),
+        coordinator_id: CoordinatorId(plan.coordinator_id),
+        slot: HostProcessOwnershipSlot::HelperConnectivityHelper,
+    };
+    let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
+    let target = enforcement::helper_command(netns, &pipes);
+    let acquired = broker.acquire(&target, &mut ledger);
+    let HelperPipes {
+        ready_read,
+        ready_write,
+        exit_read,
+        exit_write,
+    } = pipes;
+    // Only slirp4netns keeps these ends: its readiness pipe reports EOF if
+    // it dies, and nothing else can make it exit.
+    drop((ready_write, exit_read));
+    let child = acquired.map_err(SupervisorError::Helper)?;
+    let committed = broker.commit(child, &mut ledger, |sys, handle| {
+        enforcement::await_helper_ready(&ready_read, || {
+            !matches!(handle.peek(sys), Ok(ChildState::Running))
+        })
+    });
+    match committed {
+        Ok(child) => Ok(Helper {
+            child,
+            exit: exit_write,
+        }),
+        Err(failure) => {
+            drop(exit_write);
+            let handle = failure.child.handle();
+            if !matches!(wait_exit(handle, GRACEFUL_STOP), Ok(Some(_))) {
+                let _ = broker.signal(handle, Signal::Kill);
+                let _ = wait_exit(handle, STOP_TIMEOUT);
+            }
+            Err(EnforcementError::HelperNotReady(failure.error.to_string()).into())
+        }
+    }
+}
+
+/// The enforcement namespace's identity as this process sees it.
+fn own_network_namespace() -> Result<NamespaceIdentity, SupervisorError> {
+    let st = rustix::fs::stat("/proc/self/ns/net")
+        .map_err(|e| kernel("stat /proc/self/ns/net")(e.into()))?;
+    Ok(NamespaceIdentity {
+        device: st.st_dev,
+        inode: st.st_ino,
+    })
+}
+
+/// Spec 3.7 up to MarkNetworkReady: the derived policy, verified from its
+/// sealed descriptor, installed in the enforcement namespace and observed
+/// exactly; HC then records readiness and answers `NetworkReady`.
+fn ready_network<N: NamespaceSys>(
+    ns: &N,
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+    netns: &OwnedFd,
+    policy: &lazaret_runtime::config::DerivedNetworkPolicy,
+) -> Result<(), SupervisorError> {
+    let _span = tracing::info_span!("MarkNetworkReady").entered();
+    enter_generation_namespaces(ns, netns)?;
+    let projection = enforcement::install_policy(&NetlinkRoutes, &RealNft, policy)?;
+    tracing::info!(
+        routes = projection.ipv4_routes.len(),
+        "the enforcement namespace shows the derived policy"
+    );
+    let mut link = ChannelLink { stream };
+    link.send(&SupervisorMessage::NetworkInstalled {
+        namespace: own_network_namespace()?,
+        policy_digest: plan.policy_digest,
+    })
+    .map_err(SupervisorError::Refused)?;
+    crash_point!(Rs, "network", "before-ack", "NetworkInstalled");
+    match link.receive().map_err(SupervisorError::Refused)? {
+        CoordinatorCommand::NetworkReady => {}
+        CoordinatorCommand::Refused(why) => return Err(SupervisorError::Refused(why)),
+        other => {
+            return Err(SupervisorError::Protocol {
+                expected: "NetworkReady",
+                got: format!("{other:?}"),
+            })
+        }
+    }
+    enforcement::hide_root_namespace_probe(ns)
+        .map_err(kernel("mounting an empty /proc/sys/net/core for runsc"))
+}
+
 fn launch_and_serve<N: NamespaceSys>(
     ns: &N,
     plan: &SupervisorPlan,
     stream: &UnixStream,
     hc_gone: &UnixStream,
+    policy_fd: OwnedFd,
 ) -> Result<(), SupervisorError> {
     let _span = tracing::info_span!("LaunchSandbox", generation = plan.generation_id).entered();
-    prepare_namespaces(ns)?;
+    // Spec 3.7 "Policy transport": nothing is built before the policy's
+    // seals and digest are verified.
+    let policy = read_sealed_policy(policy_fd, &plan.policy_digest)?;
+    let netns = enforcement::create_enforcement_namespace(ns)?;
+    let program = std::env::current_exe().map_err(kernel("locating the lazaret binary"))?;
+    let mut broker = Broker::claim(RealProcessSys, program)?;
+    let helper = acquire_helper(&mut broker, plan, stream, &netns)?;
+    let served = ready_network(ns, plan, stream, &netns, &policy).and_then(|()| {
+        drop(netns);
+        run_sandbox(ns, plan, stream, hc_gone, &mut broker, &helper, &policy)
+    });
+    helper.stop(&broker);
+    served
+}
+
+/// From the enforcement namespace, ready, to the sandbox's end.
+fn run_sandbox<N: NamespaceSys>(
+    ns: &N,
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+    hc_gone: &UnixStream,
+    broker: &mut Broker<RealProcessSys>,
+    helper: &Helper,
+    policy: &lazaret_runtime::config::DerivedNetworkPolicy,
+) -> Result<(), SupervisorError> {
     let generation = PathBuf::from(&plan.generation_dir);
     let bundle = generation.join("bundle");
     let runsc_root = generation.join("runsc");
@@ -506,6 +678,8 @@ fn launch_and_serve<N: NamespaceSys>(
     let editor_dirs =
         git_sentry::editor_dirs(&workspace, &generation.join(git_sentry::EDITOR_RECORD))
             .map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+    let network_files = generation.join("net");
+    enforcement::write_network_files(&network_files, policy)?;
     let bundle_digest = write_bundle(
         plan,
         git,
@@ -513,6 +687,7 @@ fn launch_and_serve<N: NamespaceSys>(
         editor_dirs.names.clone(),
         &bundle,
         &netns,
+        &network_files,
     )?;
 
     // init's stdin is the lifetime pipe; runsc's stderr is kept for errors.
@@ -536,8 +711,6 @@ fn launch_and_serve<N: NamespaceSys>(
         .map_err(kernel("dup2 stderr"))?;
     drop((init_r, err_w));
 
-    let program = std::env::current_exe().map_err(kernel("locating the lazaret binary"))?;
-    let mut broker = Broker::claim(RealProcessSys, program)?;
     let context = StagingContext {
         domain_id: DomainId(plan.domain_id),
         generation_id: GenerationId(plan.generation_id),
@@ -633,15 +806,33 @@ fn launch_and_serve<N: NamespaceSys>(
     // sandbox ending on its own.
     let handle = committed.handle();
     let mut rx = stream;
+    let mut helper_lost = None;
     loop {
         let mut fds = [
             rustix::event::PollFd::new(&rx, rustix::event::PollFlags::IN),
             rustix::event::PollFd::new(handle.pidfd(), rustix::event::PollFlags::IN),
             rustix::event::PollFd::new(hc_gone, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(helper.child.handle().pidfd(), rustix::event::PollFlags::IN),
         ];
         match rustix::event::poll(&mut fds, None) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(kernel("poll")(e.into())),
+        }
+        // Spec 3.7 helper loss: without slirp4netns the Domain fails closed.
+        if !fds[3].revents().is_empty() {
+            let status = helper.child.handle().peek(&RealProcessSys);
+            tracing::warn!(?status, "the connectivity helper slirp4netns ended");
+            let lost = SupervisorError::HelperLost(format!("{status:?}"));
+            // Told before the sandbox stops, so every session's end
+            // carries it.
+            let mut tx = stream;
+            let _ = channel::send(
+                &mut tx,
+                "supervisor",
+                &SupervisorMessage::Failed(lost.to_string()),
+            );
+            helper_lost = Some(lost);
+            break;
         }
         if !fds[1].revents().is_empty() || !fds[2].revents().is_empty() {
             if !fds[2].revents().is_empty() {
@@ -684,7 +875,10 @@ fn launch_and_serve<N: NamespaceSys>(
         path: generation.clone(),
         source,
     })?;
-    Ok(())
+    match helper_lost {
+        Some(lost) => Err(lost),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -769,19 +963,20 @@ mod tests {
         Ok(())
     }
 
-    /// The generation's namespaces: mount and network together, mounts made
-    /// private, IPv6 off in the new network namespace — in that order.
+    /// The supervisor's own namespaces: into the enforcement network
+    /// namespace first, then a new mount namespace made private.
     #[test]
-    fn namespaces_are_created_before_ipv6_is_disabled() -> Result<(), SupervisorError> {
+    fn the_supervisor_enters_the_enforcement_namespace_before_its_mounts(
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let ns = RecordingNs::default();
-        prepare_namespaces(&ns)?;
+        let netns: OwnedFd = std::fs::File::open("/dev/null")?.into();
+        enter_generation_namespaces(&ns, &netns)?;
         assert_eq!(
             ns.calls(),
             vec![
-                "unshare_mount_and_network".to_owned(),
+                "enter_network_namespace".to_owned(),
+                "unshare_mount".to_owned(),
                 "make_mounts_private".to_owned(),
-                "write_sysctl /proc/sys/net/ipv6/conf/all/disable_ipv6=1".to_owned(),
-                "write_sysctl /proc/sys/net/ipv6/conf/default/disable_ipv6=1".to_owned(),
             ]
         );
         Ok(())
@@ -821,12 +1016,14 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_unshare_stops_before_any_sysctl() {
-        let ns = RecordingNs::failing("unshare_mount_and_network");
+    fn a_failed_entry_stops_before_any_mount_namespace() -> Result<(), Box<dyn std::error::Error>> {
+        let ns = RecordingNs::failing("enter_network_namespace");
+        let netns: OwnedFd = std::fs::File::open("/dev/null")?.into();
         assert!(matches!(
-            prepare_namespaces(&ns),
-            Err(SupervisorError::Kernel { .. })
+            enter_generation_namespaces(&ns, &netns),
+            Err(SupervisorError::Enforcement(EnforcementError::Enter(_)))
         ));
-        assert_eq!(ns.calls(), vec!["unshare_mount_and_network".to_owned()]);
+        assert_eq!(ns.calls(), vec!["enter_network_namespace".to_owned()]);
+        Ok(())
     }
 }

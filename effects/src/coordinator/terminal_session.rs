@@ -327,9 +327,13 @@ fn process_signal(signal: GuestSignal) -> Signal {
 }
 
 /// The CLI protocol's message for the session's one `SessionExit`: the
-/// command's status, or, when the runtime lost the exec client, Lazaret's
-/// own error (never a made-up status).
+/// command's status, or, when the runtime lost the exec client or the
+/// Domain's runtime ended under it, Lazaret's own error (never a made-up
+/// status).
 pub(super) fn command_message(exit: SessionExit) -> CoordinatorMessage {
+    if let Some(why) = super::launch::RUNTIME_LOST.get() {
+        return CoordinatorMessage::SessionLost(format!("the Domain's runtime stopped: {why}"));
+    }
     match (exit.outcome(), exit.exit_code()) {
         (SessionExitOutcome::Exited, Some(code)) => {
             CoordinatorMessage::Exited(CommandStatus::from_wait(Some(i32::from(code)), None))

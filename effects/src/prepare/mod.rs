@@ -31,7 +31,7 @@ use std::process::{Command, Stdio};
 
 /// Version of the preparation recipe; part of the artifact identity.
 const RECIPE: &str =
-    "lazaret-prepared-lower v3: umoci raw unpack in verified userns, bundle mount points with the init directory";
+    "lazaret-prepared-lower v4: umoci raw unpack in verified userns, bundle mount points with the init and network directories, resolv.conf a regular file";
 /// The tag of the private one-manifest layout umoci reads.
 const PRIVATE_TAG: &str = "lazaret";
 
@@ -367,6 +367,26 @@ fn stage_tree(
             status: run.status,
             stderr: run.stderr,
         });
+    }
+    // The fixed file mount points (the protected resolv.conf, spec 3.7):
+    // whatever the image has there (a file, or a symlink a bind would
+    // follow) is replaced by an empty regular file.
+    for file in lazaret_runtime::bundle::MOUNT_FILES {
+        let at: OsString = format!("rootfs/{}", file.trim_start_matches('/')).into();
+        for (program, args) in [
+            ("rm", vec!["-f".into(), "--".into(), at.clone()]),
+            ("touch", vec!["--".into(), at.clone()]),
+        ] {
+            let run = host.run_in_userns(program, &args, stage)?;
+            if !run.success {
+                return Err(PrepareError::Failed {
+                    program: format!("{program} (bundle file mount point {file})"),
+                    manifest: record.manifest_digest.clone(),
+                    status: run.status,
+                    stderr: run.stderr,
+                });
+            }
+        }
     }
     fs::remove_file(&blobs).map_err(io_err("remove", &blobs))?;
     for name in ["oci-layout", "index.json"] {

@@ -42,8 +42,15 @@ pub const GIT_COMMON: &str = "/.lazaret/git-common";
 pub const INIT_DIR: &str = "/.lazaret/sbin";
 /// Where the sandbox's bounded scratch tmpfs is mounted.
 pub const TMP: &str = "/tmp";
+/// The protected resolver configuration (spec 3.7): the synthetic DNS
+/// endpoint only.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// Where the sandbox reads its effective network policy (`network`).
+pub const NETWORK_INFO_DIR: &str = "/etc/lazaret";
 /// Directories every prepared lower must contain as mount points.
-pub const MOUNT_POINTS: [&str; 4] = [WORKSPACE, GIT_COMMON, INIT_DIR, TMP];
+pub const MOUNT_POINTS: [&str; 5] = [WORKSPACE, GIT_COMMON, INIT_DIR, TMP, NETWORK_INFO_DIR];
+/// Files every prepared lower must contain as (regular, empty) mount points.
+pub const MOUNT_FILES: [&str; 1] = [RESOLV_CONF];
 
 /// Per-Domain resource bounds (spec README decision "Resource bounds": fixed
 /// defaults, no configuration keys in v1, enforced outside the agent's
@@ -77,7 +84,7 @@ pub const PRODUCT_DIR: &str = "/.lazaret";
 /// Sandbox-layout construction is this module: every destination a bundle
 /// mounts lies at or beneath one of these (tested), so no persistent path or
 /// volume can shadow or be shadowed by a product mount.
-pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 7] = [
+pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 8] = [
     ("/proc", DestinationClass::Protected),
     ("/sys", DestinationClass::Protected),
     // `/dev/pts` and `/dev/shm` are beneath it.
@@ -89,10 +96,11 @@ pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 7] = [
     ("/tmp", DestinationClass::Protected),
     // Reserved for the Escalation Mailbox (spec 3.8), not mounted yet.
     ("/run/lazaret", DestinationClass::Protected),
-    // Reserved for the protected resolver configuration (spec 3.7), not
-    // mounted yet: an exact file mount that may replace a child of a
-    // persistent `/etc`.
-    ("/etc/resolv.conf", DestinationClass::TransientChild),
+    // The protected resolver configuration (spec 3.7): an exact file mount
+    // that may replace a child of a persistent `/etc`.
+    (RESOLV_CONF, DestinationClass::TransientChild),
+    // The effective network policy, read-only (spec 3.7).
+    (NETWORK_INFO_DIR, DestinationClass::TransientChild),
 ];
 
 /// The capabilities of every session process (`runsc exec --process`): the
@@ -184,6 +192,11 @@ pub struct BundlePlan {
     /// (host path): bound in place of the git directory. Required whenever
     /// there is a repository.
     pub git_filter: Option<PathBuf>,
+    /// The generation's network files (host directory, spec 3.7): its
+    /// `resolv.conf` is bound read-only at [`RESOLV_CONF`] and its `lazaret`
+    /// directory (holding `network`, the effective policy for an agent to
+    /// read) at [`NETWORK_INFO_DIR`].
+    pub network_files: PathBuf,
 }
 
 /// Errors of building the bundle configuration.
@@ -412,8 +425,27 @@ pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
     if plan.args.is_empty() {
         return Err(BundleError::EmptyArgs);
     }
+    if !normal_absolute(&plan.network_files) {
+        return Err(BundleError::NotAbsolute {
+            what: "network files",
+            path: plan.network_files.clone(),
+        });
+    }
     let mut mounts = system_mounts()?;
     mounts.extend(workspace_mounts(plan)?);
+    let ro = ["bind", "ro", "nosuid", "nodev", "noexec"];
+    mounts.push(mount(
+        Path::new(RESOLV_CONF),
+        "bind",
+        &plan.network_files.join("resolv.conf"),
+        &ro,
+    )?);
+    mounts.push(mount(
+        Path::new(NETWORK_INFO_DIR),
+        "bind",
+        &plan.network_files.join("lazaret"),
+        &ro,
+    )?);
     let mut seen = HashSet::new();
     for m in &mounts {
         if !seen.insert(m.destination().clone()) {

@@ -23,6 +23,7 @@ fn plan(git: GitSentry) -> BundlePlan {
         editor_dirs: vec![".vscode".into()],
         git_file: None,
         git_filter: Some("/run/user/1000/lazaret/d/gen-1/git-sentry".into()),
+        network_files: "/run/user/1000/lazaret/d/gen-1/net".into(),
     }
 }
 
@@ -157,6 +158,7 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
             assert!(
                 MOUNT_POINTS
                     .iter()
+                    .chain(MOUNT_FILES.iter())
                     .any(|mp| Path::new(&dest).starts_with(mp)),
                 "{dest} would be created in the prepared lower"
             );
@@ -249,6 +251,8 @@ fn linked_worktree_follows_the_common_dir() -> Result<(), String> {
     Ok(())
 }
 
+/// Without a repository the only host binds are the workspace and the
+/// generation's read-only network files (spec 3.7).
 #[test]
 fn no_repository_has_only_the_workspace() -> Result<(), String> {
     let mut p = plan(GitSentry::NoRepository);
@@ -260,7 +264,16 @@ fn no_repository_has_only_the_workspace() -> Result<(), String> {
         .filter(|m| m.1 == "bind")
         .map(|m| m.0)
         .collect();
-    assert_eq!(binds, vec!["/workspace".to_owned()]);
+    assert_eq!(binds, vec!["/workspace", RESOLV_CONF, NETWORK_INFO_DIR]);
+    for (dest, _, source, options) in mounts(&v) {
+        if dest == RESOLV_CONF || dest == NETWORK_INFO_DIR {
+            assert!(
+                source.starts_with("/run/user/1000/lazaret/d/gen-1/net/"),
+                "{dest} <- {source}"
+            );
+            assert!(options.contains(&"ro".to_owned()), "{dest}: {options:?}");
+        }
+    }
     Ok(())
 }
 

@@ -3,10 +3,14 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use serde::{Deserialize, Serialize};
+
 use super::error::{ConfigError, KeyPath};
 
 /// A normalized IPv4 prefix: host bits are always clear.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Serialized as `(network, len)`; decoding normalizes like [`Ipv4Prefix::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "([u8; 4], u8)", from = "([u8; 4], u8)")]
 pub struct Ipv4Prefix {
     network: [u8; 4],
     len: u8,
@@ -73,6 +77,18 @@ impl Ipv4Prefix {
     pub fn encoding(&self) -> [u8; 5] {
         let [a, b, c, d] = self.network;
         [a, b, c, d, self.len]
+    }
+}
+
+impl From<([u8; 4], u8)> for Ipv4Prefix {
+    fn from((address, len): ([u8; 4], u8)) -> Self {
+        Self::new(address, len)
+    }
+}
+
+impl From<Ipv4Prefix> for ([u8; 4], u8) {
+    fn from(p: Ipv4Prefix) -> Self {
+        (p.network, p.len)
     }
 }
 

@@ -33,8 +33,8 @@ pub use locate::{
 };
 pub use network::{
     AddressFamily, AddressFamilyDisposition, DefaultAction, DerivedNetworkPolicy, Disposition,
-    EffectivePolicy, PolicyAction, PolicyDigest, PrefixRule, Resolver, DERIVED_POLICY_SCHEMA_ID,
-    RESERVED_TOPOLOGY,
+    EffectivePolicy, PolicyAction, PolicyDecodeError, PolicyDigest, PrefixRule, Resolver,
+    DERIVED_POLICY_SCHEMA_ID, RESERVED_TOPOLOGY,
 };
 pub use overlap::{check_overlaps, TreeEntry, TreeRole};
 pub use profile::{

@@ -114,6 +114,19 @@ impl EffectivePolicy {
         Ok(Self { allow, deny })
     }
 
+    /// The effective policy of one allow and one deny list given directly
+    /// (diagnostics and tests name them `allow[i]` / `deny[i]`), with the
+    /// same refusals as a loaded configuration.
+    pub fn from_lists(allow: &[Ipv4Prefix], deny: &[Ipv4Prefix]) -> Result<Self, ConfigError> {
+        let keyed = |name: &str, list: &[Ipv4Prefix]| -> Vec<(KeyPath, Ipv4Prefix)> {
+            list.iter()
+                .enumerate()
+                .map(|(i, p)| (KeyPath::label(format!("{name}[{i}]")), *p))
+                .collect()
+        };
+        Self::derive(&keyed("allow", allow), &keyed("deny", deny), &[], &[])
+    }
+
     pub fn allow(&self) -> &[Ipv4Prefix] {
         &self.allow
     }

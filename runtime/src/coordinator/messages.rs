@@ -4,6 +4,9 @@
 //! reading anything else.
 use serde::{Deserialize, Serialize};
 
+use crate::records::participant::NamespaceIdentity;
+use crate::records::process::HostProcessOwnershipSlot;
+
 /// The CLI <-> HC protocol version.
 pub const PROTOCOL_VERSION: u16 = 4;
 
@@ -125,12 +128,23 @@ pub enum CoordinatorMessage {
 pub enum SupervisorMessage {
     /// RS unshared its user namespace and waits for verified maps.
     UserNamespace { pid: u32 },
-    /// spec 3.3 step 1 for the attached runsc slot.
-    ConfirmIntent,
+    /// spec 3.3 step 1 for an RS-launched child's slot (the connectivity
+    /// helper, then the attached runsc).
+    ConfirmIntent(HostProcessOwnershipSlot),
     /// spec 3.3 step 6: the encoded `StagedProcessOwnership`.
     Staged(Vec<u8>),
     /// spec 3.3 step 9 done on RS's side (encoded staged tuple).
     Committed(Vec<u8>),
+    /// Spec 3.7: the derived policy is installed in the enforcement
+    /// namespace and the observed rtnetlink projection matched it exactly;
+    /// RS waits for `NetworkReady` before it starts the sandbox.
+    NetworkInstalled {
+        /// The enforcement namespace RS observed it in (`/proc/self/ns/net`);
+        /// HC compares it with what it reads itself.
+        namespace: NamespaceIdentity,
+        /// The digest of the policy bytes RS verified and installed.
+        policy_digest: [u8; 32],
+    },
     /// The sandbox runs; sessions may exec into it.
     SandboxRunning {
         container_id: String,
@@ -180,6 +194,10 @@ pub struct SupervisorPlan {
     /// The Domain's workspace-ownership restore marker (a file in the
     /// persistent Domain root; effects `workspace_owner`).
     pub owner_restore_marker: String,
+    /// Spec 3.7 "Policy transport": the SHA-256 digest of the derived
+    /// policy whose canonical bytes RS reads from the write-sealed memfd it
+    /// inherited; RS installs nothing else.
+    pub policy_digest: [u8; 32],
 }
 
 /// HC -> RS over the lifetime channel.
@@ -190,6 +208,8 @@ pub enum CoordinatorCommand {
     /// The live maps were verified; RS may continue.
     MapsVerified,
     IntentConfirmed,
+    /// MarkNetworkReady is durable: RS may start the sandbox.
+    NetworkReady,
     /// The exact echoed `ProcessOwnershipCommitAck` bytes.
     Ack(Vec<u8>),
     /// HC refused a step (the reason).

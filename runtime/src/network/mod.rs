@@ -1,0 +1,13 @@
+//! The enforcement namespace's network state as data (spec 3.7): what the
+//! Runtime Supervisor installs from the derived policy, what it must
+//! observe afterwards, and the files the sandbox reads. No syscalls here;
+//! `lazaret_effects::network` performs and observes.
+pub mod plan;
+pub mod projection;
+pub mod topology;
+
+pub use plan::{
+    egress_ruleset, expected_projection, install_routes, network_summary, resolv_conf, PlanError,
+    CANARY_ALLOWED,
+};
+pub use projection::{PolicyProjection, ProjectedRoute, RouteNextHop, PROJECTION_VERSION};
