@@ -26,15 +26,35 @@ pub enum NftError {
     Refused { status: String, stderr: String },
 }
 
-/// The real `nft` from `PATH`.
+/// The real `nft`: found on `PATH`, else in the system directories a
+/// user's `PATH` often lacks (Debian installs it in `/usr/sbin`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RealNft;
+
+/// Where `nft` is looked for after `PATH`.
+const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/local/sbin"];
+
+/// The first executable `nft` in `path` (a `PATH` value), then in
+/// [`SYSTEM_DIRS`]; `nft` itself (a spawn error names it) when none is.
+fn nft_program(path: Option<&std::ffi::OsStr>) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dirs = path
+        .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    dirs.into_iter()
+        .chain(SYSTEM_DIRS.iter().map(std::path::PathBuf::from))
+        .map(|d| d.join("nft"))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| std::path::PathBuf::from("nft"))
+}
 
 impl NftSys for RealNft {
     fn load(&self, ruleset: &str) -> Result<(), NftError> {
         let spawned = {
             let _spawning = crate::broker::exclusion::spawn_exclusion();
-            Command::new("nft")
+            Command::new(nft_program(std::env::var_os("PATH").as_deref()))
                 .args(["-f", "-"])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
@@ -74,6 +94,37 @@ impl NftSys for RecordingNft {
                 status: "exit status: 1".into(),
                 stderr: "primed refusal".into(),
             });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A `PATH` without the system directories still finds a system `nft`;
+    /// an executable on `PATH` comes first; a non-executable file is skipped.
+    #[test]
+    fn nft_is_found_on_path_first_then_in_system_dirs() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let on_path = dir.path().join("nft");
+        std::fs::write(&on_path, "#!/bin/sh\n")?;
+        std::fs::set_permissions(&on_path, std::fs::Permissions::from_mode(0o644))?;
+        let path = std::env::join_paths([dir.path()]).map_err(io::Error::other)?;
+        let without_exec = nft_program(Some(&path));
+        assert_ne!(without_exec, on_path);
+        std::fs::set_permissions(&on_path, std::fs::Permissions::from_mode(0o755))?;
+        assert_eq!(nft_program(Some(&path)), on_path);
+        let system = SYSTEM_DIRS
+            .iter()
+            .map(|d| std::path::Path::new(d).join("nft"))
+            .find(|p| p.exists());
+        let empty = std::ffi::OsString::from("/nonexistent");
+        match system {
+            Some(p) => assert_eq!(nft_program(Some(&empty)), p),
+            None => assert_eq!(nft_program(Some(&empty)), std::path::PathBuf::from("nft")),
         }
         Ok(())
     }
