@@ -425,6 +425,17 @@ fn ending(f: &Finished, expected_stdout: &str, crashes: Crashes) -> Result<Endin
     if f.status.code() == Some(125) && f.stderr.starts_with("lazaret: error: ") {
         return Ok(Ending::Reported);
     }
+    // The Domain's runtime ended under the session (spec 3.7 helper loss,
+    // or RS crashed): what the session wrote comes first, then exactly one
+    // Lazaret error naming the runtime's end, status 125.
+    if f.status.code() == Some(125)
+        && f.stderr.matches("lazaret: error: ").count() == 1
+        && f.stderr.lines().last().is_some_and(|l| {
+            l.starts_with("lazaret: error: ") && l.contains("the Domain's runtime stopped")
+        })
+    {
+        return Ok(Ending::Reported);
+    }
     // The session's exec client could not enter the sandbox (it was lost
     // after it ran): the command's status is 126 and the reason is on the
     // session's stderr.
