@@ -317,28 +317,66 @@ mod tests {
         Ok(())
     }
 
-    /// A namespace that does not show exactly the derived routes refuses,
-    /// naming what is missing.
+    /// The routes slirp4netns configures (the kernel's connected route and
+    /// its default route) are part of the expected projection: a namespace
+    /// showing only what the supervisor installed is refused, naming
+    /// exactly those two as missing.
     #[test]
-    fn a_projection_that_differs_refuses_the_install() {
+    fn a_namespace_without_the_helpers_routes_refuses_the_install() {
         let p = policy();
+        // The fake observes exactly the routes added through it.
         let routes = RecordingRoutes::default();
-        // Primed with nothing observed: every expected route is missing.
         match install_policy(&routes, &RecordingNft::default(), &p) {
             Err(EnforcementError::ProjectionMismatch {
                 missing,
                 unexpected,
             }) => {
+                assert_eq!(missing.len(), 2, "{missing:?}");
+                assert!(missing
+                    .iter()
+                    .any(|m| m.contains("len: 0") && m.contains("Gateway")));
+                assert!(missing
+                    .iter()
+                    .any(|m| m.contains("[10, 137, 54, 0], len: 24")));
+                assert!(unexpected.is_empty(), "{unexpected:?}");
+            }
+            other => panic!("expected a mismatch, got {other:?}"),
+        }
+    }
+
+    /// A route changed after the install (here the allow's next hop made
+    /// on-link) refuses readiness, naming the expected and the found route.
+    #[test]
+    fn a_tampered_route_refuses_the_install() -> Result<(), PlanError> {
+        let p = policy();
+        let mut observed = expected_projection(&p)?;
+        let allow = observed
+            .ipv4_routes
+            .iter_mut()
+            .find(|r| r.destination == Ipv4Prefix::new([10, 99, 0, 5], 32))
+            .expect("the allow is in the expected projection");
+        allow.next_hop = lazaret_runtime::network::RouteNextHop::OnLink {
+            device: "tap0".to_owned(),
+        };
+        let routes = RecordingRoutes::new().observing(observed);
+        match install_policy(&routes, &RecordingNft::default(), &p) {
+            Err(EnforcementError::ProjectionMismatch {
+                missing,
+                unexpected,
+            }) => {
+                assert_eq!(missing.len(), 1, "{missing:?}");
+                assert_eq!(unexpected.len(), 1, "{unexpected:?}");
+                assert!(missing[0].contains("[10, 99, 0, 5]") && missing[0].contains("Gateway"));
                 assert!(
-                    missing.iter().any(|m| m.contains("10.99.0.5")),
-                    "{missing:?}"
-                );
-                assert!(
-                    unexpected.is_empty() || unexpected.iter().all(|u| u.starts_with("version"))
+                    unexpected[0].contains("[10, 99, 0, 5]") && unexpected[0].contains("OnLink")
                 );
             }
             other => panic!("expected a mismatch, got {other:?}"),
         }
+        // The untampered projection is accepted.
+        let routes = RecordingRoutes::new().observing(expected_projection(&p)?);
+        assert!(install_policy(&routes, &RecordingNft::default(), &p).is_ok());
+        Ok(())
     }
 
     #[test]
