@@ -484,11 +484,17 @@ impl Helper {
     fn stop(self, broker: &Broker<RealProcessSys>) {
         let _span = tracing::info_span!("StopHelper").entered();
         drop(self.exit);
-        let handle = self.child.handle();
-        if !matches!(wait_exit(handle, GRACEFUL_STOP), Ok(Some(_))) {
-            let _ = broker.signal(handle, Signal::Kill);
-            let _ = wait_exit(handle, STOP_TIMEOUT);
-        }
+        end_child(broker, self.child.handle(), GRACEFUL_STOP);
+    }
+}
+
+/// Gives a child whose end was already asked for (its pipe closed) `grace`
+/// to exit, then kills it through its pidfd; reaped either way. Used where
+/// nothing can be reported any more (failure and teardown paths).
+fn end_child(broker: &Broker<RealProcessSys>, handle: &ProcessHandle, grace: Duration) {
+    if !matches!(wait_exit(handle, grace), Ok(Some(_))) {
+        let _ = broker.signal(handle, Signal::Kill);
+        let _ = wait_exit(handle, STOP_TIMEOUT);
     }
 }
 
@@ -535,11 +541,7 @@ fn acquire_helper(
         }),
         Err(failure) => {
             drop(exit_write);
-            let handle = failure.child.handle();
-            if !matches!(wait_exit(handle, GRACEFUL_STOP), Ok(Some(_))) {
-                let _ = broker.signal(handle, Signal::Kill);
-                let _ = wait_exit(handle, STOP_TIMEOUT);
-            }
+            end_child(broker, failure.child.handle(), GRACEFUL_STOP);
             Err(EnforcementError::HelperNotReady(failure.error.to_string()).into())
         }
     }
@@ -772,11 +774,7 @@ fn run_sandbox<N: NamespaceSys>(
         Ok(c) => c,
         Err(failure) => {
             drop(init_w);
-            let handle = failure.child.handle();
-            if wait_exit(handle, STOP_TIMEOUT).ok().flatten().is_none() {
-                let _ = broker.signal(handle, Signal::Kill);
-                let _ = wait_exit(handle, STOP_TIMEOUT);
-            }
+            end_child(broker, failure.child.handle(), STOP_TIMEOUT);
             let tail = stderr_tail.join().unwrap_or_default();
             unmount_filter(filter);
             restore_workspace_owner(&workspace_fd);
