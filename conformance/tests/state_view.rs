@@ -52,7 +52,7 @@ fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
     );
     assert_eq!(
         round_trip::<lazaret::Model>(&LAZARET_BUILD, 40_000)?,
-        18_692
+        23_179
     );
     assert_eq!(
         round_trip::<prepared_lower::Model>(entry("PreparedLower")?, 30_000)?,

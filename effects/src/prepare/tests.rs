@@ -54,6 +54,21 @@ impl PrepareHost for FakeHost {
                 }
                 Ok(ok)
             }
+            // The file mount points: `rm -f -- FILE`, then `touch -- FILE`.
+            "rm" if argv[0] == "-f" => {
+                let target = cwd.join(&argv[2]);
+                match fs::remove_file(&target) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        Err(io_err("remove", &target)(e))
+                    }
+                    _ => Ok(ok),
+                }
+            }
+            "touch" => {
+                let target = cwd.join(&argv[1]);
+                fs::write(&target, "").map_err(io_err("touch", &target))?;
+                Ok(ok)
+            }
             "rm" => {
                 let target = PathBuf::from(&argv[3]);
                 fs::remove_dir_all(&target).map_err(io_err("remove", &target))?;
@@ -140,10 +155,14 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         vec![
             "version".to_owned(),
             "umoci raw unpack --image image:lazaret rootfs".to_owned(),
-            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common rootfs/.lazaret/sbin rootfs/tmp"
-                .to_owned()
+            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common rootfs/.lazaret/sbin rootfs/tmp rootfs/etc/lazaret"
+                .to_owned(),
+            "rm -f -- rootfs/etc/resolv.conf".to_owned(),
+            "touch -- rootfs/etc/resolv.conf".to_owned(),
         ]
     );
+    // The protected resolv.conf's mount point is a regular file.
+    assert!(first.rootfs.join("etc/resolv.conf").is_file());
 
     let second =
         prepare(&mut host, dir.path(), &store, &img, &maps(100000)).map_err(|e| e.to_string())?;
@@ -151,7 +170,7 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
     assert_eq!(second.record, first.record);
     assert_eq!(
         host.calls.len(),
-        4,
+        6,
         "a cache hit runs no worker: {:?}",
         host.calls
     );

@@ -414,6 +414,33 @@ mod tests {
                 c,
                 ps: ProcSlots::SandboxRuntimeSupervisor,
             },
+            // Spec 3.7: the connectivity helper, then network readiness,
+            // before the attached runsc.
+            Action::RecordIntent {
+                c,
+                r: Roles::Helper,
+            },
+            Action::StageProcess {
+                c,
+                ps: ProcSlots::HelperConnectivityHelper,
+            },
+            Action::CommitProcess {
+                c,
+                ps: ProcSlots::HelperConnectivityHelper,
+            },
+            Action::CommitParticipant {
+                c,
+                r: Roles::Helper,
+            },
+            Action::RecordIntent {
+                c,
+                r: Roles::Network,
+            },
+            Action::AcquireSnapshot {
+                c,
+                r: Roles::Network,
+            },
+            Action::MarkNetworkReady { c },
             Action::StageProcess {
                 c,
                 ps: ProcSlots::SandboxAttachedRunsc,
@@ -443,7 +470,15 @@ mod tests {
     #[test]
     fn the_build_launch_path_replays() -> Result<(), Box<dyn std::error::Error>> {
         let mut m = HostModel::new("hc-test".into(), 7)?;
-        assert_eq!(m.required_roles(), vec![Roles::Sandbox, Roles::Publication]);
+        assert_eq!(
+            m.required_roles(),
+            vec![
+                Roles::Network,
+                Roles::Helper,
+                Roles::Sandbox,
+                Roles::Publication
+            ]
+        );
         let c = m.me();
         let mut text = m.header().to_json() + "\n";
         for a in launch_steps(c) {
@@ -461,31 +496,17 @@ mod tests {
             Action::CloseSession { c, s },
             Action::FinishSessionRelease { c, s },
             Action::BeginTeardown { c },
-            Action::RecordReleaseIntent {
-                c,
-                r: Roles::Publication,
-            },
-            Action::CleanParticipant {
-                c,
-                r: Roles::Publication,
-            },
-            Action::RecordReleaseIntent {
-                c,
-                r: Roles::Sandbox,
-            },
-            Action::ShutdownRuntime { c },
-            Action::CleanParticipant {
-                c,
-                r: Roles::Sandbox,
-            },
-            Action::RetireGeneration { c },
-            Action::ExitCoordinator { c },
         ] {
             text += &m.take(a)?.to_json();
             text.push('\n');
         }
+        // The release in the model's order (publication, sandbox, network,
+        // helper), then the coordinator's exit.
+        text += &release_all(&mut m)?;
+        text += &m.take(Action::ExitCoordinator { c })?.to_json();
+        text.push('\n');
         match replay_text("host.jsonl", &text)? {
-            Outcome::Conforms { steps, .. } => assert_eq!(steps, 25),
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 36),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         Ok(())
@@ -505,7 +526,7 @@ mod tests {
         }
         text += "{\"schema\":\"lazaret-trace-v1\",\"model\":\"Laz";
         let (mut r, kept) = HostModel::resume("gen-4.jsonl", &text)?;
-        assert_eq!(kept, 13);
+        assert_eq!(kept, 20);
         assert_eq!(r.holders(), vec![dead]);
         let me = r.me();
         assert_eq!(me, CoordinatorsId(1));
@@ -533,7 +554,7 @@ mod tests {
         }
         text += &release_all(&mut r)?;
         match replay_text("gen-4.jsonl", &text)? {
-            Outcome::Conforms { steps, .. } => assert_eq!(steps, 21),
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 32),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         // A coordinator that died after a durable write and before its
@@ -592,7 +613,7 @@ mod tests {
                 steps,
                 recorded_start,
                 ..
-            } => assert_eq!((steps, recorded_start), (9, true)),
+            } => assert_eq!((steps, recorded_start), (13, true)),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         // A durable record no state satisfies is refused: the publication
@@ -610,13 +631,13 @@ mod tests {
     /// served generation, a launch that failed half way, and a recovery.
     #[test]
     fn next_release_walks_every_release_to_retirement() -> Result<(), Box<dyn std::error::Error>> {
-        for cut in [4, 6, 8, 12] {
+        for cut in [4, 6, 8, 10, 13, 19] {
             let mut m = HostModel::new("hc".into(), 1)?;
             let c = m.me();
             for a in launch_steps(c).into_iter().take(cut) {
                 m.take(a)?;
             }
-            let first = if cut == 12 {
+            let first = if cut == 19 {
                 Action::BeginTeardown { c }
             } else {
                 Action::AbortGeneration { c }
