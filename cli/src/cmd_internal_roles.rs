@@ -4,7 +4,9 @@
 use crate::report::errln;
 use clap::Args;
 use lazaret_effects::coordinator::enter::{run_enter, EnterArgs, EnterError};
-use lazaret_effects::coordinator::host::{run_coordinator, CoordinatorArgs, Outcome};
+use lazaret_effects::coordinator::host::{
+    run_coordinator, CoordinatorArgs, Outcome, SandboxBinaries,
+};
 use lazaret_effects::coordinator::nsys::RealNs;
 use lazaret_effects::coordinator::supervisor::run_supervisor;
 use lazaret_effects::coordinator::LOST_LOCK_EXIT;
@@ -19,6 +21,8 @@ use std::process::ExitCode;
 
 /// The static PID 1 built by build.rs.
 pub static INIT_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-init"));
+/// The static network probe (cli/init/lazaret_probe.rs), bound next to it.
+pub static PROBE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-probe"));
 
 #[derive(Debug, Args)]
 pub struct CoordinatorCommand {
@@ -53,7 +57,11 @@ pub fn coordinator(args: CoordinatorCommand) -> ExitCode {
         config: args.config,
         workspace: args.workspace,
     };
-    match run_coordinator(&args, &ProcessEnvironment, INIT_BINARY) {
+    let binaries = SandboxBinaries {
+        init: INIT_BINARY,
+        probe: PROBE_BINARY,
+    };
+    match run_coordinator(&args, &ProcessEnvironment, binaries) {
         Ok(Outcome::LostLock) => ExitCode::from(LOST_LOCK_EXIT),
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Err(e) => {
@@ -160,7 +168,7 @@ pub fn enter_with(argv: &[std::ffi::OsString]) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::INIT_BINARY;
+    use super::{INIT_BINARY, PROBE_BINARY};
 
     fn u16_at(b: &[u8], at: usize) -> Option<u16> {
         Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
@@ -170,12 +178,17 @@ mod tests {
         Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
     }
 
-    /// The embedded PID 1 is a static x86-64 executable: no PT_INTERP (no
-    /// ELF interpreter) and no PT_DYNAMIC segment (ARCHITECTURE.md "Static
-    /// in-sandbox binaries").
+    /// The embedded PID 1 and network probe are static x86-64 executables:
+    /// no PT_INTERP (no ELF interpreter) and no PT_DYNAMIC segment
+    /// (ARCHITECTURE.md "Static in-sandbox binaries").
     #[test]
     fn the_init_has_no_interpreter_and_no_dynamic_section() {
-        let b = INIT_BINARY;
+        for b in [INIT_BINARY, PROBE_BINARY] {
+            assert_static(b);
+        }
+    }
+
+    fn assert_static(b: &[u8]) {
         assert_eq!(b.get(..4), Some(&b"\x7fELF"[..]), "not ELF");
         assert_eq!(b.get(4), Some(&2), "not ELF64");
         assert_eq!(u16_at(b, 0x12), Some(0x3e), "not x86-64");

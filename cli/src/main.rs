@@ -38,7 +38,9 @@ enum Command {
     /// Check or create the trusted host configuration.
     Config(cmd_config::ConfigArgs),
     /// Check that this host can run Lazaret; print each problem with its fix.
-    Doctor,
+    /// With `--network PROFILE`: probe the profile's `readiness` targets
+    /// from inside its sandbox.
+    Doctor(cmd_doctor::DoctorArgs),
     /// Run a command in a profile's sandbox (same as `lazaret <profile>`;
     /// the form for a profile named like a command).
     Run(cmd_launch::RunCommand),
@@ -111,7 +113,17 @@ fn main() -> ExitCode {
         Command::InternalCoordinator(args) => return cmd_internal_roles::coordinator(args),
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
-        Command::Doctor => return cmd_doctor::run(&lazaret_effects::doctor::RealDoctorHost),
+        Command::Doctor(args) => {
+            return match &args.network {
+                Some(profile) => cmd_doctor::network(
+                    profile,
+                    &args,
+                    &lazaret_effects::confined::RealSys,
+                    &lazaret_effects::process_env::ProcessEnvironment,
+                ),
+                None => cmd_doctor::run(&lazaret_effects::doctor::RealDoctorHost),
+            }
+        }
         Command::Run(args) => return launch(&args.into_args()),
         Command::Profile(argv) => match cmd_launch::RunArgs::from_profile_form(&argv) {
             Ok(args) => return launch(&args),

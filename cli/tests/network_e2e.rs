@@ -183,3 +183,96 @@ fn a_killed_connectivity_helper_tears_the_domain_down() {
     env.assert_nothing_left();
     env.assert_store_clean();
 }
+
+/// A DNS responder at `addr` in `ns`: it answers every query with its own
+/// ID, QR set, NOERROR and one answer counted (the probe reads the header).
+fn serve_dns(ns: &PeerNamespace, addr: &'static str) {
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    ns.spawn(move || {
+        let socket = std::net::UdpSocket::bind(addr).unwrap();
+        ready_tx.send(()).unwrap();
+        let mut buf = [0u8; 512];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            if n < 12 {
+                continue;
+            }
+            let mut answer = buf[..n].to_vec();
+            answer[2] |= 0x80; // QR
+            answer[3] &= 0xf0; // RCODE 0
+            answer[6..8].copy_from_slice(&1u16.to_be_bytes()); // ANCOUNT
+            let _ = socket.send_to(&answer, from);
+        }
+    });
+    ready.recv().unwrap();
+}
+
+/// `lazaret doctor --network PROFILE` probes the readiness targets from the
+/// sandbox's view with the static probe and reports each against the
+/// policy: all as expected exits 0; a permitted target that does not answer
+/// is a problem (exit 1). Readiness never gates the launch itself.
+#[test]
+fn doctor_network_probes_the_readiness_targets_from_the_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = peer("doctor");
+    serve_dns(&ns, "10.99.0.5:53");
+    let env = Env::new("network-doctor", &default_image());
+    let readiness = |permitted_port: u16| {
+        format!(
+            "allow_egress = [\"10.99.0.5/32\"]\n[profiles.default.readiness]\n\
+             denied = [{{ address = \"10.99.0.6\", port = 8080 }}]\n\
+             permitted = [{{ address = \"10.99.0.5\", port = {permitted_port} }}]\n\
+             dns = [{{ resolver = \"10.99.0.5\", query = \"example.com\" }}]\n"
+        )
+    };
+    env.write_config("config.toml", &default_image(), &readiness(8080));
+    let out = ns
+        .wrap(env.command(&["doctor", "--network", "default"]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("ok       permitted 10.99.0.5:8080"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok       denied 10.99.0.6:8080"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("No_route_to_host"), "{stdout}");
+    assert!(
+        stdout.contains("ok       dns 10.99.0.5 example.com"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("3 of 3 targets as expected"), "{stdout}");
+    env.assert_nothing_left();
+
+    // Nothing listens on port 9: the permitted target is refused.
+    env.write_config("config.toml", &default_image(), &readiness(9));
+    let out = ns
+        .wrap(env.command(&["doctor", "--network", "default"]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("PROBLEM  permitted 10.99.0.5:9"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("2 of 3 targets as expected"), "{stdout}");
+    env.assert_nothing_left();
+}

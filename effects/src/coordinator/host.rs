@@ -208,7 +208,7 @@ fn model_err(e: CoreError) -> CoordinatorError {
 pub fn run_coordinator(
     args: &CoordinatorArgs,
     env: &dyn HostEnvironment,
-    init_binary: &[u8],
+    binaries: SandboxBinaries<'_>,
 ) -> Result<Outcome, CoordinatorError> {
     let layout =
         SandboxLayoutV1::production().map_err(|e| CoordinatorError::Layout(e.to_string()))?;
@@ -289,7 +289,7 @@ pub fn run_coordinator(
         profile: args.profile.clone(),
         running: &running,
         workspace: config.workspace(),
-        init_binary,
+        binaries,
         paths: &paths,
         program: &program,
         environment: config.environment(),
@@ -364,7 +364,8 @@ pub(super) struct LaunchInputs<'a> {
     pub running: &'a Running,
     /// The workspace, opened through its confined plan at load.
     pub workspace: &'a OpenedObject,
-    pub init_binary: &'a [u8],
+    /// The static binaries bound read-only into the sandbox.
+    pub binaries: SandboxBinaries<'a>,
     pub paths: &'a DomainPaths,
     pub program: &'a Path,
     /// The profile's resolved `env` table (values redacted in Debug).
@@ -373,6 +374,18 @@ pub(super) struct LaunchInputs<'a> {
     pub runsc_dcache: u32,
     /// The selected profile's derived network policy (spec 3.7, FR-19).
     pub policy: &'a DerivedNetworkPolicy,
+}
+
+/// The static in-sandbox binaries the `lazaret` binary embeds
+/// (ARCHITECTURE.md "Static in-sandbox binaries"), written into each
+/// generation's `sbin` directory and bound read-only at
+/// [`lazaret_runtime::bundle::INIT_DIR`].
+#[derive(Debug, Clone, Copy)]
+pub struct SandboxBinaries<'a> {
+    /// PID 1 (`lazaret-init`).
+    pub init: &'a [u8],
+    /// The network probe of `lazaret doctor --network` (`lazaret-probe`).
+    pub probe: &'a [u8],
 }
 
 /// A bootstrap that failed (a generation that cannot be recovered) reaches

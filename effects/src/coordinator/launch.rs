@@ -41,7 +41,7 @@ use super::host::{micros, CoordinatorError, Hc, HcEvent, LaunchInputs};
 use super::model_ledger::ModelLedger;
 use super::paths::remove_generation_dir;
 use super::session::random_bytes;
-use super::supervisor::INIT_NAME;
+use super::supervisor::{INIT_NAME, PROBE_NAME};
 use super::SUPERVISOR_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
 use crate::broker::CommittedChild;
@@ -183,15 +183,20 @@ pub(super) fn launch_generation(
 
     let dir = launch.paths.generation(id.0);
     let init_dir = dir.join("sbin");
-    let init = init_dir.join(INIT_NAME);
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source| CoordinatorError::Io { path, source }
     };
     std::fs::create_dir_all(&init_dir).map_err(io_err(&init_dir))?;
-    std::fs::write(&init, launch.init_binary)
-        .and_then(|()| std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o555)))
-        .map_err(io_err(&init))?;
+    for (name, bytes) in [
+        (INIT_NAME, launch.binaries.init),
+        (PROBE_NAME, launch.binaries.probe),
+    ] {
+        let path = init_dir.join(name);
+        std::fs::write(&path, bytes)
+            .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o555)))
+            .map_err(io_err(&path))?;
+    }
 
     // The lifetime channel: a socketpair whose RS end RS inherits.
     let (hc_end, rs_end) = UnixStream::pair().map_err(io_err(&dir))?;

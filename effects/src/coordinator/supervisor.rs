@@ -44,6 +44,9 @@ use std::time::{Duration, Instant};
 
 /// The static init's file name, in its own directory on both sides.
 pub const INIT_NAME: &str = "lazaret-init";
+/// The static network probe's file name, next to the init (spec 3.7,
+/// `lazaret doctor --network`).
+pub const PROBE_NAME: &str = "lazaret-probe";
 /// How long the sandbox may take to reach `running`.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `runsc run` gets to stop the sandbox itself after init's stdin
