@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use lazaret_runtime::config::DerivedNetworkPolicy;
 use lazaret_runtime::network::topology::{MTU, SLIRP_NETWORK, TAP_DEVICE};
 use lazaret_runtime::network::{
-    egress_ruleset, expected_projection, install_routes, network_summary, resolv_conf, PlanError,
-    PolicyProjection,
+    egress_ruleset, expected_filter, expected_projection, install_routes, network_summary,
+    resolv_conf, PlanError, PolicyProjection,
 };
 
 use super::nsys::NamespaceSys;
@@ -56,6 +56,10 @@ pub enum EnforcementError {
         missing: Vec<String>,
         unexpected: Vec<String>,
     },
+    #[error("observing the egress filter: {0}")]
+    ObserveFilter(#[source] NftError),
+    #[error("the egress filter is not the derived one: expected {expected}, found {found}")]
+    FilterMismatch { expected: String, found: String },
     #[error("writing {path}: {source}")]
     Files {
         path: PathBuf,
@@ -175,8 +179,9 @@ pub fn enter<N: NamespaceSys>(ns: &N, netns: &OwnedFd) -> Result<(), Enforcement
 /// FR-19, SR-6 (as realised, docs/network.md): installs the derived
 /// policy in the caller's (enforcement) namespace — loopback up, the
 /// on-link deny and gateway allow routes, then the egress filter — and
-/// returns the observed
-/// projection, which must equal the one derived from the policy exactly.
+/// returns the observed route projection. Both the route projection and
+/// the filter nftables lists must equal the ones derived from the policy
+/// exactly.
 pub fn install_policy<R: RouteSys, F: NftSys>(
     routes: &R,
     nft: &F,
@@ -201,6 +206,16 @@ pub fn install_policy<R: RouteSys, F: NftSys>(
     let expected = expected_projection(policy)?;
     if observed != expected {
         return Err(mismatch(&expected, &observed));
+    }
+    // The enforcing layer too: the chain, its device and its rules in
+    // evaluation order, exactly.
+    let filter = nft.observe().map_err(EnforcementError::ObserveFilter)?;
+    let wanted = expected_filter(policy)?;
+    if filter != wanted {
+        return Err(EnforcementError::FilterMismatch {
+            expected: format!("{wanted:?}"),
+            found: format!("{filter:?}"),
+        });
     }
     Ok(observed)
 }
@@ -375,7 +390,48 @@ mod tests {
         }
         // The untampered projection is accepted.
         let routes = RecordingRoutes::new().observing(expected_projection(&p)?);
-        assert!(install_policy(&routes, &RecordingNft::default(), &p).is_ok());
+        assert!(install_policy(&routes, &listing(&p)?, &p).is_ok());
+        Ok(())
+    }
+
+    /// nftables listing exactly the derived filter.
+    fn listing(p: &DerivedNetworkPolicy) -> Result<RecordingNft, PlanError> {
+        Ok(RecordingNft {
+            observed: Some(expected_filter(p)?),
+            ..RecordingNft::default()
+        })
+    }
+
+    /// A filter whose rules differ from the derived ones (here the RFC 1918
+    /// deny of 10.0.0.0/8 gone), or that is bound to no device, refuses
+    /// readiness even when every route is right.
+    #[test]
+    fn a_tampered_filter_refuses_the_install() -> Result<(), PlanError> {
+        let p = policy();
+        let mut missing_deny = listing(&p)?;
+        if let Some(f) = missing_deny.observed.as_mut() {
+            let before = f.rules.len();
+            f.rules.retain(|r| {
+                !matches!(r, lazaret_runtime::network::FilterRule::Destination { prefix, .. }
+                    if *prefix == Ipv4Prefix::new([10, 0, 0, 0], 8))
+            });
+            assert_eq!(f.rules.len(), before - 1);
+        }
+        let mut unbound = listing(&p)?;
+        if let Some(f) = unbound.observed.as_mut() {
+            f.device = None;
+        }
+        for nft in [missing_deny, unbound] {
+            let routes = RecordingRoutes::new().observing(expected_projection(&p)?);
+            assert!(
+                matches!(
+                    install_policy(&routes, &nft, &p),
+                    Err(EnforcementError::FilterMismatch { .. })
+                ),
+                "{:?}",
+                nft.observed
+            );
+        }
         Ok(())
     }
 

@@ -7,7 +7,10 @@ pub mod projection;
 pub mod topology;
 
 pub use plan::{
-    egress_ruleset, expected_projection, install_routes, network_summary, resolv_conf, PlanError,
-    CANARY_ALLOWED,
+    egress_ruleset, expected_filter, expected_projection, install_routes, network_summary,
+    resolv_conf, PlanError, CANARY_ALLOWED,
 };
-pub use projection::{PolicyProjection, ProjectedRoute, RouteNextHop, PROJECTION_VERSION};
+pub use projection::{
+    FilterProjection, FilterRule, PolicyProjection, ProjectedRoute, RouteNextHop,
+    FILTER_PROJECTION_VERSION, PROJECTION_VERSION,
+};

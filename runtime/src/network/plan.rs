@@ -39,7 +39,10 @@ use crate::config::{
     AddressFamily, DerivedNetworkPolicy, Ipv4Prefix, PolicyAction, PrefixRule, RESERVED_TOPOLOGY,
 };
 
-use super::projection::{PolicyProjection, ProjectedRoute, RouteNextHop};
+use super::projection::{
+    FilterProjection, FilterRule, PolicyProjection, ProjectedRoute, RouteNextHop,
+    FILTER_PROJECTION_VERSION,
+};
 use super::topology::{GATEWAY, SLIRP_NETWORK, SYNTHETIC_DNS, TAP_DEVICE};
 
 /// The main routing table (`RT_TABLE_MAIN`).
@@ -298,9 +301,42 @@ pub fn expected_projection(policy: &DerivedNetworkPolicy) -> Result<PolicyProjec
 /// ARP among them, pass (`policy accept`, the IPv4 default allow). Egress
 /// cannot `reject`; denied frames are dropped. [`CANARY_ALLOWED`] is
 /// included as accept.
-pub fn egress_ruleset(policy: &DerivedNetworkPolicy) -> Result<String, PlanError> {
+/// The egress chain's prefix rules in evaluation order: longest prefix
+/// first, so the first match is the longest-prefix decision.
+fn egress_order(
+    policy: &DerivedNetworkPolicy,
+) -> Result<Vec<(Ipv4Prefix, PolicyAction)>, PlanError> {
     let mut rules = checked_rules(policy)?;
     rules.sort_by_key(|(p, _)| (Reverse(p.prefix_len()), p.network()));
+    Ok(rules)
+}
+
+/// What nftables must list after [`egress_ruleset`] is loaded into a fresh
+/// namespace (spec 3.7 "Linux policy state", the filter half).
+pub fn expected_filter(policy: &DerivedNetworkPolicy) -> Result<FilterProjection, PlanError> {
+    let mut rules = vec![FilterRule::DropIpv6];
+    rules.extend(egress_order(policy)?.into_iter().map(|(prefix, action)| {
+        FilterRule::Destination {
+            prefix,
+            accept: action == PolicyAction::Allow,
+        }
+    }));
+    Ok(FilterProjection {
+        version: FILTER_PROJECTION_VERSION,
+        family: "netdev".to_owned(),
+        table: NFT_TABLE.to_owned(),
+        chain: NFT_EGRESS_CHAIN.to_owned(),
+        chain_type: "filter".to_owned(),
+        hook: "egress".to_owned(),
+        device: Some(TAP_DEVICE.to_owned()),
+        priority: 0,
+        policy: "accept".to_owned(),
+        rules,
+    })
+}
+
+pub fn egress_ruleset(policy: &DerivedNetworkPolicy) -> Result<String, PlanError> {
+    let rules = egress_order(policy)?;
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = writeln!(out, "table netdev {NFT_TABLE} {{");

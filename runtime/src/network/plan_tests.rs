@@ -525,6 +525,20 @@ fn egress_filter_passes_what_the_policy_allows() {
         if rules.len() != policy.prefix_rules().len() {
             return TestResult::failed();
         }
+        // The filter the supervisor must observe lists exactly the loaded
+        // rules, in the same order, after the IPv6 drop.
+        let Ok(filter) = expected_filter(&policy) else {
+            return TestResult::failed();
+        };
+        let mut expected = vec![FilterRule::DropIpv6];
+        expected.extend(
+            rules
+                .iter()
+                .map(|&(prefix, accept)| FilterRule::Destination { prefix, accept }),
+        );
+        if filter.rules != expected || filter.device.as_deref() != Some("tap0") {
+            return TestResult::failed();
+        }
         let ok = s
             .probes(&policy)
             .into_iter()

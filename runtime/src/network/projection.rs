@@ -68,3 +68,37 @@ impl PolicyProjection {
         }
     }
 }
+
+/// The filter projection's format version.
+pub const FILTER_PROJECTION_VERSION: u32 = 1;
+
+/// One rule of the egress chain, as the policy expresses it; anything else
+/// the chain holds is [`FilterRule::Other`] and never matches a policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FilterRule {
+    /// `meta protocol ip6 drop`.
+    DropIpv6,
+    /// `ip daddr PREFIX accept|drop`.
+    Destination { prefix: Ipv4Prefix, accept: bool },
+    /// A rule of another shape (its listing, for the mismatch message).
+    Other(String),
+}
+
+/// The enforcing egress filter as nftables lists it (spec 3.7 "Linux
+/// policy state", the nftables half): the chain's table, hook, device,
+/// priority and policy, and its rules in evaluation order. Handles,
+/// counters and presentation are not part of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterProjection {
+    pub version: u32,
+    pub family: String,
+    pub table: String,
+    pub chain: String,
+    pub chain_type: String,
+    pub hook: String,
+    /// The device the hook is bound to; `None` when the listing names none.
+    pub device: Option<String>,
+    pub priority: i64,
+    pub policy: String,
+    pub rules: Vec<FilterRule>,
+}
