@@ -34,7 +34,7 @@ use lazaret_runtime::terminal::machine::{
     Command, GroupObservation, Input, Machine, ReleaseTimings,
 };
 use lazaret_runtime::terminal::protocol::SessionTerminalMessage;
-use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::event::{PollFd, PollFlags};
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
@@ -398,25 +398,6 @@ impl Driver {
 
     /// Sleeps until an event, the exec client's exit or the nearest timer.
     fn wait(&mut self, work: &mut VecDeque<Input>) {
-        let timeout = Timespec::try_from(self.effects.sleep()).unwrap_or(Timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
-        });
-        {
-            let exec = self.effects.exec_pidfd();
-            let mut fds = Vec::with_capacity(2);
-            fds.push(PollFd::new(&self.wake, PollFlags::IN));
-            if let Some(exec) = exec.as_ref() {
-                fds.push(PollFd::new(exec, PollFlags::IN));
-            }
-            if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
-                if e != rustix::io::Errno::INTR {
-                    tracing::warn!(error = %e, "session poll failed");
-                }
-            }
-        }
-        let mut sink = [0u8; 64];
-        while matches!(rustix::io::read(&self.wake, &mut sink), Ok(n) if n > 0) {}
-        self.effects.collect(work);
+        self.effects.wait(&self.wake, None, work);
     }
 }

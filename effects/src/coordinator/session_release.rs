@@ -9,8 +9,9 @@ use crate::broker::CommittedChild;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, Signal};
 use lazaret_runtime::terminal::machine::{Command, Input, ReleaseReason, TimerKind};
+use rustix::event::{PollFd, PollFlags, Timespec};
 use std::collections::VecDeque;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// Longest poll sleep without a timer.
@@ -38,7 +39,7 @@ impl ReleaseEffects {
     }
 
     /// The exec client's pidfd while it runs (to poll for its exit).
-    pub(super) fn exec_pidfd(&self) -> Option<BorrowedFd<'_>> {
+    fn exec_pidfd(&self) -> Option<BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         self.exec_running
             .then(|| self.committed.handle().pidfd().as_fd())
@@ -46,7 +47,7 @@ impl ReleaseEffects {
 
     /// How long a driver may sleep: until the nearest timer, at most a
     /// second.
-    pub(super) fn sleep(&self) -> Duration {
+    fn sleep(&self) -> Duration {
         let now = Instant::now();
         self.timers
             .iter()
@@ -56,9 +57,45 @@ impl ReleaseEffects {
             .min(IDLE_POLL)
     }
 
+    /// A driver's sleep: until its `wake` descriptor (client input, output
+    /// forwarders), the exec client's exit, `extra` (the terminal driver's
+    /// PTY master with the events it waits for) or the nearest timer; then
+    /// the wake descriptor is drained and what ended or fell due is
+    /// collected into `work`.
+    pub(super) fn wait(
+        &mut self,
+        wake: &OwnedFd,
+        extra: Option<(BorrowedFd<'_>, PollFlags)>,
+        work: &mut VecDeque<Input>,
+    ) {
+        let timeout = Timespec::try_from(self.sleep()).unwrap_or(Timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        });
+        {
+            let exec = self.exec_pidfd();
+            let mut fds = Vec::with_capacity(3);
+            fds.push(PollFd::new(wake, PollFlags::IN));
+            if let Some(exec) = exec.as_ref() {
+                fds.push(PollFd::new(exec, PollFlags::IN));
+            }
+            if let Some((fd, events)) = extra.as_ref() {
+                fds.push(PollFd::new(fd, *events));
+            }
+            if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
+                if e != rustix::io::Errno::INTR {
+                    tracing::warn!(error = %e, "session poll failed");
+                }
+            }
+        }
+        let mut sink = [0u8; 64];
+        while matches!(rustix::io::read(wake, &mut sink), Ok(n) if n > 0) {}
+        self.collect(work);
+    }
+
     /// After a wake-up: the exec client's end and the timers that are due,
     /// as machine inputs.
-    pub(super) fn collect(&mut self, work: &mut VecDeque<Input>) {
+    fn collect(&mut self, work: &mut VecDeque<Input>) {
         if self.exec_running {
             match self.committed.handle().peek(&RealProcessSys) {
                 Ok(ChildState::Running) => {}

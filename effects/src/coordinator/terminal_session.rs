@@ -604,7 +604,6 @@ impl Driver {
     /// Sleeps until something happens (bounded by the nearest timer), then
     /// turns it into machine inputs.
     fn wait(&mut self, work: &mut VecDeque<Input>) {
-        let sleep = self.effects.sleep();
         let budget = self.machine.pty_read_budget();
         let mut master_events = PollFlags::empty();
         if let Some(pty) = self.pty.as_ref() {
@@ -615,34 +614,12 @@ impl Driver {
                 master_events |= PollFlags::OUT;
             }
         }
-        let timeout = Timespec::try_from(sleep).unwrap_or(Timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
-        });
-        {
-            let master = self
-                .pty
-                .as_ref()
-                .filter(|_| !master_events.is_empty())
-                .map(|p| p.master());
-            let exec = self.effects.exec_pidfd();
-            let mut fds = Vec::with_capacity(3);
-            fds.push(PollFd::new(&self.wake, PollFlags::IN));
-            if let Some(exec) = exec.as_ref() {
-                fds.push(PollFd::new(exec, PollFlags::IN));
-            }
-            if let Some(master) = master.as_ref() {
-                fds.push(PollFd::new(master, master_events));
-            }
-            if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
-                if e != rustix::io::Errno::INTR {
-                    tracing::warn!(error = %e, "session poll failed");
-                }
-            }
-        }
-        let mut sink = [0u8; 64];
-        while matches!(rustix::io::read(&self.wake, &mut sink), Ok(n) if n > 0) {}
-        self.effects.collect(work);
+        let master = self
+            .pty
+            .as_ref()
+            .filter(|_| !master_events.is_empty())
+            .map(|p| (p.master(), master_events));
+        self.effects.wait(&self.wake, master, work);
         self.pump_pty(work);
     }
 
