@@ -1,6 +1,6 @@
 //! `lazaret doctor`'s host checks (DX-5): kernel and architecture,
 //! runsc and its version, the uid-map helpers and a subordinate range of at
-//! least 65536 IDs, slirp4netns, a usable `/dev/fuse` and fuse-overlayfs, and
+//! least 65536 IDs, slirp4netns, nft (nftables), a usable `/dev/fuse` and fuse-overlayfs, and
 //! `XDG_RUNTIME_DIR`. Each problem carries the exact fix. All host access goes
 //! through [`DoctorHost`].
 
@@ -104,6 +104,7 @@ pub fn run_checks(host: &dyn DoctorHost) -> Vec<Check> {
         }
     }
     checks.push(tool(host, "slirp4netns", "slirp4netns"));
+    checks.push(nft(host));
     checks.push(fuse_device(host));
     checks.push(tool(host, "fuse-overlayfs", "fuse-overlayfs"));
     checks.push(runtime_dir(host, who.as_ref().ok()));
@@ -240,6 +241,28 @@ fn tool(host: &dyn DoctorHost, name: &'static str, package: &str) -> Check {
             name,
             "not found in PATH",
             format!("as root: apt-get install {package}"),
+        ),
+    }
+}
+
+/// `nft` (the egress filter, spec 3.7), found where a launch finds it: on
+/// `PATH`, else in the system directories a user's `PATH` often lacks.
+fn nft(host: &dyn DoctorHost) -> Check {
+    let found = host.which("nft").or_else(|| {
+        crate::network::nft::SYSTEM_DIRS
+            .iter()
+            .map(|d| Path::new(d).join("nft"))
+            .find(|p| {
+                host.stat(p)
+                    .is_some_and(|i| !i.is_dir && i.mode & 0o111 != 0)
+            })
+    });
+    match found {
+        Some(p) => Check::ok("nft", p.display().to_string()),
+        None => Check::problem(
+            "nft",
+            "not found in PATH or /usr/sbin, /sbin, /usr/local/sbin",
+            "as root: apt-get install nftables".to_owned(),
         ),
     }
 }

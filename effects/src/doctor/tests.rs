@@ -24,6 +24,7 @@ fn healthy() -> Fake {
         "newuidmap",
         "newgidmap",
         "slirp4netns",
+        "nft",
         "fuse-overlayfs",
     ] {
         programs.insert(p, PathBuf::from(format!("/usr/bin/{p}")));
@@ -143,6 +144,7 @@ fn a_healthy_host_passes_every_check() {
             "subordinate uids",
             "subordinate gids",
             "slirp4netns",
+            "nft",
             "/dev/fuse",
             "fuse-overlayfs",
             "XDG_RUNTIME_DIR"
@@ -163,6 +165,7 @@ fn each_problem_names_its_fix() {
     host.runsc_version = Ok("runsc version 0.0~20221219.0\n".into());
     host.programs.remove("newgidmap");
     host.programs.remove("slirp4netns");
+    host.programs.remove("nft");
     host.files
         .insert("/etc/subuid".into(), "dev:100000:1000\n".into());
     host.fuse = Err(std::io::ErrorKind::PermissionDenied);
@@ -186,6 +189,7 @@ fn each_problem_names_its_fix() {
         "{p:?}"
     );
     assert_eq!(fix("slirp4netns"), "as root: apt-get install slirp4netns");
+    assert_eq!(fix("nft"), "as root: apt-get install nftables");
     assert_eq!(
         fix("/dev/fuse"),
         "as root: chmod 0666 /dev/fuse (scripts/setup does this)"
@@ -194,7 +198,7 @@ fn each_problem_names_its_fix() {
         fix("XDG_RUNTIME_DIR").contains("export XDG_RUNTIME_DIR=/tmp/xdg-1000"),
         "{p:?}"
     );
-    assert_eq!(p.len(), 8, "{p:?}");
+    assert_eq!(p.len(), 9, "{p:?}");
 }
 
 #[test]
@@ -229,4 +233,32 @@ fn version_parsers() {
         Some(20250120)
     );
     assert_eq!(parse_runsc_date("something else"), None);
+}
+
+/// A user's PATH without /usr/sbin still finds nftables' `nft` there, as a
+/// launch does; a non-executable file there is not it.
+#[test]
+fn nft_is_found_in_the_system_directories_too() {
+    let mut host = healthy();
+    host.programs.remove("nft");
+    let nft = |host: &Fake| run_checks(host).into_iter().find(|c| c.name == "nft");
+    assert!(nft(&host).is_some_and(|c| !c.passed()));
+    host.stats.insert(
+        PathBuf::from("/usr/sbin/nft"),
+        PathInfo {
+            uid: 0,
+            mode: 0o644,
+            is_dir: false,
+        },
+    );
+    assert!(nft(&host).is_some_and(|c| !c.passed()));
+    host.stats.insert(
+        PathBuf::from("/usr/sbin/nft"),
+        PathInfo {
+            uid: 0,
+            mode: 0o755,
+            is_dir: false,
+        },
+    );
+    assert!(nft(&host).is_some_and(|c| c.passed() && c.found == "/usr/sbin/nft"));
 }

@@ -49,8 +49,8 @@ pub enum NftError {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RealNft;
 
-/// Where `nft` is looked for after `PATH`.
-const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/local/sbin"];
+/// Where `nft` is looked for after `PATH` (also by `lazaret doctor`).
+pub const SYSTEM_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/local/sbin"];
 
 /// The first executable `nft` in `path` (a `PATH` value), then in
 /// [`SYSTEM_DIRS`]; `nft` itself (a spawn error names it) when none is.
