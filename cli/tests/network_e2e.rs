@@ -133,9 +133,53 @@ fn an_equal_prefix_conflict_is_refused_at_load() {
     assert!(env.processes().is_empty(), "{:?}", env.processes());
 }
 
+/// Spec 3.7 "Authority drop", seen from outside while a session runs: no
+/// thread of the Runtime Supervisor holds CAP_NET_ADMIN in any set (SR-5),
+/// and its enforcement namespace has no canary link left, only `lo` and
+/// `tap0`.
+fn assert_supervisor_attested(env: &Env) {
+    let supervisors: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains("__supervisor") && !p.contains("__wrapper"))
+        .collect();
+    assert_eq!(supervisors.len(), 1, "{:?}", env.processes());
+    let pid = supervisors[0].split(':').next().unwrap().to_owned();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let mut checked = 0;
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            let mask = status
+                .lines()
+                .find_map(|l| l.strip_prefix(set)?.strip_prefix(':'))
+                .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+                .unwrap_or_else(|| panic!("{set} missing: {status}"));
+            assert_eq!(
+                mask & (1 << 12),
+                0,
+                "task {:?} holds CAP_NET_ADMIN in {set}",
+                task.path()
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 1);
+    let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap();
+    let mut links: Vec<&str> = dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    links.sort_unstable();
+    assert_eq!(links, ["lo", "tap0"], "{dev}");
+}
+
 /// Spec 3.7 helper loss: slirp4netns killed with SIGKILL mid-session fails
 /// the Domain closed: the session ends with a message naming the helper,
-/// and the whole Domain is torn down and cleaned (store, traces).
+/// and the whole Domain is torn down and cleaned (store, traces). Before
+/// the kill, the attested supervisor is checked from outside.
 #[test]
 fn a_killed_connectivity_helper_tears_the_domain_down() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -161,6 +205,7 @@ fn a_killed_connectivity_helper_tears_the_domain_down() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert_supervisor_attested(&env);
     let helper: Vec<String> = env
         .processes()
         .into_iter()

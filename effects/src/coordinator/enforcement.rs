@@ -23,6 +23,7 @@ use lazaret_runtime::network::{
 
 use super::nsys::NamespaceSys;
 use crate::broker::sys::TargetCommand;
+use crate::network::canary::ipv6_off;
 use crate::network::nft::{NftError, NftSys};
 use crate::network::rtnl::{RouteSys, RtnlError};
 
@@ -72,9 +73,7 @@ pub enum EnforcementError {
 /// "Lazaret v1 disables IPv6 in the Linux enforcement namespace before
 /// helper and canary setup"). The caller stays where it was.
 pub fn create_enforcement_namespace<N: NamespaceSys>(ns: &N) -> Result<OwnedFd, EnforcementError> {
-    let all = Path::new("/proc/sys/net/ipv6/conf/all/disable_ipv6");
-    let default = Path::new("/proc/sys/net/ipv6/conf/default/disable_ipv6");
-    ns.create_network_namespace(&[(all, "1"), (default, "1")])
+    ns.create_network_namespace(&ipv6_off())
         .map_err(EnforcementError::Namespace)
 }
 

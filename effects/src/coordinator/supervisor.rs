@@ -22,6 +22,8 @@ use crate::broker::{Broker, BrokerError};
 use crate::confined::{ConfinedSys, FileKind, RealSys};
 use crate::crash_point::crash_point;
 use crate::git_sentry;
+use crate::network::authority::{AuthoritySys, RealAuthority};
+use crate::network::canary::{self, CanaryError, CanaryNetwork, InitPipes, RealCanary};
 use crate::network::nft::RealNft;
 use crate::network::policy_fd::{read_sealed_policy, PolicyFdError};
 use crate::network::rtnl::NetlinkRoutes;
@@ -90,6 +92,8 @@ pub enum SupervisorError {
     Enforcement(#[from] EnforcementError),
     #[error("acquiring the connectivity helper slirp4netns: {0}")]
     Helper(#[source] BrokerError),
+    #[error("network attestation refused publication: {0}")]
+    Canary(#[from] CanaryError),
     #[error(
         "the network helper slirp4netns ended ({0}); the sandbox was stopped, its network is gone"
     )]
@@ -560,18 +564,21 @@ fn own_network_namespace() -> Result<NamespaceIdentity, SupervisorError> {
     })
 }
 
-/// Spec 3.7 up to MarkNetworkReady: the derived policy, verified from its
-/// sealed descriptor, installed in the enforcement namespace and observed
-/// exactly; HC then records readiness and answers `NetworkReady`.
+/// Spec 3.7 up to MarkNetworkReady: the canary set up and proven live, the
+/// derived policy, verified from its sealed descriptor, installed in the
+/// enforcement namespace and observed exactly; HC then records readiness
+/// and answers `NetworkReady`. The canary stays for the sandbox's own
+/// view of it ([`CanaryNetwork::attest`]).
 fn ready_network<N: NamespaceSys>(
     ns: &N,
     plan: &SupervisorPlan,
     stream: &UnixStream,
     netns: &OwnedFd,
     policy: &lazaret_runtime::config::DerivedNetworkPolicy,
-) -> Result<(), SupervisorError> {
+) -> Result<CanaryNetwork, SupervisorError> {
     let _span = tracing::info_span!("MarkNetworkReady").entered();
     enter_generation_namespaces(ns, netns)?;
+    let canary = canary::set_up(&NetlinkRoutes, ns, &RealCanary, plan.generation_id)?;
     let projection = enforcement::install_policy(&NetlinkRoutes, &RealNft, policy)?;
     tracing::info!(
         routes = projection.ipv4_routes.len(),
@@ -595,7 +602,8 @@ fn ready_network<N: NamespaceSys>(
         }
     }
     enforcement::hide_root_namespace_probe(ns)
-        .map_err(kernel("mounting an empty /proc/sys/net/core for runsc"))
+        .map_err(kernel("mounting an empty /proc/sys/net/core for runsc"))?;
+    Ok(canary)
 }
 
 fn launch_and_serve<N: NamespaceSys>(
@@ -613,15 +621,25 @@ fn launch_and_serve<N: NamespaceSys>(
     let program = std::env::current_exe().map_err(kernel("locating the lazaret binary"))?;
     let mut broker = Broker::claim(RealProcessSys, program)?;
     let helper = acquire_helper(&mut broker, plan, stream, &netns)?;
-    let served = ready_network(ns, plan, stream, &netns, &policy).and_then(|()| {
+    let served = ready_network(ns, plan, stream, &netns, &policy).and_then(|canary| {
         drop(netns);
-        run_sandbox(ns, plan, stream, hc_gone, &mut broker, &helper, &policy)
+        run_sandbox(
+            ns,
+            plan,
+            stream,
+            hc_gone,
+            &mut broker,
+            &helper,
+            &policy,
+            canary,
+        )
     });
     helper.stop(&broker);
     served
 }
 
 /// From the enforcement namespace, ready, to the sandbox's end.
+#[allow(clippy::too_many_arguments)]
 fn run_sandbox<N: NamespaceSys>(
     ns: &N,
     plan: &SupervisorPlan,
@@ -630,6 +648,7 @@ fn run_sandbox<N: NamespaceSys>(
     broker: &mut Broker<RealProcessSys>,
     helper: &Helper,
     policy: &lazaret_runtime::config::DerivedNetworkPolicy,
+    canary: CanaryNetwork,
 ) -> Result<(), SupervisorError> {
     let generation = PathBuf::from(&plan.generation_dir);
     let bundle = generation.join("bundle");
@@ -695,9 +714,21 @@ fn run_sandbox<N: NamespaceSys>(
         &network_files,
     )?;
 
-    // init's stdin is the lifetime pipe; runsc's stderr is kept for errors.
+    // init's stdin is the lifetime pipe, which also carries the attestation
+    // requests; its stdout carries the reports; runsc's stderr is kept for
+    // errors.
     let (init_r, init_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| kernel("pipe")(e.into()))?;
+    let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| kernel("pipe")(e.into()))?;
+    // Queued before runsc starts: init takes the request up as it runs.
+    let canary = canary.request(
+        &mut InitPipes {
+            request: init_w.as_fd(),
+            report: report_r.as_fd(),
+        },
+        &RealCanary,
+    )?;
     let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| kernel("pipe")(e.into()))?;
     let null: OwnedFd = std::fs::OpenOptions::new()
@@ -710,11 +741,11 @@ fn run_sandbox<N: NamespaceSys>(
     // regular file (HOST-NOTES: runsc re-owns such files).
     ns.dup_onto_stdio(init_r.as_fd(), 0)
         .map_err(kernel("dup2 stdin"))?;
-    ns.dup_onto_stdio(null.as_fd(), 1)
+    ns.dup_onto_stdio(report_w.as_fd(), 1)
         .map_err(kernel("dup2 stdout"))?;
     ns.dup_onto_stdio(err_w.as_fd(), 2)
         .map_err(kernel("dup2 stderr"))?;
-    drop((init_r, err_w));
+    drop((init_r, report_w, err_w));
 
     let context = StagingContext {
         domain_id: DomainId(plan.domain_id),
@@ -743,13 +774,20 @@ fn run_sandbox<N: NamespaceSys>(
         },
         &mut ledger,
     );
-    // RS keeps no copy of init's stdin read end or runsc's stderr write end.
+    // RS keeps no copy of init's stdin read end, init's stdout write end or
+    // runsc's stderr write end.
     ns.dup_onto_stdio(null.as_fd(), 0)
         .map_err(kernel("dup2 stdin"))?;
+    ns.dup_onto_stdio(null.as_fd(), 1)
+        .map_err(kernel("dup2 stdout"))?;
     ns.dup_onto_stdio(null.as_fd(), 2)
         .map_err(kernel("dup2 stderr"))?;
     let child = acquired?;
     let stderr_tail = std::thread::spawn(move || {
+        // Capabilities are per thread: this one never needs network
+        // administration, and the supervisor's drop (spec 3.7, SR-5) is
+        // confirmed over every thread. A failure here shows there.
+        let _ = RealAuthority.drop_network_administration();
         let mut text = Vec::new();
         let _ = std::fs::File::from(err_r)
             .take(64 * 1024)
@@ -792,62 +830,34 @@ fn run_sandbox<N: NamespaceSys>(
             )));
         }
     };
-    let mut tx = stream;
-    channel::send(
-        &mut tx,
-        "supervisor",
-        &SupervisorMessage::SandboxRunning {
-            container_id: plan.container_id.clone(),
-            runsc_root: runsc_root.display().to_string(),
-            bundle_digest,
-        },
-    )?;
-    crash_point!(Rs, "running", "after-report", "SandboxRunning");
-    // Serve until Stop, HC loss (EOF or the parent-death signal), or the
-    // sandbox ending on its own.
     let handle = committed.handle();
-    let mut rx = stream;
-    let mut helper_lost = None;
-    loop {
-        let mut fds = [
-            rustix::event::PollFd::new(&rx, rustix::event::PollFlags::IN),
-            rustix::event::PollFd::new(handle.pidfd(), rustix::event::PollFlags::IN),
-            rustix::event::PollFd::new(hc_gone, rustix::event::PollFlags::IN),
-            rustix::event::PollFd::new(helper.child.handle().pidfd(), rustix::event::PollFlags::IN),
-        ];
-        match rustix::event::poll(&mut fds, None) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(kernel("poll")(e.into())),
+    // Spec 3.7: the sandbox's own view of the canary, the canary's exact
+    // cleanup and the supervisor's authority drop come before the sandbox is
+    // reported running, so a failed predicate refuses publication.
+    let mut init = InitPipes {
+        request: init_w.as_fd(),
+        report: report_r.as_fd(),
+    };
+    let failure = match canary.attest(&NetlinkRoutes, &mut init, &RealCanary, &RealAuthority) {
+        Err(refused) => {
+            tracing::warn!(%refused, "network attestation refused");
+            Some(SupervisorError::from(refused))
         }
-        // Spec 3.7 helper loss: without slirp4netns the Domain fails closed.
-        if !fds[3].revents().is_empty() {
-            let status = helper.child.handle().peek(&RealProcessSys);
-            tracing::warn!(?status, "the connectivity helper slirp4netns ended");
-            let lost = SupervisorError::HelperLost(format!("{status:?}"));
-            // Told before the sandbox stops, so every session's end
-            // carries it.
+        Ok(()) => {
             let mut tx = stream;
-            let _ = channel::send(
+            channel::send(
                 &mut tx,
                 "supervisor",
-                &SupervisorMessage::Failed(lost.to_string()),
-            );
-            helper_lost = Some(lost);
-            break;
+                &SupervisorMessage::SandboxRunning {
+                    container_id: plan.container_id.clone(),
+                    runsc_root: runsc_root.display().to_string(),
+                    bundle_digest,
+                },
+            )?;
+            crash_point!(Rs, "running", "after-report", "SandboxRunning");
+            serve(stream, handle, hc_gone, helper)?
         }
-        if !fds[1].revents().is_empty() || !fds[2].revents().is_empty() {
-            if !fds[2].revents().is_empty() {
-                tracing::warn!("the Host Coordinator is gone (parent-death signal)");
-            }
-            break;
-        }
-        if !fds[0].revents().is_empty() {
-            match channel::receive::<CoordinatorCommand>(&mut rx, "supervisor") {
-                Ok(CoordinatorCommand::Stop) | Err(_) => break,
-                Ok(other) => tracing::warn!(?other, "ignored coordinator command"),
-            }
-        }
-    }
+    };
     let _span = tracing::info_span!("StopSandbox").entered();
     drop(init_w);
     let ended = wait_exit(handle, GRACEFUL_STOP).map_err(kernel("waiting for runsc run"))?;
@@ -876,9 +886,60 @@ fn run_sandbox<N: NamespaceSys>(
         path: generation.clone(),
         source,
     })?;
-    match helper_lost {
-        Some(lost) => Err(lost),
+    match failure {
+        Some(failure) => Err(failure),
         None => Ok(()),
+    }
+}
+
+/// Serves until Stop, HC loss (EOF or the parent-death signal), or the
+/// sandbox ending on its own; the helper's loss is returned (already told
+/// to HC) for the caller to end with.
+fn serve(
+    stream: &UnixStream,
+    handle: &ProcessHandle,
+    hc_gone: &UnixStream,
+    helper: &Helper,
+) -> Result<Option<SupervisorError>, SupervisorError> {
+    let mut rx = stream;
+    loop {
+        let mut fds = [
+            rustix::event::PollFd::new(&rx, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(handle.pidfd(), rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(hc_gone, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(helper.child.handle().pidfd(), rustix::event::PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(kernel("poll")(e.into())),
+        }
+        // Spec 3.7 helper loss: without slirp4netns the Domain fails closed.
+        if !fds[3].revents().is_empty() {
+            let status = helper.child.handle().peek(&RealProcessSys);
+            tracing::warn!(?status, "the connectivity helper slirp4netns ended");
+            let lost = SupervisorError::HelperLost(format!("{status:?}"));
+            // Told before the sandbox stops, so every session's end
+            // carries it.
+            let mut tx = stream;
+            let _ = channel::send(
+                &mut tx,
+                "supervisor",
+                &SupervisorMessage::Failed(lost.to_string()),
+            );
+            return Ok(Some(lost));
+        }
+        if !fds[1].revents().is_empty() || !fds[2].revents().is_empty() {
+            if !fds[2].revents().is_empty() {
+                tracing::warn!("the Host Coordinator is gone (parent-death signal)");
+            }
+            return Ok(None);
+        }
+        if !fds[0].revents().is_empty() {
+            match channel::receive::<CoordinatorCommand>(&mut rx, "supervisor") {
+                Ok(CoordinatorCommand::Stop) | Err(_) => return Ok(None),
+                Ok(other) => tracing::warn!(?other, "ignored coordinator command"),
+            }
+        }
     }
 }
 

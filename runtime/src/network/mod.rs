@@ -2,15 +2,16 @@
 //! Runtime Supervisor installs from the derived policy, what it must
 //! observe afterwards, and the files the sandbox reads. No syscalls here;
 //! `lazaret_effects::network` performs and observes.
+pub mod attestation;
 pub mod plan;
 pub mod projection;
 pub mod topology;
 
 pub use plan::{
-    egress_ruleset, expected_filter, expected_projection, install_routes, network_summary,
-    resolv_conf, PlanError, CANARY_ALLOWED,
+    canary_probe_route, egress_ruleset, expected_filter, expected_projection, install_routes,
+    network_summary, resolv_conf, PlanError, CANARY_ALLOWED,
 };
 pub use projection::{
-    FilterProjection, FilterRule, PolicyProjection, ProjectedRoute, RouteNextHop,
-    FILTER_PROJECTION_VERSION, PROJECTION_VERSION,
+    FilterProjection, FilterRule, LinkRecord, PolicyProjection, ProjectedRoute, RouteNextHop,
+    FILTER_PROJECTION_VERSION, LINK_RECORD_VERSION, PROJECTION_VERSION,
 };

@@ -43,7 +43,9 @@ use super::projection::{
     FilterProjection, FilterRule, PolicyProjection, ProjectedRoute, RouteNextHop,
     FILTER_PROJECTION_VERSION,
 };
-use super::topology::{GATEWAY, SLIRP_NETWORK, SYNTHETIC_DNS, TAP_DEVICE};
+use super::topology::{
+    CANARY_DEVICE, CANARY_NETWORK, GATEWAY, SLIRP_NETWORK, SYNTHETIC_DNS, TAP_DEVICE,
+};
 
 /// The main routing table (`RT_TABLE_MAIN`).
 pub const MAIN_TABLE: u32 = 254;
@@ -56,20 +58,20 @@ pub const ROUTE_PRIORITY: u32 = 0;
 const GATEWAY_ALLOWED: Ipv4Prefix = Ipv4Prefix::new(GATEWAY.octets(), 32);
 /// The fixed allow of the synthetic DNS endpoint (spec 3.7).
 const DNS_ALLOWED: Ipv4Prefix = Ipv4Prefix::new(SYNTHETIC_DNS.octets(), 32);
-/// The aggregate canary deny, `10.137.55.0/29` (spec 3.7 "Known-live
-/// control"); installed on-link on `tap0` like every deny.
-const CANARY_DENY: Ipv4Prefix = Ipv4Prefix::new([10, 137, 55, 0], 29);
+/// The aggregate canary deny, the whole canary network (spec 3.7
+/// "Known-live control"); installed on-link on `tap0` like every deny.
+const CANARY_DENY: Ipv4Prefix = CANARY_NETWORK;
 
 /// The allowed canary endpoint `10.137.55.2/32` (spec 3.7 "Known-live
 /// control": the more-specific allowed `/32` under the aggregate canary
 /// deny).
 ///
-/// It is **excluded from [`install_routes`] and [`expected_projection`]**:
-/// its route goes through the canary veth (`10.137.55.2/32 dev cnr0`), which
-/// does not exist when the policy is installed. The canary step installs it
-/// on the canary link once the canary exists, and its exact cleanup removes
-/// it with the veth. [`egress_ruleset`] does include it (as accept), since
-/// the filter on `tap0` does not need the canary link.
+/// Its route goes through the canary veth, on-link on
+/// [`CANARY_DEVICE`]: the canary link exists before the policy is
+/// installed, and its exact cleanup removes the route with the link once
+/// the sandbox has authenticated the canary. The egress filter on `tap0`
+/// leaves it out, so the aggregate canary deny drops it there: the canary
+/// is never reached through slirp4netns, before or after the cleanup.
 pub const CANARY_ALLOWED: Ipv4Prefix = Ipv4Prefix::new([10, 137, 55, 2], 32);
 
 /// The fixed rules every v1 derived policy carries, with their actions
@@ -246,8 +248,7 @@ fn via_gateway() -> RouteNextHop {
 ///   on-link on `tap0`: they are slirp4netns neighbours, and a route to the
 ///   gateway through itself is meaningless;
 /// - any other allow goes through the gateway on `tap0`;
-/// - [`CANARY_ALLOWED`] is left out: the canary step installs it on the
-///   canary link.
+/// - [`CANARY_ALLOWED`] is on-link on the canary link [`CANARY_DEVICE`].
 pub fn install_routes(policy: &DerivedNetworkPolicy) -> Result<Vec<ProjectedRoute>, PlanError> {
     let rules = checked_rules(policy)?;
     let mut routes = Vec::with_capacity(rules.len() + 1);
@@ -264,7 +265,12 @@ pub fn install_routes(policy: &DerivedNetworkPolicy) -> Result<Vec<ProjectedRout
                 }
             }
             PolicyAction::Deny => routes.push(route(prefix, on_link())),
-            PolicyAction::Allow if prefix == CANARY_ALLOWED => {}
+            PolicyAction::Allow if prefix == CANARY_ALLOWED => routes.push(route(
+                prefix,
+                RouteNextHop::OnLink {
+                    device: CANARY_DEVICE.to_owned(),
+                },
+            )),
             PolicyAction::Allow if prefix == GATEWAY_ALLOWED || prefix == DNS_ALLOWED => {
                 routes.push(route(prefix, on_link()));
             }
@@ -272,6 +278,20 @@ pub fn install_routes(policy: &DerivedNetworkPolicy) -> Result<Vec<ProjectedRout
         }
     }
     Ok(routes)
+}
+
+/// The temporary route of the known-live check (spec 3.7 "Known-live
+/// control"): the whole canary network on-link on the canary link, so the
+/// enforcement namespace's own stack reaches both endpoints before the
+/// policy is installed. It is removed again before [`install_routes`], and
+/// the projection would show it if it were not.
+pub fn canary_probe_route() -> ProjectedRoute {
+    route(
+        CANARY_NETWORK,
+        RouteNextHop::OnLink {
+            device: CANARY_DEVICE.to_owned(),
+        },
+    )
 }
 
 /// The policy-semantic projection (spec 3.7 evidence table, "Linux policy
@@ -299,14 +319,16 @@ pub fn expected_projection(policy: &DerivedNetworkPolicy) -> Result<PolicyProjec
 /// prefix first (then by address; equal prefixes cannot occur), and the
 /// first match decides as longest-prefix routing would. Unmatched frames,
 /// ARP among them, pass (`policy accept`, the IPv4 default allow). Egress
-/// cannot `reject`; denied frames are dropped. [`CANARY_ALLOWED`] is
-/// included as accept.
+/// cannot `reject`; denied frames are dropped. [`CANARY_ALLOWED`] is left
+/// out, so the aggregate canary deny drops it on `tap0`: the canary is
+/// only ever reached over its own link.
 /// The egress chain's prefix rules in evaluation order: longest prefix
 /// first, so the first match is the longest-prefix decision.
 fn egress_order(
     policy: &DerivedNetworkPolicy,
 ) -> Result<Vec<(Ipv4Prefix, PolicyAction)>, PlanError> {
     let mut rules = checked_rules(policy)?;
+    rules.retain(|(prefix, _)| *prefix != CANARY_ALLOWED);
     rules.sort_by_key(|(p, _)| (Reverse(p.prefix_len()), p.network()));
     Ok(rules)
 }

@@ -102,3 +102,102 @@ pub struct FilterProjection {
     pub policy: String,
     pub rules: Vec<FilterRule>,
 }
+
+/// The [`LinkRecord`] format version; a change of meaning bumps it.
+pub const LINK_RECORD_VERSION: u32 = 1;
+
+/// The rtnetlink shape of a link as created (spec 3.7 "Exact cleanup").
+///
+/// The Runtime Supervisor keeps this versioned creation record and deletes
+/// the link only while its current shape equals it in every field:
+/// namespace and interface index alone are insufficient, because an index
+/// can be reused by a link that is not the one created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkRecord {
+    /// The record format ([`LINK_RECORD_VERSION`]).
+    pub version: u32,
+    /// The interface index (`ifi_index`) in the link's own namespace.
+    pub index: u32,
+    /// The interface name (`IFLA_IFNAME`).
+    pub name: String,
+    /// The link kind (`IFLA_INFO_KIND` inside `IFLA_LINKINFO`, e.g.
+    /// `"veth"`); empty only when the link has no `IFLA_LINKINFO` at all.
+    pub kind: String,
+    /// The hardware address (`IFLA_ADDRESS`).
+    pub mac: [u8; 6],
+    /// The MTU (`IFLA_MTU`).
+    pub mtu: u32,
+    /// The peer's interface index (`IFLA_LINK`), in the peer's namespace;
+    /// None when the kernel reports none.
+    pub peer_index: Option<u32>,
+    /// The peer namespace's ID as seen from the link's namespace
+    /// (`IFLA_LINK_NETNSID`); None when the peer shares the namespace or
+    /// the kernel reports none.
+    pub peer_namespace_id: Option<i32>,
+}
+
+impl std::fmt::Display for LinkRecord {
+    /// `NAME index I kind K mac M mtu U peer P netnsid N (record vV)`, with
+    /// `-` for an absent peer index or namespace ID.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c, d, e, g] = self.mac;
+        let optional = |value: Option<String>| value.unwrap_or_else(|| "-".to_owned());
+        write!(
+            f,
+            "{} index {} kind {:?} mac {a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x} mtu {} peer {} netnsid {} (record v{})",
+            self.name,
+            self.index,
+            self.kind,
+            self.mtu,
+            optional(self.peer_index.map(|index| index.to_string())),
+            optional(self.peer_namespace_id.map(|id| id.to_string())),
+            self.version,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn veth() -> LinkRecord {
+        LinkRecord {
+            version: LINK_RECORD_VERSION,
+            index: 5,
+            name: "cnr0".to_owned(),
+            kind: "veth".to_owned(),
+            mac: [0x02, 0x42, 0xac, 0x11, 0x00, 0x0f],
+            mtu: 1500,
+            peer_index: Some(2),
+            peer_namespace_id: Some(0),
+        }
+    }
+
+    #[test]
+    fn link_record_displays_every_field() {
+        assert_eq!(
+            veth().to_string(),
+            "cnr0 index 5 kind \"veth\" mac 02:42:ac:11:00:0f mtu 1500 peer 2 netnsid 0 (record v1)"
+        );
+        let lo = LinkRecord {
+            index: 1,
+            name: "lo".to_owned(),
+            kind: String::new(),
+            mac: [0; 6],
+            mtu: 65536,
+            peer_index: None,
+            peer_namespace_id: None,
+            ..veth()
+        };
+        assert_eq!(
+            lo.to_string(),
+            "lo index 1 kind \"\" mac 00:00:00:00:00:00 mtu 65536 peer - netnsid - (record v1)"
+        );
+    }
+
+    #[test]
+    fn link_record_round_trips_through_json() {
+        let text = serde_json::to_string(&veth()).unwrap();
+        assert_eq!(serde_json::from_str::<LinkRecord>(&text).unwrap(), veth());
+    }
+}
