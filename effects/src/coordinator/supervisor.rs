@@ -39,7 +39,7 @@ use lazaret_runtime::records::participant::NamespaceIdentity;
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessOwnership};
 use sha2::Digest as _;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -94,6 +94,11 @@ pub enum SupervisorError {
     Helper(#[source] BrokerError),
     #[error("network attestation refused publication: {0}")]
     Canary(#[from] CanaryError),
+    #[error("the enforcement namespace descriptor names namespace {held:?}, but the supervisor is in {current:?}; expected the same (SR-12)")]
+    NamespaceDescriptor {
+        held: NamespaceIdentity,
+        current: NamespaceIdentity,
+    },
     #[error(
         "the network helper slirp4netns ended ({0}); the sandbox was stopped, its network is gone"
     )]
@@ -622,24 +627,49 @@ fn launch_and_serve<N: NamespaceSys>(
     let mut broker = Broker::claim(RealProcessSys, program)?;
     let helper = acquire_helper(&mut broker, plan, stream, &netns)?;
     let served = ready_network(ns, plan, stream, &netns, &policy).and_then(|canary| {
-        drop(netns);
-        run_sandbox(
-            ns,
-            plan,
-            stream,
-            hc_gone,
-            &mut broker,
-            &helper,
-            &policy,
+        let sandbox = SandboxInputs {
+            netns: &netns,
+            policy: &policy,
             canary,
-        )
+        };
+        run_sandbox(ns, plan, stream, hc_gone, &mut broker, &helper, sandbox)
     });
     helper.stop(&broker);
     served
 }
 
+/// What the ready enforcement namespace hands the sandbox.
+struct SandboxInputs<'a> {
+    /// The enforcement namespace, as created and entered.
+    netns: &'a OwnedFd,
+    policy: &'a lazaret_runtime::config::DerivedNetworkPolicy,
+    canary: CanaryNetwork,
+}
+
+/// SR-12: the path runsc joins the enforcement namespace by, through this
+/// process's own descriptor of it (`/proc/PID/fd/N`), once that descriptor
+/// is verified to be the namespace this process is in, the one it reported
+/// and HC read independently. A path like `/proc/PID/ns/net` would name
+/// whatever namespace the process is in when runsc opens it.
+fn verified_namespace_path(netns: &OwnedFd) -> Result<PathBuf, SupervisorError> {
+    let st = rustix::fs::fstat(netns)
+        .map_err(|e| kernel("fstat of the enforcement namespace descriptor")(e.into()))?;
+    let held = NamespaceIdentity {
+        device: st.st_dev,
+        inode: st.st_ino,
+    };
+    let current = own_network_namespace()?;
+    if held != current {
+        return Err(SupervisorError::NamespaceDescriptor { held, current });
+    }
+    Ok(PathBuf::from(format!(
+        "/proc/{}/fd/{}",
+        std::process::id(),
+        netns.as_raw_fd()
+    )))
+}
+
 /// From the enforcement namespace, ready, to the sandbox's end.
-#[allow(clippy::too_many_arguments)]
 fn run_sandbox<N: NamespaceSys>(
     ns: &N,
     plan: &SupervisorPlan,
@@ -647,9 +677,13 @@ fn run_sandbox<N: NamespaceSys>(
     hc_gone: &UnixStream,
     broker: &mut Broker<RealProcessSys>,
     helper: &Helper,
-    policy: &lazaret_runtime::config::DerivedNetworkPolicy,
-    canary: CanaryNetwork,
+    sandbox: SandboxInputs<'_>,
 ) -> Result<(), SupervisorError> {
+    let SandboxInputs {
+        netns,
+        policy,
+        canary,
+    } = sandbox;
     let generation = PathBuf::from(&plan.generation_dir);
     let bundle = generation.join("bundle");
     let runsc_root = generation.join("runsc");
@@ -658,7 +692,7 @@ fn run_sandbox<N: NamespaceSys>(
         source,
     })?;
     bound_resources(ns, &runsc_root)?;
-    let netns = PathBuf::from(format!("/proc/{}/ns/net", std::process::id()));
+    let netns = verified_namespace_path(netns)?;
     let workspace = PathBuf::from(&plan.workspace);
     let workspace_fd = check_workspace(&RealSys, &workspace, plan.workspace_object)?;
     // A generation that did not finish its ownership restore (a crash, a
@@ -947,6 +981,40 @@ fn serve(
 mod tests {
     use super::*;
     use crate::coordinator::nsys::RecordingNs;
+
+    /// SR-12: runsc gets the supervisor's own descriptor of the namespace
+    /// it is in; a descriptor of any other namespace is refused.
+    #[test]
+    fn runsc_joins_the_network_namespace_by_a_verified_descriptor() -> Result<(), SupervisorError> {
+        let own: OwnedFd = std::fs::File::open("/proc/self/ns/net")
+            .map_err(kernel("open /proc/self/ns/net"))?
+            .into();
+        let path = verified_namespace_path(&own)?;
+        assert_eq!(
+            path,
+            PathBuf::from(format!(
+                "/proc/{}/fd/{}",
+                std::process::id(),
+                own.as_raw_fd()
+            ))
+        );
+        let joined = rustix::fs::stat(&path).map_err(|e| kernel("stat")(e.into()))?;
+        assert_eq!(
+            NamespaceIdentity {
+                device: joined.st_dev,
+                inode: joined.st_ino
+            },
+            own_network_namespace()?
+        );
+        let other = crate::coordinator::nsys::RealNs
+            .create_network_namespace(&[])
+            .map_err(kernel("a second network namespace"))?;
+        assert!(matches!(
+            verified_namespace_path(&other),
+            Err(SupervisorError::NamespaceDescriptor { .. })
+        ));
+        Ok(())
+    }
 
     fn object_id(path: &Path) -> ObjectId {
         let st = RealSys
