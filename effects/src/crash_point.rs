@@ -11,6 +11,10 @@
 //! reached is appended to that file (`passed <point> <label>`, or `fired
 //! <point> <label>` just before the kill), which is how the suite enumerates
 //! the points of a real run.
+//!
+//! The same builds can inject a named fault where [`fault!`] asks for one:
+//! `LAZARET_FAULT=<name>` (docs/crash-points.md, "Faults"). Without the
+//! feature the macro is `false`.
 
 /// Marks a crash point: `crash_point!(Role, step, "when", label)` where
 /// `step` and `label` are `Display`. Expands to nothing without the
@@ -23,8 +27,23 @@ macro_rules! crash_point {
 }
 pub(crate) use crash_point;
 
+/// Whether the test asked for the fault `name` (`LAZARET_FAULT=<name>`);
+/// always `false` without the `crash-points` feature.
+macro_rules! fault {
+    ($name:expr) => {{
+        #[cfg(feature = "crash-points")]
+        let requested = $crate::crash_point::fault_requested($name);
+        #[cfg(not(feature = "crash-points"))]
+        let requested = false;
+        requested
+    }};
+}
+pub(crate) use fault;
+
 #[cfg(feature = "crash-points")]
-pub use hook::{reached, target_label, Role, StepLabel, LOG_VAR, POINT_VAR};
+pub use hook::{
+    fault_requested, reached, target_label, Role, StepLabel, FAULT_VAR, LOG_VAR, POINT_VAR,
+};
 
 #[cfg(feature = "crash-points")]
 mod hook {
@@ -41,6 +60,13 @@ mod hook {
     pub const POINT_VAR: &str = "LAZARET_CRASH_POINT";
     /// The file every reached point is appended to.
     pub const LOG_VAR: &str = "LAZARET_CRASH_LOG";
+    /// The fault to inject (docs/crash-points.md, "Faults").
+    pub const FAULT_VAR: &str = "LAZARET_FAULT";
+
+    /// Whether `LAZARET_FAULT` names `name`.
+    pub fn fault_requested(name: &str) -> bool {
+        std::env::var_os(FAULT_VAR).is_some_and(|f| f == name)
+    }
 
     /// The process a crash point belongs to.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

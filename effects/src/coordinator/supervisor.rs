@@ -20,7 +20,7 @@ use crate::broker::remote::{CoordinatorLink, RemoteLedger};
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError};
 use crate::confined::{ConfinedSys, FileKind, RealSys};
-use crate::crash_point::crash_point;
+use crate::crash_point::{crash_point, fault};
 use crate::git_sentry;
 use crate::network::authority::{AuthoritySys, RealAuthority};
 use crate::network::canary::{self, CanaryError, CanaryNetwork, InitPipes, RealCanary};
@@ -605,6 +605,12 @@ fn ready_network<N: NamespaceSys>(
                 got: format!("{other:?}"),
             })
         }
+    }
+    // A route tampered with after readiness, for the fault suite: only the
+    // sandbox's own view can catch it.
+    if fault!("drop-canary-route") {
+        use crate::network::rtnl::RouteSys as _;
+        let _ = NetlinkRoutes.delete_route(&lazaret_runtime::network::canary_route());
     }
     enforcement::hide_root_namespace_probe(ns)
         .map_err(kernel("mounting an empty /proc/sys/net/core for runsc"))?;

@@ -41,7 +41,7 @@ use lazaret_runtime::network::{canary_probe_route, LinkRecord};
 use super::authority::AuthoritySys;
 use super::rtnl::{NetlinkRoutes, RouteSys, RtnlError};
 use crate::coordinator::nsys::NamespaceSys;
-use crate::crash_point::crash_point;
+use crate::crash_point::{crash_point, fault};
 
 /// The sysctls that turn IPv6 off in a new network namespace, written
 /// before anything exists in it (spec 3.7), as `(path, value)`.
@@ -253,6 +253,10 @@ fn answer(
     stream.set_write_timeout(Some(CHALLENGE_TIMEOUT))?;
     let mut challenge = [0u8; CHALLENGE_LEN];
     stream.read_exact(&mut challenge)?;
+    // A dead canary, for the fault suite: the connection closes unanswered.
+    if role == CanaryRole::Allowed && fault!("mute-allowed-canary") {
+        return Ok(());
+    }
     stream.write_all(&canary_answer(key, generation, role, &challenge))
 }
 
@@ -456,7 +460,11 @@ impl CanaryNetwork {
                 .challenge(SocketAddrV4::new(endpoint, CANARY_PORT), &challenge)
                 .map_err(|e| AttestationError::CanaryNotLive {
                     role,
-                    detail: e.to_string(),
+                    detail: if e.kind() == io::ErrorKind::UnexpectedEof {
+                        "it closed the connection without an answer".to_owned()
+                    } else {
+                        e.to_string()
+                    },
                 })?;
             if answer != canary_answer(&self.key, self.generation, role, &challenge) {
                 return Err(AttestationError::CanaryNotLive {

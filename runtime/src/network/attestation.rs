@@ -46,6 +46,15 @@ pub enum CanaryRole {
     Denied,
 }
 
+impl std::fmt::Display for CanaryRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Allowed => "allowed canary 10.137.55.2",
+            Self::Denied => "denied canary 10.137.55.3",
+        })
+    }
+}
+
 impl CanaryRole {
     fn tag(self) -> u8 {
         match self {
@@ -143,7 +152,7 @@ pub const REPORT_LINES_MAX: usize = 16;
 /// spec 3.7 evidence table, each naming it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AttestationError {
-    #[error("known-live control: the {role:?} canary did not authenticate its challenge from the enforcement namespace: {detail}")]
+    #[error("known-live control: the {role} did not authenticate its challenge from the enforcement namespace: {detail}")]
     CanaryNotLive { role: CanaryRole, detail: String },
     #[error("imported behavior: the sandbox's init report is malformed at {line:?}: {detail}")]
     Malformed { line: String, detail: &'static str },

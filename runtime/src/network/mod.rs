@@ -8,8 +8,8 @@ pub mod projection;
 pub mod topology;
 
 pub use plan::{
-    canary_probe_route, egress_ruleset, expected_filter, expected_projection, install_routes,
-    network_summary, resolv_conf, PlanError, CANARY_ALLOWED,
+    canary_probe_route, canary_route, egress_ruleset, expected_filter, expected_projection,
+    install_routes, network_summary, resolv_conf, PlanError, CANARY_ALLOWED,
 };
 pub use projection::{
     FilterProjection, FilterRule, LinkRecord, PolicyProjection, ProjectedRoute, RouteNextHop,

@@ -265,12 +265,7 @@ pub fn install_routes(policy: &DerivedNetworkPolicy) -> Result<Vec<ProjectedRout
                 }
             }
             PolicyAction::Deny => routes.push(route(prefix, on_link())),
-            PolicyAction::Allow if prefix == CANARY_ALLOWED => routes.push(route(
-                prefix,
-                RouteNextHop::OnLink {
-                    device: CANARY_DEVICE.to_owned(),
-                },
-            )),
+            PolicyAction::Allow if prefix == CANARY_ALLOWED => routes.push(canary_route()),
             PolicyAction::Allow if prefix == GATEWAY_ALLOWED || prefix == DNS_ALLOWED => {
                 routes.push(route(prefix, on_link()));
             }
@@ -278,6 +273,16 @@ pub fn install_routes(policy: &DerivedNetworkPolicy) -> Result<Vec<ProjectedRout
         }
     }
     Ok(routes)
+}
+
+/// The allowed canary's route: on-link on the canary link.
+pub fn canary_route() -> ProjectedRoute {
+    route(
+        CANARY_ALLOWED,
+        RouteNextHop::OnLink {
+            device: CANARY_DEVICE.to_owned(),
+        },
+    )
 }
 
 /// The temporary route of the known-live check (spec 3.7 "Known-live
