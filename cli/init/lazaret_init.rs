@@ -71,7 +71,7 @@ const CANARY_TIMEOUT: Duration = Duration::from_secs(2);
 /// The denied endpoint gets this many times the allowed one's round trip
 /// (RS gives the formerly allowed one the same; spec 3.7 readiness cost is
 /// docs/network.md "Cost").
-const RTT_FACTOR: u32 = 3;
+const RTT_FACTOR: u32 = 2;
 /// No unreachability wait is longer than this.
 const WAIT_MAX: Duration = Duration::from_secs(10);
 /// A netlink receive gives up after this many seconds, an exchange after

@@ -109,13 +109,14 @@ fn same_answer(a: &[u8], b: &[u8]) -> bool {
 /// machines; it includes the neighbour resolution a first connect needs)
 /// times [`RTT_FACTOR`], and never less than this floor. Both endpoints
 /// sit on the same link behind the same responders, so an endpoint the
-/// sandbox could reach would connect within one such time; three of them
-/// without a connection shows the route does not lead there. A fixed long
-/// wait would only slow every cold launch.
+/// sandbox could reach would connect within one such time (less: the time
+/// includes the challenge's answer); two of them without a connection
+/// show the route does not lead there. A fixed long wait would only slow
+/// every cold launch.
 pub const UNREACHABLE_WAIT_MS: u64 = 10;
 /// The multiple of the allowed canary's round trip an unreachable
 /// endpoint is given (init applies the same factor to the denied canary).
-pub const RTT_FACTOR: u64 = 3;
+pub const RTT_FACTOR: u64 = 2;
 /// The longest unreachability wait.
 pub const UNREACHABLE_WAIT_MAX_MS: u64 = 10_000;
 
