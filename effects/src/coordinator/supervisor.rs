@@ -675,6 +675,33 @@ fn verified_namespace_path(netns: &OwnedFd) -> Result<PathBuf, SupervisorError> 
     )))
 }
 
+/// The Git Sentry filter, mounted from a thread that has already dropped
+/// CAP_NET_ADMIN. Capabilities are per thread and copied at thread
+/// creation: the filter's request threads descend from this one, so the
+/// supervisor's authority drop (spec 3.7, SR-5) covers them too. Mounting
+/// needs only CAP_SYS_ADMIN in the Domain user namespace.
+fn mount_filter(
+    common: &Path,
+    at: &Path,
+) -> Result<git_sentry::filter::MountedFilter, SupervisorError> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                RealAuthority.drop_network_administration().map_err(kernel(
+                    "dropping CAP_NET_ADMIN before the Git Sentry filter",
+                ))?;
+                git_sentry::filter::mount(common, at)
+                    .map_err(|e| SupervisorError::GitSentry(e.to_string()))
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(SupervisorError::GitSentry(
+                    "the thread mounting the filter panicked".to_owned(),
+                ))
+            })
+    })
+}
+
 /// From the enforcement namespace, ready, to the sandbox's end.
 fn run_sandbox<N: NamespaceSys>(
     ns: &N,
@@ -730,10 +757,7 @@ fn run_sandbox<N: NamespaceSys>(
                 path: at.clone(),
                 source,
             })?;
-            Some(
-                git_sentry::filter::mount(&common, &at)
-                    .map_err(|e| SupervisorError::GitSentry(e.to_string()))?,
-            )
+            Some(mount_filter(&common, &at)?)
         }
     };
     let git_filter = filter.as_ref().map(|f| f.mountpoint().to_owned());
