@@ -31,7 +31,7 @@ use super::release::release;
 use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::Signal;
-use crate::process_identity::{match_recorded, RecoveryRefusal};
+use crate::process_identity::{match_recorded, ProcessSys, RecoveryRefusal};
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
 use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
@@ -346,14 +346,17 @@ fn recorded_helper(hc: &Hc<'_, '_>) -> Result<Option<PidfsProcessIdentityV1>, Co
     })
 }
 
-/// Whether the process recorded as `identity` is exactly present.
-fn present(identity: &PidfsProcessIdentityV1) -> Result<bool, String> {
-    match match_recorded(&RealProcessSys, identity) {
+/// Whether the process recorded as `identity` is exactly present. Absent
+/// only on positive evidence: no process at the locator, another process's
+/// pidfs authority there, or another boot. Everything else refuses (FR-7),
+/// a start time that contradicts an exactly equal pidfs authority among
+/// it: the evidence disagrees, so nothing proves the process gone.
+fn present<S: ProcessSys>(sys: &S, identity: &PidfsProcessIdentityV1) -> Result<bool, String> {
+    match match_recorded(sys, identity) {
         Ok(_) => Ok(true),
         Err(
             RecoveryRefusal::NoProcessAtLocator { .. }
             | RecoveryRefusal::AuthorityMismatch { .. }
-            | RecoveryRefusal::StartTimeMismatch { .. }
             | RecoveryRefusal::BootMismatch { .. },
         ) => Ok(false),
         Err(e) => Err(e.to_string()),
@@ -378,12 +381,12 @@ fn wait_absent(
     let mut runsc_outlived = false;
     loop {
         let rs_here = supervisor
-            .map(present)
+            .map(|id| present(&RealProcessSys, id))
             .transpose()
             .map_err(|e| unproved(first_name, e))?
             .unwrap_or(false);
         let runsc_here = runsc
-            .map(present)
+            .map(|id| present(&RealProcessSys, id))
             .transpose()
             .map_err(|e| unproved("attached runsc", e))?
             .unwrap_or(false);
@@ -416,5 +419,69 @@ fn wait_absent(
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process_identity::fake::{FakeProcess, FakeProcessSys};
+    use crate::process_identity::{ChildState, PID_FS_MAGIC};
+    use lazaret_runtime::records::process::{
+        BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1,
+    };
+
+    const BOOT: BootId = BootId([7; 16]);
+
+    fn recorded(pid: u32, ino: u64, start: u64) -> PidfsProcessIdentityV1 {
+        PidfsProcessIdentityV1 {
+            authority: PidfsProcessAuthorityV1 {
+                boot_id: BOOT,
+                pidfs_st_dev: PidfsDev(9),
+                pidfs_st_ino: PidfsIno(ino),
+            },
+            host_pid: HostPid(pid),
+            start_time_ticks: start,
+        }
+    }
+
+    fn live(ino: u64, start: u64) -> FakeProcess {
+        FakeProcess {
+            dev: 9,
+            ino,
+            start_time: start,
+            fs_type: PID_FS_MAGIC,
+            state: ChildState::Running,
+        }
+    }
+
+    /// FR-7: absence needs positive evidence. A start time that
+    /// contradicts an exactly equal pidfs authority is not absence: it
+    /// refuses, naming the disagreement.
+    #[test]
+    fn only_positive_evidence_proves_a_recorded_process_absent() {
+        let sys = FakeProcessSys::new(BOOT);
+        sys.insert(40, live(5, 1));
+        sys.insert(41, live(6, 2));
+        sys.insert(42, live(7, 2));
+        assert_eq!(present(&sys, &recorded(40, 5, 1)), Ok(true));
+        // Nothing at the locator, or another process there: absent.
+        assert_eq!(present(&sys, &recorded(43, 5, 1)), Ok(false));
+        assert_eq!(present(&sys, &recorded(41, 5, 1)), Ok(false));
+        // Another boot: absent without looking the PID up.
+        let other_boot = PidfsProcessIdentityV1 {
+            authority: PidfsProcessAuthorityV1 {
+                boot_id: BootId([8; 16]),
+                ..recorded(40, 5, 1).authority
+            },
+            ..recorded(40, 5, 1)
+        };
+        assert_eq!(present(&sys, &other_boot), Ok(false));
+        // The same pidfs authority with another start time: refused.
+        let refused = present(&sys, &recorded(42, 7, 1));
+        assert!(
+            refused.as_ref().is_err_and(|e| e.contains("start time")),
+            "{refused:?}"
+        );
     }
 }
