@@ -11,7 +11,7 @@ pub mod fake;
 pub mod real;
 mod recovery;
 
-pub use recovery::{match_recorded, RecoveryRefusal};
+pub use recovery::{liveness, match_recorded, Liveness, RecoveryRefusal};
 
 use lazaret_runtime::records::process::{
     BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1, PidfsProcessIdentityV1,

@@ -7,40 +7,9 @@
 //! match is dropped at once. Nothing is ever signalled, waited on or
 //! reaped here.
 use lazaret_effects::domain_store::{GenerationDocument, RecordedSlot};
-use lazaret_effects::process_identity::{match_recorded, ProcessSys, RecoveryRefusal};
+pub use lazaret_effects::process_identity::Liveness;
+use lazaret_effects::process_identity::{liveness, ProcessSys};
 use lazaret_runtime::records::ids::GenerationId;
-use lazaret_runtime::records::process::PidfsProcessIdentityV1;
-
-/// What the live system says about one recorded identity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Liveness {
-    /// The exact recorded process (equal pidfs authority, start time not
-    /// contradicting) is still there.
-    Running,
-    /// Proven gone: another boot, no process at the PID, or the PID now
-    /// names a process with another pidfs identity.
-    Gone { why: String },
-    /// Neither proven running nor proven gone.
-    Unknown { why: String },
-}
-
-impl Liveness {
-    /// The stable `--json` name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Gone { .. } => "gone",
-            Self::Unknown { .. } => "unknown",
-        }
-    }
-
-    pub fn why(&self) -> Option<&str> {
-        match self {
-            Self::Running => None,
-            Self::Gone { why } | Self::Unknown { why } => Some(why),
-        }
-    }
-}
 
 /// One slot as recorded, with its live check when it records an identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,23 +28,6 @@ pub struct GenerationEvidence {
     pub advice: Option<String>,
 }
 
-/// Matches one recorded identity exactly, read-only.
-pub fn check_identity<S: ProcessSys>(sys: &S, recorded: &PidfsProcessIdentityV1) -> Liveness {
-    match match_recorded(sys, recorded) {
-        // The retained pidfd is closed here; no action is taken on it.
-        Ok(_handle) => Liveness::Running,
-        Err(refusal) => {
-            let why = refusal.to_string();
-            match refusal {
-                RecoveryRefusal::BootMismatch { .. }
-                | RecoveryRefusal::NoProcessAtLocator { .. }
-                | RecoveryRefusal::AuthorityMismatch { .. } => Liveness::Gone { why },
-                _ => Liveness::Unknown { why },
-            }
-        }
-    }
-}
-
 /// Gathers the evidence of one generation. `relaunch` is the command that
 /// starts the Domain again (its Host Coordinator recovers first).
 pub fn gather<S: ProcessSys>(
@@ -92,7 +44,7 @@ pub fn gather<S: ProcessSys>(
             liveness: recorded
                 .ownership
                 .identity()
-                .map(|identity| check_identity(sys, identity)),
+                .map(|identity| liveness(sys, identity)),
             recorded,
         })
         .collect();
@@ -150,7 +102,7 @@ mod tests {
     use lazaret_effects::process_identity::fake::{Call, FakeProcess, FakeProcessSys};
     use lazaret_effects::process_identity::{ChildState, PID_FS_MAGIC};
     use lazaret_runtime::records::process::{
-        BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1,
+        BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1, PidfsProcessIdentityV1,
     };
 
     const BOOT: BootId = BootId([7; 16]);
@@ -193,13 +145,13 @@ mod tests {
             (recorded(12, 120, BOOT), "unknown"),
         ];
         for (identity, expected) in cases {
-            let got = check_identity(&sys, &identity);
+            let got = liveness(&sys, &identity);
             assert_eq!(got.name(), expected, "{identity:?}: {got:?}");
         }
         let mut nested = FakeProcessSys::new(BOOT);
         nested.host_pid_namespace = false;
         nested.insert(10, process(100, 500));
-        let got = check_identity(&nested, &recorded(10, 100, BOOT));
+        let got = liveness(&nested, &recorded(10, 100, BOOT));
         assert!(
             matches!(&got, Liveness::Unknown { why } if why.contains("PID namespace")),
             "{got:?}"
@@ -212,7 +164,7 @@ mod tests {
         }
         // Another boot's record is never looked up by PID.
         let foreign = FakeProcessSys::new(BOOT);
-        check_identity(&foreign, &recorded(10, 100, BootId([8; 16])));
+        liveness(&foreign, &recorded(10, 100, BootId([8; 16])));
         assert_eq!(foreign.calls(), vec![Call::BootId]);
     }
 

@@ -31,7 +31,7 @@ use super::release::release;
 use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::Signal;
-use crate::process_identity::{match_recorded, ProcessSys, RecoveryRefusal};
+use crate::process_identity::{liveness, match_recorded, Liveness, ProcessSys};
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
 use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
@@ -347,19 +347,14 @@ fn recorded_helper(hc: &Hc<'_, '_>) -> Result<Option<PidfsProcessIdentityV1>, Co
 }
 
 /// Whether the process recorded as `identity` is exactly present. Absent
-/// only on positive evidence: no process at the locator, another process's
-/// pidfs authority there, or another boot. Everything else refuses (FR-7),
-/// a start time that contradicts an exactly equal pidfs authority among
-/// it: the evidence disagrees, so nothing proves the process gone.
+/// only on positive evidence (another boot, no process at the locator,
+/// another pidfs authority there); anything else, a start time that
+/// contradicts an equal pidfs authority among it, refuses (FR-7).
 fn present<S: ProcessSys>(sys: &S, identity: &PidfsProcessIdentityV1) -> Result<bool, String> {
-    match match_recorded(sys, identity) {
-        Ok(_) => Ok(true),
-        Err(
-            RecoveryRefusal::NoProcessAtLocator { .. }
-            | RecoveryRefusal::AuthorityMismatch { .. }
-            | RecoveryRefusal::BootMismatch { .. },
-        ) => Ok(false),
-        Err(e) => Err(e.to_string()),
+    match liveness(sys, identity) {
+        Liveness::Running => Ok(true),
+        Liveness::Gone { .. } => Ok(false),
+        Liveness::Unknown { why } => Err(why),
     }
 }
 

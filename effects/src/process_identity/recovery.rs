@@ -98,3 +98,55 @@ pub fn match_recorded<S: ProcessSys>(
     // 7. The same matched pidfd is the handle for every action.
     Ok(ProcessHandle::new(pidfd, *recorded))
 }
+
+/// What the live system says about one recorded identity, read-only
+/// (`lazaret state`, and recovery's proof of absence; FR-7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// The exact recorded process (equal pidfs authority, start time not
+    /// contradicting) is still there.
+    Running,
+    /// Proven gone: another boot, no process at the PID, or the PID now
+    /// names a process with another pidfs identity.
+    Gone { why: String },
+    /// Neither proven running nor proven gone: every other refusal of the
+    /// exact match, a start time contradicting an equal pidfs authority
+    /// among them.
+    Unknown { why: String },
+}
+
+impl Liveness {
+    /// The stable `--json` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Gone { .. } => "gone",
+            Self::Unknown { .. } => "unknown",
+        }
+    }
+
+    pub fn why(&self) -> Option<&str> {
+        match self {
+            Self::Running => None,
+            Self::Gone { why } | Self::Unknown { why } => Some(why),
+        }
+    }
+}
+
+/// Matches one recorded identity exactly and says what that shows. The
+/// handle of a match is dropped at once: nothing is signalled, waited on
+/// or reaped.
+pub fn liveness<S: ProcessSys>(sys: &S, recorded: &PidfsProcessIdentityV1) -> Liveness {
+    match match_recorded(sys, recorded) {
+        Ok(_handle) => Liveness::Running,
+        Err(refusal) => {
+            let why = refusal.to_string();
+            match refusal {
+                RecoveryRefusal::BootMismatch { .. }
+                | RecoveryRefusal::NoProcessAtLocator { .. }
+                | RecoveryRefusal::AuthorityMismatch { .. } => Liveness::Gone { why },
+                _ => Liveness::Unknown { why },
+            }
+        }
+    }
+}
