@@ -28,9 +28,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use lazaret_runtime::network::attestation::{
-    attest_request, canary_answer, cleanup_request, judge_cleanup, judge_imported,
-    AttestationError, CanaryKey, CanaryRole, Challenge, CHALLENGE_LEN, REPORT_END,
-    REPORT_LINES_MAX,
+    attest_request, canary_answer, cleanup_request, is_canary_answer, judge_cleanup,
+    judge_imported, judge_ipv6_unchanged, judge_remaining_links, AttestationError, CanaryKey,
+    CanaryRole, Challenge, CHALLENGE_LEN, REPORT_END, REPORT_LINES_MAX,
 };
 use lazaret_runtime::network::topology::{
     ALLOWED_CANARY, CANARY_DEVICE, CANARY_PEER_DEVICE, CANARY_PORT, DENIED_CANARY,
@@ -466,7 +466,7 @@ impl CanaryNetwork {
                         e.to_string()
                     },
                 })?;
-            if answer != canary_answer(&self.key, self.generation, role, &challenge) {
+            if !is_canary_answer(&self.key, self.generation, role, &challenge, &answer) {
                 return Err(AttestationError::CanaryNotLive {
                     role,
                     detail: "its answer is not this generation's canary answer".to_owned(),
@@ -606,31 +606,11 @@ impl CanaryNetwork {
         let links = routes
             .link_names()
             .map_err(link("listing links after the canary cleanup"))?;
-        let only_lo_and_tap0 = links.len() == 2
-            && links.values().any(|name| name == "lo")
-            && links.get(&tap0_index).map(String::as_str) == Some(TAP_DEVICE);
-        if !only_lo_and_tap0 {
-            return Err(AttestationError::LinksRemain {
-                found: links
-                    .iter()
-                    .map(|(index, name)| format!("{index}:{name}"))
-                    .collect(),
-                tap0_index,
-            }
-            .into());
-        }
+        judge_remaining_links(&links, tap0_index)?;
         let observed = routes
             .observe()
             .map_err(link("observing IPv6 after the canary cleanup"))?;
-        if !observed.ipv6_addresses.is_empty() || !observed.ipv6_routes.is_empty() {
-            return Err(AttestationError::Ipv6Changed {
-                detail: format!(
-                    "addresses {:?}, routes {:?}",
-                    observed.ipv6_addresses, observed.ipv6_routes
-                ),
-            }
-            .into());
-        }
+        judge_ipv6_unchanged(&observed)?;
         Ok(())
     }
 }

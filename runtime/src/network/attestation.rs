@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
+use super::projection::PolicyProjection;
+use super::topology::TAP_DEVICE;
+
 /// The length of a challenge and of its answer.
 pub const CHALLENGE_LEN: usize = 32;
 
@@ -96,9 +99,22 @@ pub fn canary_answer(
         .into()
 }
 
-/// Constant-time equality of two answers.
-fn same_answer(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether `answer` is `role`'s answer to `challenge` in `generation`,
+/// compared in constant time.
+pub fn is_canary_answer(
+    key: &CanaryKey,
+    generation: u64,
+    role: CanaryRole,
+    challenge: &Challenge,
+    answer: &[u8],
+) -> bool {
+    let expected = canary_answer(key, generation, role, challenge);
+    answer.len() == expected.len()
+        && answer
+            .iter()
+            .zip(expected)
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The least time the sandbox gives an endpoint that must stay
@@ -302,9 +318,8 @@ pub fn judge_imported(
             ),
         });
     }
-    let expected = canary_answer(key, generation, CanaryRole::Allowed, allowed);
     let got = hex::decode(field(answer, "response")).unwrap_or_default();
-    if !same_answer(&got, &expected) {
+    if !is_canary_answer(key, generation, CanaryRole::Allowed, allowed, &got) {
         return Err(AttestationError::AllowedCanary {
             detail: "its answer is not this generation's canary answer".to_owned(),
         });
@@ -331,6 +346,41 @@ pub fn judge_cleanup(lines: &[String]) -> Result<(), AttestationError> {
         return Err(AttestationError::FormerlyAllowedReached);
     }
     passed(&checks, "tap0")
+}
+
+/// Spec 3.7 "Cleanup observation", in the enforcement namespace: after
+/// the canary's deletion only `lo` and the same `tap0` (by index) remain.
+pub fn judge_remaining_links(
+    links: &BTreeMap<u32, String>,
+    tap0_index: u32,
+) -> Result<(), AttestationError> {
+    let only_lo_and_tap0 = links.len() == 2
+        && links.values().any(|name| name == "lo")
+        && links.get(&tap0_index).map(String::as_str) == Some(TAP_DEVICE);
+    if only_lo_and_tap0 {
+        return Ok(());
+    }
+    Err(AttestationError::LinksRemain {
+        found: links
+            .iter()
+            .map(|(index, name)| format!("{index}:{name}"))
+            .collect(),
+        tap0_index,
+    })
+}
+
+/// Spec 3.7 "Cleanup observation": the IPv6 disposition is unchanged, no
+/// IPv6 address or route at all.
+pub fn judge_ipv6_unchanged(observed: &PolicyProjection) -> Result<(), AttestationError> {
+    if observed.ipv6_addresses.is_empty() && observed.ipv6_routes.is_empty() {
+        return Ok(());
+    }
+    Err(AttestationError::Ipv6Changed {
+        detail: format!(
+            "addresses {:?}, routes {:?}",
+            observed.ipv6_addresses, observed.ipv6_routes
+        ),
+    })
 }
 
 #[cfg(test)]

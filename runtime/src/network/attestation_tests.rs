@@ -242,3 +242,35 @@ fn requests_carry_the_challenges_and_the_bounded_wait() {
         );
     }
 }
+
+#[test]
+fn after_the_cleanup_only_lo_and_the_same_tap0_remain_without_ipv6() {
+    let links = |entries: &[(u32, &str)]| -> BTreeMap<u32, String> {
+        entries.iter().map(|(i, n)| (*i, (*n).to_owned())).collect()
+    };
+    assert_eq!(
+        judge_remaining_links(&links(&[(1, "lo"), (2, "tap0")]), 2),
+        Ok(())
+    );
+    for left in [
+        links(&[(1, "lo"), (2, "tap0"), (3, "cnr0")]),
+        links(&[(1, "lo"), (4, "tap0")]),
+        links(&[(1, "lo")]),
+    ] {
+        assert!(matches!(
+            judge_remaining_links(&left, 2),
+            Err(AttestationError::LinksRemain { .. })
+        ));
+    }
+    let none = PolicyProjection::new(Vec::new(), Vec::new(), Vec::new());
+    assert_eq!(judge_ipv6_unchanged(&none), Ok(()));
+    let some = PolicyProjection::new(
+        Vec::new(),
+        vec!["fe80::1/64 dev tap0".to_owned()],
+        Vec::new(),
+    );
+    assert!(matches!(
+        judge_ipv6_unchanged(&some),
+        Err(AttestationError::Ipv6Changed { .. })
+    ));
+}
