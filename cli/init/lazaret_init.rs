@@ -29,12 +29,14 @@
 //!   `check=route-mutation result=ok errno=N` or `result=failed detail=...`,
 //!   `check=allowed-canary result=answered response=HEX rtt_us=N` or
 //!   `result=failed error=...`,
-//!   `check=denied-canary result=unreachable wait_ms=N error=...` or
-//!   `result=reached wait_ms=N response=HEX`; the denied endpoint is given
-//!   `RTT_FACTOR` times the allowed one's round trip, at least WAIT_MS.
+//!   `check=denied-canary result=unreachable wait_ms=N error=...`,
+//!   `result=refused wait_ms=N error=...` or `result=reached wait_ms=N
+//!   response=HEX`; the denied endpoint is given `RTT_FACTOR` times the
+//!   allowed one's round trip, at least WAIT_MS, from its own connect.
 //! - `cleanup NONCE WAIT_MS` ("Cleanup observation") reports
-//!   `check=formerly-allowed result=unreachable wait_ms=N error=...` or
-//!   `result=reached wait_ms=N response=HEX`, then the `check=tap0` line.
+//!   `check=formerly-allowed result=unreachable|refused|reached wait_ms=N
+//!   ...`, then the `check=tap0` line. Only `unreachable` (the connect still
+//!   pending at the deadline) passes.
 //!
 //! Every reply ends with the line `end`; a request init cannot parse gets
 //! `error=TEXT` and `end`. Field values never hold spaces or control
@@ -390,53 +392,88 @@ fn allowed_canary(nonce: &[u8; 32]) -> (String, Option<Duration>) {
 /// thread is not waited for: against a denied endpoint it blocks until
 /// gVisor gives up on the address (about 3 s), at most `WAIT_MAX`.
 struct DeniedProbe {
-    /// Set once the connect succeeded: `Some(answer to the nonce)`.
-    reached: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>,
-    /// The connect could not be started.
+    state: std::sync::Arc<std::sync::Mutex<DeniedState>>,
+    /// The thread could not be started.
     failed: Option<String>,
+}
+
+/// What the denied probe's thread has seen so far.
+#[derive(Default)]
+struct DeniedState {
+    /// When its connect began: the window counts from here, so a thread
+    /// scheduled late cannot pass for an unreachable endpoint.
+    started: Option<Instant>,
+    /// `Ok(answer)` once connected, `Err` once the connect failed for any
+    /// reason other than its own timeout.
+    outcome: Option<Result<Vec<u8>, String>>,
 }
 
 impl DeniedProbe {
     fn start(nonce: [u8; 32]) -> Self {
-        let reached = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let record = std::sync::Arc::clone(&reached);
+        let state = std::sync::Arc::new(std::sync::Mutex::new(DeniedState::default()));
+        let shared = std::sync::Arc::clone(&state);
         let spawned = std::thread::Builder::new().spawn(move || {
-            let Ok(mut stream) = TcpStream::connect_timeout(&SocketAddr::V4(DENIED_CANARY), WAIT_MAX)
-            else {
-                return;
+            let record = |update: &dyn Fn(&mut DeniedState)| {
+                if let Ok(mut state) = shared.lock() {
+                    update(&mut state);
+                }
             };
-            if let Ok(mut slot) = record.lock() {
-                *slot = Some(Vec::new());
-            }
+            record(&|s| s.started = Some(Instant::now()));
+            let mut stream =
+                match TcpStream::connect_timeout(&SocketAddr::V4(DENIED_CANARY), WAIT_MAX) {
+                    Ok(stream) => stream,
+                    Err(e) if e.kind() == io::ErrorKind::TimedOut => return,
+                    Err(e) => return record(&|s| s.outcome = Some(Err(e.to_string()))),
+                };
+            record(&|s| s.outcome = Some(Ok(Vec::new())));
             let mut response = Vec::new();
             let _ = stream
                 .set_read_timeout(Some(CANARY_TIMEOUT))
                 .and_then(|()| stream.set_write_timeout(Some(CANARY_TIMEOUT)))
                 .and_then(|()| stream.write_all(&nonce))
                 .and_then(|()| (&mut stream).take(32).read_to_end(&mut response));
-            if let Ok(mut slot) = record.lock() {
-                *slot = Some(response);
-            }
+            record(&|s| s.outcome = Some(Ok(response.clone())));
         });
         Self {
-            reached,
+            state,
             failed: spawned.err().map(|e| e.to_string()),
         }
     }
 
-    /// The report line once `window` has passed since the start.
+    /// The report line once `window` has passed since the probe's connect
+    /// began (waiting at most `WAIT_MAX` for it to begin). Unreachable only
+    /// while the connect is still pending: a connection is `reached`, and
+    /// any early failure (a reset or an ICMP error answered from
+    /// somewhere) is `refused`, which fails the check too.
     fn verdict(&self, window: Duration) -> String {
         let wait_ms = window.as_millis();
         if let Some(error) = &self.failed {
             return failed("denied-canary", "error", error);
         }
-        match self.reached.lock().map(|slot| slot.clone()) {
+        let begun = Instant::now();
+        // Bounded: one look per millisecond, at most WAIT_MAX.
+        let started = loop {
+            match self.state.lock().map(|s| s.started) {
+                Ok(Some(started)) => break started,
+                Ok(None) if begun.elapsed() < WAIT_MAX => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(None) => return failed("denied-canary", "error", "the probe never started"),
+                Err(_) => return failed("denied-canary", "error", "probe-state-poisoned"),
+            }
+        };
+        std::thread::sleep((started + window).saturating_duration_since(Instant::now()));
+        match self.state.lock().map(|s| s.outcome.clone()) {
             Ok(None) => format!(
                 "check=denied-canary result=unreachable wait_ms={wait_ms} error=no_connection"
             ),
-            Ok(Some(response)) => format!(
+            Ok(Some(Ok(response))) => format!(
                 "check=denied-canary result=reached wait_ms={wait_ms} response={}",
                 hex(&response)
+            ),
+            Ok(Some(Err(error))) => format!(
+                "check=denied-canary result=refused wait_ms={wait_ms} error={}",
+                field(&error)
             ),
             Err(_) => failed("denied-canary", "error", "probe-state-poisoned"),
         }
@@ -444,8 +481,10 @@ impl DeniedProbe {
 }
 
 /// `check=CHECK`: no connection to `target` within `wait` (spec 3.7: after
-/// cleanup, the formerly allowed canary). If one is made, whatever the
-/// endpoint answers the nonce with is reported.
+/// cleanup, the formerly allowed canary): `unreachable` only while the
+/// connect is still pending at the deadline. An immediate refusal means
+/// something on the path answered (`refused`); a connection is `reached`,
+/// with whatever the endpoint answers the nonce with.
 fn unreachable_check(
     check: &str,
     target: SocketAddrV4,
@@ -455,9 +494,17 @@ fn unreachable_check(
     let wait_ms = wait.as_millis();
     let mut stream = match TcpStream::connect_timeout(&SocketAddr::V4(target), wait) {
         Ok(stream) => stream,
-        Err(e) => {
+        // Still pending at the deadline: nothing answered.
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
             return format!(
                 "check={check} result=unreachable wait_ms={wait_ms} error={}",
+                field(&e.to_string())
+            )
+        }
+        // Refused or unreachable at once: something on the path answered.
+        Err(e) => {
+            return format!(
+                "check={check} result=refused wait_ms={wait_ms} error={}",
                 field(&e.to_string())
             )
         }

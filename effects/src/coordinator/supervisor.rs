@@ -675,31 +675,35 @@ fn verified_namespace_path(netns: &OwnedFd) -> Result<PathBuf, SupervisorError> 
     )))
 }
 
-/// The Git Sentry filter, mounted from a thread that has already dropped
-/// CAP_NET_ADMIN. Capabilities are per thread and copied at thread
-/// creation: the filter's request threads descend from this one, so the
-/// supervisor's authority drop (spec 3.7, SR-5) covers them too. Mounting
-/// needs only CAP_SYS_ADMIN in the Domain user namespace.
+/// Runs `work` on a thread that has first dropped CAP_NET_ADMIN (spec 3.7,
+/// SR-5). Capabilities are per thread and copied when a thread is
+/// created, so every thread `work` starts (the Git Sentry filter's request
+/// threads, runsc's stderr reader) is without it too, whenever the
+/// supervisor itself drops it.
+fn without_network_administration<T: Send>(work: impl FnOnce() -> T + Send) -> io::Result<T> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .spawn_scoped(scope, || {
+                RealAuthority.drop_network_administration()?;
+                Ok(work())
+            })?
+            .join()
+            .map_err(|_| io::Error::other("the thread without network administration panicked"))?
+    })
+}
+
+/// The Git Sentry filter, mounted without network administration (its
+/// threads outlive the supervisor's drop). Mounting needs only
+/// CAP_SYS_ADMIN in the Domain user namespace.
 fn mount_filter(
     common: &Path,
     at: &Path,
 ) -> Result<git_sentry::filter::MountedFilter, SupervisorError> {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                RealAuthority.drop_network_administration().map_err(kernel(
-                    "dropping CAP_NET_ADMIN before the Git Sentry filter",
-                ))?;
-                git_sentry::filter::mount(common, at)
-                    .map_err(|e| SupervisorError::GitSentry(e.to_string()))
-            })
-            .join()
-            .unwrap_or_else(|_| {
-                Err(SupervisorError::GitSentry(
-                    "the thread mounting the filter panicked".to_owned(),
-                ))
-            })
-    })
+    without_network_administration(|| git_sentry::filter::mount(common, at))
+        .map_err(kernel(
+            "dropping CAP_NET_ADMIN before the Git Sentry filter",
+        ))?
+        .map_err(|e| SupervisorError::GitSentry(e.to_string()))
 }
 
 /// From the enforcement namespace, ready, to the sandbox's end.
@@ -846,18 +850,28 @@ fn run_sandbox<N: NamespaceSys>(
         .map_err(kernel("dup2 stdout"))?;
     ns.dup_onto_stdio(null.as_fd(), 2)
         .map_err(kernel("dup2 stderr"))?;
-    let child = acquired?;
-    let stderr_tail = std::thread::spawn(move || {
-        // Capabilities are per thread: this one never needs network
-        // administration, and the supervisor's drop (spec 3.7, SR-5) is
-        // confirmed over every thread. A failure here shows there.
-        let _ = RealAuthority.drop_network_administration();
-        let mut text = Vec::new();
-        let _ = std::fs::File::from(err_r)
-            .take(64 * 1024)
-            .read_to_end(&mut text);
-        String::from_utf8_lossy(&text).into_owned()
+    // runsc's stderr, read by a thread that never holds network
+    // administration (it outlives the supervisor's drop).
+    let reader = without_network_administration(|| {
+        std::thread::Builder::new().spawn(move || {
+            let mut text = Vec::new();
+            let _ = std::fs::File::from(err_r)
+                .take(64 * 1024)
+                .read_to_end(&mut text);
+            String::from_utf8_lossy(&text).into_owned()
+        })
     });
+    let stderr_tail = match reader {
+        Ok(Ok(thread)) => thread,
+        Ok(Err(e)) | Err(e) => {
+            drop(init_w);
+            if let Ok(child) = &acquired {
+                end_child(broker, child.handle(), STOP_TIMEOUT);
+            }
+            return Err(kernel("starting the reader of runsc's stderr")(e));
+        }
+    };
+    let child = acquired?;
     let state_file = runsc_root.join(format!("{0}_sandbox:{0}.state", plan.container_id));
     let committed = broker.commit(child, &mut ledger, |sys, handle| {
         let deadline = Instant::now() + READY_TIMEOUT;

@@ -29,8 +29,9 @@ use std::time::{Duration, Instant};
 
 use lazaret_runtime::network::attestation::{
     attest_request, canary_answer, cleanup_request, is_canary_answer, judge_cleanup,
-    judge_imported, judge_ipv6_unchanged, judge_remaining_links, AttestationError, CanaryKey,
-    CanaryRole, Challenge, CHALLENGE_LEN, REPORT_END, REPORT_LINES_MAX,
+    judge_denied_untouched, judge_imported, judge_ipv6_unchanged, judge_remaining_links,
+    AttestationError, CanaryKey, CanaryRole, Challenge, CHALLENGE_LEN, REPORT_END,
+    REPORT_LINES_MAX,
 };
 use lazaret_runtime::network::topology::{
     ALLOWED_CANARY, CANARY_DEVICE, CANARY_PEER_DEVICE, CANARY_PORT, DENIED_CANARY,
@@ -61,9 +62,9 @@ const CHALLENGE_TIMEOUT: Duration = Duration::from_secs(2);
 /// One responder answers at most this many connections (a launch makes two
 /// or three).
 const RESPONDER_CONNECTIONS_MAX: usize = 64;
-/// How long init gets for one report round (the imported round's longest
-/// check is a 2 s challenge).
-const REPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long init gets for one report round: its longest wait (at most
+/// `UNREACHABLE_WAIT_MAX_MS`, 10 s) and a challenge's 2 s, with margin.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(15);
 /// At most this many bytes in one report.
 const REPORT_BYTES_MAX: usize = 8 * 1024;
 
@@ -123,8 +124,8 @@ pub struct RealCanary;
 impl CanarySys for RealCanary {
     fn configure_peer(&self, peer: BorrowedFd<'_>) -> io::Result<[TcpListener; 2]> {
         std::thread::scope(|scope| {
-            scope
-                .spawn(|| -> io::Result<[TcpListener; 2]> {
+            std::thread::Builder::new()
+                .spawn_scoped(scope, || -> io::Result<[TcpListener; 2]> {
                     rustix::thread::move_into_link_name_space(
                         peer,
                         Some(rustix::thread::LinkNameSpaceType::Network),
@@ -143,7 +144,7 @@ impl CanarySys for RealCanary {
                         TcpListener::bind(SocketAddrV4::new(ALLOWED_CANARY, CANARY_PORT))?,
                         TcpListener::bind(SocketAddrV4::new(DENIED_CANARY, CANARY_PORT))?,
                     ])
-                })
+                })?
                 .join()
                 .map_err(|_| io::Error::other("the canary namespace thread panicked"))?
         })
@@ -174,6 +175,8 @@ fn exchange(endpoint: std::net::SocketAddr, challenge: &Challenge) -> io::Result
 struct Responders {
     stop: Option<OwnedFd>,
     threads: Vec<JoinHandle<()>>,
+    /// Connections the denied endpoint accepted, ever.
+    denied_accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Responders {
@@ -182,6 +185,7 @@ impl Responders {
         let mut responders = Self {
             stop: Some(stop),
             threads: Vec::with_capacity(2),
+            denied_accepted: std::sync::Arc::default(),
         };
         for (listener, role) in listeners
             .into_iter()
@@ -190,10 +194,23 @@ impl Responders {
             listener.set_nonblocking(true)?;
             let stop = stop_read.try_clone()?;
             let key = key.clone();
+            let accepted = match role {
+                CanaryRole::Denied => Some(std::sync::Arc::clone(&responders.denied_accepted)),
+                CanaryRole::Allowed => None,
+            };
             responders.threads.push(
                 std::thread::Builder::new()
                     .name(format!("canary-{role:?}"))
-                    .spawn(move || respond(&listener, &stop, &key, generation, role))?,
+                    .spawn(move || {
+                        respond(
+                            &listener,
+                            &stop,
+                            &key,
+                            generation,
+                            role,
+                            accepted.as_deref(),
+                        )
+                    })?,
             );
         }
         Ok(responders)
@@ -211,13 +228,15 @@ impl Drop for Responders {
     }
 }
 
-/// Answers challenges on `listener` until `stop` is closed.
+/// Answers challenges on `listener` until `stop` is closed, counting the
+/// connections in `accepted` when given.
 fn respond(
     listener: &TcpListener,
     stop: &OwnedFd,
     key: &CanaryKey,
     generation: u64,
     role: CanaryRole,
+    accepted: Option<&std::sync::atomic::AtomicUsize>,
 ) {
     use rustix::event::{poll, PollFd, PollFlags};
     for _ in 0..RESPONDER_CONNECTIONS_MAX {
@@ -234,6 +253,9 @@ fn respond(
         }
         match listener.accept() {
             Ok((stream, _)) => {
+                if let Some(count) = accepted {
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 let _ = answer(stream, key, generation, role);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -569,7 +591,12 @@ impl CanaryNetwork {
             responders,
             ..
         } = self;
+        // Joined: the count is final. Spec 3.7 "Imported behavior" from the
+        // responder's side: the sandbox never reached the denied endpoint,
+        // not even after init's window closed.
+        let denied_accepted = std::sync::Arc::clone(&responders.denied_accepted);
         drop(responders);
+        judge_denied_untouched(denied_accepted.load(std::sync::atomic::Ordering::SeqCst))?;
         let current = routes
             .link_record(&record.name)
             .map_err(link("reading the canary veth's shape"))?;
@@ -586,14 +613,19 @@ impl CanaryNetwork {
             .set_link_down(&record.name)
             .map_err(link("setting the canary veth down"))?;
         let (deleted, observed) = std::thread::scope(|scope| {
-            let deleting = scope.spawn(|| routes.delete_link(&record));
+            let deleting =
+                std::thread::Builder::new().spawn_scoped(scope, || routes.delete_link(&record));
             let observed = observe_from_sandbox();
-            let deleted = deleting.join().unwrap_or_else(|_| {
-                Err(RtnlError::Unexpected {
-                    request: "RTM_DELLINK",
-                    detail: "the deleting thread panicked".to_owned(),
-                })
-            });
+            let deleted = match deleting {
+                Ok(thread) => thread.join().unwrap_or_else(|_| {
+                    Err(RtnlError::Unexpected {
+                        request: "RTM_DELLINK",
+                        detail: "the deleting thread panicked".to_owned(),
+                    })
+                }),
+                // No thread: delete here, after the observation.
+                Err(_) => routes.delete_link(&record),
+            };
             (deleted, observed)
         });
         deleted.map_err(link("deleting the canary veth by its creation record"))?;

@@ -107,14 +107,19 @@ impl NftSys for RealNft {
     fn observe(&self) -> Result<FilterProjection, NftError> {
         // The two listings side by side: each is a process start (about
         // 6 ms), on the launch's critical path.
+        let json_args = ["-j", "list", "table", "netdev", NFT_TABLE];
         let (json, text) = std::thread::scope(|scope| {
-            let json = scope.spawn(|| self.run(&["-j", "list", "table", "netdev", NFT_TABLE], ""));
+            let json = std::thread::Builder::new().spawn_scoped(scope, || self.run(&json_args, ""));
             let text = self.run(&["list", "table", "netdev", NFT_TABLE], "");
-            let json = json.join().unwrap_or_else(|_| {
-                Err(NftError::Wait(io::Error::other(
-                    "the listing thread panicked",
-                )))
-            });
+            let json = match json {
+                Ok(thread) => thread.join().unwrap_or_else(|_| {
+                    Err(NftError::Wait(io::Error::other(
+                        "the listing thread panicked",
+                    )))
+                }),
+                // No thread: list here, one after the other.
+                Err(_) => self.run(&json_args, ""),
+            };
             (json, text)
         });
         parse_listing(&json?, &text?)

@@ -121,8 +121,9 @@ pub fn is_canary_answer(
 /// unreachable, in milliseconds.
 ///
 /// The wait is relative to the live path: the allowed canary's measured
-/// connect-to-answer time from inside gVisor (2 to 7 ms measured on these
-/// machines; it includes the neighbour resolution a first connect needs)
+/// connect-to-answer time from inside gVisor (2 to 19 ms measured on these
+/// machines at boot; it includes the neighbour resolution a first connect
+/// needs)
 /// times [`RTT_FACTOR`], and never less than this floor. Both endpoints
 /// sit on the same link behind the same responders, so an endpoint the
 /// sandbox could reach would connect within one such time (less: the time
@@ -183,6 +184,8 @@ pub enum AttestationError {
     AllowedCanary { detail: String },
     #[error("imported behavior: the sandbox reached the denied canary 10.137.55.3")]
     DeniedCanaryReached,
+    #[error("imported behavior: the denied canary 10.137.55.3 accepted {accepted} connections; expected only the known-live check's")]
+    DeniedCanaryAccepted { accepted: usize },
     #[error(
         "cleanup observation: the sandbox still reaches the formerly allowed canary 10.137.55.2"
     )]
@@ -270,7 +273,7 @@ fn unreachable(checks: &Checks, name: &'static str) -> Result<bool, AttestationE
         "reached" => Ok(false),
         other => Err(AttestationError::Failed {
             check: name,
-            detail: format!("result={other}"),
+            detail: format!("result={other} error={}", field(fields, "error")),
         }),
     }
 }
@@ -346,6 +349,20 @@ pub fn judge_cleanup(lines: &[String]) -> Result<(), AttestationError> {
         return Err(AttestationError::FormerlyAllowedReached);
     }
     passed(&checks, "tap0")
+}
+
+/// The connections the denied canary's responder may have accepted: the
+/// known-live check's own, from the enforcement namespace.
+pub const DENIED_KNOWN_LIVE_CONNECTIONS: usize = 1;
+
+/// Spec 3.7 "Imported behavior", seen from the responder's side: the
+/// denied canary accepted no connection but the known-live check's, so
+/// the sandbox never reached it at any time, however late.
+pub fn judge_denied_untouched(accepted: usize) -> Result<(), AttestationError> {
+    if accepted == DENIED_KNOWN_LIVE_CONNECTIONS {
+        return Ok(());
+    }
+    Err(AttestationError::DeniedCanaryAccepted { accepted })
 }
 
 /// Spec 3.7 "Cleanup observation", in the enforcement namespace: after

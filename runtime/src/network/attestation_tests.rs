@@ -274,3 +274,44 @@ fn after_the_cleanup_only_lo_and_the_same_tap0_remain_without_ipv6() {
         Err(AttestationError::Ipv6Changed { .. })
     ));
 }
+
+/// The denied responder's own count: exactly the known-live connection.
+#[test]
+fn the_denied_canary_may_have_accepted_only_the_known_live_connection() {
+    assert_eq!(judge_denied_untouched(1), Ok(()));
+    for accepted in [0, 2, 5] {
+        assert_eq!(
+            judge_denied_untouched(accepted),
+            Err(AttestationError::DeniedCanaryAccepted { accepted })
+        );
+    }
+}
+
+/// An endpoint that must stay unreachable refused at once: something on
+/// the path answered, which fails like a connection.
+#[test]
+fn a_refused_probe_fails_both_unreachability_checks() {
+    let refused = replaced(
+        &good_imported(),
+        "denied-canary",
+        "check=denied-canary result=refused wait_ms=10 error=Connection_refused",
+    );
+    match judge_imported(&refused, &key(), GENERATION, &ALLOWED) {
+        Err(AttestationError::Failed { check, detail }) => {
+            assert_eq!(check, "denied-canary");
+            assert!(detail.contains("Connection_refused"), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let cleanup = vec![
+        "check=formerly-allowed result=refused wait_ms=10 error=Connection_refused".to_owned(),
+        "check=tap0 result=ok".to_owned(),
+    ];
+    assert!(matches!(
+        judge_cleanup(&cleanup),
+        Err(AttestationError::Failed {
+            check: "formerly-allowed",
+            ..
+        })
+    ));
+}
