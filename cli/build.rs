@@ -1,5 +1,5 @@
-//! Builds the sandbox's static PID 1, `lazaret-init`, and the network probe
-//! `lazaret-probe` with the same rustc
+//! Builds the sandbox's static PID 1, `lazaret-init`, the guest tool
+//! `lazaret-guest` and the network probe `lazaret-probe` with the same rustc
 //! (ARCHITECTURE.md "Static in-sandbox binaries": `+crt-static`, static
 //! relocation model, so no ELF interpreter and no dynamic section). The
 //! `lazaret` binary embeds them and writes them into each generation's
@@ -14,9 +14,11 @@ fn main() -> Result<(), String> {
     // the script only for the files named, and a persistent target dir
     // would keep the outputs of an older script.
     println!("cargo:rerun-if-changed=build.rs");
-    // PID 1, and the network probe of `lazaret doctor --network`.
+    // PID 1, the guest observation and signal tool, and the network probe
+    // of `lazaret doctor --network`.
     for (source, name) in [
         ("init/lazaret_init.rs", "lazaret_init"),
+        ("init/lazaret_guest.rs", "lazaret_guest"),
         ("init/lazaret_probe.rs", "lazaret_probe"),
     ] {
         println!("cargo:rerun-if-changed={source}");

@@ -21,6 +21,9 @@ use std::process::ExitCode;
 
 /// The static PID 1 built by build.rs.
 pub static INIT_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-init"));
+/// The static guest observation and signal tool (cli/init/lazaret_guest.rs),
+/// bound next to it.
+pub static GUEST_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-guest"));
 /// The static network probe (cli/init/lazaret_probe.rs), bound next to it.
 pub static PROBE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-probe"));
 
@@ -59,6 +62,7 @@ pub fn coordinator(args: CoordinatorCommand) -> ExitCode {
     };
     let binaries = SandboxBinaries {
         init: INIT_BINARY,
+        guest: GUEST_BINARY,
         probe: PROBE_BINARY,
     };
     match run_coordinator(&args, &ProcessEnvironment, binaries) {
@@ -168,7 +172,7 @@ pub fn enter_with(argv: &[std::ffi::OsString]) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{INIT_BINARY, PROBE_BINARY};
+    use super::{GUEST_BINARY, INIT_BINARY, PROBE_BINARY};
 
     fn u16_at(b: &[u8], at: usize) -> Option<u16> {
         Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
@@ -183,7 +187,7 @@ mod tests {
     /// (ARCHITECTURE.md "Static in-sandbox binaries").
     #[test]
     fn the_init_has_no_interpreter_and_no_dynamic_section() {
-        for b in [INIT_BINARY, PROBE_BINARY] {
+        for b in [INIT_BINARY, GUEST_BINARY, PROBE_BINARY] {
             assert_static(b);
         }
     }

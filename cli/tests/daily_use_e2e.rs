@@ -240,12 +240,10 @@ fn a_piped_session_whose_client_is_killed_is_released_in_order() {
                  while :; do sleep 0.1; done";
     let mut piped = env.spawn(&["default", "--", "sh", "-c", guest]);
     wait_for("the piped session", Duration::from_secs(30), || {
-        env.workspace.join("piped-pid").exists()
+        std::fs::read_to_string(env.workspace.join("piped-pid")).is_ok_and(|t| !t.is_empty())
     });
-    let pids = cli_pids(&env, "lazaret default -- sh -c trap");
-    assert_eq!(pids.len(), 1, "{:?}", env.processes());
-    signal_through_pidfd(&pids[0], rustix::process::Signal::KILL);
-    let killed = Instant::now();
+    let guest_pid = std::fs::read_to_string(env.workspace.join("piped-pid")).unwrap();
+    let killed = kill_client(&env, "lazaret default -- sh -c trap");
     let _ = piped.wait();
     let term_after = wait_for("the TERM trap", Duration::from_secs(5), || {
         env.workspace.join("got-term").exists()
@@ -254,17 +252,51 @@ fn a_piped_session_whose_client_is_killed_is_released_in_order() {
         env.workspace.join("got-hup").exists(),
         "SIGHUP did not come first"
     );
-    let guest_pid = std::fs::read_to_string(env.workspace.join("piped-pid")).unwrap();
-    // Seen from the session that stayed: no process of the released group
-    // is left, well within 5 s of the kill.
-    let check = format!(
+    wait_group_gone(
+        &env,
+        killed,
+        &[
+            "default",
+            "--",
+            "sh",
+            "-c",
+            &group_members_script(&guest_pid),
+        ],
+    );
+    eprintln!(
+        "piped release: TERM trap {term_after:?} after the kill, group gone {:?} after it",
+        killed.elapsed()
+    );
+    std::fs::write(env.workspace.join("done"), "").unwrap();
+    let out = keeper.wait().unwrap();
+    assert_eq!(out.code(), Some(0));
+    env.assert_nothing_left();
+}
+
+/// SIGKILLs the one CLI of this scenario running `needle`; returns when.
+fn kill_client(env: &Env, needle: &str) -> Instant {
+    let pids = cli_pids(env, needle);
+    assert_eq!(pids.len(), 1, "{:?}", env.processes());
+    signal_through_pidfd(&pids[0], rustix::process::Signal::KILL);
+    Instant::now()
+}
+
+/// A shell script printing `left /proc/PID` for each guest process of
+/// group `pgid`.
+fn group_members_script(pgid: &str) -> String {
+    format!(
         "for p in /proc/[0-9]*; do \
            [ \"$(cut -d' ' -f5 $p/stat 2>/dev/null)\" = {} ] && echo left $p; \
          done; true",
-        guest_pid.trim()
-    );
+        pgid.trim()
+    )
+}
+
+/// Seen from a session that stayed (`check` prints one line per member of
+/// the released group): no member is left, well within 5 s of `killed`.
+fn wait_group_gone(env: &Env, killed: Instant, check: &[&str]) {
     loop {
-        let out = env.run(&["default", "--", "sh", "-c", &check]);
+        let out = env.run(check);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         if text(&out.stdout).is_empty() {
             break;
@@ -276,10 +308,89 @@ fn a_piped_session_whose_client_is_killed_is_released_in_order() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Spec 3.4 release step 2 with an image that has no shell at all: the
+/// guest observation and the group signals are Lazaret's own static tool,
+/// so a distroless image's piped session whose client vanished is still
+/// released (its group observed, signalled and gone) while another
+/// session keeps the Domain alive.
+#[test]
+fn a_distroless_image_runs_sessions_and_releases_them() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let image = support::distroless_image(Path::new("/tmp/lazaret-e2e-distroless-image"));
+    let env = Env::new("distroless", &image);
+    let out = env.run(&["default", "--", "/bin/probe", "exists", "/bin/sh"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "absent\n", "the image has a shell");
+    let mut keeper = env.spawn(&["default", "--", "/bin/probe", "hold", "keeper"]);
+    wait_for("the keeping session", Duration::from_secs(60), || {
+        env.workspace.join("keeper").exists()
+    });
+    let mut victim = env.spawn(&["default", "--", "/bin/probe", "hold", "victim"]);
+    wait_for("the released session", Duration::from_secs(30), || {
+        std::fs::read_to_string(env.workspace.join("victim")).is_ok_and(|t| !t.is_empty())
+    });
+    let guest_pid = std::fs::read_to_string(env.workspace.join("victim")).unwrap();
+    let killed = kill_client(&env, "lazaret default -- /bin/probe hold victim");
+    let _ = victim.wait();
+    wait_group_gone(
+        &env,
+        killed,
+        &["default", "--", "/bin/probe", "group", guest_pid.trim()],
+    );
     eprintln!(
-        "piped release: TERM trap {term_after:?} after the kill, group gone {:?} after it",
+        "distroless release: group gone {:?} after the kill",
         killed.elapsed()
     );
+    std::fs::write(env.workspace.join("done"), "").unwrap();
+    let out = keeper.wait().unwrap();
+    assert_eq!(out.code(), Some(0));
+    env.assert_nothing_left();
+}
+
+/// Replacing the image's `/bin/sh` from inside changes nothing Lazaret
+/// observes: a `/bin/sh` that prints nothing would make a shell-based
+/// observation see an empty group and skip every release signal. The
+/// release still observes the real group, signals it (the HUP trap runs)
+/// and leaves no member.
+#[test]
+fn replacing_the_images_shell_changes_nothing_lazaret_observes() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("replaced-shell", &default_image());
+    let mut keeper = env.spawn(&[
+        "default",
+        "--",
+        "bash",
+        "-c",
+        "rm /bin/sh && printf '#!/bin/bash\\nexit 0\\n' > /bin/sh && chmod 755 /bin/sh \
+         && touch /workspace/keeper; while [ ! -e /workspace/done ]; do sleep 0.1; done",
+    ]);
+    wait_for("the keeping session", Duration::from_secs(60), || {
+        env.workspace.join("keeper").exists()
+    });
+    let out = env.run(&["default", "--", "bash", "-c", "cat /bin/sh"]);
+    assert_eq!(
+        text(&out.stdout),
+        "#!/bin/bash\nexit 0\n",
+        "{}",
+        text(&out.stderr)
+    );
+    let guest = "trap 'echo hup >> /workspace/got-hup; exit 4' HUP; \
+                 echo $$ > /workspace/piped-pid; \
+                 while :; do sleep 0.1; done";
+    let mut piped = env.spawn(&["default", "--", "bash", "-c", guest]);
+    wait_for("the released session", Duration::from_secs(30), || {
+        std::fs::read_to_string(env.workspace.join("piped-pid")).is_ok_and(|t| !t.is_empty())
+    });
+    let guest_pid = std::fs::read_to_string(env.workspace.join("piped-pid")).unwrap();
+    let killed = kill_client(&env, "lazaret default -- bash -c trap");
+    let _ = piped.wait();
+    wait_for("the HUP trap", Duration::from_secs(5), || {
+        env.workspace.join("got-hup").exists()
+    });
+    let check = group_members_script(&guest_pid);
+    wait_group_gone(&env, killed, &["default", "--", "bash", "-c", &check]);
     std::fs::write(env.workspace.join("done"), "").unwrap();
     let out = keeper.wait().unwrap();
     assert_eq!(out.code(), Some(0));

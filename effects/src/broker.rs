@@ -7,6 +7,7 @@ pub mod exclusion;
 pub mod ledger;
 pub mod remote;
 pub mod sys;
+pub mod transient;
 pub mod wrapper;
 
 use crate::process_identity::{

@@ -16,17 +16,21 @@
 //!   every exec'd process the leader of a new session and process group, so
 //!   `pgrp == session == pid`; anything else refuses admission.
 //!
-//! Observation is one guest tool run that reads every `/proc/<pid>/stat`
-//! (one runsc client: under a fork bomb every runsc client is slow, and one
+//! The guest tool is Lazaret's own static `lazaret-guest`
+//! (`cli/init/lazaret_guest.rs`), bound read-only with the init at
+//! `/.lazaret/sbin`: nothing of the image (no `/bin/sh`) takes part, so a
+//! distroless image works and a replaced `/bin/sh` changes nothing recorded.
+//! Observation is one tool run that reads every `/proc/<pid>/stat` (one
+//! runsc client: under a fork bomb every runsc client is slow, and one
 //! that meets the guest task ceiling fails fast).
 //!
 //! Group signals: `runsc kill` has no process-group mode (`--pid` signals
 //! one process; a negative PID is refused with "PID (-1) must be
 //! positive"; `--all` signals the whole container). So the group signal is
-//! a guest `kill -s SIG -- -PGID` run through `runsc exec` with the guest
-//! tool shell, which resolves the group inside the container's own PID
-//! namespace. Before each release signal the leader is observed again and
-//! the signal is sent only while its PID still holds the recorded start time.
+//! the tool's `kill(-PGID, SIG)` run through `runsc exec`, which resolves
+//! the group inside the container's own PID namespace. Before each release
+//! signal the leader is observed again and the signal is sent only while
+//! its PID still holds the recorded start time.
 //!
 //! Not available: the terminal's foreground group. gVisor's `/proc/<pid>/stat`
 //! reports `tty_nr` and `tpgid` as 0, so it cannot be read from the guest.
@@ -41,7 +45,7 @@ mod process;
 
 pub use guest::{
     classify, identify_and_classify, parse_stat_lines, GuestControl, GuestControlError, GuestStat,
-    GuestTools, RealRunner, RunscRunner,
+    GuestTools, RealRunner, RunscRunner, GUEST_TOOL_NAME,
 };
 pub use process::{ExecProcess, ProcessSpecError};
 

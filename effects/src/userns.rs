@@ -17,6 +17,13 @@ use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::time::Duration;
+
+use crate::broker::transient::{self, Limits, Transient, TransientError};
+
+/// How long one `newuidmap`/`newgidmap` run may take (it takes
+/// milliseconds).
+const MAP_HELPER_LIMIT: Duration = Duration::from_secs(10);
 
 /// Namespace IDs 1..=`SUBORDINATE_IDS` map to the subordinate range (SR-12).
 pub const SUBORDINATE_IDS: u32 = 65536;
@@ -200,11 +207,11 @@ pub enum UsernsError {
     ChildNotReady(io::Error),
     /// The map helper could not be started.
     #[error(
-        "cannot run {helper} (install the `uidmap` package: apt-get install uidmap): {source}"
+        "cannot run {helper} (the `uidmap` package provides it: apt-get install uidmap): {source}"
     )]
-    HelperSpawn {
+    HelperRun {
         helper: &'static str,
-        source: io::Error,
+        source: TransientError,
     },
     /// The map helper failed.
     #[error("{helper} {args} failed with {status}: {stderr}")]
@@ -267,18 +274,12 @@ impl UsernsHost for RealHost {
                 m.count.to_string(),
             ]);
         }
-        let child = {
-            let _spawning = crate::broker::exclusion::spawn_exclusion();
-            Command::new(helper)
-                .args(&args)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-        };
-        let out = child
-            .and_then(std::process::Child::wait_with_output)
-            .map_err(|source| UsernsError::HelperSpawn { helper, source })?;
+        let out = transient::output(
+            Command::new(helper).args(&args),
+            b"",
+            Limits::of(MAP_HELPER_LIMIT),
+        )
+        .map_err(|source| UsernsError::HelperRun { helper, source })?;
         if out.status.success() {
             Ok(())
         } else {
@@ -416,7 +417,9 @@ const REFUSE: u8 = 0;
 /// Spawns `cmd` in a new user namespace with verified `maps`: the child
 /// unshares `CLONE_NEWUSER`, reports its pid and blocks until the parent has
 /// mapped and verified it. On any failure the child is refused (it exits
-/// without running its program) and the error is returned.
+/// without running its program) and the error is returned. The caller holds
+/// the spawn exclusion and takes the child over as a transient child of the
+/// broker ([`crate::broker::transient::Transient::adopt`]).
 pub fn spawn_in_user_namespace(
     mut cmd: Command,
     host: &mut dyn UsernsHost,
@@ -456,10 +459,12 @@ pub fn spawn_in_user_namespace(
     })?;
     match (released, spawned) {
         (Ok(()), Ok(child)) => Ok(child),
-        (Err(e), Ok(mut child)) => {
+        (Err(e), Ok(child)) => {
             // The child got the refusal byte (or EOF) and exits without
-            // exec; reap it so nothing is left behind. No signal is needed.
-            let _ = child.wait();
+            // exec; reap it through its pidfd so nothing is left behind.
+            // No signal is needed.
+            let _ = Transient::adopt(child, program)
+                .and_then(|refused| refused.finish(b"", Limits::of(MAP_HELPER_LIMIT)));
             Err(e)
         }
         (Err(e), Err(_)) => Err(e),

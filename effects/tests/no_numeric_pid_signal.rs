@@ -24,6 +24,12 @@ const FORBIDDEN: &[&str] = &[
     concat!("\"killa", "ll\""),
 ];
 
+/// Files that signal by number inside the sandbox, never on the host.
+const GUEST_SIDE: &[(&str, &str)] = &[(
+    "cli/init/lazaret_guest.rs",
+    "the static guest tool signals a guest process group in the sandbox's own PID namespace",
+)];
+
 fn offending(line: &str) -> Option<&'static str> {
     let code = line.trim_start();
     if code.starts_with("//") {
@@ -72,6 +78,12 @@ fn no_source_file_signals_a_numeric_pid() {
     );
     let mut hits = Vec::new();
     for file in &files {
+        if GUEST_SIDE.iter().any(|(path, _why)| {
+            file.strip_prefix(root)
+                .is_ok_and(|rel| rel == Path::new(path))
+        }) {
+            continue;
+        }
         let text = std::fs::read_to_string(file).unwrap();
         for (n, line) in text.lines().enumerate() {
             if let Some(pattern) = offending(line) {

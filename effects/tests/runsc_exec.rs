@@ -270,8 +270,8 @@ fn guest_control_reads_identity_observes_and_signals_the_recorded_group() {
             "cid"
         ]
     );
-    assert_eq!(call[13..15], ["/bin/sh", "-c"]);
-    assert_eq!(call[16..], ["lazaret-stat", "2"]);
+    // Lazaret's own static tool, never the image's shell.
+    assert_eq!(call[13..], ["/.lazaret/sbin/lazaret-guest", "stat", "2"]);
 
     // One tool run reads every process's stat (no `runsc ps`).
     r.results.borrow_mut().push_back(ok(&format!(
@@ -282,14 +282,24 @@ fn guest_control_reads_identity_observes_and_signals_the_recorded_group() {
     )));
     assert_eq!(control.observe(&id), GroupObservation::LeaderMatches);
     assert_eq!(r.calls.borrow().len(), 2);
-    assert_eq!(r.calls.borrow()[1][16..], ["lazaret-stat"]);
-    assert!(r.calls.borrow()[1][15].contains("/proc/[0-9]*/stat"));
+    assert_eq!(
+        r.calls.borrow()[1][13..],
+        ["/.lazaret/sbin/lazaret-guest", "stat"]
+    );
 
     r.results.borrow_mut().push_back(ok(""));
     control.signal(&id, GuestSignal::Hangup).unwrap();
     let call = r.calls.borrow()[2].clone();
-    assert_eq!(call[15], "kill -s \"$1\" -- \"-$2\"");
-    assert_eq!(call[16..], ["lazaret-signal", "HUP", "2"]);
+    assert_eq!(
+        call[13..],
+        ["/.lazaret/sbin/lazaret-guest", "signal", "1", "2"]
+    );
+    r.results.borrow_mut().push_back(ok(""));
+    control.signal(&id, GuestSignal::Kill).unwrap();
+    assert_eq!(
+        r.calls.borrow()[3][13..],
+        ["/.lazaret/sbin/lazaret-guest", "signal", "9", "2"]
+    );
 }
 
 #[test]

@@ -68,10 +68,20 @@ struct Sandbox {
 }
 
 impl Sandbox {
-    fn start(dir: &Path) -> Self {
+    /// `tools` holds the static `lazaret-guest`, bound read-only where the
+    /// product binds it.
+    fn start(dir: &Path, tools: &Path) -> Self {
         let bundle = dir.join("bundle");
         let rootfs = bundle.join("rootfs");
-        for d in ["usr", "proc", "dev", "tmp", "workspace", "etc"] {
+        for d in [
+            "usr",
+            "proc",
+            "dev",
+            "tmp",
+            "workspace",
+            "etc",
+            ".lazaret/sbin",
+        ] {
             std::fs::create_dir_all(rootfs.join(d)).unwrap();
         }
         for (link, to) in [
@@ -98,7 +108,8 @@ impl Sandbox {
                 {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
                 {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"},
                 {"destination": "/workspace", "type": "tmpfs", "source": "tmpfs"},
-                {"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]}
+                {"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]},
+                {"destination": "/.lazaret/sbin", "type": "bind", "source": tools, "options": ["rbind", "ro"]}
             ],
             "linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}]}
         });
@@ -239,6 +250,39 @@ fn read_until(pty: &SessionPty<'_, RealPty>, seen: &mut String, needle: &str) {
     }
 }
 
+/// Where the delegating root process left the compiled guest tool.
+const TOOLS_ENV: &str = "LAZARET_TEST_GUEST_TOOLS";
+
+/// Compiles the product's static guest tool (`cli/init/lazaret_guest.rs`)
+/// into `dir` with the flags cli/build.rs uses; the product embeds the same
+/// source. Test scaffolding: this test starts its own sandbox.
+fn build_guest_tool(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/init/lazaret_guest.rs");
+    let status = Command::new("rustc")
+        .args([
+            "--edition",
+            "2021",
+            "-C",
+            "opt-level=2",
+            "-C",
+            "panic=abort",
+        ])
+        .args([
+            "-C",
+            "target-feature=+crt-static",
+            "-C",
+            "relocation-model=static",
+        ])
+        .args(["--crate-type", "bin", "--crate-name", "lazaret_guest", "-o"])
+        .arg(dir.join(GUEST_TOOL_NAME))
+        .arg(source)
+        .status()
+        .unwrap();
+    assert!(status.success(), "building the guest tool failed: {status}");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 fn delegate_as_test_user() -> bool {
     if !rustix::process::geteuid().is_root() {
         return false;
@@ -246,6 +290,8 @@ fn delegate_as_test_user() -> bool {
     let home = PathBuf::from(format!("/tmp/lazaret-terminal-test-{}", std::process::id()));
     std::fs::create_dir_all(&home).unwrap();
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let tools = home.join("tools");
+    build_guest_tool(&tools);
     let status = Command::new("chown")
         .arg(format!("{USER}:{USER}"))
         .arg(&home)
@@ -256,6 +302,7 @@ fn delegate_as_test_user() -> bool {
         .args(["-u", USER, "--", "env"])
         .arg(format!("HOME={}", home.display()))
         .arg(format!("XDG_RUNTIME_DIR={}", home.display()))
+        .arg(format!("{TOOLS_ENV}={}", tools.display()))
         .arg(std::env::current_exe().unwrap())
         .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
         .output()
@@ -279,7 +326,15 @@ fn session_terminal_in_real_runsc() {
     let home = PathBuf::from(std::env::var("HOME").unwrap());
     let dir = tempfile::tempdir_in(&home).unwrap();
     let t0 = Instant::now();
-    let sandbox = Sandbox::start(dir.path());
+    let tools = match std::env::var_os(TOOLS_ENV) {
+        Some(tools) => PathBuf::from(tools),
+        None => {
+            let tools = dir.path().join("tools");
+            build_guest_tool(&tools);
+            tools
+        }
+    };
+    let sandbox = Sandbox::start(dir.path(), &tools);
     eprintln!("sandbox up in {:?}", t0.elapsed());
     let runner = RealRunner;
     let control = GuestControl::new(

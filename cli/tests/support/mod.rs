@@ -49,6 +49,49 @@ pub fn default_image() -> String {
         .to_owned()
 }
 
+/// A distroless image: one layer holding only the static
+/// `support/guest_program.rs` at `/bin/probe` (no shell, no libraries).
+/// Built with rustc and umoci under `dir` (world-readable); returns its
+/// `oci:` reference.
+pub fn distroless_image(dir: &Path) -> String {
+    let _ = std::fs::remove_dir_all(dir);
+    let layer = dir.join("layer/bin");
+    std::fs::create_dir_all(&layer).unwrap();
+    let status = Command::new("rustc")
+        .args(["--edition", "2021", "-C", "opt-level=1"])
+        .args([
+            "-C",
+            "target-feature=+crt-static",
+            "-C",
+            "relocation-model=static",
+        ])
+        .args(["--crate-type", "bin", "--crate-name", "probe", "-o"])
+        .arg(layer.join("probe"))
+        .arg(repo_root().join("cli/tests/support/guest_program.rs"))
+        .status()
+        .expect("rustc");
+    assert!(
+        status.success(),
+        "building the distroless program: {status}"
+    );
+    let script = "tar --owner=0 --group=0 --numeric-owner -C layer -cf layer.tar . \
+        && umoci init --layout layout && umoci new --image layout:distroless \
+        && umoci raw add-layer --image layout:distroless layer.tar \
+        && umoci gc --layout layout && rm -rf layer layer.tar && chmod -R a+rX .";
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "building the distroless layout: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!("oci:{}/layout:distroless", dir.display())
+}
+
 /// Gives `path` and everything under it to the test user (when running as
 /// root).
 pub fn chown_tree(path: &Path) {

@@ -1,10 +1,10 @@
 //! Process-wide spawn exclusion (spec 3.3 step 2): the broker holds it from
 //! the launch barrier until its wrapper is spawned and the barrier's read
-//! end is closed here, and every other spawn of this process (transient
-//! helpers: `newuidmap`/`newgidmap`, the preparation worker, guest
-//! observation runs) holds it while it forks, so no spawn interleaves with
-//! an acquisition. Reaping needs no exclusion: the broker waits only
-//! through its children's pidfds and `std` only on its own PIDs.
+//! end is closed here, and every other spawn of this process (the
+//! transient children of [`super::transient`]: map helpers, preparation
+//! workers, `nft`, `git`, guest tool runs) holds it while it forks, so no
+//! spawn interleaves with an acquisition. Reaping needs no exclusion: every
+//! child is reaped only through its own pidfd.
 //!
 //! Re-entrant on one thread (a spawn inside a section that already holds
 //! it does not deadlock); exclusive across threads.

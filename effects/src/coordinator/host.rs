@@ -384,6 +384,8 @@ pub(super) struct LaunchInputs<'a> {
 pub struct SandboxBinaries<'a> {
     /// PID 1 (`lazaret-init`).
     pub init: &'a [u8],
+    /// The guest observation and signal tool (`lazaret-guest`, spec 3.4).
+    pub guest: &'a [u8],
     /// The network probe of `lazaret doctor --network` (`lazaret-probe`).
     pub probe: &'a [u8],
 }

@@ -53,6 +53,7 @@ use crate::image::store::BlobStore;
 use crate::network::policy_fd::seal_policy;
 use crate::prepare::{prepare, RealPrepareHost};
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
+use crate::runsc_exec::GUEST_TOOL_NAME;
 use crate::userns::{map_and_verify, plan_maps, Identity, RealHost};
 
 /// Why this coordinator's runtime ended, once it has (RS reported a
@@ -190,6 +191,7 @@ pub(super) fn launch_generation(
     std::fs::create_dir_all(&init_dir).map_err(io_err(&init_dir))?;
     for (name, bytes) in [
         (INIT_NAME, launch.binaries.init),
+        (GUEST_TOOL_NAME, launch.binaries.guest),
         (PROBE_NAME, launch.binaries.probe),
     ] {
         let path = init_dir.join(name);

@@ -11,6 +11,7 @@
 //! it vanishes with the namespace when the Runtime Supervisor exits.
 
 use super::filesystem::{Limits, SentryFs};
+use crate::broker::transient::{self, Limits as RunLimits};
 use lazaret_runtime::display::escape_path;
 use lazaret_runtime::git_sentry::{HostGitDir, LayoutError, SentryLayout};
 use std::ffi::OsString;
@@ -19,6 +20,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// How deep the scan for submodule git directories goes under `modules/`.
+/// How long the `git config` listing of include paths may take.
+const GIT_CONFIG_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 const MAX_SCAN_DEPTH: usize = 8;
 /// The most directory entries the launch-time scan visits.
 const MAX_SCAN_ENTRIES: usize = 20_000;
@@ -229,20 +232,19 @@ fn include_paths(config: &Path) -> Result<Vec<PathBuf>, FilterError> {
         path: config.to_owned(),
         detail,
     };
-    let output = {
-        let _spawning = crate::broker::exclusion::spawn_exclusion();
+    let output = transient::output(
         std::process::Command::new("git")
             .args(["config", "--null", "--file"])
             .arg(config)
             .args(["--get-regexp", r"^include(if\..*)?\.path$"])
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .stdin(std::process::Stdio::null())
-            .output()
-    };
+            .env("GIT_CONFIG_GLOBAL", "/dev/null"),
+        b"",
+        RunLimits::of(GIT_CONFIG_LIMIT),
+    );
     let output = match output {
         Ok(o) => o,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => return Ok(Vec::new()),
         Err(e) => return Err(failed(e.to_string())),
     };
     match output.status.code() {

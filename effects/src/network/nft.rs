@@ -4,13 +4,18 @@
 //! Runtime Supervisor holds network administration there. The sandbox's
 //! frames meet it before slirp4netns sees them; no route the guest could
 //! add inside gVisor gets past it.
-use std::io::{self, Write};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::broker::transient::{self, Limits, TransientError};
 
 use lazaret_runtime::config::Ipv4Prefix;
 use lazaret_runtime::network::plan::{NFT_EGRESS_CHAIN, NFT_TABLE};
 use lazaret_runtime::network::{FilterProjection, FilterRule, FILTER_PROJECTION_VERSION};
 use serde_json::Value;
+
+/// How long one `nft` run may take (a load or a listing takes about 6 ms).
+const NFT_LIMIT: Duration = Duration::from_secs(30);
 
 /// Loads and lists nftables rulesets in the caller's network namespace.
 pub trait NftSys {
@@ -24,12 +29,10 @@ pub trait NftSys {
 /// Why a ruleset was not loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
-    #[error("starting nft (nftables; scripts/setup installs it): {0}")]
-    Spawn(#[source] io::Error),
-    #[error("writing the ruleset to nft: {0}")]
-    Feed(#[source] io::Error),
-    #[error("waiting for nft: {0}")]
-    Wait(#[source] io::Error),
+    #[error("running nft (nftables; scripts/setup installs it): {0}")]
+    Run(#[source] TransientError),
+    #[error("the nft listing thread panicked")]
+    ListingThread,
     #[error("nft {args} failed ({status}): {stderr}")]
     Refused {
         args: String,
@@ -70,24 +73,13 @@ fn nft_program(path: Option<&std::ffi::OsStr>) -> std::path::PathBuf {
 
 impl RealNft {
     /// Runs `nft ARGS`, `stdin` on its standard input, and returns its
-    /// standard output; waited for in every case, so no nft is left behind.
+    /// standard output; a transient child of the broker (reaped in every
+    /// case, killed past [`NFT_LIMIT`]).
     fn run(&self, args: &[&str], stdin: &str) -> Result<String, NftError> {
-        let spawned = {
-            let _spawning = crate::broker::exclusion::spawn_exclusion();
-            Command::new(nft_program(std::env::var_os("PATH").as_deref()))
-                .args(args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-        };
-        let mut child = spawned.map_err(NftError::Spawn)?;
-        let fed = match child.stdin.take() {
-            Some(mut input) => input.write_all(stdin.as_bytes()),
-            None => Err(io::Error::other("nft has no standard input")),
-        };
-        let out = child.wait_with_output().map_err(NftError::Wait)?;
-        fed.map_err(NftError::Feed)?;
+        let mut command = Command::new(nft_program(std::env::var_os("PATH").as_deref()));
+        command.args(args);
+        let out = transient::output(&mut command, stdin.as_bytes(), Limits::of(NFT_LIMIT))
+            .map_err(NftError::Run)?;
         if !out.status.success() {
             return Err(NftError::Refused {
                 args: args.join(" "),
@@ -112,11 +104,7 @@ impl NftSys for RealNft {
             let json = std::thread::Builder::new().spawn_scoped(scope, || self.run(&json_args, ""));
             let text = self.run(&["list", "table", "netdev", NFT_TABLE], "");
             let json = match json {
-                Ok(thread) => thread.join().unwrap_or_else(|_| {
-                    Err(NftError::Wait(io::Error::other(
-                        "the listing thread panicked",
-                    )))
-                }),
+                Ok(thread) => thread.join().unwrap_or(Err(NftError::ListingThread)),
                 // No thread: list here, one after the other.
                 Err(_) => self.run(&json_args, ""),
             };
@@ -358,12 +346,12 @@ mod tests {
     /// A `PATH` without the system directories still finds a system `nft`;
     /// an executable on `PATH` comes first; a non-executable file is skipped.
     #[test]
-    fn nft_is_found_on_path_first_then_in_system_dirs() -> io::Result<()> {
+    fn nft_is_found_on_path_first_then_in_system_dirs() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
         let on_path = dir.path().join("nft");
         std::fs::write(&on_path, "#!/bin/sh\n")?;
         std::fs::set_permissions(&on_path, std::fs::Permissions::from_mode(0o644))?;
-        let path = std::env::join_paths([dir.path()]).map_err(io::Error::other)?;
+        let path = std::env::join_paths([dir.path()]).map_err(std::io::Error::other)?;
         let without_exec = nft_program(Some(&path));
         assert_ne!(without_exec, on_path);
         std::fs::set_permissions(&on_path, std::fs::Permissions::from_mode(0o755))?;

@@ -19,6 +19,7 @@
 //! the namespace, since the tree is owned by subordinate ids) and leaves
 //! nothing behind.
 
+use crate::broker::transient::{self, Limits, Transient};
 use crate::image::store::{BlobStore, Sha256};
 use crate::image::ResolvedImage;
 use crate::userns::{spawn_in_user_namespace, MapKind, NamespaceMaps, RealHost};
@@ -28,11 +29,18 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Version of the preparation recipe; part of the artifact identity.
 const RECIPE: &str =
     "lazaret-prepared-lower v4: umoci raw unpack in verified userns, bundle mount points with the init and network directories, resolv.conf a regular file";
 /// The tag of the private one-manifest layout umoci reads.
+/// How long `umoci --version` may take.
+const VERSION_LIMIT: Duration = Duration::from_secs(30);
+/// How long one preparation worker (`umoci unpack` of an image, `rm` of a
+/// tree) may run before it is killed and the preparation fails: far above
+/// the minutes a multi-gigabyte image takes on a slow disk.
+const WORKER_LIMIT: Duration = Duration::from_secs(30 * 60);
 const PRIVATE_TAG: &str = "lazaret";
 
 /// The metadata stored next to a prepared rootfs.
@@ -137,21 +145,15 @@ impl RealPrepareHost {
 
 impl PrepareHost for RealPrepareHost {
     fn preparer_version(&mut self) -> Result<String, PrepareError> {
-        let child = {
-            let _spawning = crate::broker::exclusion::spawn_exclusion();
-            Command::new("umoci")
-                .arg("--version")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-        };
-        let out = child
-            .and_then(std::process::Child::wait_with_output)
-            .map_err(|e| PrepareError::Spawn {
-                program: "umoci".into(),
-                detail: format!("{e} (install it: apt-get install umoci)"),
-            })?;
+        let out = transient::output(
+            Command::new("umoci").arg("--version"),
+            b"",
+            Limits::of(VERSION_LIMIT),
+        )
+        .map_err(|e| PrepareError::Spawn {
+            program: "umoci".into(),
+            detail: format!("{e} (install it: apt-get install umoci)"),
+        })?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
@@ -175,10 +177,12 @@ impl PrepareHost for RealPrepareHost {
             program: program.into(),
             detail: e.to_string(),
         })?;
-        let out = child.wait_with_output().map_err(|e| PrepareError::Spawn {
-            program: program.into(),
-            detail: e.to_string(),
-        })?;
+        let out = Transient::adopt(child, program.to_owned())
+            .and_then(|worker| worker.finish(b"", Limits::of(WORKER_LIMIT)))
+            .map_err(|e| PrepareError::Spawn {
+                program: program.into(),
+                detail: e.to_string(),
+            })?;
         Ok(WorkerRun {
             success: out.status.success(),
             status: out.status.to_string(),

@@ -1,10 +1,11 @@
 //! Observing and signalling the session's guest process group inside the
 //! exact runsc container (spec 3.4 acquisition step 3, release step 2).
 use super::{Invocation, Runsc};
+use crate::broker::transient::{self, Limits};
 use lazaret_runtime::records::terminal::GuestProcessIdentity;
 use lazaret_runtime::terminal::machine::{GroupObservation, GuestSignal};
 use std::io;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 /// Runs one short runsc client and collects its output (pipes only).
@@ -16,37 +17,37 @@ pub trait RunscRunner {
 pub struct RealRunner;
 
 impl RunscRunner for RealRunner {
+    /// A transient child of the broker (`crate::broker::transient`), killed
+    /// past the invocation's limit.
     fn run(&self, invocation: &Invocation) -> io::Result<Output> {
         let (program, args) = invocation
             .argv
             .split_first()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty invocation"))?;
-        let child = {
-            let _spawning = crate::broker::exclusion::spawn_exclusion();
-            Command::new(program)
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-        };
-        child.and_then(std::process::Child::wait_with_output)
+        let limit = invocation.limit.unwrap_or(RELEASE_LIMIT);
+        transient::output(Command::new(program).args(args), b"", Limits::of(limit))
+            .map_err(io::Error::other)
     }
 }
 
-/// The guest programs the observation and signal steps run. v1 uses the
-/// image's POSIX shell and only its builtins (`read`, `printf`, `kill`);
-/// a Lazaret-owned static guest helper can replace it without changing
-/// callers.
+/// The file name of the Lazaret-owned static guest tool (`cli/init/
+/// lazaret_guest.rs`), written next to `lazaret-init` and bound read-only at
+/// [`lazaret_runtime::bundle::INIT_DIR`].
+pub const GUEST_TOOL_NAME: &str = "lazaret-guest";
+
+/// The guest program the observation and signal steps run: Lazaret's own
+/// static tool, never anything from the image (no shell: a distroless image
+/// works, and a replaced `/bin/sh` changes nothing Lazaret observes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuestTools {
-    pub shell: String,
+    /// Its path inside the container.
+    pub tool: String,
 }
 
 impl Default for GuestTools {
     fn default() -> Self {
         Self {
-            shell: "/bin/sh".to_owned(),
+            tool: format!("{}/{GUEST_TOOL_NAME}", lazaret_runtime::bundle::INIT_DIR),
         }
     }
 }
@@ -166,10 +167,6 @@ pub fn identify_and_classify(
     }
 }
 
-const STAT_SCRIPT: &str = "for p in \"$@\"; do if [ -r /proc/$p/stat ]; then read -r l < /proc/$p/stat && printf '%s\\n' \"$l\"; fi; done";
-/// Every guest process's stat line (the tool's own shell included; it
-/// leads a group of its own).
-const ALL_STAT_SCRIPT: &str = "for s in /proc/[0-9]*/stat; do if [ -r \"$s\" ]; then read -r l < \"$s\" && printf '%s\\n' \"$l\"; fi; done";
 /// How long the leader identity read may take (acquisition step 3).
 const IDENTITY_LIMIT: Duration = Duration::from_secs(10);
 /// How long one release observation or signal may take. Normally 30-60 ms;
@@ -178,7 +175,6 @@ const IDENTITY_LIMIT: Duration = Duration::from_secs(10);
 /// unsent signal leaves the group to Domain teardown), which then comes
 /// sooner.
 const RELEASE_LIMIT: Duration = Duration::from_secs(3);
-const KILL_SCRIPT: &str = "kill -s \"$1\" -- \"-$2\"";
 
 /// Guest process-group control for one exact container.
 #[derive(Debug)]
@@ -221,20 +217,10 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
         Ok(output)
     }
 
-    fn tool(
-        &self,
-        limit: Duration,
-        script: &str,
-        name: &str,
-        args: impl IntoIterator<Item = String>,
-    ) -> Invocation {
-        let mut argv = vec![
-            self.tools.shell.clone(),
-            "-c".to_owned(),
-            script.to_owned(),
-            name.to_owned(),
-        ];
-        argv.extend(args);
+    fn tool(&self, limit: Duration, args: impl IntoIterator<Item = String>) -> Invocation {
+        let argv: Vec<String> = std::iter::once(self.tools.tool.clone())
+            .chain(args)
+            .collect();
         self.runsc.exec_tool(&self.container, &argv, limit)
     }
 
@@ -242,9 +228,7 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
     pub fn stats(&self, pids: &[u32]) -> Result<Vec<GuestStat>, GuestControlError> {
         let inv = self.tool(
             IDENTITY_LIMIT,
-            STAT_SCRIPT,
-            "lazaret-stat",
-            pids.iter().map(u32::to_string),
+            std::iter::once("stat".to_owned()).chain(pids.iter().map(u32::to_string)),
         );
         let out = self.run("guest stat", &inv)?;
         parse_stat_lines(&String::from_utf8_lossy(&out.stdout))
@@ -252,12 +236,7 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
 
     /// Guest stats of every process in the container, in one tool run.
     pub fn all_stats(&self) -> Result<Vec<GuestStat>, GuestControlError> {
-        let inv = self.tool(
-            RELEASE_LIMIT,
-            ALL_STAT_SCRIPT,
-            "lazaret-stat",
-            std::iter::empty(),
-        );
+        let inv = self.tool(RELEASE_LIMIT, ["stat".to_owned()]);
         let out = self.run("guest stat", &inv)?;
         parse_stat_lines(&String::from_utf8_lossy(&out.stdout))
     }
@@ -327,12 +306,13 @@ impl<'r, R: RunscRunner> GuestControl<'r, R> {
         signal: GuestSignal,
     ) -> Result<(), GuestControlError> {
         let pgid = recorded.process_group_id;
-        let name = signal.name().trim_start_matches("SIG").to_owned();
         let inv = self.tool(
             RELEASE_LIMIT,
-            KILL_SCRIPT,
-            "lazaret-signal",
-            [name, pgid.to_string()],
+            [
+                "signal".to_owned(),
+                signal.number().to_string(),
+                pgid.to_string(),
+            ],
         );
         self.run("guest group signal", &inv).map(|_| ())
     }
