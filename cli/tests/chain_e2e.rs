@@ -316,6 +316,12 @@ fn kill_coordinator_while_serving(env: &Env, script: &str) -> Output {
         assert!(Instant::now() < deadline, "the session never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    kill_the_coordinator(env);
+    session.wait_with_output().unwrap()
+}
+
+/// SIGKILLs the Domain's only coordinator.
+fn kill_the_coordinator(env: &Env) {
     let coordinators: Vec<String> = env
         .processes()
         .into_iter()
@@ -324,7 +330,93 @@ fn kill_coordinator_while_serving(env: &Env, script: &str) -> Output {
     assert_eq!(coordinators.len(), 1, "{coordinators:?}");
     let pid = coordinators[0].split(':').next().unwrap().to_owned();
     signal_through_pidfd(&pid, rustix::process::Signal::KILL);
-    session.wait_with_output().unwrap()
+}
+
+/// Waits until no process of the scenario is left.
+fn wait_no_processes(env: &Env) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !env.processes().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", env.processes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Spec 3.4 release step 3: "Record the terminal clean only after the guest
+/// group, exec client, and PTY are absent; otherwise retain release
+/// intent." A piped command that completes by itself and leaves a member of
+/// its group running is released without an observation, so its terminal
+/// keeps its ReleaseIntent while the Domain lives (read here after the
+/// coordinator is killed, from the store it left), and the next
+/// coordinator's recovery cleans it once the runtime is gone.
+#[test]
+fn a_retained_release_keeps_its_release_intent_until_the_runtime_is_gone() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("retained-release", &default_image());
+    let keeper = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 60",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !env.workspace.join("started").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the keeping session never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "sleep 300 >/dev/null 2>&1 & exit 0",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The coordinator took the finished session's last step.
+    let live_trace = || {
+        runtime_files(&env.home.join("run"))
+            .into_iter()
+            .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !live_trace().contains("FinishSessionRelease") {
+        assert!(
+            Instant::now() < deadline,
+            "no FinishSessionRelease: {}",
+            live_trace()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_the_coordinator(&env);
+    let out = keeper.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    wait_no_processes(&env);
+    let state = env.run(&["state", "default", "--json"]);
+    let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+    let terminals = state["generations"][0]["terminals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let states: Vec<&str> = terminals
+        .iter()
+        .filter_map(|t| t["state"].as_str())
+        .collect();
+    // The keeper's terminal was never released; the finished one retained.
+    assert_eq!(
+        states.iter().filter(|s| **s == "ReleaseIntent").count(),
+        1,
+        "{states:?}: {state}"
+    );
+    assert!(!states.contains(&"Clean"), "{states:?}: {state}");
+    // Recovery cleans both once the runtime is gone; nothing is left.
+    let out = env.run(&["default", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_left();
 }
 
 /// HC loss (SIGKILL): the Runtime Supervisor sees its lifetime channel
@@ -402,11 +494,7 @@ fn a_lost_trace_is_recovered_from_the_durable_record() {
     let env = Env::new("lost-trace", &default_image());
     let out = kill_coordinator_while_serving(&env, "touch /workspace/started; sleep 60");
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !env.processes().is_empty() {
-        assert!(Instant::now() < deadline, "{:?}", env.processes());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_no_processes(&env);
     let traces: Vec<PathBuf> = runtime_files(&env.home.join("run"))
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))

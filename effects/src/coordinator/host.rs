@@ -18,6 +18,7 @@ use super::recovery::recover_all;
 use super::release::{abort, no_sessions_left, teardown};
 use super::release_gate::ReleaseGate;
 use super::session::{random_bytes, start_session, SessionContext, SessionLinks};
+use super::session_release::ReleaseOutcome;
 use super::supervisor::runsc_globals;
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
@@ -128,8 +129,8 @@ pub(super) enum HcEvent {
     /// fingerprint matches this coordinator's.
     Client(UnixStream, Hello, bool),
     /// The session in this slot ended: its exec client is reaped and its
-    /// PTY closed.
-    SessionEnded(SessionsId),
+    /// PTY closed; how its release ended.
+    SessionEnded(SessionsId, ReleaseOutcome),
     /// The session in this slot has its guest leader identity.
     SessionRunning(SessionsId, TerminalEvidence),
     /// The session in this slot starts its release: its ReleaseIntent must
@@ -488,14 +489,14 @@ fn serve(
                 }
                 let _ = recorded.send(());
             }
-            HcEvent::SessionEnded(s) => {
+            HcEvent::SessionEnded(s, outcome) => {
                 if hc.model.state().sess[s.index()] == Sess::Registered {
                     hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
                 }
                 // The session's loop reaped its exec client and closed its
                 // PTY before it said the session ended (spec 3.4).
                 hc.step(Action::FinishSessionRelease { c, s }, |hc| {
-                    clean_terminal(hc, s)
+                    finish_terminal(hc, s, outcome)
                 })?;
             }
             HcEvent::SupervisorLost(why) => {
@@ -652,6 +653,31 @@ fn clean_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorE
     Ok(())
 }
 
+/// FinishSessionRelease of a session whose release ran (spec 3.4 release
+/// step 3): "Record the terminal clean only after the guest group, exec
+/// client, and PTY are absent; otherwise retain release intent." A
+/// retained terminal keeps its ReleaseIntent record, with every recorded
+/// identity, until the runtime is gone: Domain teardown (`ShutdownRuntime`)
+/// or bootstrap recovery cleans it then (`recovery::clean_terminals`). The
+/// session slot is free either way: the model's session is over.
+fn finish_terminal(
+    hc: &mut Hc<'_, '_>,
+    s: SessionsId,
+    outcome: ReleaseOutcome,
+) -> Result<(), CoordinatorError> {
+    match outcome {
+        ReleaseOutcome::Clean => clean_terminal(hc, s),
+        ReleaseOutcome::Retained(reason) => {
+            tracing::info!(
+                ?reason,
+                "RetainReleaseIntent: the terminal stays ReleaseIntent until the runtime is gone"
+            );
+            hc.sessions.remove(&s);
+            Ok(())
+        }
+    }
+}
+
 fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), CoordinatorError> {
     let Some(&session) = hc.sessions.get(&s) else {
         return Ok(());
@@ -743,12 +769,12 @@ fn forward_release(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<Sync
 }
 
 /// A session's end becomes an HC event naming its slot.
-fn forward_end(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
+fn forward_end(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<ReleaseOutcome> {
+    let (tx, rx) = mpsc::channel::<ReleaseOutcome>();
     let events = events_tx.clone();
     std::thread::spawn(move || {
-        if rx.recv().is_ok() {
-            let _ = events.send(HcEvent::SessionEnded(slot));
+        if let Ok(outcome) = rx.recv() {
+            let _ = events.send(HcEvent::SessionEnded(slot, outcome));
         }
     });
     tx

@@ -23,7 +23,7 @@
 use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
-use super::session_release::ReleaseEffects;
+use super::session_release::{ReleaseEffects, ReleaseOutcome};
 use super::terminal_session::{command_message, read_leader_pid, GuestTarget};
 use crate::broker::CommittedChild;
 use crate::runsc_exec::GuestControl;
@@ -70,8 +70,8 @@ pub struct PipedParts {
     /// Read end of the pipe named by `--internal-pid-file`.
     pub pid_pipe: OwnedFd,
     pub guest: GuestTarget,
-    /// Told once the release finished (Clean or retained).
-    pub ended: Sender<()>,
+    /// Told once the release finished, with its outcome.
+    pub ended: Sender<ReleaseOutcome>,
     /// Commits the durable ReleaseIntent before the release signals.
     pub release: ReleaseGate,
 }
@@ -144,8 +144,8 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
     let ended = parts.ended;
     std::thread::spawn(move || {
         let _span = tracing::info_span!("PipedSession").entered();
-        driver.run();
-        let _ = ended.send(());
+        let outcome = driver.run();
+        let _ = ended.send(outcome);
     });
     Ok(())
 }
@@ -285,7 +285,7 @@ impl Driver {
     /// Runs the release to its end. The client's exit goes out as soon as
     /// the machine queues it (after the drain), before the final
     /// observation.
-    fn run(mut self) {
+    fn run(mut self) -> ReleaseOutcome {
         let mut work = VecDeque::new();
         let mut client_lost_fed = false;
         loop {
@@ -324,7 +324,7 @@ impl Driver {
                 continue;
             }
             if self.machine.is_clean() || self.machine.retained().is_some() {
-                return;
+                return ReleaseOutcome::of(&self.machine);
             }
             self.wait(&mut work);
         }

@@ -267,7 +267,11 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
 /// sandbox; one that outlives the grace is ended through its exact match),
 /// then the terminal goes ReleaseIntent -> Clean. The model abstracts
 /// terminals into its sessions, which `HostCoordinatorLost` already closed;
-/// these rows are the durable evidence below that abstraction.
+/// these rows are the durable evidence below that abstraction. Domain
+/// teardown runs it too, once the runtime is gone: that is where a release
+/// the session itself retained (spec 3.4 release step 3) ends. Every
+/// terminal's Clean goes in one transaction (a Domain that ran many piped
+/// commands may retain many).
 pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
     let generation = hc.id;
     let document = hc
@@ -275,6 +279,7 @@ pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorErro
         .generation_document(generation)
         .map_err(|e| hc.store_err(e))?;
     let terminals = document.map(|d| d.terminals).unwrap_or_default();
+    let mut ops = Vec::new();
     for t in terminals {
         if t.state == SessionTerminalState::Clean {
             continue;
@@ -287,7 +292,6 @@ pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorErro
         )?;
         let bare =
             t.state == SessionTerminalState::Intent && t.snapshot == TerminalSnapshot::default();
-        let mut ops = Vec::new();
         if !bare && t.state != SessionTerminalState::ReleaseIntent {
             ops.push(StoreOp::Terminal {
                 generation,
@@ -304,9 +308,11 @@ pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorErro
                 AbsenceProof::ExactAbsence
             }),
         });
-        hc.apply(&ops)?;
     }
-    Ok(())
+    if ops.is_empty() {
+        return Ok(());
+    }
+    hc.apply(&ops)
 }
 
 /// The recorded identities of the generation's RS and attached runsc.

@@ -11,6 +11,7 @@ use super::enter::EnterArgs;
 use super::guest_runner::STDIO_PLACEHOLDER;
 use super::piped_session::{self, PipedParts};
 use super::release_gate::ReleaseGate;
+use super::session_release::ReleaseOutcome;
 use super::terminal_session::{self, GuestTarget, TerminalEvidence, TerminalParts};
 use super::ENTER_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
@@ -122,8 +123,9 @@ pub struct ExecFiles<'a> {
 /// How a session's own threads reach the coordinator's loop.
 #[derive(Debug)]
 pub struct SessionLinks {
-    /// Told once the session is over (exec client reaped, PTY closed).
-    pub ended: Sender<()>,
+    /// Told once the session is over (exec client reaped, PTY closed), with
+    /// how its release ended.
+    pub ended: Sender<ReleaseOutcome>,
     /// Told the PTY and guest leader identity (interactive sessions).
     pub running: Sender<TerminalEvidence>,
     /// Commits the durable ReleaseIntent before release signals.

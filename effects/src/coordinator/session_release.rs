@@ -8,11 +8,36 @@ use super::terminal_session::exec_status;
 use crate::broker::CommittedChild;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, Signal};
-use lazaret_runtime::terminal::machine::{Command, Input, ReleaseReason, TimerKind};
+use lazaret_runtime::terminal::machine::{
+    Command, Input, Machine, ReleaseReason, RetainReason, TimerKind,
+};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::collections::VecDeque;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
+
+/// How a session's release ended (spec 3.4 release step 3): the terminal
+/// may be recorded clean only when the guest group, exec client and PTY
+/// were all found absent; otherwise its ReleaseIntent is retained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The machine's `RecordClean`: the final observation found the group
+    /// empty.
+    Clean,
+    /// The machine's `RetainReleaseIntent`: the record stays ReleaseIntent
+    /// until the runtime is gone (Domain teardown or bootstrap recovery).
+    Retained(RetainReason),
+}
+
+impl ReleaseOutcome {
+    /// The outcome of a release machine that finished.
+    pub fn of(machine: &Machine) -> Self {
+        match machine.retained() {
+            Some(reason) => Self::Retained(reason),
+            None => Self::Clean,
+        }
+    }
+}
 
 /// Longest poll sleep without a timer.
 const IDLE_POLL: Duration = Duration::from_secs(1);

@@ -26,7 +26,7 @@
 use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
-use super::session_release::ReleaseEffects;
+use super::session_release::{ReleaseEffects, ReleaseOutcome};
 use crate::broker::CommittedChild;
 use crate::process_identity::Signal;
 use crate::pty::{Pumped, RealPty, SessionPty, WindowSize};
@@ -102,8 +102,8 @@ pub struct TerminalParts {
     /// Read end of the pipe named by `--internal-pid-file`.
     pub pid_pipe: OwnedFd,
     pub guest: GuestTarget,
-    /// Told once the release finished (Clean or retained).
-    pub ended: Sender<()>,
+    /// Told once the release finished, with its outcome.
+    pub ended: Sender<ReleaseOutcome>,
     /// Told the PTY and the guest leader identity once the leader is known
     /// (spec 3.4 step 3), for the terminal's durable Running record.
     pub running: Sender<TerminalEvidence>,
@@ -193,10 +193,10 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
     let ended = parts.ended;
     std::thread::spawn(move || {
         let _span = tracing::info_span!("SessionTerminal").entered();
-        driver.run();
+        let outcome = driver.run();
         // The exit frame gets a bounded time to reach the client.
         let _ = writer_done_rx.recv_timeout(WRITER_FINISH);
-        let _ = ended.send(());
+        let _ = ended.send(outcome);
     });
     Ok(())
 }
@@ -359,7 +359,8 @@ pub(super) fn exec_status(code: Option<i32>, signal: Option<i32>) -> ExecStatus 
 }
 
 impl Driver {
-    fn run(mut self) {
+    /// Runs the session and its release to the end.
+    fn run(mut self) -> ReleaseOutcome {
         let mut work = VecDeque::new();
         loop {
             self.take_client_events(&mut work);
@@ -380,7 +381,7 @@ impl Driver {
                 continue;
             }
             if self.finished() {
-                break;
+                return ReleaseOutcome::of(&self.machine);
             }
             self.wait(&mut work);
             while let Some(input) = work.pop_front() {
