@@ -177,3 +177,100 @@ fn runtime_and_generated_do_no_io() {
         offences.join("\n")
     );
 }
+
+/// The section of docs/architecture.md's code map for the crate in `dir`
+/// (from its `### \`dir/\`` heading to the next heading).
+fn code_map_section<'d>(doc: &'d str, dir: &str) -> Option<&'d str> {
+    let heading = format!("### `{dir}/`");
+    let start = doc.find(&heading)?;
+    let rest = &doc[start + heading.len()..];
+    let end = rest.find("\n#").unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// How a module file may be named in its crate's code-map section: a
+/// `mod.rs` by its directory (`name/`), any other file by its file name
+/// (`name.rs`, alone or at the end of a path). `None` for files the map
+/// need not name: crate roots and test modules (`tests.rs`,
+/// `*_tests.rs`), which belong to the module they test.
+fn map_name(file: &Path) -> Option<String> {
+    let name = file.file_name()?.to_str()?;
+    if matches!(name, "lib.rs" | "tests.rs") || name.ends_with("_tests.rs") {
+        return None;
+    }
+    if name == "mod.rs" {
+        let dir = file.parent()?.file_name()?.to_str()?;
+        return Some(format!("{dir}/"));
+    }
+    Some(name.to_owned())
+}
+
+/// Whether `section` names `wanted` inside backquotes: `` `wanted` ``,
+/// `` `path/wanted` `` or, for a directory, `` `wanted...` ``.
+fn names(section: &str, wanted: &str) -> bool {
+    section.split('`').skip(1).step_by(2).any(|quoted| {
+        quoted.split([' ', ',', '(', ')', '{', '}']).any(|word| {
+            word == wanted
+                || word.ends_with(&format!("/{wanted}"))
+                || (wanted.ends_with('/') && word.contains(wanted))
+        })
+    })
+}
+
+/// docs/architecture.md's code map is current: every module file of every
+/// crate (and the static in-sandbox binaries under `cli/init/`) is named in
+/// its crate's section (STYLE.md; spec-independent maintenance rule).
+#[test]
+fn every_module_is_on_the_code_map() {
+    let root = workspace_root();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md"))
+        .unwrap_or_else(|e| panic!("docs/architecture.md: {e}"));
+    let mut missing = Vec::new();
+    for (dir, sources) in [
+        ("codegen", vec!["codegen/src"]),
+        ("generated", vec!["generated/src"]),
+        ("runtime", vec!["runtime/src"]),
+        ("effects", vec!["effects/src"]),
+        ("cli", vec!["cli/src", "cli/init"]),
+        ("conformance", vec!["conformance/src"]),
+    ] {
+        let section = code_map_section(&doc, dir)
+            .unwrap_or_else(|| panic!("docs/architecture.md has no section ### `{dir}/`"));
+        let mut files = Vec::new();
+        for source in sources {
+            rust_files(&root.join(source), &mut files);
+        }
+        assert!(!files.is_empty(), "no Rust files under {dir}");
+        for file in files {
+            let Some(wanted) = map_name(&file) else {
+                continue;
+            };
+            if !names(section, &wanted) {
+                missing.push(format!(
+                    "{} (as `{wanted}` in ### `{dir}/`)",
+                    file.strip_prefix(&root).unwrap_or(&file).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's code map does not name:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_code_map_check_can_fail() {
+    let section = "- `network/`: x. `rtnl.rs` (links), `coordinator/host.rs`.";
+    assert!(names(section, "rtnl.rs"));
+    assert!(names(section, "host.rs"));
+    assert!(names(section, "network/"));
+    assert!(!names(section, "plan.rs"));
+    assert!(!names(section, "terminal/"));
+    assert_eq!(
+        map_name(Path::new("a/network/mod.rs")).as_deref(),
+        Some("network/")
+    );
+    assert_eq!(map_name(Path::new("a/network/plan_tests.rs")), None);
+}
