@@ -103,6 +103,9 @@ pub trait ProcessSys {
     fn start_time(&self, pid: HostPid) -> io::Result<u64>;
     /// `waitid(P_PIDFD, pidfd, ...)`.
     fn waitid(&self, pidfd: &Pidfd, mode: WaitMode) -> io::Result<ChildState>;
+    /// Whether the pidfd's process has exited (`poll` says it is readable),
+    /// whoever its parent is; nothing is reaped.
+    fn exited(&self, pidfd: &Pidfd) -> io::Result<bool>;
     /// `pidfd_send_signal(pidfd, signal, NULL, 0)` on the retained pidfd of
     /// an exactly acquired or exactly matched process. Taking a
     /// [`ProcessHandle`] (not a bare [`Pidfd`]) makes reopen-and-signal by

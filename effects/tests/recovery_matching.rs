@@ -4,7 +4,7 @@
 
 use lazaret_effects::process_identity::fake::{Call, FakeProcess, FakeProcessSys};
 use lazaret_effects::process_identity::{
-    match_recorded, ChildState, RecoveryRefusal, Signal, PID_FS_MAGIC,
+    liveness, match_recorded, ChildState, Liveness, RecoveryRefusal, Signal, PID_FS_MAGIC,
 };
 use lazaret_runtime::records::process::*;
 use quickcheck::{quickcheck, TestResult};
@@ -117,6 +117,45 @@ fn every_refusal_step_refuses_without_action() {
     assert!(matches!(
         match_recorded(&sys, &recorded(BOOT, 13, 9, 5, 1)),
         Err(RecoveryRefusal::StartTimeMismatch { .. })
+    ));
+    assert!(!signalled(&sys));
+}
+
+/// FR-7 with the exit race: `/proc/<pid>/stat` is read by PID, so a process
+/// that exits and is reaped after `pidfd_open` leaves no stat (or its PID's
+/// next process's). Its exactly matched pidfd says it exited: that is
+/// proven absence, never a live mismatch, and nothing is signalled. A
+/// mismatch while the matched process still runs stays a refusal.
+#[test]
+fn a_process_that_exits_during_the_match_is_gone_not_unknown() {
+    let sys = FakeProcessSys::new(BOOT);
+    sys.insert(14, live(9, 5, 1));
+    sys.vanish_at_start_time.borrow_mut().push(14);
+    let id = recorded(BOOT, 14, 9, 5, 1);
+    assert!(matches!(
+        match_recorded(&sys, &id),
+        Err(RecoveryRefusal::ExitedWhileMatched { pid: 14 })
+    ));
+    sys.insert(14, live(9, 5, 1));
+    assert!(matches!(liveness(&sys, &id), Liveness::Gone { .. }));
+    // Exited, and the stat now names another start time.
+    let sys = FakeProcessSys::new(BOOT);
+    let mut exited = live(9, 5, 2);
+    exited.state = ChildState::Exited {
+        code: Some(0),
+        signal: None,
+    };
+    sys.insert(15, exited);
+    assert!(matches!(
+        liveness(&sys, &recorded(BOOT, 15, 9, 5, 1)),
+        Liveness::Gone { .. }
+    ));
+    // Still running with another start time: refused, not gone.
+    let sys = FakeProcessSys::new(BOOT);
+    sys.insert(16, live(9, 5, 2));
+    assert!(matches!(
+        liveness(&sys, &recorded(BOOT, 16, 9, 5, 1)),
+        Liveness::Unknown { .. }
     ));
     assert!(!signalled(&sys));
 }

@@ -92,6 +92,9 @@ pub struct RecordingAuthority {
     pub calls: std::sync::Mutex<Vec<&'static str>>,
     /// What `network_administration_holders` answers.
     pub holders: Vec<String>,
+    /// When set, only the first this many listings name `holders` (a
+    /// thread that was exiting); later ones are empty.
+    pub exiting_after: Option<usize>,
 }
 
 impl AuthoritySys for RecordingAuthority {
@@ -104,11 +107,19 @@ impl AuthoritySys for RecordingAuthority {
     }
 
     fn network_administration_holders(&self) -> io::Result<Vec<String>> {
-        self.calls
+        let mut calls = self
+            .calls
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push("network_administration_holders");
-        Ok(self.holders.clone())
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        calls.push("network_administration_holders");
+        let listings = calls
+            .iter()
+            .filter(|c| **c == "network_administration_holders")
+            .count();
+        Ok(match self.exiting_after {
+            Some(n) if listings > n => Vec::new(),
+            _ => self.holders.clone(),
+        })
     }
 }
 

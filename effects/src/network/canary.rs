@@ -44,6 +44,12 @@ use super::rtnl::{NetlinkRoutes, RouteSys, RtnlError};
 use crate::coordinator::nsys::NamespaceSys;
 use crate::crash_point::{crash_point, fault};
 
+/// How often the authority drop's confirmation lists the tasks before a
+/// holder counts (`HOLDERS_SETTLE_PAUSE` apart: at most 50 ms).
+const HOLDERS_SETTLE_ATTEMPTS: u32 = 50;
+/// See [`HOLDERS_SETTLE_ATTEMPTS`].
+const HOLDERS_SETTLE_PAUSE: Duration = Duration::from_millis(1);
+
 /// The sysctls that turn IPv6 off in a new network namespace, written
 /// before anything exists in it (spec 3.7), as `(path, value)`.
 pub fn ipv6_off() -> [(&'static Path, &'static str); 2] {
@@ -556,13 +562,23 @@ impl RequestedCanary {
         authority
             .drop_network_administration()
             .map_err(CanaryError::Drop)?;
-        let holders = authority
-            .network_administration_holders()
-            .map_err(CanaryError::Drop)?;
-        if !holders.is_empty() {
-            return Err(CanaryError::StillHeld(holders));
+        // A thread just joined (the veth's deleting thread above) can still
+        // be listed, with its sets, while the kernel finishes its exit: it
+        // runs no more user code, and it is gone within microseconds. Only
+        // a holder that stays through the settling time fails.
+        let mut holders = Vec::new();
+        for attempt in 0..HOLDERS_SETTLE_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(HOLDERS_SETTLE_PAUSE);
+            }
+            holders = authority
+                .network_administration_holders()
+                .map_err(CanaryError::Drop)?;
+            if holders.is_empty() {
+                return Ok(());
+            }
         }
-        Ok(())
+        Err(CanaryError::StillHeld(holders))
     }
 }
 

@@ -407,6 +407,29 @@ fn cleanup_and_drop_refuse_what_they_cannot_prove() -> Result<(), CanaryError> {
         .attest(&routes, &mut init, &canary, &authority)
         .expect_err("still held");
     assert!(matches!(e, CanaryError::StillHeld(ref h) if h == &["4242:CapEff".to_owned()]));
+
+    // A holder that is gone at the next listing was a thread finishing
+    // its exit (the veth's deleting thread): the drop is confirmed.
+    let canary = LoopbackCanary::default();
+    let routes = fake_routes();
+    let network = set_up(&routes, &RecordingNs::default(), &canary, GENERATION)?;
+    let authority = RecordingAuthority {
+        holders: vec!["4243:CapEff".to_owned()],
+        exiting_after: Some(1),
+        ..RecordingAuthority::default()
+    };
+    let mut init = FakeInit::new(&canary);
+    network
+        .request(&mut init, &canary)?
+        .attest(&routes, &mut init, &canary, &authority)?;
+    let listings = authority
+        .calls
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|c| **c == "network_administration_holders")
+        .count();
+    assert_eq!(listings, 2);
     Ok(())
 }
 

@@ -17,6 +17,7 @@ pub enum Call {
     Fstatfs(HostPid),
     Fstat(HostPid),
     StartTime(HostPid),
+    Exited(HostPid),
     Waitid(HostPid, WaitMode),
     Signal(HostPid, Signal),
     SigchldIgnored,
@@ -55,6 +56,9 @@ pub struct FakeProcessSys {
     /// What `getppid` returns to the wrapper.
     pub parent: Option<HostPid>,
     pub sigchld_ignored: bool,
+    /// PIDs whose process ends and is reaped as its start time is read
+    /// (the race of a process that exits during an exact match).
+    pub vanish_at_start_time: RefCell<Vec<u32>>,
 }
 
 impl FakeProcessSys {
@@ -69,6 +73,7 @@ impl FakeProcessSys {
             barrier_bytes: RefCell::new(Vec::new()),
             parent: None,
             sigchld_ignored: false,
+            vanish_at_start_time: RefCell::new(Vec::new()),
         }
     }
 
@@ -130,7 +135,19 @@ impl ProcessSys for FakeProcessSys {
 
     fn start_time(&self, pid: HostPid) -> io::Result<u64> {
         self.record(Call::StartTime(pid));
+        if self.vanish_at_start_time.borrow().contains(&pid.0) {
+            self.processes.borrow_mut().remove(&pid.0);
+            return Err(io::ErrorKind::NotFound.into());
+        }
         Ok(self.lookup(pid)?.start_time)
+    }
+
+    /// A process gone from the table (reaped) or recorded as exited.
+    fn exited(&self, pidfd: &Pidfd) -> io::Result<bool> {
+        self.record(Call::Exited(pidfd.locator()));
+        Ok(self
+            .lookup(pidfd.locator())
+            .map_or(true, |p| matches!(p.state, ChildState::Exited { .. })))
     }
 
     fn waitid(&self, pidfd: &Pidfd, mode: WaitMode) -> io::Result<ChildState> {

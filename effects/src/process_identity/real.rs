@@ -84,6 +84,19 @@ impl ProcessSys for RealProcessSys {
         parse_start_time(&stat).ok_or_else(|| invalid(format!("{path} has no start time field")))
     }
 
+    fn exited(&self, pidfd: &Pidfd) -> io::Result<bool> {
+        let mut fds = [rustix::event::PollFd::new(
+            pidfd,
+            rustix::event::PollFlags::IN,
+        )];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut fds, Some(&zero))?;
+        Ok(fds[0].revents().contains(rustix::event::PollFlags::IN))
+    }
+
     fn waitid(&self, pidfd: &Pidfd, mode: WaitMode) -> io::Result<ChildState> {
         let options = match mode {
             WaitMode::Peek => WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,

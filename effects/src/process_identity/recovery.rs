@@ -38,6 +38,10 @@ pub enum RecoveryRefusal {
     },
     #[error("cannot read the start time of PID {pid}: {source}")]
     StartTimeUnreadable { pid: u32, source: io::Error },
+    /// The exactly matched process exited while it was being matched: its
+    /// start time was gone, or named the PID's next process.
+    #[error("the process at PID {pid} exited while it was matched")]
+    ExitedWhileMatched { pid: u32 },
 }
 
 /// Matches a recorded staged or committed identity against the live system.
@@ -84,11 +88,21 @@ pub fn match_recorded<S: ProcessSys>(
             observed,
         });
     }
-    // 6. Start time only as a negative check.
-    let start = sys
-        .start_time(recorded.host_pid)
-        .map_err(|source| RecoveryRefusal::StartTimeUnreadable { pid, source })?;
+    // 6. Start time only as a negative check. `/proc/<pid>` is read by
+    // PID, so a process that exits (and is reaped) after `pidfd_open` leaves
+    // no stat, or the stat of the PID's next process; the exactly matched
+    // pidfd tells that case apart (it polls readable once the process has
+    // exited). An exit state that cannot be read keeps the refusal.
+    let exited = || sys.exited(&pidfd).unwrap_or(false);
+    let start = match sys.start_time(recorded.host_pid) {
+        Ok(start) => start,
+        Err(_) if exited() => return Err(RecoveryRefusal::ExitedWhileMatched { pid }),
+        Err(source) => return Err(RecoveryRefusal::StartTimeUnreadable { pid, source }),
+    };
     if start != recorded.start_time_ticks {
+        if exited() {
+            return Err(RecoveryRefusal::ExitedWhileMatched { pid });
+        }
         return Err(RecoveryRefusal::StartTimeMismatch {
             pid,
             recorded: recorded.start_time_ticks,
@@ -106,7 +120,8 @@ pub enum Liveness {
     /// The exact recorded process (equal pidfs authority, start time not
     /// contradicting) is still there.
     Running,
-    /// Proven gone: another boot, no process at the PID, or the PID now
+    /// Proven gone: another boot, no process at the PID, the exactly
+    /// matched process exited during the match, or the PID now
     /// names a process with another pidfs identity.
     Gone { why: String },
     /// Neither proven running nor proven gone: every other refusal of the
@@ -144,7 +159,8 @@ pub fn liveness<S: ProcessSys>(sys: &S, recorded: &PidfsProcessIdentityV1) -> Li
             match refusal {
                 RecoveryRefusal::BootMismatch { .. }
                 | RecoveryRefusal::NoProcessAtLocator { .. }
-                | RecoveryRefusal::AuthorityMismatch { .. } => Liveness::Gone { why },
+                | RecoveryRefusal::AuthorityMismatch { .. }
+                | RecoveryRefusal::ExitedWhileMatched { .. } => Liveness::Gone { why },
                 _ => Liveness::Unknown { why },
             }
         }
