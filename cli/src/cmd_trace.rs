@@ -90,13 +90,32 @@ pub fn render_divergence(d: &Divergence) -> String {
         Reason::OutOfDomain(e) => writeln!(s, "  update out of its TypeOK range: {e}"),
         Reason::InvariantViolated(name) => writeln!(s, "  invariant {name} fails after the step"),
         Reason::StateMismatch => writeln!(s, "  the recorded state differs from the model's"),
+        Reason::ObservationMismatch => writeln!(
+            s,
+            "  what the product observed after the step differs from the model's next state"
+        ),
+        Reason::ActionPropertyViolated(name) => {
+            writeln!(s, "  step property {name} fails on the step")
+        }
     };
+    let observed = d.reason == Reason::ObservationMismatch;
     if d.diff.is_empty() {
         let _ = writeln!(s, "  model state before the step: {}", d.model_state);
     } else {
-        let _ = writeln!(s, "  state difference (model vs trace):");
+        let (title, other) = if observed {
+            (
+                "observation difference (model's next state vs observed):",
+                "observed",
+            )
+        } else {
+            ("state difference (model vs trace):", "trace")
+        };
+        let _ = writeln!(s, "  {title}");
         for v in &d.diff {
-            let _ = writeln!(s, "    {}: model {} | trace {}", v.var, v.model, v.trace);
+            let _ = writeln!(s, "    {}: model {} | {other} {}", v.var, v.model, v.trace);
+        }
+        if observed {
+            let _ = writeln!(s, "  model state before the step: {}", d.model_state);
         }
     }
     s

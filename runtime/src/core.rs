@@ -204,6 +204,7 @@ impl<P: Protocol> Core<P> {
             generation: self.generation,
             state: Some(P::state_view(&self.cx, &self.state)),
             constants: None,
+            observed: None,
         })
     }
 

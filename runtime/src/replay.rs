@@ -1,6 +1,9 @@
 //! Replays a trace against a generated model: every step must be enabled
-//! from the previous state, every invariant must hold after it, and a
-//! recorded state must equal the model's.
+//! from the previous state, every invariant must hold after it, every
+//! box-action property (`Live_* == [][A]_v`) must hold on it, a recorded
+//! state must equal the model's, and what the product observed after the
+//! step's effect (`observed`) must equal the model's successor in every
+//! variable it records.
 
 use lazaret_generated::support::{Protocol, StepError};
 use lazaret_generated::{visit_model, ModelEntry, ModelVisitor, MODELS};
@@ -23,6 +26,11 @@ pub enum Reason {
     InvariantViolated(&'static str),
     /// The state recorded in the trace differs from the model's.
     StateMismatch,
+    /// What the product observed after the step's effect differs from the
+    /// model's successor (the effect did something else than its step).
+    ObservationMismatch,
+    /// A box-action property fails on the step.
+    ActionPropertyViolated(&'static str),
 }
 
 /// One variable whose value differs.
@@ -76,6 +84,24 @@ pub fn diff_states(model: &Value, trace: &Value) -> Vec<VarDiff> {
             var: k.clone(),
             model: m.get(k).cloned().unwrap_or(Value::Null),
             trace: t.get(k).cloned().unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+/// The variables `observed` records whose value differs from the model's
+/// successor `model` (only those: an observation covers part of the state).
+pub fn diff_observed(model: &Value, observed: &Value) -> Vec<VarDiff> {
+    let empty = serde_json::Map::new();
+    let m = model.as_object().unwrap_or(&empty);
+    observed
+        .as_object()
+        .unwrap_or(&empty)
+        .iter()
+        .filter(|(k, v)| m.get(*k) != Some(*v))
+        .map(|(k, v)| VarDiff {
+            var: k.clone(),
+            model: m.get(k).cloned().unwrap_or(Value::Null),
+            trace: v.clone(),
         })
         .collect()
 }
@@ -277,8 +303,20 @@ fn replay_from<P: Protocol>(
                 return Ok(diverge(Reason::StateMismatch, diff));
             }
         }
+        if let Some(observed) = &t.observed {
+            let diff = diff_observed(&after, observed);
+            if !diff.is_empty() {
+                return Ok(diverge(Reason::ObservationMismatch, diff));
+            }
+        }
         if let Some(inv) = P::invariants().iter().find(|inv| !(inv.holds)(cx, &next)) {
             return Ok(diverge(Reason::InvariantViolated(inv.name), Vec::new()));
+        }
+        if let Some(p) = P::action_properties()
+            .iter()
+            .find(|p| !(p.holds)(cx, &state, &next))
+        {
+            return Ok(diverge(Reason::ActionPropertyViolated(p.name), Vec::new()));
         }
         state = next;
         steps += 1;

@@ -65,6 +65,7 @@ pub fn simulate<P: Protocol>(
             generation,
             state: Some(P::state_view(cx, &state)),
             constants: None,
+            observed: None,
         });
     }
     Ok(out)
@@ -94,6 +95,7 @@ pub fn trace_of_path<P: Protocol>(
             generation,
             state: Some(P::state_view(cx, &state)),
             constants: None,
+            observed: None,
         });
     }
     Ok(out)

@@ -2,8 +2,14 @@
 //! as data by the core and by the simulator, read back by the replayer.
 //!
 //! `{"schema":"lazaret-trace-v1","model":"Lazaret","step":1,"action":"Elect",
-//!   "params":{"c":"c1"},"generation":0,"state":{...}}` — `state` (the model
-//! state after the step, as `Protocol::state_view`) is optional.
+//!   "params":{"c":"c1"},"generation":0,"state":{...},"observed":{...}}` —
+//! `state` (the model state after the step, as `Protocol::state_view`) is
+//! optional, and so is `observed`: what the product read back after the
+//! step's effect (for the Host Coordinator, the Domain Store's record of
+//! the generation as the model's durable variables `decision`, `part` and
+//! `slot`, in `state`'s encoding). `state` is the core's own view; only
+//! `observed` comes from outside the model, and replay checks that the
+//! model's successor agrees with it.
 //!
 //! A trace written by the product starts with a header, step 0, action
 //! `Init`, that carries the constants the run was sized with (`constants`:
@@ -30,6 +36,9 @@ pub struct TraceLine {
     pub generation: u64,
     /// The model state after the step, when recorded.
     pub state: Option<Value>,
+    /// What the product observed after the step's effect: a subset of the
+    /// model's variables in `state`'s encoding, when recorded.
+    pub observed: Option<Value>,
     /// Only on the step-0 header: the constants of the run.
     pub constants: Option<Value>,
 }
@@ -63,6 +72,10 @@ impl TraceLine {
         if let Some(s) = &self.state {
             out.push_str(",\"state\":");
             out.push_str(&s.to_string());
+        }
+        if let Some(o) = &self.observed {
+            out.push_str(",\"observed\":");
+            out.push_str(&o.to_string());
         }
         out.push('}');
         out
@@ -151,6 +164,7 @@ const FIELDS: &[&str] = &[
     "generation",
     "constants",
     "state",
+    "observed",
 ];
 
 /// The constants of a step-0 header as the `.cfg` values they stand for:
@@ -281,6 +295,11 @@ pub fn parse_line(
         params,
         generation,
         state: obj.get("state").cloned(),
+        observed: match obj.get("observed") {
+            None => None,
+            Some(o @ Value::Object(_)) => Some(o.clone()),
+            Some(_) => return Err(bad("observed", "an object")),
+        },
         constants: obj.get("constants").cloned(),
     })
 }
@@ -298,6 +317,7 @@ mod tests {
             params: vec![("s".into(), "s1".into())],
             generation: 2,
             state: Some(serde_json::json!({"x": 1})),
+            observed: Some(serde_json::json!({"x": 1})),
             constants: None,
         };
         let text = line.to_json();

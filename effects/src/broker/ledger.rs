@@ -15,7 +15,10 @@ pub enum LedgerError {
     Link(String),
     /// The protocol model does not allow the step (spec "Document authority").
     #[error("protocol model: {0}")]
-    Model(String),
+    Model(#[source] lazaret_runtime::core::CoreError),
+    /// The step's effect could not be read back for its trace line.
+    #[error("reading the step's effect back: {0}")]
+    Observe(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("cannot encode the staged ownership message: {0}")]
     Message(#[from] lazaret_runtime::records::process::MessageError),
 }

@@ -102,9 +102,16 @@ impl HcModel {
         self.model.check(action)
     }
 
-    /// Records the step `action`, whose effect is done.
-    pub fn take(&mut self, action: Action) -> Result<(), CoreError> {
-        let line = self.model.take(action)?;
+    /// Records the step `action`, whose effect is done, with what was read
+    /// back after it (`observed`; `None` for a step this process does not
+    /// carry out, such as a dead coordinator's loss, or before the
+    /// generation's record exists).
+    pub fn take(
+        &mut self,
+        action: Action,
+        observed: Option<&DurableView>,
+    ) -> Result<(), CoreError> {
+        let line = self.model.take_observed(action, observed)?;
         crash_point!(
             Hc,
             line.step,
@@ -265,8 +272,8 @@ mod tests {
         let path = dir.path().join(trace_name(3));
         let mut m = HcModel::new("hc-t".into(), 3, path.clone())?;
         let c = m.me();
-        m.take(Action::AcquireDomainLock { c })?;
-        assert!(m.take(Action::StartGeneration { c }).is_err());
+        m.take(Action::AcquireDomainLock { c }, None)?;
+        assert!(m.take(Action::StartGeneration { c }, None).is_err());
         let archive = dir.path().join("traces");
         m.archive(&archive);
         assert!(!path.exists());

@@ -13,8 +13,9 @@
 use super::channel::{self, ChannelError};
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::{launch_generation, publish, LaunchedGeneration};
+use super::observed::{ObserveError, Observer};
 use super::paths::{DomainPaths, ShortSocketPath};
-use super::recovery::recover_all;
+use super::recovery::{recover_all, RecoveryError};
 use super::release::{abort, no_sessions_left, teardown};
 use super::release_gate::ReleaseGate;
 use super::session::{random_bytes, start_session, SessionContext, SessionLinks};
@@ -23,15 +24,24 @@ use super::supervisor::runsc_globals;
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
-use crate::confined::{OpenedObject, RealSys};
+use crate::confined::{ConfinedError, OpenedObject, RealSys};
 use crate::domain_lock::{DomainLock, DomainLockError};
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
+use crate::image::reference::ReferenceError;
+use crate::image::store::StoreError as BlobStoreError;
+use crate::image::ImageError;
+use crate::network::policy_fd::PolicyFdError;
+use crate::prepare::PrepareError;
 use crate::process_identity::real::RealProcessSys;
+use crate::process_identity::IdentityError;
 use crate::process_identity::{identity_of, ProcessSys};
+use crate::userns::UsernsError;
 use lazaret_generated::lazaret::{Action, Decision, FingerprintResults, Sess, SessionsId};
+use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
 };
+use lazaret_runtime::coordinator::host_model::HostModelError;
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
@@ -39,7 +49,10 @@ use lazaret_runtime::coordinator::messages::{
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
+use lazaret_runtime::records::codec::CodecError;
+use lazaret_runtime::records::ids::ValueError;
 use lazaret_runtime::records::ids::{ContainerId, CoordinatorId, GenerationId, SessionId};
+use lazaret_runtime::records::participant::NamespaceIdentity;
 use lazaret_runtime::records::process::{
     HostProcessIdentity, PersistedHostProcessOwnership, PidfsProcessIdentityV1,
 };
@@ -65,10 +78,12 @@ pub struct CoordinatorArgs {
     pub workspace: PathBuf,
 }
 
+/// Why the coordinator stopped: one variant per failing step, each keeping
+/// its source.
 #[derive(Debug, thiserror::Error)]
 pub enum CoordinatorError {
     #[error("the sandbox layout: {0}")]
-    Layout(String),
+    Layout(#[source] ConfigError),
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
@@ -77,35 +92,103 @@ pub enum CoordinatorError {
     Socket { path: PathBuf, source: io::Error },
     #[error("Domain Store {path}: {source}")]
     Store { path: PathBuf, source: StoreError },
-    #[error("image {reference}: {detail}")]
-    Image { reference: String, detail: String },
+    #[error("image {reference}: {source}")]
+    ImageReference {
+        reference: String,
+        source: ReferenceError,
+    },
+    #[error("the image blob store {path}: {source}")]
+    BlobStore {
+        path: PathBuf,
+        source: BlobStoreError,
+    },
+    #[error("image {reference}: {source}")]
+    ImageResolve {
+        reference: String,
+        source: ImageError,
+    },
     #[error("user namespace: {0}")]
-    Userns(String),
-    #[error("preparing the root filesystem from {reference}: {detail}")]
-    Prepare { reference: String, detail: String },
+    Userns(#[source] UsernsError),
+    /// The supervisor's user namespace reported a PID that is no PID.
+    #[error("user namespace: the supervisor reported PID {pid}, out of range")]
+    UsernsPid { pid: u32 },
+    #[error("preparing the root filesystem from {reference}: {source}")]
+    Prepare {
+        reference: String,
+        source: Box<PrepareError>,
+    },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("starting the Runtime Supervisor: {0}")]
     Spawn(#[from] BrokerError),
+    /// The Runtime Supervisor was spawned but is not running when its
+    /// ownership is to be committed (spec 3.3 step 9).
+    #[error("the Runtime Supervisor did not stay running to its commit: {0}")]
+    SupervisorReadiness(#[source] BrokerError),
+    /// The Runtime Supervisor reported its own failure (its text, from
+    /// across the lifetime channel).
     #[error("Runtime Supervisor: {0}")]
-    Supervisor(String),
-    /// Spec 3.7: the network could not be made ready.
-    #[error("network readiness refused: {0}")]
-    Network(String),
+    SupervisorFailed(String),
+    #[error("Runtime Supervisor: sent {got} where {expected} was expected")]
+    SupervisorProtocol { expected: &'static str, got: String },
+    #[error("this coordinator's own pidfs identity: {0}")]
+    OwnIdentity(#[source] IdentityError),
+    /// Spec 3.7 "Policy transport": the policy memfd could not be made.
+    #[error("sealing the derived network policy: {0}")]
+    SealPolicy(#[source] PolicyFdError),
+    /// Spec 3.7: RS installed another policy than HC derived.
+    #[error("network readiness refused: the supervisor installed policy {installed} where {derived} was derived")]
+    PolicyDigestMismatch { installed: String, derived: String },
+    /// Spec 3.7: the reported enforcement namespace is not RS's own.
+    #[error("network readiness refused: the supervisor reported enforcement namespace {reported:?}, its process is in {actual:?}")]
+    NamespaceMismatch {
+        reported: NamespaceIdentity,
+        actual: NamespaceIdentity,
+    },
+    #[error("the network readiness fingerprint: {0}")]
+    ReadinessFingerprint(#[source] CodecError),
     /// The workspace no longer is the object the configuration loaded.
     #[error("the workspace changed since the configuration was loaded: {0}")]
-    Workspace(String),
+    Workspace(#[source] ConfinedError),
     #[error("Runtime Supervisor channel: {0}")]
     Channel(#[from] ChannelError),
     #[error("boot id: {0}")]
     Boot(io::Error),
     /// The protocol model refused a step (spec "Document authority").
     #[error("protocol model: {0}")]
-    Model(String),
+    Model(#[from] CoreError),
+    /// A step's effect could not be read back for its trace line.
+    #[error("generation {generation}: {source}")]
+    Observe {
+        generation: u64,
+        source: ObserveError,
+    },
+    /// This generation's trace could not be started.
+    #[error("the generation's trace: {0}")]
+    Trace(#[source] HostModelError),
+    /// A value does not fit its durable record field.
+    #[error("{what}: {source}")]
+    RecordValue {
+        what: &'static str,
+        source: ValueError,
+    },
+    /// The step's participant has no acquisition snapshot to commit.
+    #[error("the {role} participant has no snapshot to commit")]
+    NoSnapshot { role: &'static str },
+    #[error("a published generation without a launched sandbox")]
+    NoLaunchedSandbox,
+    /// The release loop was handed a step that does not release.
+    #[error("{action} is not a release step")]
+    NotAReleaseStep { action: &'static str },
+    #[error("the release did not reach RetireGeneration")]
+    ReleaseIncomplete,
     /// A generation left by a coordinator that died could not be recovered;
     /// it is kept as it is (spec 3.3 recovery).
-    #[error("recovering generation {generation}: {detail}")]
-    Recovery { generation: u64, detail: String },
+    #[error("recovering generation {generation}: {source}")]
+    Recovery {
+        generation: u64,
+        source: RecoveryError,
+    },
 }
 
 fn store_err(path: &Path) -> impl FnOnce(StoreError) -> CoordinatorError + '_ {
@@ -165,7 +248,7 @@ pub(super) struct Hc<'s, 'l> {
     pub own: PidfsProcessIdentityV1,
 }
 
-impl Hc<'_, '_> {
+impl<'s, 'l> Hc<'s, 'l> {
     /// Checks `action` against the model, performs `effect`, and records
     /// the step; a refused step performs nothing.
     pub fn step<T>(
@@ -173,10 +256,24 @@ impl Hc<'_, '_> {
         action: Action,
         effect: impl FnOnce(&mut Self) -> Result<T, CoordinatorError>,
     ) -> Result<T, CoordinatorError> {
-        self.model.check(&action).map_err(model_err)?;
+        self.model.check(&action).map_err(CoordinatorError::Model)?;
         let out = effect(self)?;
-        self.model.take(action).map_err(model_err)?;
+        let observed = self
+            .observer()
+            .read()
+            .map_err(|source| CoordinatorError::Observe {
+                generation: self.id.0,
+                source,
+            })?;
+        self.model
+            .take(action, observed.as_ref())
+            .map_err(CoordinatorError::Model)?;
         Ok(out)
+    }
+
+    /// Reads this generation's record back after a step's effect.
+    pub fn observer(&self) -> Observer<'s, 'l> {
+        Observer::new(self.store, self.id)
     }
 
     /// One Domain Store transaction.
@@ -197,12 +294,7 @@ fn own_identity() -> Result<PidfsProcessIdentityV1, CoordinatorError> {
     let pidfd = RealProcessSys
         .pidfd_open(RealProcessSys.own_pid())
         .map_err(CoordinatorError::Boot)?;
-    identity_of(&RealProcessSys, &pidfd)
-        .map_err(|e| CoordinatorError::Supervisor(format!("own identity: {e}")))
-}
-
-fn model_err(e: CoreError) -> CoordinatorError {
-    CoordinatorError::Model(e.to_string())
+    identity_of(&RealProcessSys, &pidfd).map_err(CoordinatorError::OwnIdentity)
 }
 
 /// Runs the coordinator until the Domain is torn down.
@@ -211,8 +303,7 @@ pub fn run_coordinator(
     env: &dyn HostEnvironment,
     binaries: SandboxBinaries<'_>,
 ) -> Result<Outcome, CoordinatorError> {
-    let layout =
-        SandboxLayoutV1::production().map_err(|e| CoordinatorError::Layout(e.to_string()))?;
+    let layout = SandboxLayoutV1::production().map_err(CoordinatorError::Layout)?;
     let request = LoadRequest {
         profile: &args.profile,
         config: args.config.as_deref(),
@@ -334,16 +425,15 @@ fn own_trace(
 ) -> Result<HcModel, CoordinatorError> {
     let path = paths.runtime.join(trace_name(id.0));
     if !path.exists() {
-        return HcModel::new(name, id.0, path).map_err(|e| CoordinatorError::Model(e.to_string()));
+        return HcModel::new(name, id.0, path).map_err(CoordinatorError::Trace);
     }
     let mut model = HcModel::resume(path.clone()).map_err(|e| CoordinatorError::Recovery {
         generation: id.0,
-        detail: e.to_string(),
+        source: RecoveryError::Resume(e),
     })?;
     for dead in model.model().holders() {
-        model
-            .take(Action::HostCoordinatorLost { c: dead })
-            .map_err(|e| CoordinatorError::Model(e.to_string()))?;
+        // The dead coordinator's loss is no effect of this process.
+        model.take(Action::HostCoordinatorLost { c: dead }, None)?;
     }
     Ok(model)
 }
@@ -565,9 +655,7 @@ fn admit(
         });
     }
     let Some(generation) = hc.generation.as_ref().map(|g| g.id) else {
-        return Err(CoordinatorError::Model(
-            "a published generation without a launched sandbox".into(),
-        ));
+        return Err(CoordinatorError::NoLaunchedSandbox);
     };
     // The client is told it joined before its command can start: a CLI
     // that loses its coordinator after this never retries, so a command is
@@ -582,9 +670,7 @@ fn admit(
         Ok(())
     })?;
     let Some(g) = hc.generation.as_ref() else {
-        return Err(CoordinatorError::Model(
-            "a published generation without a launched sandbox".into(),
-        ));
+        return Err(CoordinatorError::NoLaunchedSandbox);
     };
     let globals = runsc_globals(&g.runsc_root, launch.runsc_dcache);
     let ctx = SessionContext {
@@ -729,8 +815,12 @@ fn record_running(
         return Ok(());
     };
     let generation = hc.id;
-    let container = ContainerId::new(g.container_id.clone())
-        .map_err(|e| CoordinatorError::Model(format!("container id: {e}")))?;
+    let container = ContainerId::new(g.container_id.clone()).map_err(|source| {
+        CoordinatorError::RecordValue {
+            what: "container id",
+            source,
+        }
+    })?;
     let Some(t) = hc
         .store
         .terminal(generation, session)

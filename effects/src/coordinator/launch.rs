@@ -55,6 +55,7 @@ use crate::prepare::{prepare, RealPrepareHost};
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::runsc_exec::GUEST_TOOL_NAME;
 use crate::userns::{map_and_verify, plan_maps, Identity, RealHost};
+use lazaret_runtime::coordinator::host_model::DurableView;
 
 /// Why this coordinator's runtime ended, once it has (RS reported a
 /// failure or vanished): every session that ends afterwards reports it
@@ -76,13 +77,12 @@ pub(super) struct LaunchedGeneration {
     pub runsc_root: PathBuf,
 }
 
-fn model_err(e: lazaret_runtime::core::CoreError) -> CoordinatorError {
-    CoordinatorError::Model(e.to_string())
-}
-
 /// The durable decision value of the model's `decision`.
 pub(super) fn decision_value(name: &str) -> Result<ModelValue, CoordinatorError> {
-    ModelValue::new(name).map_err(|e| CoordinatorError::Model(format!("decision {name}: {e}")))
+    ModelValue::new(name).map_err(|source| CoordinatorError::RecordValue {
+        what: "durable decision",
+        source,
+    })
 }
 
 /// The store's participant role for a model role.
@@ -112,19 +112,25 @@ pub(super) fn launch_generation(
         timings.push((name.to_owned(), micros(phase_timer)));
         phase_timer = Instant::now();
     };
-    let image_err = |detail: String| CoordinatorError::Image {
-        reference: launch.image.clone(),
-        detail,
-    };
-    let reference = ImageRef::parse(&launch.image).map_err(|e| image_err(e.to_string()))?;
+    let reference =
+        ImageRef::parse(&launch.image).map_err(|source| CoordinatorError::ImageReference {
+            reference: launch.image.clone(),
+            source,
+        })?;
     let blobs_dir = launch.storage_root.join("blobs");
-    let blobs = BlobStore::open(&blobs_dir).map_err(|e| image_err(e.to_string()))?;
-    let image = resolve(&reference, &blobs, &mut |_| {}).map_err(|e| image_err(e.to_string()))?;
+    let blobs = BlobStore::open(&blobs_dir).map_err(|source| CoordinatorError::BlobStore {
+        path: blobs_dir.clone(),
+        source,
+    })?;
+    let image = resolve(&reference, &blobs, &mut |_| {}).map_err(|source| {
+        CoordinatorError::ImageResolve {
+            reference: launch.image.clone(),
+            source,
+        }
+    })?;
     mark("resolve_image", timings);
-    let me =
-        Identity::current(&mut RealHost).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
-    let maps =
-        plan_maps(&mut RealHost, &me).map_err(|e| CoordinatorError::Userns(e.to_string()))?;
+    let me = Identity::current(&mut RealHost).map_err(CoordinatorError::Userns)?;
+    let maps = plan_maps(&mut RealHost, &me).map_err(CoordinatorError::Userns)?;
     let lower = prepare(
         &mut RealPrepareHost::new(maps.clone()),
         &launch.storage_root,
@@ -132,9 +138,9 @@ pub(super) fn launch_generation(
         &image,
         &maps,
     )
-    .map_err(|e| CoordinatorError::Prepare {
+    .map_err(|source| CoordinatorError::Prepare {
         reference: launch.image.clone(),
-        detail: e.to_string(),
+        source: Box::new(source),
     })?;
     mark("prepare_lower", timings);
     // Spec 3.2: the workspace path goes to runsc (through RS) only after it
@@ -143,7 +149,7 @@ pub(super) fn launch_generation(
     launch
         .workspace
         .revalidate(&RealSys)
-        .map_err(|e| CoordinatorError::Workspace(e.to_string()))?;
+        .map_err(CoordinatorError::Workspace)?;
     let workspace_object = {
         let id = launch.workspace.stat().identity;
         ObjectId {
@@ -155,7 +161,7 @@ pub(super) fn launch_generation(
 
     let id = hc.id;
     let running = launch.running;
-    let invalid = |what: &str, e: String| CoordinatorError::Supervisor(format!("{what}: {e}"));
+    let invalid = |what: &'static str| move |source| CoordinatorError::RecordValue { what, source };
     let c = hc.model.me();
     let network_sidecar_id = NetworkSidecarId(random_bytes().map_err(CoordinatorError::Boot)?);
     let generation = Generation {
@@ -169,10 +175,9 @@ pub(super) fn launch_generation(
     };
     let domain = Domain {
         domain_id: DomainId(running.domain_id),
-        profile_name: ProfileName::new(launch.profile.clone())
-            .map_err(|e| invalid("profile", e.to_string()))?,
+        profile_name: ProfileName::new(launch.profile.clone()).map_err(invalid("profile"))?,
         canonical_workspace: HostPath::new(running.workspace.clone().into_bytes())
-            .map_err(|e| invalid("workspace", e.to_string()))?,
+            .map_err(invalid("workspace"))?,
     };
     hc.step(Action::StartGeneration { c }, |hc| {
         hc.apply(&[
@@ -205,8 +210,7 @@ pub(super) fn launch_generation(
     let rs_fd: OwnedFd = rs_end.into();
     // Spec 3.7 "Policy transport": the derived policy's canonical bytes in
     // a write-sealed memfd RS inherits; its digest goes in the plan.
-    let policy_fd =
-        seal_policy(launch.policy).map_err(|e| CoordinatorError::Network(e.to_string()))?;
+    let policy_fd = seal_policy(launch.policy).map_err(CoordinatorError::SealPolicy)?;
     let policy_digest = launch.policy.digest().0;
     let store_ledger = StoreLedger::new(
         hc.store,
@@ -227,9 +231,11 @@ pub(super) fn launch_generation(
         ],
         inherit: vec![rs_fd.as_raw_fd(), policy_fd.as_raw_fd()],
     };
+    let observer = hc.observer();
     let mut ledger = ModelLedger::new(
         store_ledger,
         &mut hc.model,
+        observer,
         Some(Roles::Sandbox),
         ProcSlots::SandboxRuntimeSupervisor,
     );
@@ -271,19 +277,22 @@ pub(super) fn launch_generation(
         )?;
         let verified = match channel::receive::<SupervisorMessage>(&mut rs, "supervisor")? {
             SupervisorMessage::UserNamespace { pid } => i32::try_from(pid)
-                .map_err(|_| format!("PID {pid} out of range"))
+                .map_err(|_| CoordinatorError::UsernsPid { pid })
                 .and_then(|pid| {
-                    map_and_verify(&mut RealHost, pid, &maps).map_err(|e| e.to_string())
+                    map_and_verify(&mut RealHost, pid, &maps).map_err(CoordinatorError::Userns)
                 }),
-            other => Err(format!("expected UserNamespace, got {other:?}")),
+            other => Err(CoordinatorError::SupervisorProtocol {
+                expected: "UserNamespace",
+                got: format!("{other:?}"),
+            }),
         };
-        if let Err(why) = verified {
+        if let Err(e) = verified {
             let _ = channel::send(
                 &mut rs,
                 "supervisor",
-                &CoordinatorCommand::Refused(why.clone()),
+                &CoordinatorCommand::Refused(e.to_string()),
             );
-            return Err(CoordinatorError::Userns(why));
+            return Err(e);
         }
         channel::send(&mut rs, "supervisor", &CoordinatorCommand::MapsVerified)?;
         Ok(())
@@ -303,9 +312,11 @@ pub(super) fn launch_generation(
         },
     )
     .map_err(|e| hc.store_err(e))?;
+    let observer = hc.observer();
     let mut ledger = ModelLedger::new(
         store_ledger,
         &mut hc.model,
+        observer,
         None,
         ProcSlots::SandboxRuntimeSupervisor,
     );
@@ -321,7 +332,7 @@ pub(super) fn launch_generation(
             drop(rs);
             reap_supervisor(hc, f.child.handle());
             let _ = remove_generation_dir(&dir);
-            return Err(CoordinatorError::Supervisor(f.error.to_string()));
+            return Err(CoordinatorError::SupervisorReadiness(f.error));
         }
     };
     let network = NetworkInputs {
@@ -448,9 +459,10 @@ fn serve_supervisor_launch(
                 });
                 let reply = match answer {
                     Ok((ps, ack)) => {
+                        let observed = observe(hc)?;
                         hc.model
-                            .take(Action::StageProcess { c, ps })
-                            .map_err(model_err)?;
+                            .take(Action::StageProcess { c, ps }, observed.as_ref())
+                            .map_err(CoordinatorError::Model)?;
                         CoordinatorCommand::Ack(ack)
                     }
                     Err(e) => CoordinatorCommand::Refused(e),
@@ -477,9 +489,10 @@ fn serve_supervisor_launch(
                 });
                 let reply = match answer {
                     Ok(ps) => {
+                        let observed = observe(hc)?;
                         hc.model
-                            .take(Action::CommitProcess { c, ps })
-                            .map_err(model_err)?;
+                            .take(Action::CommitProcess { c, ps }, observed.as_ref())
+                            .map_err(CoordinatorError::Model)?;
                         if ps == ProcSlots::HelperConnectivityHelper {
                             commit_helper(hc, generation, supervisor, network)?;
                         }
@@ -518,17 +531,29 @@ fn serve_supervisor_launch(
                     bundle_digest,
                 })
             }
-            SupervisorMessage::Failed(why) => return Err(CoordinatorError::Supervisor(why)),
+            SupervisorMessage::Failed(why) => return Err(CoordinatorError::SupervisorFailed(why)),
             SupervisorMessage::UserNamespace { .. } => {
-                return Err(CoordinatorError::Supervisor(
-                    "a second user namespace request".into(),
-                ))
+                return Err(CoordinatorError::SupervisorProtocol {
+                    expected: "a launch message",
+                    got: "a second user namespace request".to_owned(),
+                })
             }
         }
     }
-    Err(CoordinatorError::Supervisor(
-        "more launch messages than a launch has".into(),
-    ))
+    Err(CoordinatorError::SupervisorProtocol {
+        expected: "SandboxRunning",
+        got: "more launch messages than a launch has".to_owned(),
+    })
+}
+
+/// This generation's record read back after a step's effect.
+fn observe(hc: &Hc<'_, '_>) -> Result<Option<DurableView>, CoordinatorError> {
+    hc.observer()
+        .read()
+        .map_err(|source| CoordinatorError::Observe {
+            generation: hc.id.0,
+            source,
+        })
 }
 
 /// RecordIntent(r): the role's bare intent row.
@@ -566,9 +591,7 @@ fn commit_helper(
         .map_err(|e| hc.store_err(e))?
         .and_then(|p| p.ownership);
     let Some(ParticipantOwnership::Helper(snapshot)) = current else {
-        return Err(CoordinatorError::Model(
-            "the Helper participant has no snapshot to commit".into(),
-        ));
+        return Err(CoordinatorError::NoSnapshot { role: "Helper" });
     };
     let snapshot = HelperOwnership {
         network_sidecar_id: Some(network.network_sidecar_id),
@@ -622,17 +645,17 @@ fn mark_network_ready(
     policy_digest: [u8; 32],
 ) -> Result<(), CoordinatorError> {
     if policy_digest != network.policy_digest {
-        return Err(CoordinatorError::Network(format!(
-            "the supervisor installed policy {} where {} was derived",
-            hex::encode(policy_digest),
-            hex::encode(network.policy_digest)
-        )));
+        return Err(CoordinatorError::PolicyDigestMismatch {
+            installed: hex::encode(policy_digest),
+            derived: hex::encode(network.policy_digest),
+        });
     }
     let namespace = supervisor_network_namespace(supervisor)?;
     if namespace != reported {
-        return Err(CoordinatorError::Network(format!(
-            "the supervisor reported enforcement namespace {reported:?}, its process is in {namespace:?}"
-        )));
+        return Err(CoordinatorError::NamespaceMismatch {
+            reported,
+            actual: namespace,
+        });
     }
     let c = hc.model.me();
     record_intent(hc, generation, Roles::Network)?;
@@ -666,7 +689,7 @@ fn mark_network_ready(
     };
     let fingerprint = identity
         .fingerprint()
-        .map_err(|e| CoordinatorError::Network(e.to_string()))?;
+        .map_err(CoordinatorError::ReadinessFingerprint)?;
     snapshot.readiness_fingerprint = Some(fingerprint);
     snapshot.readiness_evidence = Some(NetworkReadinessEvidence {
         domain_id: network.domain_id,
@@ -694,7 +717,7 @@ fn commit_sandbox(
     sandbox: &RunningSandbox,
 ) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
-    let invalid = |what: &str, e: String| CoordinatorError::Supervisor(format!("{what}: {e}"));
+    let invalid = |what: &'static str| move |source| CoordinatorError::RecordValue { what, source };
     let own = hc.own;
     let current = hc
         .store
@@ -702,17 +725,13 @@ fn commit_sandbox(
         .map_err(|e| hc.store_err(e))?
         .and_then(|p| p.ownership);
     let Some(ParticipantOwnership::Sandbox(mut snapshot)) = current else {
-        return Err(CoordinatorError::Model(
-            "the Sandbox participant has no snapshot to commit".into(),
-        ));
+        return Err(CoordinatorError::NoSnapshot { role: "Sandbox" });
     };
-    snapshot.container_id = Some(
-        ContainerId::new(container_id.to_owned())
-            .map_err(|e| invalid("container id", e.to_string()))?,
-    );
+    snapshot.container_id =
+        Some(ContainerId::new(container_id.to_owned()).map_err(invalid("container id"))?);
     snapshot.runtime_root = Some(
         HostPath::new(sandbox.runsc_root.display().to_string().into_bytes())
-            .map_err(|e| invalid("runsc root", e.to_string()))?,
+            .map_err(invalid("runsc root"))?,
     );
     snapshot.bundle_digest = Some(Sha256Digest(sandbox.bundle_digest));
     // The direct existing-process edge enters Committed directly.
@@ -744,8 +763,12 @@ pub(super) fn publish(
     let generation = hc.id;
     let role = ParticipantRole::Publication;
     let path = |p: &Path| {
-        HostPath::new(p.display().to_string().into_bytes())
-            .map_err(|e| CoordinatorError::Model(format!("publication path: {e}")))
+        HostPath::new(p.display().to_string().into_bytes()).map_err(|source| {
+            CoordinatorError::RecordValue {
+                what: "publication path",
+                source,
+            }
+        })
     };
     let socket_path = path(socket)?;
     // Until the TLS protocol exists, what clients rely on to reach this face

@@ -16,6 +16,7 @@ pub mod host;
 pub mod launch;
 pub mod model_ledger;
 pub mod nsys;
+pub mod observed;
 pub mod paths;
 pub mod piped_session;
 pub mod recovery;

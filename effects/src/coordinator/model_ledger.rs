@@ -1,27 +1,37 @@
 //! An acquisition ledger whose durable steps are also model steps: the
 //! participant intent is `RecordIntent`, the staged slot `StageProcess`, the
 //! committed slot `CommitProcess` (spec 3.3 steps 1, 6, 9). Each is checked
-//! against the model before the durable write and recorded after it.
+//! against the model before the durable write and recorded after it, with
+//! the write read back ([`super::observed`]).
 use lazaret_generated::lazaret::{Action, ProcSlots, Roles};
 use lazaret_runtime::records::process::StagedProcessOwnership;
 
 use super::hc_model::HcModel;
+use super::observed::Observer;
 use crate::broker::ledger::{AcquisitionLedger, DurablyStaged, LedgerError, StagingContext};
 
 #[derive(Debug)]
-pub struct ModelLedger<'m, L> {
+pub struct ModelLedger<'m, 's, 'l, L> {
     inner: L,
     model: &'m mut HcModel,
+    observer: Observer<'s, 'l>,
     /// The role whose intent this acquisition records, if it records one.
     intent: Option<Roles>,
     slot: ProcSlots,
 }
 
-impl<'m, L: AcquisitionLedger> ModelLedger<'m, L> {
-    pub fn new(inner: L, model: &'m mut HcModel, intent: Option<Roles>, slot: ProcSlots) -> Self {
+impl<'m, 's, 'l, L: AcquisitionLedger> ModelLedger<'m, 's, 'l, L> {
+    pub fn new(
+        inner: L,
+        model: &'m mut HcModel,
+        observer: Observer<'s, 'l>,
+        intent: Option<Roles>,
+        slot: ProcSlots,
+    ) -> Self {
         Self {
             inner,
             model,
+            observer,
             intent,
             slot,
         }
@@ -32,15 +42,20 @@ impl<'m, L: AcquisitionLedger> ModelLedger<'m, L> {
         action: Action,
         effect: impl FnOnce(&mut L) -> Result<T, LedgerError>,
     ) -> Result<T, LedgerError> {
-        let refused = |e: lazaret_runtime::core::CoreError| LedgerError::Model(e.to_string());
-        self.model.check(&action).map_err(refused)?;
+        self.model.check(&action).map_err(LedgerError::Model)?;
         let out = effect(&mut self.inner)?;
-        self.model.take(action).map_err(refused)?;
+        let observed = self
+            .observer
+            .read()
+            .map_err(|e| LedgerError::Observe(Box::new(e)))?;
+        self.model
+            .take(action, observed.as_ref())
+            .map_err(LedgerError::Model)?;
         Ok(out)
     }
 }
 
-impl<L: AcquisitionLedger> AcquisitionLedger for ModelLedger<'_, L> {
+impl<L: AcquisitionLedger> AcquisitionLedger for ModelLedger<'_, '_, '_, L> {
     fn context(&self) -> StagingContext {
         self.inner.context()
     }

@@ -13,19 +13,16 @@
 //! the generation unrecovered and this coordinator fails closed.
 use std::time::{Duration, Instant};
 
-use lazaret_generated::lazaret::{Action, Decision, Part, ProcSlots, Roles, Slot};
-use lazaret_runtime::coordinator::host_model::DurableView;
+use lazaret_generated::lazaret::Action;
+use lazaret_runtime::coordinator::host_model::{DurableView, HostModelError};
 use lazaret_runtime::records::ids::GenerationId;
-use lazaret_runtime::records::participant::{
-    ParticipantOwnership, ParticipantRole, ParticipantState,
-};
-use lazaret_runtime::records::process::{
-    HostProcessOwnershipSlot, PersistedHostProcessOwnership, PidfsProcessIdentityV1,
-};
+use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
+use lazaret_runtime::records::process::PidfsProcessIdentityV1;
 
-use super::hc_model::{coordinator_name, trace_name, HcModel};
+use super::hc_model::{coordinator_name, trace_name, HcModel, ResumeError};
 use super::host::{CoordinatorError, Hc};
-use super::launch::{decision_value, participant_role};
+use super::launch::decision_value;
+use super::observed::{self, ObserveError};
 use super::paths::DomainPaths;
 use super::release::release;
 use crate::domain_store::StoreOp;
@@ -35,6 +32,27 @@ use crate::process_identity::{liveness, match_recorded, Liveness, ProcessSys};
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
 use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
+
+/// Why a dead coordinator's generation was not recovered (spec 3.3
+/// recovery): it fails closed and the generation is kept as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error("its trace cannot be continued: {0}")]
+    Resume(#[source] ResumeError),
+    #[error("its trace cannot be rebuilt from the durable record: {0}")]
+    Rebuild(#[source] HostModelError),
+    #[error("the Domain Store has no such generation")]
+    NoSuchGeneration,
+    #[error("{0}")]
+    Observe(#[source] ObserveError),
+    #[error("the Domain Store ({store}) and the trace ({trace}) differ by more than one step")]
+    TraceAndStoreDiffer { store: String, trace: String },
+    /// A recorded process's liveness could not be read.
+    #[error("cannot prove the {what} absent: {why}")]
+    Unproved { what: String, why: String },
+    #[error("cannot prove the runtime absent: still running {secs}s after the coordinator died")]
+    RuntimeOutlived { secs: u64 },
+}
 
 /// How long a recorded RS or attached runsc may take to finish its own
 /// lease-loss teardown before it is ended through its exact match.
@@ -84,7 +102,7 @@ fn recover(
     let old = if path.exists() {
         HcModel::resume(path).map_err(|e| CoordinatorError::Recovery {
             generation: g.0,
-            detail: e.to_string(),
+            source: RecoveryError::Resume(e),
         })?
     } else {
         // The trace is gone (a reboot empties the runtime directory): the
@@ -102,7 +120,7 @@ fn recover(
         );
         HcModel::recovered(path, dead, g.0, &durable).map_err(|e| CoordinatorError::Recovery {
             generation: g.0,
-            detail: e.to_string(),
+            source: RecoveryError::Rebuild(e),
         })?
     };
     let own_model = std::mem::replace(&mut hc.model, old);
@@ -121,72 +139,15 @@ fn recover(
 }
 
 /// What the Domain Store records of generation `g`, as the model's durable
-/// variables.
+/// variables ([`observed::durable_view`]); the generation must exist.
 fn durable_view(hc: &Hc<'_, '_>, g: GenerationId) -> Result<DurableView, CoordinatorError> {
-    let unknown = |what: String| CoordinatorError::Recovery {
+    let failed = |source: RecoveryError| CoordinatorError::Recovery {
         generation: g.0,
-        detail: what,
+        source,
     };
-    let document = hc
-        .store
-        .generation_document(g)
-        .map_err(|e| hc.store_err(e))?
-        .ok_or_else(|| unknown("the Domain Store has no such generation".into()))?;
-    let decision_name = document.generation.durable_decision.as_str();
-    let decision = Decision::from_name(decision_name).ok_or_else(|| {
-        unknown(format!(
-            "durable decision `{decision_name}` is not a model value"
-        ))
-    })?;
-    let participant = |r: Roles| {
-        document
-            .participants
-            .iter()
-            .find(|p| p.role == participant_role(r))
-    };
-    let part = Roles::ALL
-        .iter()
-        .map(|r| match participant(*r) {
-            None => Part::None,
-            Some(p) => match p.state {
-                ParticipantState::Intent if p.ownership.is_none() => Part::Intent,
-                ParticipantState::Intent => Part::Acquiring,
-                ParticipantState::LeaseHeld => Part::LeaseHeld,
-                ParticipantState::Prepared => Part::Prepared,
-                ParticipantState::Committed => Part::Committed,
-                ParticipantState::ReleaseIntent => Part::ReleaseIntent,
-                ParticipantState::Clean => Part::Clean,
-            },
-        })
-        .collect();
-    let slot = ProcSlots::ALL
-        .iter()
-        .map(|ps| {
-            use HostProcessOwnershipSlot as S;
-            let (role, slot) = match ps {
-                ProcSlots::SandboxRuntimeSupervisor => {
-                    (Roles::Sandbox, S::SandboxRuntimeSupervisor)
-                }
-                ProcSlots::SandboxAttachedRunsc => (Roles::Sandbox, S::SandboxAttachedRunsc),
-                ProcSlots::StateAnchorDaemon => (Roles::StateAnchor, S::StateAnchorDaemon),
-                ProcSlots::GitRoutingDaemon => (Roles::GitRouting, S::GitRoutingDaemon),
-                ProcSlots::HelperConnectivityHelper => (Roles::Helper, S::HelperConnectivityHelper),
-            };
-            match participant(role)
-                .and_then(|p| p.ownership.as_ref())
-                .and_then(|o| o.slot(slot))
-            {
-                Some(PersistedHostProcessOwnership::Staged(_)) => Slot::Staged,
-                Some(PersistedHostProcessOwnership::Committed(_)) => Slot::Committed,
-                Some(PersistedHostProcessOwnership::Unassigned) | None => Slot::Unassigned,
-            }
-        })
-        .collect();
-    Ok(DurableView {
-        decision,
-        part,
-        slot,
-    })
+    observed::durable_view(hc.store, g)
+        .map_err(|e| failed(RecoveryError::Observe(e)))?
+        .ok_or_else(|| failed(RecoveryError::NoSuchGeneration))
 }
 
 /// The dead coordinator may have completed one durable step it did not
@@ -207,19 +168,17 @@ fn catch_up(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
     let Some(action) = step else {
         return Err(CoordinatorError::Recovery {
             generation: hc.id.0,
-            detail: format!(
-                "the Domain Store ({store:?}) and the trace ({:?}) differ by more than one step",
-                hc.model.model().durable()
-            ),
+            source: RecoveryError::TraceAndStoreDiffer {
+                store: format!("{store:?}"),
+                trace: format!("{:?}", hc.model.model().durable()),
+            },
         });
     };
     tracing::info!(
         ?action,
         "the dead coordinator's last durable step, taken for its trace"
     );
-    hc.model
-        .take(action)
-        .map_err(|e| CoordinatorError::Model(e.to_string()))
+    Ok(hc.model.take(action, Some(&store))?)
 }
 
 fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), CoordinatorError> {
@@ -373,9 +332,12 @@ fn wait_absent(
     (first_name, supervisor): (&str, Option<&PidfsProcessIdentityV1>),
     runsc: Option<&PidfsProcessIdentityV1>,
 ) -> Result<bool, CoordinatorError> {
-    let unproved = |what: &str, detail: String| CoordinatorError::Recovery {
+    let unproved = |what: &str, why: String| CoordinatorError::Recovery {
         generation: generation.0,
-        detail: format!("cannot prove the {what} absent: {detail}"),
+        source: RecoveryError::Unproved {
+            what: what.to_owned(),
+            why,
+        },
     };
     let start = Instant::now();
     let mut killed = false;
@@ -399,13 +361,12 @@ fn wait_absent(
         }
         let waited = start.elapsed();
         if waited > LEASE_LOSS_GRACE + KILL_GRACE {
-            return Err(unproved(
-                "runtime",
-                format!(
-                    "still running {}s after the coordinator died",
-                    waited.as_secs()
-                ),
-            ));
+            return Err(CoordinatorError::Recovery {
+                generation: generation.0,
+                source: RecoveryError::RuntimeOutlived {
+                    secs: waited.as_secs(),
+                },
+            });
         }
         if waited > LEASE_LOSS_GRACE && !killed {
             killed = true;

@@ -5,6 +5,7 @@
 //! order comes from the model state: each role's durable state decides its
 //! next step, so the same routine releases a clean teardown and a failed
 //! launch.
+use crate::crash_point::fault;
 use std::path::Path;
 
 use lazaret_generated::lazaret::{Action, Decision, Roles, Sess};
@@ -36,6 +37,13 @@ pub(super) fn teardown(hc: &mut Hc<'_, '_>, socket: &Path) -> Result<(), Coordin
     let generation = hc.id;
     hc.step(Action::BeginTeardown { c }, |hc| {
         let _ = std::fs::remove_file(socket);
+        // Fault `teardown-keeps-published` (crash-point builds only): the
+        // effect writes nothing, so the store still says Published while
+        // the step says TearingDown. Nothing in the run notices; only trace
+        // validation does (docs/durable-state.md "Trace validation").
+        if fault!("teardown-keeps-published") {
+            return Ok(());
+        }
         hc.apply(&[StoreOp::SetDurableDecision {
             generation,
             decision: decision_value("TearingDown")?,
@@ -108,15 +116,12 @@ pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
                 generation,
                 decision: decision_value("Vacant")?,
             }]),
-            other => Err(CoordinatorError::Model(format!(
-                "{} is not a release step",
-                lazaret_generated::lazaret::action_name(&other)
-            ))),
+            other => Err(CoordinatorError::NotAReleaseStep {
+                action: lazaret_generated::lazaret::action_name(&other),
+            }),
         })?;
     }
-    Err(CoordinatorError::Model(
-        "the release did not reach RetireGeneration".into(),
-    ))
+    Err(CoordinatorError::ReleaseIncomplete)
 }
 
 /// RS stops the sandbox (runsc run deletes its state) and exits; HC reaps

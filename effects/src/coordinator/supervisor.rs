@@ -21,7 +21,7 @@ use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError};
 use crate::confined::{ConfinedSys, FileKind, RealSys};
 use crate::crash_point::{crash_point, fault};
-use crate::git_sentry;
+use crate::git_sentry::{self, filter::FilterError, GitSentryError};
 use crate::network::authority::{AuthoritySys, RealAuthority};
 use crate::network::canary::{self, CanaryError, CanaryNetwork, InitPipes, RealCanary};
 use crate::network::nft::RealNft;
@@ -30,7 +30,9 @@ use crate::network::rtnl::NetlinkRoutes;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::workspace_owner::{self, RealOwnerSys};
-use lazaret_runtime::bundle::{build_spec, worktree_git_file, BundlePlan, GitSentry, INIT_DIR};
+use lazaret_runtime::bundle::{
+    build_spec, worktree_git_file, BundleError, BundlePlan, GitSentry, INIT_DIR,
+};
 use lazaret_runtime::coordinator::messages::{
     CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan,
 };
@@ -74,18 +76,30 @@ pub enum SupervisorError {
         step: &'static str,
         source: io::Error,
     },
-    #[error("Git Sentry: {0}")]
-    GitSentry(String),
+    #[error("Git Sentry: the workspace's repository layout: {0}")]
+    GitSentryLayout(#[source] GitSentryError),
+    #[error("Git Sentry: mounting the filter: {0}")]
+    GitSentryFilter(#[source] FilterError),
+    #[error("Git Sentry: the editor configuration directories: {0}")]
+    EditorDirs(#[source] GitSentryError),
     #[error("{path}: the workspace is no longer the directory the configuration loaded (now {found}); expected the same directory at the handoff to runsc")]
     WorkspaceChanged { path: PathBuf, found: String },
     #[error("bundle: {0}")]
-    Bundle(String),
+    Bundle(#[source] BundleError),
+    #[error("bundle: the init's mount: {0}")]
+    InitMount(#[source] oci_spec::OciSpecError),
+    #[error("bundle: config.json: {0}")]
+    BundleJson(#[source] serde_json::Error),
     #[error("writing {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
     #[error("launching runsc run: {0}")]
     Launch(#[from] BrokerError),
-    #[error("the sandbox did not start: {0}")]
-    NotReady(String),
+    #[error("the sandbox did not start: {source}: {stderr_tail}")]
+    NotReady {
+        source: BrokerError,
+        /// The end of runsc's standard error.
+        stderr_tail: String,
+    },
     #[error("network policy transport: {0}")]
     Policy(#[from] PolicyFdError),
     #[error("network: {0}")]
@@ -100,9 +114,11 @@ pub enum SupervisorError {
         current: NamespaceIdentity,
     },
     #[error(
-        "the network helper slirp4netns ended ({0}); the sandbox was stopped, its network is gone"
+        "the network helper slirp4netns ended ({status:?}); the sandbox was stopped, its network is gone"
     )]
-    HelperLost(String),
+    HelperLost {
+        status: Result<ChildState, io::ErrorKind>,
+    },
 }
 
 fn kernel(step: &'static str) -> impl FnOnce(io::Error) -> SupervisorError {
@@ -227,7 +243,7 @@ pub fn write_bundle(
         git_filter,
         network_files: network_files.to_owned(),
     };
-    let mut spec = build_spec(&bundle_plan).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
+    let mut spec = build_spec(&bundle_plan).map_err(SupervisorError::Bundle)?;
     let init = oci_spec::runtime::MountBuilder::default()
         .destination(INIT_DIR)
         .typ("bind")
@@ -239,12 +255,11 @@ pub fn write_bundle(
             "nodev".to_owned(),
         ])
         .build()
-        .map_err(|e| SupervisorError::Bundle(e.to_string()))?;
+        .map_err(SupervisorError::InitMount)?;
     let mut mounts = spec.mounts().clone().unwrap_or_default();
     mounts.push(init);
     spec.set_mounts(Some(mounts));
-    let text =
-        serde_json::to_vec_pretty(&spec).map_err(|e| SupervisorError::Bundle(e.to_string()))?;
+    let text = serde_json::to_vec_pretty(&spec).map_err(SupervisorError::BundleJson)?;
     let path = bundle.join("config.json");
     std::fs::create_dir_all(bundle)
         .and_then(|()| std::fs::write(&path, &text))
@@ -703,7 +718,7 @@ fn mount_filter(
         .map_err(kernel(
             "dropping CAP_NET_ADMIN before the Git Sentry filter",
         ))?
-        .map_err(|e| SupervisorError::GitSentry(e.to_string()))
+        .map_err(SupervisorError::GitSentryFilter)
 }
 
 /// From the enforcement namespace, ready, to the sandbox's end.
@@ -742,8 +757,7 @@ fn run_sandbox<N: NamespaceSys>(
         path: marker.clone(),
         source,
     })?;
-    let git =
-        git_sentry::resolve(&workspace).map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+    let git = git_sentry::resolve(&workspace).map_err(SupervisorError::GitSentryLayout)?;
     // SR-4: the common git directory is served through the Git Sentry
     // filter, mounted in this private mount namespace before runsc starts and
     // kept until runsc has exited; the bundle binds it in place of the host
@@ -769,7 +783,7 @@ fn run_sandbox<N: NamespaceSys>(
     // removed again (when still empty) once it has stopped.
     let editor_dirs =
         git_sentry::editor_dirs(&workspace, &generation.join(git_sentry::EDITOR_RECORD))
-            .map_err(|e| SupervisorError::GitSentry(e.to_string()))?;
+            .map_err(SupervisorError::EditorDirs)?;
     let network_files = generation.join("net");
     enforcement::write_network_files(&network_files, policy)?;
     let bundle_digest = write_bundle(
@@ -901,11 +915,10 @@ fn run_sandbox<N: NamespaceSys>(
             drop(editor_dirs);
             let _ = ns.unmount(&rootfs_writes(&runsc_root));
             let _ = std::fs::remove_dir_all(&generation);
-            return Err(SupervisorError::NotReady(format!(
-                "{}: {}",
-                failure.error,
-                tail.trim()
-            )));
+            return Err(SupervisorError::NotReady {
+                source: failure.error,
+                stderr_tail: tail.trim().to_owned(),
+            });
         }
     };
     let handle = committed.handle();
@@ -995,7 +1008,9 @@ fn serve(
         if !fds[3].revents().is_empty() {
             let status = helper.child.handle().peek(&RealProcessSys);
             tracing::warn!(?status, "the connectivity helper slirp4netns ended");
-            let lost = SupervisorError::HelperLost(format!("{status:?}"));
+            let lost = SupervisorError::HelperLost {
+                status: status.map_err(|e| e.kind()),
+            };
             // Told before the sandbox stops, so every session's end
             // carries it.
             let mut tx = stream;

@@ -80,6 +80,34 @@ pub struct DurableView {
     pub slot: Vec<Slot>,
 }
 
+impl DurableView {
+    /// The view as a trace line's `observed`: the variables `decision`,
+    /// `part` and `slot` in `state_view`'s encoding, so replay compares
+    /// them with the model's successor variable by variable.
+    pub fn observed(&self) -> Value {
+        let named = |names: Vec<&'static str>, values: Vec<&'static str>| {
+            Value::Object(
+                names
+                    .into_iter()
+                    .zip(values)
+                    .map(|(k, v)| (k.to_owned(), Value::from(v)))
+                    .collect(),
+            )
+        };
+        json!({
+            "decision": self.decision.name(),
+            "part": named(
+                Roles::ALL.iter().map(|r| r.name()).collect(),
+                self.part.iter().map(|p| p.name()).collect(),
+            ),
+            "slot": named(
+                ProcSlots::ALL.iter().map(|s| s.name()).collect(),
+                self.slot.iter().map(|s| s.name()).collect(),
+            ),
+        })
+    }
+}
+
 /// The model core of one Host Coordinator process.
 #[derive(Debug)]
 pub struct HostModel {
@@ -335,6 +363,7 @@ impl HostModel {
                     .map(|init| Model::state_view(cx, &init)),
             },
             constants: Some(constants_view(cx)),
+            observed: None,
         }
     }
 
@@ -348,6 +377,19 @@ impl HostModel {
     /// and nothing changes.
     pub fn take(&mut self, action: Action) -> Result<TraceLine, CoreError> {
         self.core.take("effect completion", &action)
+    }
+
+    /// [`HostModel::take`], with what the product read back after the
+    /// effect recorded on the line (`observed`), for replay to compare with
+    /// the model's successor.
+    pub fn take_observed(
+        &mut self,
+        action: Action,
+        observed: Option<&DurableView>,
+    ) -> Result<TraceLine, CoreError> {
+        let mut line = self.take(action)?;
+        line.observed = observed.map(DurableView::observed);
+        Ok(line)
     }
 }
 
@@ -508,6 +550,54 @@ mod tests {
         match replay_text("host.jsonl", &text)? {
             Outcome::Conforms { steps, .. } => assert_eq!(steps, 36),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        Ok(())
+    }
+
+    /// Trace validation: a line whose `observed` equals the model's
+    /// successor replays; one whose observation says something else than
+    /// the step (the store kept what it held before `Publish`) diverges
+    /// at that step with both values.
+    #[test]
+    fn an_observation_that_differs_from_the_step_fails_replay(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-test".into(), 7)?;
+        let c = m.me();
+        let mut agreeing = m.header().to_json() + "\n";
+        let steps = launch_steps(c);
+        let last = u64::try_from(steps.len())?;
+        let (publish, before) = steps.split_last().ok_or("no steps")?;
+        for a in before {
+            // What the store holds after a faithful effect.
+            let mut line = m.take_observed(*a, None)?;
+            line.observed = Some(m.durable().observed());
+            agreeing += &line.to_json();
+            agreeing.push('\n');
+        }
+        let stale = m.durable();
+        let mut diverging = agreeing.clone();
+        let mut faithful = m.take_observed(*publish, None)?;
+        faithful.observed = Some(m.durable().observed());
+        agreeing += &faithful.to_json();
+        let mut hidden = faithful;
+        hidden.observed = Some(stale.observed());
+        diverging += &hidden.to_json();
+        match replay_text("agreeing.jsonl", &agreeing)? {
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, last),
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        match replay_text("diverging.jsonl", &diverging)? {
+            Outcome::Diverged(d) => {
+                assert_eq!(d.step, last);
+                assert_eq!(d.action, "Publish");
+                assert_eq!(d.reason, crate::replay::Reason::ObservationMismatch);
+                // Publish commits the publication participant too.
+                let vars: Vec<&str> = d.diff.iter().map(|v| v.var.as_str()).collect();
+                assert_eq!(vars, ["decision", "part"], "{:?}", d.diff);
+                assert_eq!(d.diff[0].model, "Published");
+                assert_eq!(d.diff[0].trace, "Starting");
+            }
+            Outcome::Conforms { .. } => panic!("a hidden divergence replayed clean"),
         }
         Ok(())
     }

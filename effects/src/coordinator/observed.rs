@@ -1,0 +1,117 @@
+//! What the Host Coordinator observes after a model step's effect (the
+//! CCF/etcd trace-validation approach): the Domain Store's record of the
+//! generation, read back after the step's transaction committed and mapped
+//! into the model's durable variables (`decision`, `part`, `slot`) by one
+//! function, [`durable_view`]. Each trace line carries it as `observed`, and
+//! `lazaret trace replay` checks that the model's successor equals it, so a
+//! step whose effect wrote something else than the step says fails replay.
+//! Bootstrap recovery compares the store with a dead coordinator's trace
+//! through the same function.
+//!
+//! The HC holds the Domain Store's only handle under the flock, so nothing
+//! else writes between the step's transaction and this read.
+//!
+//! The mapping (docs/durable-state.md "The model's durable variables"):
+//! - `decision`: the generation row's `durable_decision`, by name;
+//! - `part[r]`: no participant row is `None`; `Intent` without ownership is
+//!   `Intent`, with a snapshot `Acquiring`; every other state by name;
+//! - `slot[ps]`: the owning participant's snapshot slot: `Staged`,
+//!   `Committed`, or `Unassigned` (also when absent).
+use super::launch::participant_role;
+use crate::domain_store::{DomainStore, StoreError};
+use lazaret_generated::lazaret::{Decision, Part, ProcSlots, Roles, Slot};
+use lazaret_runtime::coordinator::host_model::DurableView;
+use lazaret_runtime::records::ids::GenerationId;
+use lazaret_runtime::records::participant::ParticipantState;
+use lazaret_runtime::records::process::{HostProcessOwnershipSlot, PersistedHostProcessOwnership};
+
+/// Where a step's effect is read back: the Domain Store and the generation.
+#[derive(Clone, Copy, Debug)]
+pub struct Observer<'s, 'l> {
+    store: &'s DomainStore<'l>,
+    generation: GenerationId,
+}
+
+impl<'s, 'l> Observer<'s, 'l> {
+    pub fn new(store: &'s DomainStore<'l>, generation: GenerationId) -> Self {
+        Self { store, generation }
+    }
+
+    /// [`durable_view`] of the generation.
+    pub fn read(&self) -> Result<Option<DurableView>, ObserveError> {
+        durable_view(self.store, self.generation)
+    }
+}
+
+/// Why the store's record could not be read as the model's variables.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    #[error("reading the generation back from the Domain Store: {0}")]
+    Store(#[from] StoreError),
+    #[error("durable decision `{0}` is not a model value")]
+    UnknownDecision(String),
+}
+
+/// The Domain Store's record of generation `g` as the model's durable
+/// variables; `None` when the store has no such generation (before
+/// `StartGeneration` writes it).
+pub fn durable_view(
+    store: &DomainStore<'_>,
+    g: GenerationId,
+) -> Result<Option<DurableView>, ObserveError> {
+    let Some(document) = store.generation_document(g)? else {
+        return Ok(None);
+    };
+    let decision_name = document.generation.durable_decision.as_str();
+    let decision = Decision::from_name(decision_name)
+        .ok_or_else(|| ObserveError::UnknownDecision(decision_name.to_owned()))?;
+    let participant = |r: Roles| {
+        document
+            .participants
+            .iter()
+            .find(|p| p.role == participant_role(r))
+    };
+    let part = Roles::ALL
+        .iter()
+        .map(|r| match participant(*r) {
+            None => Part::None,
+            Some(p) => match p.state {
+                ParticipantState::Intent if p.ownership.is_none() => Part::Intent,
+                ParticipantState::Intent => Part::Acquiring,
+                ParticipantState::LeaseHeld => Part::LeaseHeld,
+                ParticipantState::Prepared => Part::Prepared,
+                ParticipantState::Committed => Part::Committed,
+                ParticipantState::ReleaseIntent => Part::ReleaseIntent,
+                ParticipantState::Clean => Part::Clean,
+            },
+        })
+        .collect();
+    let slot = ProcSlots::ALL
+        .iter()
+        .map(|ps| {
+            use HostProcessOwnershipSlot as S;
+            let (role, slot) = match ps {
+                ProcSlots::SandboxRuntimeSupervisor => {
+                    (Roles::Sandbox, S::SandboxRuntimeSupervisor)
+                }
+                ProcSlots::SandboxAttachedRunsc => (Roles::Sandbox, S::SandboxAttachedRunsc),
+                ProcSlots::StateAnchorDaemon => (Roles::StateAnchor, S::StateAnchorDaemon),
+                ProcSlots::GitRoutingDaemon => (Roles::GitRouting, S::GitRoutingDaemon),
+                ProcSlots::HelperConnectivityHelper => (Roles::Helper, S::HelperConnectivityHelper),
+            };
+            match participant(role)
+                .and_then(|p| p.ownership.as_ref())
+                .and_then(|o| o.slot(slot))
+            {
+                Some(PersistedHostProcessOwnership::Staged(_)) => Slot::Staged,
+                Some(PersistedHostProcessOwnership::Committed(_)) => Slot::Committed,
+                Some(PersistedHostProcessOwnership::Unassigned) | None => Slot::Unassigned,
+            }
+        })
+        .collect();
+    Ok(Some(DurableView {
+        decision,
+        part,
+        slot,
+    }))
+}
