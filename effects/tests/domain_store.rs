@@ -573,3 +573,62 @@ fn random_store_operations_keep_the_document_legal() {
         .tests(15)
         .quickcheck(prop as fn(Vec<u64>) -> TestResult);
 }
+
+/// `generation_document` reads one generation through key ranges: it equals
+/// that generation's entry of the whole document, with neighbours on both
+/// sides holding rows in every table, and an absent generation is `None`.
+#[test]
+fn one_generation_is_read_exactly_among_its_neighbours() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = DomainLock::try_acquire(&dir.path().join("domain.lock")).unwrap();
+    let store = DomainStore::create(&lock, &dir.path().join("domain.redb"), BOOT).unwrap();
+    store.apply(&[StoreOp::PutDomain(domain())]).unwrap();
+    for g in [GenerationId(1), GenerationId(2), GenerationId(u64::MAX)] {
+        let session = SessionId([u8::try_from(g.0 % 200).unwrap(); 16]);
+        store
+            .apply(&[
+                StoreOp::InsertGeneration(Generation {
+                    generation_id: g,
+                    ..generation()
+                }),
+                StoreOp::InsertParticipantIntent {
+                    generation: g,
+                    role: ParticipantRole::Sandbox,
+                },
+                StoreOp::InsertParticipantIntent {
+                    generation: g,
+                    role: ParticipantRole::Network,
+                },
+                StoreOp::InsertSession(Session {
+                    generation_id: g,
+                    session_id: session,
+                    cli_id: CliId([6; 16]),
+                    session_anchor_id: SessionAnchorId([7; 32]),
+                    session_phase: ModelValue::new("Registering").unwrap(),
+                }),
+                StoreOp::InsertTerminalIntent {
+                    generation: g,
+                    session,
+                },
+                StoreOp::InsertMailbox {
+                    generation: g,
+                    identity_path: HostPath::new("/run/l/id").unwrap(),
+                    inbox_path: HostPath::new("/run/l/in").unwrap(),
+                    outbox_path: HostPath::new("/run/l/out").unwrap(),
+                },
+            ])
+            .unwrap();
+    }
+    let whole = store.document().unwrap();
+    assert_eq!(whole.generations.len(), 3);
+    for expected in &whole.generations {
+        let one = store
+            .generation_document(expected.generation.generation_id)
+            .unwrap()
+            .unwrap();
+        assert_eq!(&one, expected);
+        assert_eq!(one.participants.len(), 2);
+        assert_eq!(one.terminals.len(), 1);
+    }
+    assert_eq!(store.generation_document(GenerationId(3)).unwrap(), None);
+}

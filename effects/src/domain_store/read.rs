@@ -135,6 +135,41 @@ where
     Ok(out)
 }
 
+/// The rows of `def` whose keys lie in `range`, decoded, with their keys as
+/// text (as [`rows`]).
+fn rows_in<'r, K, T>(
+    txn: &ReadTransaction,
+    def: TableDefinition<'_, K, &[u8]>,
+    name: &'static str,
+    range: impl std::ops::RangeBounds<K::SelfType<'r>> + 'r,
+) -> Result<Vec<(String, T)>, StoreError>
+where
+    K: redb::Key + 'static,
+    for<'a> K::SelfType<'a>: std::fmt::Debug,
+    T: DeserializeOwned,
+{
+    let table = match txn.open_table(def) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(StoreError::redb("open table")(e)),
+    };
+    let mut out = Vec::new();
+    for entry in table
+        .range(range)
+        .map_err(StoreError::redb("iterate table"))?
+    {
+        let (key, value) = entry.map_err(StoreError::redb("read row"))?;
+        let key_text = format!("{:?}", key.value());
+        let record = codec::decode(name, value.value()).map_err(|source| StoreError::Row {
+            table: name,
+            key: key_text.clone(),
+            source,
+        })?;
+        out.push((key_text, record));
+    }
+    Ok(out)
+}
+
 fn key_check(ok: bool, table: &'static str, key: &str) -> Result<(), StoreError> {
     if ok {
         Ok(())
@@ -262,14 +297,104 @@ impl DomainStore<'_> {
             .and_then(|g| g.terminals.into_iter().find(|t| t.session_id == session)))
     }
 
+    /// One generation and its rows, read in one snapshot through key
+    /// ranges: the cost does not grow with the Domain's other generations
+    /// (the Host Coordinator reads its generation back after every model
+    /// step). Every returned row is checked as [`DomainStore::document`]
+    /// checks it.
     pub fn generation_document(
         &self,
         generation: GenerationId,
     ) -> Result<Option<GenerationDocument>, StoreError> {
-        Ok(self
-            .document()?
-            .generations
-            .into_iter()
-            .find(|g| g.generation.generation_id == generation))
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(StoreError::redb("begin read"))?;
+        let g = generation.0;
+        let Some((key, row)) =
+            rows_in::<u64, Generation>(&txn, tables::GENERATIONS, "generation", g..=g)?
+                .into_iter()
+                .next()
+        else {
+            return Ok(None);
+        };
+        key_check(row.generation_id == generation, "generations", &key)?;
+        let domain =
+            rows_in::<u8, Domain>(&txn, tables::DOMAIN, "domain", DOMAIN_KEY..=DOMAIN_KEY)?
+                .into_iter()
+                .next()
+                .map(|(_, d)| d);
+        if domain.as_ref().map(|d| d.domain_id) != Some(row.domain_id) {
+            return Err(StoreError::Mismatch {
+                what: format!("generation {} Domain ID", row.generation_id),
+            });
+        }
+        let mut doc = GenerationDocument {
+            generation: row,
+            participants: Vec::new(),
+            sessions: Vec::new(),
+            terminals: Vec::new(),
+            mailbox: None,
+        };
+        for (key, p) in rows_in::<(u64, u8), Participant>(
+            &txn,
+            tables::PARTICIPANTS,
+            "participant",
+            (g, u8::MIN)..=(g, u8::MAX),
+        )? {
+            key_check(
+                key == format!("{:?}", (p.generation_id.0, p.role.key())),
+                "participants",
+                &key,
+            )?;
+            participant::check_wellformed(&p).map_err(|source| StoreError::IllegalRow {
+                table: "participants",
+                key: key.clone(),
+                source: Box::new(source),
+            })?;
+            doc.participants.push(p);
+        }
+        for (key, s) in rows_in::<(u64, u128), Session>(
+            &txn,
+            tables::SESSIONS,
+            "session",
+            (g, u128::MIN)..=(g, u128::MAX),
+        )? {
+            key_check(
+                key == format!(
+                    "{:?}",
+                    (s.generation_id.0, super::ops::session_key(s.session_id))
+                ),
+                "sessions",
+                &key,
+            )?;
+            doc.sessions.push(s);
+        }
+        for (key, t) in rows_in::<(u64, u128), SessionTerminal>(
+            &txn,
+            tables::TERMINALS,
+            "session terminal",
+            (g, u128::MIN)..=(g, u128::MAX),
+        )? {
+            key_check(
+                key == format!(
+                    "{:?}",
+                    (t.generation_id.0, super::ops::session_key(t.session_id))
+                ),
+                "session_terminals",
+                &key,
+            )?;
+            terminal::check_wellformed(&t).map_err(|source| StoreError::IllegalRow {
+                table: "session_terminals",
+                key: key.clone(),
+                source: Box::new(source),
+            })?;
+            doc.terminals.push(t);
+        }
+        for (key, m) in rows_in::<u64, Mailbox>(&txn, tables::MAILBOXES, "mailbox", g..=g)? {
+            key_check(key == format!("{:?}", m.generation_id.0), "mailboxes", &key)?;
+            doc.mailbox = Some(m);
+        }
+        Ok(Some(doc))
     }
 }
