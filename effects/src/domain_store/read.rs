@@ -9,7 +9,7 @@ use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::participant::{Participant, ParticipantRole, ParticipantState};
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, PersistedHostProcessOwnership};
 use lazaret_runtime::records::terminal::{SessionTerminal, SessionTerminalState};
-use redb::{ReadTransaction, ReadableTable, TableDefinition};
+use redb::{ReadTransaction, TableDefinition};
 use serde::de::DeserializeOwned;
 
 /// One generation and everything recorded under it.
@@ -106,37 +106,8 @@ pub struct DomainDocument {
     pub generations: Vec<GenerationDocument>,
 }
 
-fn rows<K, T>(
-    txn: &ReadTransaction,
-    def: TableDefinition<'_, K, &[u8]>,
-    name: &'static str,
-) -> Result<Vec<(String, T)>, StoreError>
-where
-    K: redb::Key + 'static,
-    for<'a> K::SelfType<'a>: std::fmt::Debug,
-    T: DeserializeOwned,
-{
-    let table = match txn.open_table(def) {
-        Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(StoreError::redb("open table")(e)),
-    };
-    let mut out = Vec::new();
-    for entry in table.iter().map_err(StoreError::redb("iterate table"))? {
-        let (key, value) = entry.map_err(StoreError::redb("read row"))?;
-        let key_text = format!("{:?}", key.value());
-        let record = codec::decode(name, value.value()).map_err(|source| StoreError::Row {
-            table: name,
-            key: key_text.clone(),
-            source,
-        })?;
-        out.push((key_text, record));
-    }
-    Ok(out)
-}
-
-/// The rows of `def` whose keys lie in `range`, decoded, with their keys as
-/// text (as [`rows`]).
+/// The rows of `def` whose keys lie in `range` (`..` for all), decoded,
+/// with their keys as text for the checks and errors.
 fn rows_in<'r, K, T>(
     txn: &ReadTransaction,
     def: TableDefinition<'_, K, &[u8]>,
@@ -181,6 +152,49 @@ fn key_check(ok: bool, table: &'static str, key: &str) -> Result<(), StoreError>
     }
 }
 
+/// A participant row matches its key and is well formed.
+fn check_participant(key: &str, p: &Participant) -> Result<(), StoreError> {
+    key_check(
+        key == format!("{:?}", (p.generation_id.0, p.role.key())),
+        "participants",
+        key,
+    )?;
+    participant::check_wellformed(p).map_err(|source| StoreError::IllegalRow {
+        table: "participants",
+        key: key.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+/// A session row matches its key.
+fn check_session(key: &str, s: &Session) -> Result<(), StoreError> {
+    key_check(
+        key == format!(
+            "{:?}",
+            (s.generation_id.0, super::ops::session_key(s.session_id))
+        ),
+        "sessions",
+        key,
+    )
+}
+
+/// A session terminal row matches its key and is well formed.
+fn check_terminal(key: &str, t: &SessionTerminal) -> Result<(), StoreError> {
+    key_check(
+        key == format!(
+            "{:?}",
+            (t.generation_id.0, super::ops::session_key(t.session_id))
+        ),
+        "session_terminals",
+        key,
+    )?;
+    terminal::check_wellformed(t).map_err(|source| StoreError::IllegalRow {
+        table: "session_terminals",
+        key: key.to_owned(),
+        source: Box::new(source),
+    })
+}
+
 impl DomainStore<'_> {
     /// Reads and validates the whole durable document in one snapshot.
     pub fn document(&self) -> Result<DomainDocument, StoreError> {
@@ -188,12 +202,14 @@ impl DomainStore<'_> {
             .db
             .begin_read()
             .map_err(StoreError::redb("begin read"))?;
-        let domain = rows::<u8, Domain>(&txn, tables::DOMAIN, "domain")?
+        let domain = rows_in::<u8, Domain>(&txn, tables::DOMAIN, "domain", ..)?
             .into_iter()
             .find(|(k, _)| *k == format!("{DOMAIN_KEY:?}"))
             .map(|(_, d)| d);
         let mut generations = Vec::new();
-        for (key, generation) in rows::<u64, Generation>(&txn, tables::GENERATIONS, "generation")? {
+        for (key, generation) in
+            rows_in::<u64, Generation>(&txn, tables::GENERATIONS, "generation", ..)?
+        {
             key_check(
                 key == format!("{:?}", generation.generation_id.0),
                 "generations",
@@ -219,52 +235,29 @@ impl DomainStore<'_> {
                 key: key.to_owned(),
             })
         };
-        for (key, p) in rows::<(u64, u8), Participant>(&txn, tables::PARTICIPANTS, "participant")? {
-            key_check(
-                key == format!("{:?}", (p.generation_id.0, p.role.key())),
-                "participants",
-                &key,
-            )?;
-            participant::check_wellformed(&p).map_err(|source| StoreError::IllegalRow {
-                table: "participants",
-                key: key.clone(),
-                source: Box::new(source),
-            })?;
+        for (key, p) in
+            rows_in::<(u64, u8), Participant>(&txn, tables::PARTICIPANTS, "participant", ..)?
+        {
+            check_participant(&key, &p)?;
             let i = find(&mut generations, p.generation_id, "participants", &key)?;
             generations[i].participants.push(p);
         }
-        for (key, s) in rows::<(u64, u128), Session>(&txn, tables::SESSIONS, "session")? {
-            key_check(
-                key == format!(
-                    "{:?}",
-                    (s.generation_id.0, super::ops::session_key(s.session_id))
-                ),
-                "sessions",
-                &key,
-            )?;
+        for (key, s) in rows_in::<(u64, u128), Session>(&txn, tables::SESSIONS, "session", ..)? {
+            check_session(&key, &s)?;
             let i = find(&mut generations, s.generation_id, "sessions", &key)?;
             generations[i].sessions.push(s);
         }
-        for (key, t) in
-            rows::<(u64, u128), SessionTerminal>(&txn, tables::TERMINALS, "session terminal")?
-        {
-            key_check(
-                key == format!(
-                    "{:?}",
-                    (t.generation_id.0, super::ops::session_key(t.session_id))
-                ),
-                "session_terminals",
-                &key,
-            )?;
-            terminal::check_wellformed(&t).map_err(|source| StoreError::IllegalRow {
-                table: "session_terminals",
-                key: key.clone(),
-                source: Box::new(source),
-            })?;
+        for (key, t) in rows_in::<(u64, u128), SessionTerminal>(
+            &txn,
+            tables::TERMINALS,
+            "session terminal",
+            ..,
+        )? {
+            check_terminal(&key, &t)?;
             let i = find(&mut generations, t.generation_id, "session_terminals", &key)?;
             generations[i].terminals.push(t);
         }
-        for (key, m) in rows::<u64, Mailbox>(&txn, tables::MAILBOXES, "mailbox")? {
+        for (key, m) in rows_in::<u64, Mailbox>(&txn, tables::MAILBOXES, "mailbox", ..)? {
             key_check(key == format!("{:?}", m.generation_id.0), "mailboxes", &key)?;
             let i = find(&mut generations, m.generation_id, "mailboxes", &key)?;
             generations[i].mailbox = Some(m);
@@ -342,16 +335,7 @@ impl DomainStore<'_> {
             "participant",
             (g, u8::MIN)..=(g, u8::MAX),
         )? {
-            key_check(
-                key == format!("{:?}", (p.generation_id.0, p.role.key())),
-                "participants",
-                &key,
-            )?;
-            participant::check_wellformed(&p).map_err(|source| StoreError::IllegalRow {
-                table: "participants",
-                key: key.clone(),
-                source: Box::new(source),
-            })?;
+            check_participant(&key, &p)?;
             doc.participants.push(p);
         }
         for (key, s) in rows_in::<(u64, u128), Session>(
@@ -360,14 +344,7 @@ impl DomainStore<'_> {
             "session",
             (g, u128::MIN)..=(g, u128::MAX),
         )? {
-            key_check(
-                key == format!(
-                    "{:?}",
-                    (s.generation_id.0, super::ops::session_key(s.session_id))
-                ),
-                "sessions",
-                &key,
-            )?;
+            check_session(&key, &s)?;
             doc.sessions.push(s);
         }
         for (key, t) in rows_in::<(u64, u128), SessionTerminal>(
@@ -376,19 +353,7 @@ impl DomainStore<'_> {
             "session terminal",
             (g, u128::MIN)..=(g, u128::MAX),
         )? {
-            key_check(
-                key == format!(
-                    "{:?}",
-                    (t.generation_id.0, super::ops::session_key(t.session_id))
-                ),
-                "session_terminals",
-                &key,
-            )?;
-            terminal::check_wellformed(&t).map_err(|source| StoreError::IllegalRow {
-                table: "session_terminals",
-                key: key.clone(),
-                source: Box::new(source),
-            })?;
+            check_terminal(&key, &t)?;
             doc.terminals.push(t);
         }
         for (key, m) in rows_in::<u64, Mailbox>(&txn, tables::MAILBOXES, "mailbox", g..=g)? {
