@@ -39,11 +39,13 @@ VARIABLES
     escMatch,       \* per session: auto-approval rule classification of the request
     escApproval,    \* per session: who approved the request
     escUnacked,     \* per session: result chunks sent and not yet acknowledged
-    escCancel       \* per session: a signed cancellation has arrived and is not yet applied
+    escCancel,      \* per session: a signed cancellation has arrived and is not yet applied
+    runtimeEnded    \* the generation's RS or attached runsc ended on its own while the HC
+                    \* held the lease (observed through the lifetime channel and pidfds)
 
 vars == <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
           sess, sessGen, sessFp, route, ptyFwd,
-          esc, escMatch, escApproval, escUnacked, escCancel>>
+          esc, escMatch, escApproval, escUnacked, escCancel, runtimeEnded>>
 
 \* The durable generation document (Domain Store, spec 3.6): only these are
 \* written by store transactions.
@@ -149,6 +151,7 @@ TypeOK ==
     /\ escApproval \in [Sessions -> {"None", "Developer", "Auto"}]
     /\ escUnacked \in [Sessions -> 0..MaxUnackedChunks]
     /\ escCancel \in [Sessions -> BOOLEAN]
+    /\ runtimeEnded \in BOOLEAN
 
 Init ==
     /\ hc = [c \in Coordinators |-> "Idle"]
@@ -170,6 +173,7 @@ Init ==
     /\ escApproval = [s \in Sessions |-> "None"]
     /\ escUnacked = [s \in Sessions |-> 0]
     /\ escCancel = [s \in Sessions |-> FALSE]
+    /\ runtimeEnded = FALSE
 
 -----------------------------------------------------------------------------
 \* Domain lock and Host Coordinator election (spec 3.3, OR-1)
@@ -179,7 +183,7 @@ AcquireDomainLock(c) ==
     /\ lockHolder = "None"
     /\ hc' = [hc EXCEPT ![c] = "Bootstrapping"]
     /\ lockHolder' = c
-    /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -189,7 +193,7 @@ LoseDomainLockRace(c) ==
     /\ hc[c] = "Idle"
     /\ lockHolder # "None"
     /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
-    /\ UNCHANGED <<lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -198,7 +202,7 @@ BootstrapVacantDomain(c) ==
     /\ hc[c] = "Bootstrapping"
     /\ decision = "Vacant"
     /\ hc' = [hc EXCEPT ![c] = "Leading"]
-    /\ UNCHANGED <<lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -209,7 +213,7 @@ BootstrapRecover(c) ==
     /\ recordIdentity = "Matching"
     /\ hc' = [hc EXCEPT ![c] = "Leading"]
     /\ decision' = "Recovering"
-    /\ UNCHANGED <<lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -219,7 +223,7 @@ RefuseMismatchedRecord(c) ==
     /\ recordIdentity = "Mismatched"
     /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
     /\ lockHolder' = "None"
-    /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -232,7 +236,7 @@ DurableIdentityDiverges ==
     /\ runsc = "Absent"
     /\ recordIdentity = "Matching"
     /\ recordIdentity' = "Mismatched"
-    /\ UNCHANGED <<hc, lockHolder, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -245,6 +249,7 @@ StartGeneration(c) ==
     /\ gen' = gen + 1
     /\ part' = [r \in Roles |-> "None"]
     /\ slot' = [ps \in ProcSlots |-> "Unassigned"]
+    /\ runtimeEnded' = FALSE
     /\ UNCHANGED <<lockHolder, recordIdentity, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -254,7 +259,7 @@ ExitCoordinator(c) ==
     /\ decision = "Vacant"
     /\ hc' = [hc EXCEPT ![c] = "Exited"]
     /\ lockHolder' = "None"
-    /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -271,7 +276,7 @@ RecordIntent(c, r) ==
     /\ r = "Sandbox" \/ \A d \in Roles : d = "Sandbox" \/ AcquireRank(d) >= AcquireRank(r) \/ Ready(d)
     /\ r # "Publication" \/ part["Sandbox"] = "Committed"
     /\ part' = [part EXCEPT ![r] = "Intent"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -284,7 +289,7 @@ AcquireSnapshot(c, r) ==
     /\ part[r] = "Intent"
     /\ r \in SnapshotRoles
     /\ part' = [part EXCEPT ![r] = "Acquiring"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -301,7 +306,7 @@ StageProcess(c, ps) ==
     /\ part' = [part EXCEPT ![SlotRole(ps)] = "Acquiring"]
     /\ rs' = IF ps = "SandboxRuntimeSupervisor" THEN "Running" ELSE rs
     /\ runsc' = IF ps = "SandboxAttachedRunsc" THEN "Running" ELSE runsc
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -311,7 +316,7 @@ CommitProcess(c, ps) ==
     /\ decision = "Starting"
     /\ slot[ps] = "Staged"
     /\ slot' = [slot EXCEPT ![ps] = "Committed"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -324,7 +329,7 @@ CommitParticipant(c, r) ==
     /\ r \notin {"Network", "Publication"}
     /\ \A ps \in ProcSlots : SlotRole(ps) # r \/ slot[ps] = "Committed"
     /\ part' = [part EXCEPT ![r] = ActiveState(r)]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -334,17 +339,21 @@ MarkNetworkReady(c) ==
     /\ decision = "Starting"
     /\ part["Network"] = "Acquiring"
     /\ part' = [part EXCEPT !["Network"] = "Committed"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
+\* The sandbox the generation publishes is running: RS and attached runsc
+\* have not ended since they were committed (FR-12).
 Publish(c) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ part["Publication"] = "Acquiring"
+    /\ rs = "Running"
+    /\ runsc = "Running"
     /\ part' = [part EXCEPT !["Publication"] = "Committed"]
     /\ decision' = "Published"
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -353,7 +362,7 @@ AbortGeneration(c) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ decision' = "TearingDown"
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -370,7 +379,7 @@ ConnectClient(s, f) ==
     /\ lockHolder # "None"
     /\ sess' = [sess EXCEPT ![s] = "Connecting"]
     /\ sessFp' = [sessFp EXCEPT ![s] = f]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* HC issues a credential bound to the current generation.
@@ -381,7 +390,7 @@ EnrollClient(c, s) ==
     /\ sessFp[s] = "Match"
     /\ sess' = [sess EXCEPT ![s] = "Enrolled"]
     /\ sessGen' = [sessGen EXCEPT ![s] = gen]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessFp, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 RefuseConfigurationMismatch(c, s) ==
@@ -390,7 +399,7 @@ RefuseConfigurationMismatch(c, s) ==
     /\ sessFp[s] = "Mismatch"
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* A credential bound to another generation is refused.
@@ -402,21 +411,25 @@ RefuseStaleCredential(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* Registration; the Session Terminal reaches Running (spec 3.4 steps 1-5) and
-\* terminal events are admitted on the sandbox route.
+\* terminal events are admitted on the sandbox route.  The session's exec
+\* client runs in the one running sandbox (FR-2): a runtime the HC has seen
+\* end admits no new session.
 RegisterSession(c, s) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Published"
     /\ sess[s] = "Enrolled"
     /\ sessGen[s] = gen
+    /\ rs = "Running"
+    /\ runsc = "Running"
     /\ sess' = [sess EXCEPT ![s] = "Registered"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, sessFp, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* Session close, client connection loss, PTY or exec-client loss, or guest
@@ -433,7 +446,7 @@ CloseSession(c, s) ==
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, sessFp>>
 
 \* Physical terminal release done (exec client reaped, PTY closed, terminal
@@ -444,7 +457,7 @@ FinishSessionRelease(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* Client side: a client that is not (or no longer) registered gives up.
@@ -453,7 +466,7 @@ ClientExits(s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 -----------------------------------------------------------------------------
@@ -466,7 +479,7 @@ PauseTerminalForwarding(c, s) ==
     /\ ptyFwd[s] = TRUE
     /\ esc[s] \in {"Accepted", "Approved"}
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -476,7 +489,7 @@ ResumeTerminalForwarding(c, s) ==
     /\ route[s] = "Sandbox"
     /\ esc[s] \notin {"Accepted", "Approved"}
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -484,15 +497,17 @@ ResumeTerminalForwarding(c, s) ==
 \* Host escalation (spec 3.8)
 
 \* Sandbox side: a signed request bound to the session's Session Request
-\* Capability lands in the generation mailbox.  m is the rule matcher's
+\* Capability lands in the generation mailbox, written from inside the
+\* running sandbox.  m is the rule matcher's
 \* classification of its argv (Exact: a rule matches exactly, no shell form,
 \* trailing arguments only where the rule grants them).
 SubmitEscalation(s, m) ==
     /\ sess[s] = "Registered"
     /\ esc[s] = "None"
+    /\ runsc = "Running"
     /\ esc' = [esc EXCEPT ![s] = "Submitted"]
     /\ escMatch' = [escMatch EXCEPT ![s] = m]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escApproval, escUnacked, escCancel>>
 
@@ -500,7 +515,7 @@ AcceptEscalation(c, s) ==
     /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Submitted"
     /\ esc' = [esc EXCEPT ![s] = "Accepted"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -511,7 +526,7 @@ RouteToPrompt(c, s) ==
     /\ ptyFwd[s] = FALSE
     /\ esc' = [esc EXCEPT ![s] = "Prompting"]
     /\ route' = [route EXCEPT ![s] = "Prompt"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -521,7 +536,7 @@ ApproveEscalation(c, s) ==
     /\ esc[s] = "Prompting"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "Developer"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escUnacked, escCancel>>
 
@@ -531,7 +546,7 @@ AutoApproveEscalation(c, s) ==
     /\ escMatch[s] = "Exact"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "Auto"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escUnacked, escCancel>>
 
@@ -542,7 +557,7 @@ DenyEscalation(c, s) ==
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
 
 \* The developer did not answer within the prompt deadline.
@@ -553,7 +568,7 @@ PromptTimeout(c, s) ==
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
 
 \* The approved host process starts (argv launcher, no shell) and takes the
@@ -564,7 +579,7 @@ StartHostProcess(c, s) ==
     /\ ptyFwd[s] = FALSE
     /\ esc' = [esc EXCEPT ![s] = "Running"]
     /\ route' = [route EXCEPT ![s] = "HostProcess"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -575,7 +590,7 @@ EmitResultChunk(c, s) ==
     /\ esc[s] = "Running"
     /\ escUnacked[s] < MaxUnackedChunks
     /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] + 1]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
 
@@ -583,7 +598,7 @@ EmitResultChunk(c, s) ==
 AckResultChunk(s) ==
     /\ escUnacked[s] > 0
     /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] - 1]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
 
@@ -596,7 +611,7 @@ HostProcessExits(c, s) ==
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escUnacked>>
 
 \* Execution or acknowledgement deadline: HC terminates and reaps the process.
@@ -608,7 +623,7 @@ HostProcessTimeout(c, s) ==
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escUnacked>>
 
 \* Acknowledgement deadline after the process ended: HC removes the
@@ -618,7 +633,7 @@ AckTimeout(c, s) ==
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] > 0
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
 
@@ -628,7 +643,7 @@ DeliverResult(c, s) ==
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] = 0
     /\ esc' = [esc EXCEPT ![s] = "Delivered"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -637,7 +652,7 @@ DeliverResult(c, s) ==
 CollectResult(s) ==
     /\ esc[s] = "Delivered"
     /\ esc' = [esc EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -649,7 +664,7 @@ RequestCancellation(s) ==
     /\ esc[s] \in {"Prompting", "Running"}
     /\ escCancel[s] = FALSE
     /\ escCancel' = [escCancel EXCEPT ![s] = TRUE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked>>
 
@@ -665,7 +680,7 @@ ApplyCancellation(c, s) ==
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd>>
 
 -----------------------------------------------------------------------------
@@ -682,7 +697,7 @@ BeginTeardown(c) ==
     /\ sess' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "Absent" ELSE sess[s]]
     /\ sessGen' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN 0 ELSE sessGen[s]]
     /\ sessFp' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "None" ELSE sessFp[s]]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -694,7 +709,7 @@ RecordReleaseIntent(c, r) ==
     /\ part[r] \in LiveSnapshot
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \notin LiveSnapshot
     /\ part' = [part EXCEPT ![r] = "ReleaseIntent"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -708,7 +723,7 @@ ShutdownRuntime(c) ==
     /\ \A d \in Roles : part[d] \notin LiveSnapshot
     /\ rs' = "Absent"
     /\ runsc' = "Absent"
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -722,7 +737,7 @@ CleanParticipant(c, r) ==
     /\ r = "Publication" \/ runsc = "Absent"
     /\ part' = [part EXCEPT ![r] = "Clean"]
     /\ slot' = [ps \in ProcSlots |-> IF SlotRole(ps) = r THEN "Unassigned" ELSE slot[ps]]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -736,7 +751,7 @@ CleanBareIntent(c, r) ==
     /\ rs = "Absent"
     /\ runsc = "Absent"
     /\ part' = [part EXCEPT ![r] = "Clean"]
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -746,7 +761,7 @@ RetireGeneration(c) ==
     /\ decision \in ReleasePhases
     /\ \A r \in Roles : part[r] \in {"None", "Clean"}
     /\ decision' = "Vacant"
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -756,7 +771,8 @@ RetireGeneration(c) ==
 \* The HC process dies: the kernel drops the flock, PTY descriptors close and
 \* open sessions fail, escalation host processes die on their parent-death
 \* edge, and the RS observes the end of its lifetime lease.  Enrolled clients
-\* keep their (now stale) credentials.
+\* keep their (now stale) credentials.  What the HC knew (runtimeEnded) is
+\* gone with it.
 HostCoordinatorLost(c) ==
     /\ hc[c] \in HoldingPhases
     /\ hc' = [hc EXCEPT ![c] = "Exited"]
@@ -772,6 +788,7 @@ HostCoordinatorLost(c) ==
     /\ escApproval' = [s \in Sessions |-> "None"]
     /\ escUnacked' = [s \in Sessions |-> 0]
     /\ escCancel' = [s \in Sessions |-> FALSE]
+    /\ runtimeEnded' = FALSE
     /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, runsc>>
 
 \* The surviving RS stops the complete sandbox, unmounts its exact State
@@ -780,7 +797,7 @@ RuntimeSupervisorLeaseLossTeardown ==
     /\ rs = "LeaseLost"
     /\ rs' = "Absent"
     /\ runsc' = "Absent"
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -788,7 +805,7 @@ RuntimeSupervisorLeaseLossTeardown ==
 RuntimeSupervisorLost ==
     /\ rs = "LeaseLost"
     /\ rs' = "Absent"
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -797,6 +814,34 @@ AttachedRunscParentDeath ==
     /\ rs = "Absent"
     /\ runsc = "Running"
     /\ runsc' = "Absent"
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* The RS ends while its lifetime lease is live: it crashed or was killed,
+\* or it ended on its own after reporting a failure (the connectivity
+\* helper's loss, spec 3.7) and stopping the sandbox.  An attached runsc
+\* still running follows on its parent-death edge.  The HC sees the end on
+\* its lifetime channel and the RS's pidfd.  Environment restriction (to
+\* bound the state space; Lazaret-notes.md "Runtime loss"): no escalation is
+\* in flight when the runtime ends.
+RuntimeSupervisorEnds ==
+    /\ rs = "Running"
+    /\ \A s \in Sessions : esc[s] = "None"
+    /\ rs' = "Absent"
+    /\ runtimeEnded' = TRUE
+    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Attached runsc, and with it the Agent Sandbox, ends while its RS runs: the
+\* sandbox crashed or was killed, or the RS stopped it after a failure.
+AttachedRunscEnds ==
+    /\ rs = "Running"
+    /\ runsc = "Running"
+    /\ \A s \in Sessions : esc[s] = "None"
+    /\ runsc' = "Absent"
+    /\ runtimeEnded' = TRUE
     /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -865,6 +910,8 @@ Next ==
     \/ RuntimeSupervisorLeaseLossTeardown
     \/ RuntimeSupervisorLost
     \/ AttachedRunscParentDeath
+    \/ RuntimeSupervisorEnds
+    \/ AttachedRunscEnds
     \/ Terminated
 
 -----------------------------------------------------------------------------
@@ -889,6 +936,10 @@ SessionServiceStep(s) ==
         \/ ApplyCancellation(c, s)
         \/ FinishSessionRelease(c, s)
 
+\* Once the HC has seen the runtime end it closes every session (its event
+\* loop's reaction to the lifetime channel).
+RuntimeLossClose(s) == runtimeEnded /\ \E c \in Coordinators : CloseSession(c, s)
+
 \* All HC steps that bootstrap, tear down or recover the generation.
 GenerationReleaseStep ==
     \E c \in Coordinators :
@@ -904,6 +955,7 @@ GenerationReleaseStep ==
 
 Fairness ==
     /\ \A s \in Sessions : WF_vars(SessionServiceStep(s))
+    /\ \A s \in Sessions : WF_vars(RuntimeLossClose(s))
     /\ WF_vars(GenerationReleaseStep)
     /\ WF_vars(RuntimeSupervisorLeaseLossTeardown)
     /\ WF_vars(AttachedRunscParentDeath)
@@ -933,7 +985,7 @@ Inv_FR2_SessionsShareOneSandbox ==
             /\ sessGen[s] = gen
             /\ decision = "Published"
             /\ part["Sandbox"] = "Committed"
-            /\ runsc = "Running"
+            /\ (runsc = "Running" \/ runtimeEnded)
 
 \* FR-5: a prompt is shown only on the terminal of the session that asked.
 Inv_FR5_PromptOnlyOnRequestingSession ==
@@ -949,18 +1001,20 @@ Inv_FR6_NoSessionsDuringRelease ==
     decision \in ReleasePhases => NoSessionsLeft
 
 \* FR-12: a serving published generation is realised by exactly HC, RS and
-\* attached runsc, all with committed ownership.
+\* attached runsc, all with committed ownership, until the HC sees RS or
+\* runsc end (then it closes every session and tears the generation down).
 Inv_FR12_PublishedGenerationHasConstitutiveProcesses ==
     (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
-        /\ rs = "Running"
-        /\ runsc = "Running"
+        /\ runtimeEnded \/ rs = "Running"
+        /\ runtimeEnded \/ runsc = "Running"
         /\ slot["SandboxRuntimeSupervisor"] = "Committed"
         /\ slot["SandboxAttachedRunsc"] = "Committed"
 
-\* FR-13: attached runsc never outlives its RS while a leader serves.
+\* FR-13: attached runsc never outlives its RS while a leader serves, except
+\* between the RS's own end and runsc's parent-death edge.
 Inv_FR13_SandboxCoupledToSupervisor ==
     (runsc = "Running" /\ rs # "Running") =>
-        (decision = "Recovering" \/ \A c \in Coordinators : hc[c] \notin LeaderPhases)
+        (decision = "Recovering" \/ runtimeEnded \/ \A c \in Coordinators : hc[c] \notin LeaderPhases)
 
 \* FR-18 (with SR-5 of the earlier revision): network readiness gates the
 \* sandbox start and publication.
@@ -1090,7 +1144,7 @@ Inv_Spec_NoReleaseWhileServing ==
 \* A live HC stops the runtime only after every runtime participant has durable
 \* release intent (physical cleanup is always backed by recorded intent).
 Inv_Spec_RuntimeStopsOnlyAfterReleaseIntent ==
-    (decision \in {"Starting", "Published", "TearingDown"} /\ rs = "Absent" /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
+    (decision \in {"Starting", "Published", "TearingDown"} /\ rs = "Absent" /\ ~runtimeEnded /\ \E c \in Coordinators : hc[c] \in LeaderPhases) =>
         \A r \in Roles : r \in {"PreparedLower", "Publication"} \/ part[r] \notin LiveSnapshot
 
 \* Release intents follow the release order (publication withdrawn first).
@@ -1201,6 +1255,16 @@ Live_Spec_RecoveryCompletes ==
 Live_FR13_LeaseLossStopsRuntime ==
     (rs = "LeaseLost") ~> (rs = "Absent" /\ runsc = "Absent")
 
+\* FR-13: runsc whose RS ended follows it on the parent-death edge.
+Live_FR13_SandboxEndsWithSupervisor ==
+    (rs = "Absent" /\ runsc = "Running") ~> (runsc = "Absent")
+
+\* FR-12/FR-6: once the HC has seen the runtime end, the published generation
+\* is torn down (every session is closed first) unless the HC is lost.
+Live_FR12_RuntimeLossEndsPublication ==
+    (decision = "Published" /\ runtimeEnded /\ lockHolder # "None") ~>
+        (decision # "Published" \/ lockHolder = "None")
+
 -----------------------------------------------------------------------------
 \* Action properties added for guard mutation (docs/mutation-report.md): each
 \* states a rule of the specification as a step predicate, checked by TLC and
@@ -1248,5 +1312,26 @@ Live_SR16_CredentialsIssuedOnlyByPublishedLeader ==
     [][\A s \in Sessions :
           (sess[s] # "Enrolled" /\ sess'[s] = "Enrolled") =>
               (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases)]_vars
+
+\* FR-12: a generation is published only while the sandbox it publishes
+\* runs (RS and attached runsc have not ended).
+Live_FR12_PublishedOnlyWhileRuntimeRuns ==
+    [][(decision # "Published" /\ decision' = "Published") => (rs = "Running" /\ runsc = "Running")]_vars
+
+\* FR-2: a session joins the one running sandbox; after the HC has seen the
+\* runtime end, no session registers.
+Live_FR2_SessionsJoinTheRunningSandbox ==
+    [][\A s \in Sessions :
+          (sess[s] # "Registered" /\ sess'[s] = "Registered") => (rs = "Running" /\ runsc = "Running")]_vars
+
+\* Spec 3.3/3.4 (the HC holds the lifetime lease and watches its RS and
+\* runsc): the HC learns that the runtime ended only from an end it saw while
+\* the lease was live: RS or attached runsc going from Running to Absent
+\* under a serving leader.
+Live_Spec_RuntimeEndSeenUnderTheLease ==
+    [][(~runtimeEnded /\ runtimeEnded') =>
+          /\ \E c \in Coordinators : hc[c] \in LeaderPhases
+          /\ rs = "Running"
+          /\ (rs' = "Absent" \/ (runsc = "Running" /\ runsc' = "Absent"))]_vars
 
 ====

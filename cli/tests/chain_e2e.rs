@@ -22,6 +22,9 @@ fn exit_status_is_the_commands_and_streams_stay_apart() {
     let out = env.run(&["default", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
+    // A teardown stops the runtime itself, and its trace line carries both
+    // processes observed absent by their exact identities.
+    assert_processes_observed_absent(&env, &["ShutdownRuntime"]);
 
     let out = env.run(&[
         "default",
@@ -482,6 +485,140 @@ fn losing_the_coordinator_stops_the_sandbox() {
             recovered.contains(action),
             "{action} missing from {recovered}"
         );
+    }
+}
+
+/// Kills the one process of the scenario that `pick` selects, while a
+/// session runs, and returns that session's output.
+fn kill_while_serving(env: &Env, what: &str, pick: impl Fn(&str) -> bool) -> Output {
+    let session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "touch /workspace/started; sleep 120",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env.workspace.join("started").exists() {
+        assert!(Instant::now() < deadline, "the session never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let found: Vec<String> = env.processes().into_iter().filter(|p| pick(p)).collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{what}: {found:?} among {:?}",
+        env.processes()
+    );
+    let pid = found[0].split(':').next().unwrap().to_owned();
+    signal_through_pidfd(&pid, rustix::process::Signal::KILL);
+    session.wait_with_output().unwrap()
+}
+
+/// The trace's actions from `first` on, in order, keeping only `names`.
+fn actions_among(actions: &[String], names: &[&str]) -> Vec<String> {
+    actions
+        .iter()
+        .filter(|a| names.contains(&a.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// FR-12, FR-13: the Runtime Supervisor killed under a live coordinator.
+/// The session ends with the runtime's loss, the Domain is torn down and
+/// left clean, and the trace records what happened: the supervisor ended
+/// on its own, attached runsc followed on its parent-death edge (both
+/// observed absent), no session registered after, and no ShutdownRuntime,
+/// since nothing was left to stop. The whole trace replays.
+#[test]
+fn a_killed_runtime_supervisor_ends_the_domain_and_the_trace_says_so() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("rs-killed", &default_image());
+    let out = kill_while_serving(&env, "the Runtime Supervisor", |p| {
+        p.contains(" __supervisor ") && !p.contains("__wrapper")
+    });
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+    let actions = env.trace_actions();
+    let runtime = [
+        "RuntimeSupervisorEnds",
+        "AttachedRunscEnds",
+        "AttachedRunscParentDeath",
+        "ShutdownRuntime",
+        "CloseSession",
+        "BeginTeardown",
+    ];
+    let seen = actions_among(&actions, &runtime);
+    assert_eq!(
+        seen,
+        [
+            "CloseSession",
+            "RuntimeSupervisorEnds",
+            "AttachedRunscParentDeath",
+            "BeginTeardown"
+        ],
+        "{actions:?}"
+    );
+    assert_processes_observed_absent(&env, &["RuntimeSupervisorEnds", "AttachedRunscParentDeath"]);
+}
+
+/// FR-12: attached runsc killed while its supervisor lives. The supervisor
+/// stops what is left of the sandbox; the trace records runsc's end first,
+/// observed by its exact identity, whichever the coordinator learnt first
+/// (the supervisor's report or the session's end).
+#[test]
+fn a_killed_attached_runsc_ends_the_domain_and_the_trace_says_so() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("runsc-killed", &default_image());
+    let out = kill_while_serving(&env, "attached runsc", |p| {
+        p.contains("runsc")
+            && p.contains(" run ")
+            && !p.contains(" exec ")
+            && !p.contains("__wrapper")
+            && !p.contains("runsc-sandbox")
+            && !p.contains(" gofer ")
+            && !p.contains(" boot ")
+    });
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+    let actions = env.trace_actions();
+    let seen = actions_among(
+        &actions,
+        &[
+            "RuntimeSupervisorEnds",
+            "AttachedRunscEnds",
+            "AttachedRunscParentDeath",
+            "ShutdownRuntime",
+        ],
+    );
+    // Then the supervisor either exited by itself first or was stopped by
+    // the teardown: the coordinator saw runsc gone either way.
+    assert!(
+        seen == ["AttachedRunscEnds", "RuntimeSupervisorEnds"]
+            || seen == ["AttachedRunscEnds", "ShutdownRuntime"],
+        "{actions:?}"
+    );
+    let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
+    assert_processes_observed_absent(&env, &seen);
+}
+
+/// Each named step is in the trace, and its line carries the processes it
+/// ended, observed absent by their exact identities.
+fn assert_processes_observed_absent(env: &Env, steps: &[&str]) {
+    let lines = env.trace_lines();
+    for step in steps {
+        let line = lines
+            .iter()
+            .find(|l| l["action"] == *step)
+            .unwrap_or_else(|| panic!("no {step} in {lines:?}"));
+        let vars: &[&str] = match *step {
+            "ShutdownRuntime" => &["rs", "runsc"],
+            s if s.starts_with("RuntimeSupervisor") => &["rs"],
+            _ => &["runsc"],
+        };
+        for var in vars {
+            assert_eq!(line["observed"][var], "Absent", "{line}");
+        }
     }
 }
 

@@ -237,6 +237,20 @@ fn a_killed_connectivity_helper_tears_the_domain_down() {
     eprintln!("helper loss: session ended {ended:?} after SIGKILL");
     env.assert_nothing_left();
     env.assert_store_clean();
+    // The supervisor stopped the sandbox and exited by itself: the trace
+    // records runsc's end first, then the supervisor's (or, had the
+    // session's end reached the coordinator before the supervisor's report,
+    // the teardown's stop of a supervisor still exiting).
+    let ends: Vec<String> = env
+        .trace_actions()
+        .into_iter()
+        .filter(|a| a.ends_with("Ends") || a.contains("ParentDeath") || a == "ShutdownRuntime")
+        .collect();
+    assert!(
+        ends == ["AttachedRunscEnds", "RuntimeSupervisorEnds"]
+            || ends == ["AttachedRunscEnds", "ShutdownRuntime"],
+        "{ends:?}"
+    );
 }
 
 /// A DNS responder at `addr` in `ns`: it answers every query with its own

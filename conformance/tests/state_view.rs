@@ -47,12 +47,12 @@ fn entry(name: &str) -> Result<&'static ModelEntry, String> {
 #[test]
 fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
     assert_eq!(
-        round_trip::<lazaret::Model>(entry("Lazaret")?, 40_000)?,
-        32_687
+        round_trip::<lazaret::Model>(entry("Lazaret")?, 100_000)?,
+        78_776
     );
     assert_eq!(
-        round_trip::<lazaret::Model>(&LAZARET_BUILD, 40_000)?,
-        23_179
+        round_trip::<lazaret::Model>(&LAZARET_BUILD, 100_000)?,
+        59_951
     );
     assert_eq!(
         round_trip::<prepared_lower::Model>(entry("PreparedLower")?, 30_000)?,

@@ -345,6 +345,25 @@ impl Env {
         }
     }
 
+    /// The model actions of this scenario's one kept trace, in order.
+    pub fn trace_actions(&self) -> Vec<String> {
+        self.trace_lines()
+            .iter()
+            .map(|l| l["action"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// The lines of this scenario's one kept trace.
+    pub fn trace_lines(&self) -> Vec<serde_json::Value> {
+        let traces = self.traces();
+        assert_eq!(traces.len(), 1, "{traces:?}");
+        std::fs::read_to_string(&traces[0])
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     pub fn assert_traces_replay(&self) {
         let traces = self.traces();
         assert!(

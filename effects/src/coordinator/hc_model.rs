@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 
 use crate::crash_point::crash_point;
 use lazaret_generated::lazaret::{Action, CoordinatorsId, State};
-use lazaret_runtime::coordinator::host_model::{DurableView, HostModel, HostModelError};
+use lazaret_runtime::coordinator::host_model::{
+    DurableView, HostModel, HostModelError, ProcessView,
+};
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::records::ids::CoordinatorId;
 use lazaret_runtime::trace::TraceLine;
@@ -111,7 +113,18 @@ impl HcModel {
         action: Action,
         observed: Option<&DurableView>,
     ) -> Result<(), CoreError> {
-        let line = self.model.take_observed(action, observed)?;
+        self.take_with_processes(action, observed, ProcessView::default())
+    }
+
+    /// [`HcModel::take`], with what the step established about the
+    /// Runtime Supervisor and attached runsc (`processes`).
+    pub fn take_with_processes(
+        &mut self,
+        action: Action,
+        observed: Option<&DurableView>,
+        processes: ProcessView,
+    ) -> Result<(), CoreError> {
+        let line = self.model.take_observed(action, observed, processes)?;
         crash_point!(
             Hc,
             line.step,

@@ -10,6 +10,7 @@
 //! file holds the event loop (sessions: `ConnectClient`, `EnrollClient`,
 //! `RegisterSession`, `CloseSession`, `FinishSessionRelease`); launch and
 //! publication are in [`super::launch`], teardown in [`super::release`].
+use super::absence::AbsenceError;
 use super::channel::{self, ChannelError};
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::{launch_generation, publish, LaunchedGeneration};
@@ -18,6 +19,7 @@ use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::{recover_all, RecoveryError};
 use super::release::{abort, no_sessions_left, teardown};
 use super::release_gate::ReleaseGate;
+use super::runtime_end::record_runtime_end;
 use super::session::{random_bytes, start_session, SessionContext, SessionLinks};
 use super::session_release::ReleaseOutcome;
 use super::supervisor::runsc_globals;
@@ -41,8 +43,8 @@ use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
 };
-use lazaret_runtime::coordinator::host_model::HostModelError;
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
+use lazaret_runtime::coordinator::host_model::{HostModelError, ProcessView};
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
 };
@@ -182,6 +184,19 @@ pub enum CoordinatorError {
     NotAReleaseStep { action: &'static str },
     #[error("the release did not reach RetireGeneration")]
     ReleaseIncomplete,
+    /// The stopped runtime could not be proved absent (FR-7).
+    #[error("generation {generation}: stopping the runtime: {source}")]
+    Shutdown {
+        generation: u64,
+        source: AbsenceError,
+    },
+    /// The runtime ended on its own and could not be proved absent (FR-7):
+    /// the generation is kept for the next coordinator's recovery.
+    #[error("generation {generation}: the runtime ended: {source}")]
+    RuntimeEnd {
+        generation: u64,
+        source: AbsenceError,
+    },
     /// A generation left by a coordinator that died could not be recovered;
     /// it is kept as it is (spec 3.3 recovery).
     #[error("recovering generation {generation}: {source}")]
@@ -256,8 +271,19 @@ impl<'s, 'l> Hc<'s, 'l> {
         action: Action,
         effect: impl FnOnce(&mut Self) -> Result<T, CoordinatorError>,
     ) -> Result<T, CoordinatorError> {
+        self.step_observing(action, |hc| Ok((effect(hc)?, ProcessView::default())))
+    }
+
+    /// [`Hc::step`] for a step whose effect also establishes what the
+    /// Runtime Supervisor or attached runsc is (exactly, by identity): the
+    /// effect returns that with its result, and the trace line carries it.
+    pub fn step_observing<T>(
+        &mut self,
+        action: Action,
+        effect: impl FnOnce(&mut Self) -> Result<(T, ProcessView), CoordinatorError>,
+    ) -> Result<T, CoordinatorError> {
         self.model.check(&action).map_err(CoordinatorError::Model)?;
-        let out = effect(self)?;
+        let (out, processes) = effect(self)?;
         let observed = self
             .observer()
             .read()
@@ -266,7 +292,7 @@ impl<'s, 'l> Hc<'s, 'l> {
                 source,
             })?;
         self.model
-            .take(action, observed.as_ref())
+            .take_with_processes(action, observed.as_ref(), processes)
             .map_err(CoordinatorError::Model)?;
         Ok(out)
     }
@@ -598,6 +624,7 @@ fn serve(
                         hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
                     }
                 }
+                record_runtime_end(hc, None)?;
             }
         }
         if hc.model.state().decision == Decision::Published && no_sessions_left(hc) {
@@ -651,6 +678,21 @@ fn admit(
     if !matches {
         return hc.step(Action::RefuseConfigurationMismatch { c, s }, |_| {
             reply(&mut stream, &CoordinatorMessage::Refused(launch.refusal()));
+            Ok(())
+        });
+    }
+    // A runtime this coordinator has seen end admits no session (FR-2; the
+    // model's RegisterSession needs it running): the client is told why and
+    // leaves before it is enrolled.
+    if hc.model.state().runtime_ended {
+        return hc.step(Action::ClientExits { s }, |_| {
+            let why = super::launch::RUNTIME_LOST.get().map_or("", String::as_str);
+            reply(
+                &mut stream,
+                &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
+                    "the sandbox has ended: {why}"
+                ))),
+            );
             Ok(())
         });
     }

@@ -822,8 +822,9 @@ pub(super) fn publish(
 
 /// Ends a Runtime Supervisor exactly: it stops on the closed lifetime
 /// channel; after [`SUPERVISOR_EXIT`] it is killed through its pidfd; it is
-/// reaped either way.
-pub(super) fn reap_supervisor(hc: &Hc<'_, '_>, handle: &ProcessHandle) {
+/// reaped either way. Returns how it ended (`None` when that could not be
+/// read).
+pub(super) fn reap_supervisor(hc: &Hc<'_, '_>, handle: &ProcessHandle) -> Option<ChildState> {
     let deadline = Instant::now() + SUPERVISOR_EXIT;
     loop {
         match hc.broker.poll(handle) {
@@ -832,10 +833,10 @@ pub(super) fn reap_supervisor(hc: &Hc<'_, '_>, handle: &ProcessHandle) {
             }
             Ok(ChildState::Running) => {
                 let _ = hc.broker.signal(handle, Signal::Kill);
-                let _ = hc.broker.wait(handle);
-                return;
+                return hc.broker.wait(handle).ok();
             }
-            Ok(_) | Err(_) => return,
+            Ok(exited) => return Some(exited),
+            Err(_) => return None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! ([`crate::broker`]); every lifecycle decision is a step of the generated
 //! Lazaret model (`lazaret_runtime::coordinator::host_model`), checked before
 //! this module carries it out and traced after.
+mod absence;
 pub mod channel;
 pub mod client;
 pub mod enforcement;
@@ -22,6 +23,7 @@ pub mod piped_session;
 pub mod recovery;
 pub mod release;
 pub mod release_gate;
+mod runtime_end;
 pub mod session;
 mod session_release;
 pub mod supervisor;

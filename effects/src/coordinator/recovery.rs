@@ -11,24 +11,22 @@
 //! (pidfs authority) and, if it outlives its lease-loss teardown, ended
 //! through that exact match. A process that cannot be proved absent keeps
 //! the generation unrecovered and this coordinator fails closed.
-use std::time::{Duration, Instant};
-
 use lazaret_generated::lazaret::Action;
 use lazaret_runtime::coordinator::host_model::{DurableView, HostModelError};
 use lazaret_runtime::records::ids::GenerationId;
 use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
 use lazaret_runtime::records::process::PidfsProcessIdentityV1;
 
+use super::absence::{wait_absent, AbsenceError};
 use super::hc_model::{coordinator_name, trace_name, HcModel, ResumeError};
 use super::host::{CoordinatorError, Hc};
 use super::launch::decision_value;
 use super::observed::{self, ObserveError};
 use super::paths::DomainPaths;
 use super::release::release;
+use super::runtime_end::proved_absent;
 use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::Signal;
-use crate::process_identity::{liveness, match_recorded, Liveness, ProcessSys};
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
 use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
@@ -47,18 +45,9 @@ pub enum RecoveryError {
     Observe(#[source] ObserveError),
     #[error("the Domain Store ({store}) and the trace ({trace}) differ by more than one step")]
     TraceAndStoreDiffer { store: String, trace: String },
-    /// A recorded process's liveness could not be read.
-    #[error("cannot prove the {what} absent: {why}")]
-    Unproved { what: String, why: String },
-    #[error("cannot prove the runtime absent: still running {secs}s after the coordinator died")]
-    RuntimeOutlived { secs: u64 },
+    #[error("{0}")]
+    Absence(#[from] AbsenceError),
 }
-
-/// How long a recorded RS or attached runsc may take to finish its own
-/// lease-loss teardown before it is ended through its exact match.
-const LEASE_LOSS_GRACE: Duration = Duration::from_secs(20);
-/// How long an exactly matched process may take to die after SIGKILL.
-const KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// Recovers every generation that is not retired, oldest first, and keeps
 /// the traces of generations that were retired but whose coordinator died
@@ -187,19 +176,30 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
         hc.step(Action::HostCoordinatorLost { c: dead }, |_| Ok(()))?;
     }
     let (supervisor, runsc) = recorded_runtime(hc)?;
+    let generation = hc.id;
+    let unproved = |source: AbsenceError| CoordinatorError::Recovery {
+        generation: generation.0,
+        source: RecoveryError::Absence(source),
+    };
     let runsc_outlived = wait_absent(
-        hc.id,
+        &RealProcessSys,
         ("Runtime Supervisor", supervisor.as_ref()),
         runsc.as_ref(),
-    )?;
+    )
+    .map_err(unproved)?;
     // The connectivity helper exits when RS's end of its exit pipe closes
     // (spec 3.7); it is proved absent by its exact recorded identity too.
     let helper = recorded_helper(hc)?;
     if helper.is_some() {
-        wait_absent(hc.id, ("connectivity helper", helper.as_ref()), None)?;
+        wait_absent(
+            &RealProcessSys,
+            ("connectivity helper", helper.as_ref()),
+            None,
+        )
+        .map_err(unproved)?;
     }
     for action in hc.model.model().runtime_absent(runsc_outlived) {
-        hc.step(action, |_| Ok(()))?;
+        hc.step_observing(action, |_| Ok(((), proved_absent(action))))?;
     }
     // The generation's runtime files (bundle, runsc state of a runsc that
     // was killed) go once its processes are proved absent.
@@ -210,7 +210,6 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
     })?;
     clean_terminals(hc)?;
     let me = hc.model.me();
-    let generation = hc.id;
     hc.step(Action::AcquireDomainLock { c: me }, |_| Ok(()))?;
     hc.step(Action::BootstrapRecover { c: me }, |hc| {
         hc.apply(&[StoreOp::SetDurableDecision {
@@ -245,10 +244,14 @@ pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorErro
         }
         let exec_client = t.snapshot.exec_client.identity().copied();
         wait_absent(
-            generation,
+            &RealProcessSys,
             ("session exec client", exec_client.as_ref()),
             None,
-        )?;
+        )
+        .map_err(|source| CoordinatorError::Recovery {
+            generation: generation.0,
+            source: RecoveryError::Absence(source),
+        })?;
         let bare =
             t.state == SessionTerminalState::Intent && t.snapshot == TerminalSnapshot::default();
         if !bare && t.state != SessionTerminalState::ReleaseIntent {
@@ -275,7 +278,7 @@ pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorErro
 }
 
 /// The recorded identities of the generation's RS and attached runsc.
-fn recorded_runtime(
+pub(super) fn recorded_runtime(
     hc: &Hc<'_, '_>,
 ) -> Result<
     (
@@ -309,141 +312,4 @@ fn recorded_helper(hc: &Hc<'_, '_>) -> Result<Option<PidfsProcessIdentityV1>, Co
         Some(ParticipantOwnership::Helper(h)) => h.connectivity_helper.identity().copied(),
         _ => None,
     })
-}
-
-/// Whether the process recorded as `identity` is exactly present. Absent
-/// only on positive evidence (another boot, no process at the locator,
-/// another pidfs authority there); anything else, a start time that
-/// contradicts an equal pidfs authority among it, refuses (FR-7).
-fn present<S: ProcessSys>(sys: &S, identity: &PidfsProcessIdentityV1) -> Result<bool, String> {
-    match liveness(sys, identity) {
-        Liveness::Running => Ok(true),
-        Liveness::Gone { .. } => Ok(false),
-        Liveness::Unknown { why } => Err(why),
-    }
-}
-
-/// Waits until the first recorded process (RS, or a session's exec client,
-/// named for errors) and attached runsc are absent; one still present after
-/// [`LEASE_LOSS_GRACE`] is ended through its exact match. Returns whether
-/// runsc was still present when the first was already gone.
-fn wait_absent(
-    generation: GenerationId,
-    (first_name, supervisor): (&str, Option<&PidfsProcessIdentityV1>),
-    runsc: Option<&PidfsProcessIdentityV1>,
-) -> Result<bool, CoordinatorError> {
-    let unproved = |what: &str, why: String| CoordinatorError::Recovery {
-        generation: generation.0,
-        source: RecoveryError::Unproved {
-            what: what.to_owned(),
-            why,
-        },
-    };
-    let start = Instant::now();
-    let mut killed = false;
-    let mut runsc_outlived = false;
-    loop {
-        let rs_here = supervisor
-            .map(|id| present(&RealProcessSys, id))
-            .transpose()
-            .map_err(|e| unproved(first_name, e))?
-            .unwrap_or(false);
-        let runsc_here = runsc
-            .map(|id| present(&RealProcessSys, id))
-            .transpose()
-            .map_err(|e| unproved("attached runsc", e))?
-            .unwrap_or(false);
-        if !rs_here && runsc_here {
-            runsc_outlived = true;
-        }
-        if !rs_here && !runsc_here {
-            return Ok(runsc_outlived);
-        }
-        let waited = start.elapsed();
-        if waited > LEASE_LOSS_GRACE + KILL_GRACE {
-            return Err(CoordinatorError::Recovery {
-                generation: generation.0,
-                source: RecoveryError::RuntimeOutlived {
-                    secs: waited.as_secs(),
-                },
-            });
-        }
-        if waited > LEASE_LOSS_GRACE && !killed {
-            killed = true;
-            for identity in [supervisor, runsc].into_iter().flatten() {
-                if let Ok(handle) = match_recorded(&RealProcessSys, identity) {
-                    tracing::warn!(
-                        pid = identity.host_pid.0,
-                        "ending an exactly matched leftover"
-                    );
-                    let _ = handle.signal(&RealProcessSys, Signal::Kill);
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::process_identity::fake::{FakeProcess, FakeProcessSys};
-    use crate::process_identity::{ChildState, PID_FS_MAGIC};
-    use lazaret_runtime::records::process::{
-        BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1,
-    };
-
-    const BOOT: BootId = BootId([7; 16]);
-
-    fn recorded(pid: u32, ino: u64, start: u64) -> PidfsProcessIdentityV1 {
-        PidfsProcessIdentityV1 {
-            authority: PidfsProcessAuthorityV1 {
-                boot_id: BOOT,
-                pidfs_st_dev: PidfsDev(9),
-                pidfs_st_ino: PidfsIno(ino),
-            },
-            host_pid: HostPid(pid),
-            start_time_ticks: start,
-        }
-    }
-
-    fn live(ino: u64, start: u64) -> FakeProcess {
-        FakeProcess {
-            dev: 9,
-            ino,
-            start_time: start,
-            fs_type: PID_FS_MAGIC,
-            state: ChildState::Running,
-        }
-    }
-
-    /// FR-7: absence needs positive evidence. A start time that
-    /// contradicts an exactly equal pidfs authority is not absence: it
-    /// refuses, naming the disagreement.
-    #[test]
-    fn only_positive_evidence_proves_a_recorded_process_absent() {
-        let sys = FakeProcessSys::new(BOOT);
-        sys.insert(40, live(5, 1));
-        sys.insert(41, live(6, 2));
-        sys.insert(42, live(7, 2));
-        assert_eq!(present(&sys, &recorded(40, 5, 1)), Ok(true));
-        // Nothing at the locator, or another process there: absent.
-        assert_eq!(present(&sys, &recorded(43, 5, 1)), Ok(false));
-        assert_eq!(present(&sys, &recorded(41, 5, 1)), Ok(false));
-        // Another boot: absent without looking the PID up.
-        let other_boot = PidfsProcessIdentityV1 {
-            authority: PidfsProcessAuthorityV1 {
-                boot_id: BootId([8; 16]),
-                ..recorded(40, 5, 1).authority
-            },
-            ..recorded(40, 5, 1)
-        };
-        assert_eq!(present(&sys, &other_boot), Ok(false));
-        // The same pidfs authority with another start time: refused.
-        let refused = present(&sys, &recorded(42, 7, 1));
-        assert!(
-            refused.as_ref().is_err_and(|e| e.contains("start time")),
-            "{refused:?}"
-        );
-    }
 }

@@ -13,11 +13,15 @@ use lazaret_runtime::coordinator::messages::CoordinatorCommand;
 use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::ownership::AbsenceProof;
 
+use super::absence::wait_absent;
 use super::channel;
 use super::host::{CoordinatorError, Hc};
 use super::launch::{decision_value, participant_role, reap_supervisor, LaunchedGeneration};
-use super::recovery::clean_terminals;
+use super::recovery::{clean_terminals, recorded_runtime};
+use super::runtime_end::{proved_absent, settle_runtime};
 use crate::domain_store::StoreOp;
+use crate::process_identity::real::RealProcessSys;
+use lazaret_runtime::coordinator::host_model::ProcessView;
 
 /// Whether no session is registered or closing (the model's
 /// `NoSessionsLeft`).
@@ -49,6 +53,12 @@ pub(super) fn teardown(hc: &mut Hc<'_, '_>, socket: &Path) -> Result<(), Coordin
             decision: decision_value("TearingDown")?,
         }])
     })?;
+    // A runtime that ended on its own is not stopped (no ShutdownRuntime):
+    // with every session gone, what is left of their terminals is proved
+    // absent and cleaned here instead.
+    if hc.model.state().runtime_ended {
+        clean_terminals(hc)?;
+    }
     release(hc)
 }
 
@@ -83,6 +93,16 @@ pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
             action = lazaret_generated::lazaret::action_name(&action)
         )
         .entered();
+        if let Action::ShutdownRuntime { .. } = action {
+            if settle_runtime(hc)? {
+                // Nothing is left to stop; the terminals go as after a
+                // stop.
+                clean_terminals(hc)?;
+            } else {
+                hc.step_observing(action, shutdown_runtime)?;
+            }
+            continue;
+        }
         hc.step(action, |hc| match action {
             Action::RecordReleaseIntent { r, .. } => hc.apply(&[StoreOp::Participant {
                 generation,
@@ -91,17 +111,6 @@ pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
                     released_state_anchor: None,
                 },
             }]),
-            Action::ShutdownRuntime { .. } => {
-                // A launched generation is stopped through RS; a failed
-                // launch already ended its RS exactly before it returned.
-                if let Some(g) = hc.generation.take() {
-                    stop_generation(hc, &g);
-                }
-                // With the runtime gone, any session terminal still
-                // recorded (a session that never started leaves a bare
-                // intent) is proved absent and cleaned.
-                clean_terminals(hc)
-            }
             Action::CleanParticipant { r, .. } => hc.apply(&[StoreOp::Participant {
                 generation,
                 role: participant_role(r),
@@ -122,6 +131,33 @@ pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
         })?;
     }
     Err(CoordinatorError::ReleaseIncomplete)
+}
+
+/// ShutdownRuntime: a launched generation is stopped through RS (a failed
+/// launch already ended its RS exactly before it returned); RS and attached
+/// runsc are then proved absent by their exact recorded identities, which
+/// is what the step's trace line observes. With the runtime gone, any
+/// session terminal still recorded (a session that never started leaves a
+/// bare intent) is proved absent and cleaned.
+fn shutdown_runtime(hc: &mut Hc<'_, '_>) -> Result<((), ProcessView), CoordinatorError> {
+    if let Some(g) = hc.generation.take() {
+        stop_generation(hc, &g);
+    }
+    let (supervisor, runsc) = recorded_runtime(hc)?;
+    wait_absent(
+        &RealProcessSys,
+        ("Runtime Supervisor", supervisor.as_ref()),
+        runsc.as_ref(),
+    )
+    .map_err(|source| CoordinatorError::Shutdown {
+        generation: hc.id.0,
+        source,
+    })?;
+    clean_terminals(hc)?;
+    Ok((
+        (),
+        proved_absent(Action::ShutdownRuntime { c: hc.model.me() }),
+    ))
 }
 
 /// RS stops the sandbox (runsc run deletes its state) and exits; HC reaps

@@ -59,6 +59,9 @@ pub struct FakeProcessSys {
     /// PIDs whose process ends and is reaped as its start time is read
     /// (the race of a process that exits during an exact match).
     pub vanish_at_start_time: RefCell<Vec<u32>>,
+    /// PIDs whose process ends after its start time has been read this
+    /// many more times (a process that dies while it is being waited for).
+    pub start_time_reads_left: RefCell<BTreeMap<u32, usize>>,
 }
 
 impl FakeProcessSys {
@@ -74,7 +77,14 @@ impl FakeProcessSys {
             parent: None,
             sigchld_ignored: false,
             vanish_at_start_time: RefCell::new(Vec::new()),
+            start_time_reads_left: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// The process at `pid` ends once its start time has been read
+    /// `reads` times.
+    pub fn vanish_after_reads(&self, pid: u32, reads: usize) {
+        self.start_time_reads_left.borrow_mut().insert(pid, reads);
     }
 
     pub fn insert(&self, pid: u32, process: FakeProcess) {
@@ -138,6 +148,13 @@ impl ProcessSys for FakeProcessSys {
         if self.vanish_at_start_time.borrow().contains(&pid.0) {
             self.processes.borrow_mut().remove(&pid.0);
             return Err(io::ErrorKind::NotFound.into());
+        }
+        if let Some(left) = self.start_time_reads_left.borrow_mut().get_mut(&pid.0) {
+            if *left == 0 {
+                self.processes.borrow_mut().remove(&pid.0);
+            } else {
+                *left -= 1;
+            }
         }
         Ok(self.lookup(pid)?.start_time)
     }

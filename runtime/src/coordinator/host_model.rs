@@ -108,6 +108,49 @@ impl DurableView {
     }
 }
 
+/// What the Host Coordinator established about the constitutive processes
+/// at a step, by their exact pidfs identities: each `None` where the step
+/// established nothing about that process. A trace line carries the
+/// established ones in `observed` next to the durable view, so replay
+/// compares them with the model's `rs` and `runsc`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcessView {
+    pub rs: Option<Rs>,
+    pub runsc: Option<Runsc>,
+}
+
+impl ProcessView {
+    /// The Runtime Supervisor observed as `rs`.
+    pub fn supervisor(rs: Rs) -> Self {
+        Self {
+            rs: Some(rs),
+            runsc: None,
+        }
+    }
+
+    /// Attached runsc observed as `runsc`.
+    pub fn attached_runsc(runsc: Runsc) -> Self {
+        Self {
+            rs: None,
+            runsc: Some(runsc),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rs.is_none() && self.runsc.is_none()
+    }
+}
+
+/// How the runtime was seen to end while this coordinator held its lease:
+/// whether the Runtime Supervisor was killed by a signal (rather than
+/// exiting through its own stop, which ends the sandbox first), and whether
+/// attached runsc was still present once the supervisor was gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeEnd {
+    pub supervisor_signalled: bool,
+    pub runsc_outlived: bool,
+}
+
 /// The model core of one Host Coordinator process.
 #[derive(Debug)]
 pub struct HostModel {
@@ -306,6 +349,32 @@ impl HostModel {
         }
     }
 
+    /// The environment steps that record the runtime's end while this
+    /// coordinator holds the lease, once RS and attached runsc are proved
+    /// absent (`RuntimeSupervisorEnds`, `AttachedRunscEnds`,
+    /// `AttachedRunscParentDeath`), in the order `end` shows: a supervisor
+    /// that exited by itself stopped the sandbox first; one killed by a
+    /// signal, or one that runsc was seen to outlive, went first and runsc
+    /// followed on its parent-death edge. Empty when the model already has
+    /// both absent.
+    pub fn runtime_ended(&self, end: RuntimeEnd) -> Vec<Action> {
+        let st = self.state();
+        match (st.rs, st.runsc) {
+            (Rs::Running, Runsc::Running) if end.supervisor_signalled || end.runsc_outlived => {
+                vec![
+                    Action::RuntimeSupervisorEnds,
+                    Action::AttachedRunscParentDeath,
+                ]
+            }
+            (Rs::Running, Runsc::Running) => {
+                vec![Action::AttachedRunscEnds, Action::RuntimeSupervisorEnds]
+            }
+            (Rs::Running, Runsc::Absent) => vec![Action::RuntimeSupervisorEnds],
+            (Rs::Absent, Runsc::Running) => vec![Action::AttachedRunscParentDeath],
+            _ => Vec::new(),
+        }
+    }
+
     /// The coordinator this process is in the model.
     pub fn me(&self) -> CoordinatorsId {
         self.me
@@ -380,15 +449,29 @@ impl HostModel {
     }
 
     /// [`HostModel::take`], with what the product read back after the
-    /// effect recorded on the line (`observed`), for replay to compare with
-    /// the model's successor.
+    /// effect recorded on the line (`observed`: the durable view and the
+    /// processes the step established), for replay to compare with the
+    /// model's successor.
     pub fn take_observed(
         &mut self,
         action: Action,
-        observed: Option<&DurableView>,
+        durable: Option<&DurableView>,
+        processes: ProcessView,
     ) -> Result<TraceLine, CoreError> {
         let mut line = self.take(action)?;
-        line.observed = observed.map(DurableView::observed);
+        let mut observed = durable.map(DurableView::observed);
+        if !processes.is_empty() {
+            let view = observed.get_or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Value::Object(vars) = view {
+                if let Some(rs) = processes.rs {
+                    vars.insert("rs".to_owned(), Value::from(rs.name()));
+                }
+                if let Some(runsc) = processes.runsc {
+                    vars.insert("runsc".to_owned(), Value::from(runsc.name()));
+                }
+            }
+        }
+        line.observed = observed;
         Ok(line)
     }
 }
@@ -569,14 +652,14 @@ mod tests {
         let (publish, before) = steps.split_last().ok_or("no steps")?;
         for a in before {
             // What the store holds after a faithful effect.
-            let mut line = m.take_observed(*a, None)?;
+            let mut line = m.take_observed(*a, None, ProcessView::default())?;
             line.observed = Some(m.durable().observed());
             agreeing += &line.to_json();
             agreeing.push('\n');
         }
         let stale = m.durable();
         let mut diverging = agreeing.clone();
-        let mut faithful = m.take_observed(*publish, None)?;
+        let mut faithful = m.take_observed(*publish, None, ProcessView::default())?;
         faithful.observed = Some(m.durable().observed());
         agreeing += &faithful.to_json();
         let mut hidden = faithful;
@@ -787,6 +870,176 @@ mod tests {
                 r: Roles::Network
             })
             .is_err());
+        Ok(())
+    }
+
+    /// Launch, one registered session, and the trace so far.
+    fn serving_one_session(m: &mut HostModel) -> Result<String, Box<dyn std::error::Error>> {
+        let c = m.me();
+        let s = m.free_session().ok_or("no free session")?;
+        let mut text = m.header().to_json() + "\n";
+        let steps = launch_steps(c).into_iter().chain([
+            Action::ConnectClient {
+                s,
+                f: lazaret_generated::lazaret::FingerprintResults::Match,
+            },
+            Action::EnrollClient { c, s },
+            Action::RegisterSession { c, s },
+        ]);
+        for a in steps {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        Ok(text)
+    }
+
+    /// FR-12, FR-13: the runtime's end under a live coordinator is
+    /// recorded in the order what the coordinator saw allows.
+    #[test]
+    fn the_runtimes_end_is_recorded_in_the_order_it_was_seen(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let cases = [
+            // Exited by itself: it stopped the sandbox first.
+            (
+                false,
+                false,
+                vec![Action::AttachedRunscEnds, Action::RuntimeSupervisorEnds],
+            ),
+            // Killed, or runsc seen alive after it: the parent-death edge.
+            (
+                true,
+                false,
+                vec![
+                    Action::RuntimeSupervisorEnds,
+                    Action::AttachedRunscParentDeath,
+                ],
+            ),
+            (
+                false,
+                true,
+                vec![
+                    Action::RuntimeSupervisorEnds,
+                    Action::AttachedRunscParentDeath,
+                ],
+            ),
+        ];
+        for (supervisor_signalled, runsc_outlived, expected) in cases {
+            let mut m = HostModel::new("hc".into(), 1)?;
+            serving_one_session(&mut m)?;
+            let end = RuntimeEnd {
+                supervisor_signalled,
+                runsc_outlived,
+            };
+            let steps = m.runtime_ended(end);
+            assert_eq!(steps, expected);
+            for a in steps {
+                m.take(a)?;
+            }
+            assert_eq!((m.state().rs, m.state().runsc), (Rs::Absent, Runsc::Absent));
+            assert!(m.state().runtime_ended);
+            // Nothing is left to record.
+            assert_eq!(m.runtime_ended(end), Vec::new());
+        }
+        Ok(())
+    }
+
+    /// After the runtime ended no session registers; the sessions close,
+    /// the generation is torn down without ShutdownRuntime, and the whole
+    /// trace (with the processes observed absent) replays.
+    #[test]
+    fn a_generation_whose_runtime_ended_is_torn_down_and_replays(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc".into(), 3)?;
+        let c = m.me();
+        let mut text = serving_one_session(&mut m)?;
+        let registered = SessionsId(0);
+        let end = RuntimeEnd {
+            supervisor_signalled: true,
+            runsc_outlived: true,
+        };
+        for a in m.runtime_ended(end) {
+            let seen = if a == Action::RuntimeSupervisorEnds {
+                ProcessView::supervisor(Rs::Absent)
+            } else {
+                ProcessView::attached_runsc(Runsc::Absent)
+            };
+            text += &m.take_observed(a, None, seen)?.to_json();
+            text.push('\n');
+        }
+        let late = m.free_session().ok_or("no free session")?;
+        for a in [
+            Action::ConnectClient {
+                s: late,
+                f: lazaret_generated::lazaret::FingerprintResults::Match,
+            },
+            Action::EnrollClient { c, s: late },
+        ] {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        let refused = m.check(&Action::RegisterSession { c, s: late });
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("rs = \"Running\"")),
+            "{refused:?}"
+        );
+        for a in [
+            Action::ClientExits { s: late },
+            Action::CloseSession { c, s: registered },
+            Action::FinishSessionRelease { c, s: registered },
+            Action::BeginTeardown { c },
+        ] {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        let release = release_all(&mut m)?;
+        assert!(!release.contains("ShutdownRuntime"), "{release}");
+        text += &release;
+        match replay_text("ended.jsonl", &text)? {
+            Outcome::Conforms { .. } => {}
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        Ok(())
+    }
+
+    /// Trace validation of process observations: a ShutdownRuntime whose
+    /// line says the Runtime Supervisor was still there diverges at that
+    /// step, naming `rs`.
+    #[test]
+    fn a_process_observation_that_differs_from_the_step_fails_replay(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc".into(), 5)?;
+        let c = m.me();
+        let mut text = m.header().to_json() + "\n";
+        for a in launch_steps(c) {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        text += &m.take(Action::BeginTeardown { c })?.to_json();
+        text.push('\n');
+        while let Some(a) = m.next_release() {
+            let shutdown = matches!(a, Action::ShutdownRuntime { .. });
+            let seen = if shutdown {
+                ProcessView {
+                    rs: Some(Rs::Running),
+                    runsc: Some(Runsc::Absent),
+                }
+            } else {
+                ProcessView::default()
+            };
+            text += &m.take_observed(a, None, seen)?.to_json();
+            text.push('\n');
+        }
+        match replay_text("stale.jsonl", &text)? {
+            Outcome::Diverged(d) => {
+                assert_eq!(d.action, "ShutdownRuntime");
+                assert_eq!(d.reason, crate::replay::Reason::ObservationMismatch);
+                let vars: Vec<&str> = d.diff.iter().map(|v| v.var.as_str()).collect();
+                assert_eq!(vars, ["rs"], "{:?}", d.diff);
+            }
+            Outcome::Conforms { .. } => panic!("a hidden process divergence replayed clean"),
+        }
         Ok(())
     }
 }
