@@ -10,7 +10,7 @@
 //! torn down after (FR-6, FR-12); `ShutdownRuntime` is then not a step, as
 //! there is no runtime left to stop.
 use lazaret_generated::lazaret::{Action, Rs, Runsc};
-use lazaret_runtime::coordinator::host_model::{ProcessView, RuntimeEnd};
+use lazaret_runtime::coordinator::host_model::{ProcessView, RuntimeSeen};
 
 use super::absence::{present, wait_absent, AbsenceError};
 use super::host::{CoordinatorError, Hc};
@@ -43,7 +43,7 @@ pub(super) fn record_runtime_end(
         generation: g.id.0,
         source,
     })?;
-    let end = RuntimeEnd {
+    let end = RuntimeSeen::Ended {
         supervisor_signalled: matches!(
             status,
             Some(ChildState::Exited {
@@ -98,10 +98,10 @@ pub(super) fn settle_runtime(hc: &mut Hc<'_, '_>) -> Result<bool, CoordinatorErr
             why,
         },
     })?;
-    if !here && hc.model.state().runsc == Runsc::Running {
-        hc.step_observing(Action::AttachedRunscEnds, |_| {
-            Ok(((), proved_absent(Action::AttachedRunscEnds)))
-        })?;
+    if !here {
+        for action in hc.model.model().runtime_ended(RuntimeSeen::RunscGone) {
+            hc.step_observing(action, |_| Ok(((), proved_absent(action))))?;
+        }
     }
     Ok(false)
 }

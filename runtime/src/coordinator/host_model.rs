@@ -141,14 +141,20 @@ impl ProcessView {
     }
 }
 
-/// How the runtime was seen to end while this coordinator held its lease:
-/// whether the Runtime Supervisor was killed by a signal (rather than
-/// exiting through its own stop, which ends the sandbox first), and whether
-/// attached runsc was still present once the supervisor was gone.
+/// What this coordinator saw of its runtime ending while it held the lease,
+/// each process proved absent by its exact identity where it says so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RuntimeEnd {
-    pub supervisor_signalled: bool,
-    pub runsc_outlived: bool,
+pub enum RuntimeSeen {
+    /// The Runtime Supervisor still runs; attached runsc is proved absent.
+    RunscGone,
+    /// The Runtime Supervisor has exited and both are proved absent:
+    /// whether it was killed by a signal (rather than exiting through its
+    /// own stop, which ends the sandbox first), and whether attached runsc
+    /// was still present once the supervisor was gone.
+    Ended {
+        supervisor_signalled: bool,
+        runsc_outlived: bool,
+    },
 }
 
 /// The model core of one Host Coordinator process.
@@ -349,29 +355,42 @@ impl HostModel {
         }
     }
 
-    /// The environment steps that record the runtime's end while this
-    /// coordinator holds the lease, once RS and attached runsc are proved
-    /// absent (`RuntimeSupervisorEnds`, `AttachedRunscEnds`,
-    /// `AttachedRunscParentDeath`), in the order `end` shows: a supervisor
-    /// that exited by itself stopped the sandbox first; one killed by a
-    /// signal, or one that runsc was seen to outlive, went first and runsc
-    /// followed on its parent-death edge. Empty when the model already has
-    /// both absent.
-    pub fn runtime_ended(&self, end: RuntimeEnd) -> Vec<Action> {
+    /// The environment steps that record what `seen` shows of the
+    /// runtime's end while this coordinator holds the lease
+    /// (`RuntimeSupervisorEnds`, `AttachedRunscEnds`,
+    /// `AttachedRunscParentDeath`), in the order it allows: runsc gone under
+    /// a running supervisor ended first; a supervisor that exited by itself
+    /// stopped the sandbox first; one killed by a signal, or one that runsc
+    /// was seen to outlive, went first and runsc followed on its
+    /// parent-death edge. Empty when the model already has what was seen.
+    pub fn runtime_ended(&self, seen: RuntimeSeen) -> Vec<Action> {
         let st = self.state();
-        match (st.rs, st.runsc) {
-            (Rs::Running, Runsc::Running) if end.supervisor_signalled || end.runsc_outlived => {
-                vec![
-                    Action::RuntimeSupervisorEnds,
-                    Action::AttachedRunscParentDeath,
-                ]
+        match (seen, st.rs, st.runsc) {
+            (RuntimeSeen::RunscGone, Rs::Running, Runsc::Running) => {
+                vec![Action::AttachedRunscEnds]
             }
-            (Rs::Running, Runsc::Running) => {
+            (RuntimeSeen::RunscGone, _, _) => Vec::new(),
+            (
+                RuntimeSeen::Ended {
+                    supervisor_signalled,
+                    runsc_outlived,
+                },
+                Rs::Running,
+                Runsc::Running,
+            ) if supervisor_signalled || runsc_outlived => vec![
+                Action::RuntimeSupervisorEnds,
+                Action::AttachedRunscParentDeath,
+            ],
+            (RuntimeSeen::Ended { .. }, Rs::Running, Runsc::Running) => {
                 vec![Action::AttachedRunscEnds, Action::RuntimeSupervisorEnds]
             }
-            (Rs::Running, Runsc::Absent) => vec![Action::RuntimeSupervisorEnds],
-            (Rs::Absent, Runsc::Running) => vec![Action::AttachedRunscParentDeath],
-            _ => Vec::new(),
+            (RuntimeSeen::Ended { .. }, Rs::Running, Runsc::Absent) => {
+                vec![Action::RuntimeSupervisorEnds]
+            }
+            (RuntimeSeen::Ended { .. }, Rs::Absent, Runsc::Running) => {
+                vec![Action::AttachedRunscParentDeath]
+            }
+            (RuntimeSeen::Ended { .. }, _, _) => Vec::new(),
         }
     }
 
@@ -926,7 +945,7 @@ mod tests {
         for (supervisor_signalled, runsc_outlived, expected) in cases {
             let mut m = HostModel::new("hc".into(), 1)?;
             serving_one_session(&mut m)?;
-            let end = RuntimeEnd {
+            let end = RuntimeSeen::Ended {
                 supervisor_signalled,
                 runsc_outlived,
             };
@@ -940,6 +959,21 @@ mod tests {
             // Nothing is left to record.
             assert_eq!(m.runtime_ended(end), Vec::new());
         }
+        // runsc gone under a running supervisor: its end alone, once; the
+        // supervisor's exit after it is the one step left.
+        let mut m = HostModel::new("hc".into(), 1)?;
+        serving_one_session(&mut m)?;
+        let steps = m.runtime_ended(RuntimeSeen::RunscGone);
+        assert_eq!(steps, [Action::AttachedRunscEnds]);
+        for a in steps {
+            m.take(a)?;
+        }
+        assert_eq!(m.runtime_ended(RuntimeSeen::RunscGone), Vec::new());
+        let exited = RuntimeSeen::Ended {
+            supervisor_signalled: false,
+            runsc_outlived: false,
+        };
+        assert_eq!(m.runtime_ended(exited), [Action::RuntimeSupervisorEnds]);
         Ok(())
     }
 
@@ -953,7 +987,7 @@ mod tests {
         let c = m.me();
         let mut text = serving_one_session(&mut m)?;
         let registered = SessionsId(0);
-        let end = RuntimeEnd {
+        let end = RuntimeSeen::Ended {
             supervisor_signalled: true,
             runsc_outlived: true,
         };
