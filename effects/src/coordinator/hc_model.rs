@@ -200,20 +200,45 @@ impl TraceLog {
 }
 
 /// Copies `path` into `dir` (they may be on different filesystems), removes
-/// it, and removes the oldest traces beyond [`KEPT_TRACES`].
+/// it, and removes the oldest traces beyond [`KEPT_TRACES`]. A trace never
+/// replaces one already kept: coordinators that exit before they start a
+/// generation (a refused or vanished client) leave traces under the same
+/// generation number as the coordinator that starts it later, and each is
+/// kept as `gen-N.jsonl`, `gen-N.1.jsonl`, `gen-N.2.jsonl`, ...
 fn move_and_prune(path: &Path, dir: &Path) -> io::Result<()> {
-    let name = path
+    let generation = path
         .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "trace path has no name"))?;
+        .and_then(|n| archived_generation(&n.to_string_lossy()))
+        .map(|(g, _)| g)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a trace name"))?;
     std::fs::create_dir_all(dir)?;
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-    let target = dir.join(name);
-    let mut out = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&target)?;
+    let mut out = None;
+    for k in 0..=KEPT_TRACES {
+        let name = match k {
+            0 => trace_name(generation),
+            k => format!("gen-{generation}.{k}.jsonl"),
+        };
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(dir.join(name))
+        {
+            Ok(file) => {
+                out = Some(file);
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut out = out.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{KEPT_TRACES} traces of generation {generation} are kept already"),
+        )
+    })?;
     io::copy(&mut File::open(path)?, &mut out)?;
     out.sync_all()?;
     std::fs::remove_file(path)?;
@@ -222,16 +247,11 @@ fn move_and_prune(path: &Path, dir: &Path) -> io::Result<()> {
 
 /// Keeps the `keep` traces with the highest generation numbers.
 fn prune(dir: &Path, keep: usize) -> io::Result<()> {
-    let mut traces: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)?
+    let mut traces: Vec<((u64, u64), PathBuf)> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let generation = name
-                .strip_prefix("gen-")?
-                .strip_suffix(".jsonl")?
-                .parse()
-                .ok()?;
-            Some((generation, e.path()))
+            let order = archived_generation(&e.file_name().to_string_lossy())?;
+            Some((order, e.path()))
         })
         .collect();
     traces.sort();
@@ -240,6 +260,16 @@ fn prune(dir: &Path, keep: usize) -> io::Result<()> {
         std::fs::remove_file(path)?;
     }
     Ok(())
+}
+
+/// The generation of a kept trace's name and its place among that
+/// generation's traces: `gen-N.jsonl` is (N, 0), `gen-N.K.jsonl` is (N, K).
+fn archived_generation(name: &str) -> Option<(u64, u64)> {
+    let stem = name.strip_prefix("gen-")?.strip_suffix(".jsonl")?;
+    match stem.split_once('.') {
+        None => Some((stem.parse().ok()?, 0)),
+        Some((g, k)) => Some((g.parse().ok()?, k.parse().ok()?)),
+    }
 }
 
 /// How a coordinator is named in traces: `hc-` and the first four bytes of
@@ -276,6 +306,34 @@ mod tests {
         assert!(!left.contains(&trace_name(8)));
         assert!(left.contains(&trace_name(9)));
         assert!(left.contains(&trace_name(40)));
+        Ok(())
+    }
+
+    /// A second trace of one generation number is kept beside the first,
+    /// never over it, and pruning orders them after it.
+    #[test]
+    fn traces_of_one_generation_number_are_all_kept() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let archive = dir.path().join("traces");
+        for text in ["first", "second", "third"] {
+            let path = dir.path().join(trace_name(5));
+            std::fs::write(&path, text)?;
+            move_and_prune(&path, &archive)?;
+            assert!(!path.exists());
+        }
+        let read = |name: &str| std::fs::read_to_string(archive.join(name));
+        assert_eq!(read("gen-5.jsonl")?, "first");
+        assert_eq!(read("gen-5.1.jsonl")?, "second");
+        assert_eq!(read("gen-5.2.jsonl")?, "third");
+        for g in 6..(6 + KEPT_TRACES as u64 - 2) {
+            std::fs::write(archive.join(trace_name(g)), "x")?;
+        }
+        prune(&archive, KEPT_TRACES)?;
+        assert!(!archive.join("gen-5.jsonl").exists());
+        assert!(archive.join("gen-5.1.jsonl").exists());
+        assert_eq!(archived_generation("gen-5.1.jsonl"), Some((5, 1)));
+        assert_eq!(archived_generation("gen-5.x.jsonl"), None);
+        assert_eq!(archived_generation("notes.txt"), None);
         Ok(())
     }
 
