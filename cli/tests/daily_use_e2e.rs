@@ -657,11 +657,22 @@ fn domain_host_tasks(env: &Env) -> usize {
     else {
         return 0;
     };
-    let out = std::process::Command::new("lsns")
-        .args(["-J", "-t", "user", "-o", "NS,PNS"])
-        .output()
-        .unwrap();
-    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // lsns walks every process; one that exits under it (other suites
+    // run beside this one) can make it print nothing: it is asked again,
+    // a bounded number of times.
+    let listed: serde_json::Value = (0..10)
+        .find_map(|_| {
+            let out = std::process::Command::new("lsns")
+                .args(["-J", "-t", "user", "-o", "NS,PNS"])
+                .output()
+                .unwrap();
+            let listed = serde_json::from_slice(&out.stdout).ok();
+            if listed.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            listed
+        })
+        .expect("lsns -J never printed a namespace list");
     let parent: std::collections::HashMap<u64, u64> = listed["namespaces"]
         .as_array()
         .unwrap()
