@@ -370,12 +370,15 @@ AbortGeneration(c) ==
 \* Client enrollment and session registration (spec 3.3 cryptography, FR-2,
 \* SR-9, SR-16)
 
-\* Client side: a CLI connects to the published Host Coordinator face and asks
-\* for credential enrollment.  f is the comparison of its configuration
-\* fingerprint with the published generation's.
+\* Client side: a CLI connects to the Host Coordinator face and asks for
+\* credential enrollment.  f is the comparison of its configuration
+\* fingerprint with the Domain's.  A CLI reaches the face of a published
+\* generation, or of a Vacant Domain's coordinator, whose first matching
+\* client starts the generation (it stays Connecting through the launch) and
+\* whose mismatching client is refused like any other (FR-2, SR-9).
 ConnectClient(s, f) ==
     /\ sess[s] = "Absent"
-    /\ decision = "Published"
+    /\ decision \in {"Vacant", "Published"}
     /\ lockHolder # "None"
     /\ sess' = [sess EXCEPT ![s] = "Connecting"]
     /\ sessFp' = [sessFp EXCEPT ![s] = f]

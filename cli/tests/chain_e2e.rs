@@ -189,6 +189,16 @@ fn another_configuration_is_refused_naming_the_running_one() {
         assert!(Instant::now() < deadline, "the first session never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let stderr = assert_refused_for_another_configuration(&env, &other);
+    assert!(stderr.contains("config.toml"), "{stderr}");
+    std::fs::write(env.workspace.join("release"), "").unwrap();
+    assert_eq!(first.wait_with_output().unwrap().status.code(), Some(0));
+    env.assert_nothing_left();
+}
+
+/// A CLI of the configuration `other` of this Domain is refused, naming
+/// the running one; returns its stderr.
+fn assert_refused_for_another_configuration(env: &Env, other: &Path) -> String {
     let out = env.run(&[
         "default",
         "--config",
@@ -199,12 +209,97 @@ fn another_configuration_is_refused_naming_the_running_one() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(
-        stderr.contains("already running with another configuration")
-            && stderr.contains("config.toml"),
+        stderr.contains("already running with another configuration"),
         "{stderr}"
     );
-    std::fs::write(env.workspace.join("release"), "").unwrap();
-    assert_eq!(first.wait_with_output().unwrap().status.code(), Some(0));
+    stderr
+}
+
+/// A coordinator of a Vacant Domain refuses a client of another
+/// configuration by the model's own steps (`ConnectClient`,
+/// `RefuseConfigurationMismatch`), and one that no matching client reaches
+/// exits after its linger instead of holding the Domain lock, so the other
+/// configuration can then run (FR-2, FR-6, SR-9).
+#[test]
+fn a_vacant_domains_coordinator_refuses_by_the_model_and_does_not_linger() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let image = default_image();
+    let env = Env::new("vacant-refusal", &image);
+    let other = env.write_config("other.toml", &image, "persistent_dirs = [\"/root\"]");
+    // The coordinator of the default configuration, started as a CLI
+    // starts it, with no CLI of its own.
+    let workspace = env.workspace.display().to_string();
+    let mut coordinator = env
+        .command(&[
+            "__coordinator",
+            "--profile",
+            "default",
+            "--workspace",
+            &workspace,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !runtime_files(&env.home.join("run"))
+        .iter()
+        .any(|p| p.ends_with("hc.sock"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the coordinator never bound its socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_refused_for_another_configuration(&env, &other);
+    // Nobody else comes: the coordinator exits by itself.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = coordinator.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            signal_through_pidfd(&coordinator.id().to_string(), rustix::process::Signal::KILL);
+            panic!("the Vacant Domain's coordinator did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = coordinator.wait_with_output().unwrap();
+    assert!(status.success(), "{status}: {}", text(&output.stderr));
+    let lines = env.trace_lines();
+    let steps: Vec<(&str, &serde_json::Value)> = lines
+        .iter()
+        .map(|l| (l["action"].as_str().unwrap_or_default(), &l["params"]))
+        .collect();
+    let actions: Vec<&str> = steps.iter().map(|(a, _)| *a).collect();
+    assert_eq!(
+        actions,
+        [
+            "Init",
+            "AcquireDomainLock",
+            "BootstrapVacantDomain",
+            "ConnectClient",
+            "RefuseConfigurationMismatch",
+            "ExitCoordinator"
+        ],
+        "{lines:?}"
+    );
+    assert!(
+        steps[3].1.to_string().contains("Mismatch"),
+        "the refused client connected as a match: {:?}",
+        steps[3]
+    );
+    env.assert_nothing_running();
+    // The Domain is free: the other configuration runs its own generation.
+    let out = env.run(&[
+        "default",
+        "--config",
+        &other.display().to_string(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
 }
 

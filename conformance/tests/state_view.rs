@@ -47,12 +47,12 @@ fn entry(name: &str) -> Result<&'static ModelEntry, String> {
 #[test]
 fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
     assert_eq!(
-        round_trip::<lazaret::Model>(entry("Lazaret")?, 100_000)?,
-        78_776
+        round_trip::<lazaret::Model>(entry("Lazaret")?, 150_000)?,
+        105_840
     );
     assert_eq!(
         round_trip::<lazaret::Model>(&LAZARET_BUILD, 100_000)?,
-        59_951
+        71_847
     );
     assert_eq!(
         round_trip::<prepared_lower::Model>(entry("PreparedLower")?, 30_000)?,

@@ -157,7 +157,6 @@ fn hello(
             timings.coordinator = hc;
             Ok(Attempt::Joined(stream, std::mem::take(timings)))
         }
-        CoordinatorMessage::Refused(Refusal::Stopping) => Ok(Attempt::Retry),
         CoordinatorMessage::Refused(Refusal::Version { supported }) => Err(ClientError::Version {
             supported,
             ours: plan.hello.version,

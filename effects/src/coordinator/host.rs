@@ -17,7 +17,7 @@ use super::launch::{launch_generation, publish, LaunchedGeneration};
 use super::observed::{ObserveError, Observer};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::{recover_all, RecoveryError};
-use super::release::{abort, no_sessions_left, teardown};
+use super::release::{abort, teardown};
 use super::release_gate::ReleaseGate;
 use super::runtime_end::record_runtime_end;
 use super::session::{random_bytes, start_session, SessionContext, SessionLinks};
@@ -38,7 +38,7 @@ use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::IdentityError;
 use crate::process_identity::{identity_of, ProcessSys};
 use crate::userns::UsernsError;
-use lazaret_generated::lazaret::{Action, Decision, FingerprintResults, Sess, SessionsId};
+use lazaret_generated::lazaret::{Action, Decision, SessionsId};
 use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
@@ -48,6 +48,7 @@ use lazaret_runtime::coordinator::host_model::{HostModelError, ProcessView};
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
 };
+use lazaret_runtime::coordinator::serve::{self, Admission, ServeError};
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
@@ -62,7 +63,7 @@ use lazaret_runtime::records::terminal::SessionTerminalState;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::time::{Duration, Instant};
 
 /// How long a coordinator whose bootstrap failed keeps answering the CLIs
@@ -159,6 +160,9 @@ pub enum CoordinatorError {
     /// The protocol model refused a step (spec "Document authority").
     #[error("protocol model: {0}")]
     Model(#[from] CoreError),
+    /// The serving core met an event in a state it never serves in.
+    #[error("serving: {0}")]
+    Serve(#[from] ServeError),
     /// A step's effect could not be read back for its trace line.
     #[error("generation {generation}: {source}")]
     Observe {
@@ -464,13 +468,14 @@ fn own_trace(
     Ok(model)
 }
 
-/// Recovers any generation a coordinator that died left behind (each in
-/// its own trace), then AcquireDomainLock (the flock is held) and
-/// BootstrapVacantDomain in this coordinator's trace.
+/// AcquireDomainLock in this coordinator's trace (the flock is held), then
+/// the recovery of any generation a coordinator that died left behind
+/// (each in its own trace, where this process takes the lock step too),
+/// then BootstrapVacantDomain.
 fn bootstrap(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), CoordinatorError> {
-    recover_all(hc, paths)?;
     let c = hc.model.me();
     hc.step(Action::AcquireDomainLock { c }, |_| Ok(()))?;
+    recover_all(hc, paths)?;
     hc.step(Action::BootstrapVacantDomain { c }, |_| Ok(()))
 }
 
@@ -534,7 +539,8 @@ fn reply(stream: &mut UnixStream, message: &CoordinatorMessage) {
 
 /// The event loop. Returns when the generation is to be torn down (the
 /// last session left), or with the launch's error after the failed
-/// generation was released.
+/// generation was released. What each event leads to is the core's
+/// decision ([`serve`]); this loop performs each step's effect.
 fn serve(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
@@ -542,55 +548,26 @@ fn serve(
     events: &Receiver<HcEvent>,
     events_tx: &Sender<HcEvent>,
 ) -> Result<(), CoordinatorError> {
-    let c = hc.model.me();
-    let mut pending_timings: Vec<(String, u64)> = Vec::new();
     loop {
-        let Ok(event) = events.recv() else {
-            return Ok(());
+        let waiting = Instant::now();
+        let event = match serve::wait_limit(hc.model.model()) {
+            None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(limit) => events.recv_timeout(limit),
+        };
+        let event = match event {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            Err(RecvTimeoutError::Timeout) => {
+                if serve::linger_over(hc.model.model(), waiting.elapsed()) {
+                    tracing::info!("no client came: the Vacant Domain's coordinator exits");
+                    return Ok(());
+                }
+                continue;
+            }
         };
         match event {
-            HcEvent::Client(mut stream, hello, matches) => {
-                let mut cold = false;
-                if hc.model.state().decision == Decision::Vacant {
-                    if !matches {
-                        reply(&mut stream, &CoordinatorMessage::Refused(launch.refusal()));
-                        continue;
-                    }
-                    let t = Instant::now();
-                    let launched = launch_generation(hc, launch, events_tx, &mut pending_timings)
-                        .and_then(|g| {
-                            hc.generation = Some(g);
-                            publish(hc, socket, &launch.paths.runtime)
-                        });
-                    if let Err(e) = launched {
-                        reply(
-                            &mut stream,
-                            &CoordinatorMessage::Refused(Refusal::LaunchFailed(e.to_string())),
-                        );
-                        // A launch that failed before StartGeneration left
-                        // nothing to release.
-                        if hc.model.state().decision == Decision::Starting {
-                            if let Err(release) = abort(hc) {
-                                tracing::error!(error = %release, "releasing the failed generation");
-                            }
-                        }
-                        return Err(e);
-                    }
-                    cold = true;
-                    pending_timings.push(("launch_total".into(), micros(t)));
-                }
-                if hc.model.state().decision != Decision::Published {
-                    reply(&mut stream, &CoordinatorMessage::Refused(Refusal::Stopping));
-                    continue;
-                }
-                let timings = if cold {
-                    std::mem::take(&mut pending_timings)
-                } else {
-                    Vec::new()
-                };
-                admit(
-                    hc, launch, stream, &hello, matches, cold, timings, events_tx,
-                )?;
+            HcEvent::Client(stream, hello, matches) => {
+                client(hc, launch, socket, events_tx, stream, &hello, matches)?;
             }
             HcEvent::SessionRunning(s, evidence) => {
                 if let Err(e) = record_running(hc, s, evidence) {
@@ -600,35 +577,107 @@ fn serve(
             HcEvent::SessionReleasing(s, recorded) => {
                 // Spec 3.4 release step 1 (the model's CloseSession), asked
                 // by the session before it signals anything.
-                if hc.model.state().sess[s.index()] == Sess::Registered {
-                    hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
+                if let Some(close) = serve::on_session_releasing(hc.model.model(), s) {
+                    hc.step(close.action, |hc| release_terminal(hc, close.s))?;
                 }
                 let _ = recorded.send(());
             }
             HcEvent::SessionEnded(s, outcome) => {
-                if hc.model.state().sess[s.index()] == Sess::Registered {
-                    hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
-                }
                 // The session's loop reaped its exec client and closed its
                 // PTY before it said the session ended (spec 3.4).
-                hc.step(Action::FinishSessionRelease { c, s }, |hc| {
-                    finish_terminal(hc, s, outcome)
-                })?;
+                let end = serve::on_session_ended(hc.model.model(), s);
+                if let Some(close) = end.close {
+                    hc.step(close.action, |hc| release_terminal(hc, close.s))?;
+                }
+                hc.step(end.finish, |hc| finish_terminal(hc, s, outcome))?;
             }
             HcEvent::SupervisorLost(why) => {
                 tracing::warn!(%why, "Runtime Supervisor lost");
                 // The sandbox is gone: every session closes; each one's
                 // release finishes when its exec client has been reaped.
-                for s in SessionsId::all(usize::from(SESSION_SLOTS)) {
-                    if hc.model.state().sess[s.index()] == Sess::Registered {
-                        hc.step(Action::CloseSession { c, s }, |hc| release_terminal(hc, s))?;
-                    }
+                for close in serve::on_runtime_lost(hc.model.model()) {
+                    hc.step(close.action, |hc| release_terminal(hc, close.s))?;
                 }
                 record_runtime_end(hc, None)?;
             }
         }
-        if hc.model.state().decision == Decision::Published && no_sessions_left(hc) {
+        if serve::serving_done(hc.model.model()) {
             return Ok(());
+        }
+    }
+}
+
+/// A client connected: the core's [`serve::on_client`] plan, from its
+/// `ConnectClient` on. Only a client for which no session slot is free is
+/// answered without a step (it is no model session).
+fn client(
+    hc: &mut Hc<'_, '_>,
+    launch: &LaunchInputs<'_>,
+    socket: &Path,
+    events_tx: &Sender<HcEvent>,
+    mut stream: UnixStream,
+    hello: &Hello,
+    matches: bool,
+) -> Result<(), CoordinatorError> {
+    let c = hc.model.me();
+    let Some(plan) = serve::on_client(hc.model.model(), matches)? else {
+        reply(
+            &mut stream,
+            &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
+                "this Domain already serves {SESSION_SLOTS} sessions"
+            ))),
+        );
+        return Ok(());
+    };
+    let s = plan.s;
+    hc.step(plan.connect(), |_| Ok(()))?;
+    match plan.admission {
+        Admission::Refuse => hc.step(Action::RefuseConfigurationMismatch { c, s }, |_| {
+            reply(&mut stream, &CoordinatorMessage::Refused(launch.refusal()));
+            Ok(())
+        }),
+        Admission::Ended => hc.step(Action::ClientExits { s }, |_| {
+            let why = super::launch::RUNTIME_LOST.get().map_or("", String::as_str);
+            reply(
+                &mut stream,
+                &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
+                    "the sandbox has ended: {why}"
+                ))),
+            );
+            Ok(())
+        }),
+        Admission::Join => admit(hc, launch, stream, hello, s, Vec::new(), events_tx),
+        Admission::Launch => {
+            let mut timings = Vec::new();
+            let t = Instant::now();
+            let launched = launch_generation(hc, launch, events_tx, &mut timings).and_then(|g| {
+                hc.generation = Some(g);
+                publish(hc, socket, &launch.paths.runtime)
+            });
+            if let Err(e) = launched {
+                // The client leaves with the launch's error, before the
+                // failed generation's release.
+                let refused = hc.step(Action::ClientExits { s }, |_| {
+                    reply(
+                        &mut stream,
+                        &CoordinatorMessage::Refused(Refusal::LaunchFailed(e.to_string())),
+                    );
+                    Ok(())
+                });
+                if let Err(exit) = refused {
+                    tracing::error!(error = %exit, "the launching client's exit");
+                }
+                // A launch that failed before StartGeneration left
+                // nothing to release.
+                if hc.model.state().decision == Decision::Starting {
+                    if let Err(release) = abort(hc) {
+                        tracing::error!(error = %release, "releasing the failed generation");
+                    }
+                }
+                return Err(e);
+            }
+            timings.push(("launch_total".into(), micros(t)));
+            admit(hc, launch, stream, hello, s, timings, events_tx)
         }
     }
 }
@@ -645,57 +694,21 @@ impl LaunchInputs<'_> {
     }
 }
 
-/// A CLI joins the published generation: ConnectClient, then
-/// RefuseConfigurationMismatch, or EnrollClient and RegisterSession once its
-/// exec client runs (ClientExits when it cannot be started).
-#[allow(clippy::too_many_arguments)]
+/// A connected, matching CLI joins the published generation (its
+/// `ConnectClient` taken): EnrollClient, and RegisterSession once its exec
+/// client runs (ClientExits when it cannot be started). `timings` are the
+/// launch's phases when this client's connection launched the generation.
 fn admit(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
     mut stream: UnixStream,
     hello: &Hello,
-    matches: bool,
-    cold: bool,
+    s: SessionsId,
     timings: Vec<(String, u64)>,
     events_tx: &Sender<HcEvent>,
 ) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
-    let Some(s) = hc.model.model().free_session() else {
-        reply(
-            &mut stream,
-            &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
-                "this Domain already serves {SESSION_SLOTS} sessions"
-            ))),
-        );
-        return Ok(());
-    };
-    let f = if matches {
-        FingerprintResults::Match
-    } else {
-        FingerprintResults::Mismatch
-    };
-    hc.step(Action::ConnectClient { s, f }, |_| Ok(()))?;
-    if !matches {
-        return hc.step(Action::RefuseConfigurationMismatch { c, s }, |_| {
-            reply(&mut stream, &CoordinatorMessage::Refused(launch.refusal()));
-            Ok(())
-        });
-    }
-    // A runtime this coordinator has seen end admits no session (FR-2; the
-    // model's RegisterSession needs it running): the client is told why and
-    // leaves before it is enrolled.
-    if hc.model.state().runtime_ended {
-        return hc.step(Action::ClientExits { s }, |_| {
-            let why = super::launch::RUNTIME_LOST.get().map_or("", String::as_str);
-            reply(
-                &mut stream,
-                &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
-                    "the sandbox has ended: {why}"
-                ))),
-            );
-            Ok(())
-        });
-    }
+    let cold = !timings.is_empty();
     let Some(generation) = hc.generation.as_ref().map(|g| g.id) else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };

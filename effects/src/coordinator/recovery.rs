@@ -4,8 +4,9 @@
 //! model's recovery path: `HostCoordinatorLost` for the dead holder (the
 //! flock this process holds proves it gone), the lease-loss steps of the
 //! Runtime Supervisor and attached runsc once their exact recorded
-//! identities are absent, `AcquireDomainLock`, `BootstrapRecover`, then
-//! the same release as a teardown, ending in `RetireGeneration`.
+//! identities are absent, `AcquireDomainLock` (that flock) before the
+//! first write for the generation, `BootstrapRecover`, then the same
+//! release as a teardown, ending in `RetireGeneration`.
 //!
 //! Nothing is adopted: a recorded process is only ever matched exactly
 //! (pidfs authority) and, if it outlives its lease-loss teardown, ended
@@ -208,9 +209,14 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
         path: dir.clone(),
         source,
     })?;
-    clean_terminals(hc)?;
+    let terminals = terminal_releases(hc)?;
+    // This process holds the Domain flock (the step's effect, taken when it
+    // started): the lock step comes before anything it writes for the
+    // generation (FR-17), and after every absence proof, so a recovery
+    // that fails closed on one does not spend a successor.
     let me = hc.model.me();
     hc.step(Action::AcquireDomainLock { c: me }, |_| Ok(()))?;
+    apply_releases(hc, &terminals)?;
     hc.step(Action::BootstrapRecover { c: me }, |hc| {
         hc.apply(&[StoreOp::SetDurableDecision {
             generation,
@@ -231,6 +237,13 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
 /// terminal's Clean goes in one transaction (a Domain that ran many piped
 /// commands may retain many).
 pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    let ops = terminal_releases(hc)?;
+    apply_releases(hc, &ops)
+}
+
+/// The releases [`clean_terminals`] writes, each terminal's exec client
+/// proved absent first; nothing is written.
+fn terminal_releases(hc: &Hc<'_, '_>) -> Result<Vec<StoreOp>, CoordinatorError> {
     let generation = hc.id;
     let document = hc
         .store
@@ -271,10 +284,15 @@ pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorErro
             }),
         });
     }
+    Ok(ops)
+}
+
+/// Writes the terminal releases in one transaction (none: no write).
+fn apply_releases(hc: &Hc<'_, '_>, ops: &[StoreOp]) -> Result<(), CoordinatorError> {
     if ops.is_empty() {
         return Ok(());
     }
-    hc.apply(&ops)
+    hc.apply(ops)
 }
 
 /// The recorded identities of the generation's RS and attached runsc.

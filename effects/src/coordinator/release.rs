@@ -8,7 +8,7 @@
 use crate::crash_point::fault;
 use std::path::Path;
 
-use lazaret_generated::lazaret::{Action, Decision, Roles, Sess};
+use lazaret_generated::lazaret::{Action, Decision, Roles};
 use lazaret_runtime::coordinator::messages::CoordinatorCommand;
 use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::ownership::AbsenceProof;
@@ -22,16 +22,6 @@ use super::runtime_end::{proved_absent, settle_runtime};
 use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
 use lazaret_runtime::coordinator::host_model::ProcessView;
-
-/// Whether no session is registered or closing (the model's
-/// `NoSessionsLeft`).
-pub(super) fn no_sessions_left(hc: &Hc<'_, '_>) -> bool {
-    hc.model
-        .state()
-        .sess
-        .iter()
-        .all(|s| !matches!(s, Sess::Registered | Sess::Closing))
-}
 
 /// BeginTeardown: the last session has left; publication is withdrawn (the
 /// socket file goes, so nobody new joins), then the generation is released.

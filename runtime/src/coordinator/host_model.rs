@@ -536,12 +536,13 @@ fn constants_view(cx: &Constants) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::replay::{replay_text, Outcome};
     use lazaret_generated::lazaret::ProcSlots;
 
-    fn launch_steps(c: CoordinatorsId) -> Vec<Action> {
+    /// This build's launch path, bootstrap included.
+    pub(crate) fn launch_steps(c: CoordinatorsId) -> Vec<Action> {
         vec![
             Action::AcquireDomainLock { c },
             Action::BootstrapVacantDomain { c },

@@ -8,7 +8,7 @@ use crate::records::participant::NamespaceIdentity;
 use crate::records::process::HostProcessOwnershipSlot;
 
 /// The CLI <-> HC protocol version.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// What a CLI asks of the Domain's coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,8 +65,6 @@ pub enum Refusal {
         running_fingerprint: [u8; 32],
         source: String,
     },
-    /// The coordinator is tearing the Domain down; start or join a new one.
-    Stopping,
     /// The launch failed; the message is the coordinator's error chain.
     LaunchFailed(String),
     /// The session could not be started in the running sandbox.

@@ -5,3 +5,4 @@
 pub mod frame;
 pub mod host_model;
 pub mod messages;
+pub mod serve;
