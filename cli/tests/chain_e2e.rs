@@ -25,6 +25,9 @@ fn exit_status_is_the_commands_and_streams_stay_apart() {
     // A teardown stops the runtime itself, and its trace line carries both
     // processes observed absent by their exact identities.
     assert_processes_observed_absent(&env, &["ShutdownRuntime"]);
+    // The launch's lines carry RS and runsc observed present, by their
+    // exact identities, where they are staged and committed.
+    assert_launch_processes_observed_running(&env);
 
     let out = env.run(&[
         "default",
@@ -715,6 +718,37 @@ fn assert_processes_observed_absent(env: &Env, steps: &[&str]) {
             assert_eq!(line["observed"][var], "Absent", "{line}");
         }
     }
+}
+
+/// Every `StageProcess` and `CommitProcess` line of the Runtime Supervisor
+/// and the attached runsc observed its process Running.
+fn assert_launch_processes_observed_running(env: &Env) {
+    let lines = env.trace_lines();
+    let mut seen = Vec::new();
+    for line in &lines {
+        let action = line["action"].as_str().unwrap_or_default();
+        if action != "StageProcess" && action != "CommitProcess" {
+            continue;
+        }
+        let var = match line["params"]["ps"].as_str() {
+            Some("SandboxRuntimeSupervisor") => "rs",
+            Some("SandboxAttachedRunsc") => "runsc",
+            _ => continue,
+        };
+        assert_eq!(line["observed"][var], "Running", "{line}");
+        seen.push(format!("{action} {var}"));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "CommitProcess rs",
+            "CommitProcess runsc",
+            "StageProcess rs",
+            "StageProcess runsc"
+        ],
+        "{lines:?}"
+    );
 }
 
 /// A recovery whose trace is gone (a reboot empties the runtime directory):

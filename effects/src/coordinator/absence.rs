@@ -6,6 +6,8 @@
 //! exactly and, if it outlives its grace, ended through that exact match.
 use std::time::{Duration, Instant};
 
+use lazaret_generated::lazaret::{ProcSlots, Rs, Runsc};
+use lazaret_runtime::coordinator::host_model::ProcessView;
 use lazaret_runtime::records::process::PidfsProcessIdentityV1;
 
 use crate::process_identity::Signal;
@@ -19,6 +21,42 @@ pub enum AbsenceError {
     Unproved { what: String, why: String },
     #[error("cannot prove the runtime absent: still running {secs}s after it was to end")]
     Outlived { secs: u64 },
+}
+
+/// A launch slot's process whose presence could not be read for its trace
+/// line.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot observe the {} process for its trace line: {why}", slot.name())]
+pub struct SlotObservationError {
+    pub slot: ProcSlots,
+    pub why: String,
+}
+
+/// What the trace line of a launch step that stages or commits `slot`
+/// observed of its process, by the exact recorded `identity` (trace
+/// validation, spec "Document authority"): the Runtime Supervisor and the
+/// attached runsc are model variables (`rs`, `runsc`), Running when the
+/// process is exactly present and Absent when it is proved gone; the other
+/// slots' processes are no model variable.
+pub(super) fn observe_slot<S: ProcessSys>(
+    sys: &S,
+    slot: ProcSlots,
+    identity: &PidfsProcessIdentityV1,
+) -> Result<ProcessView, SlotObservationError> {
+    let here = || present(sys, identity).map_err(|why| SlotObservationError { slot, why });
+    Ok(match slot {
+        ProcSlots::SandboxRuntimeSupervisor => {
+            ProcessView::supervisor(if here()? { Rs::Running } else { Rs::Absent })
+        }
+        ProcSlots::SandboxAttachedRunsc => ProcessView::attached_runsc(if here()? {
+            Runsc::Running
+        } else {
+            Runsc::Absent
+        }),
+        ProcSlots::StateAnchorDaemon
+        | ProcSlots::GitRoutingDaemon
+        | ProcSlots::HelperConnectivityHelper => ProcessView::default(),
+    })
 }
 
 /// How long a recorded RS or attached runsc may take to finish its own
@@ -157,6 +195,46 @@ mod tests {
         let refused = present(&sys, &recorded(42, 7, 1));
         assert!(
             refused.as_ref().is_err_and(|e| e.contains("start time")),
+            "{refused:?}"
+        );
+    }
+
+    /// A launch step's line carries what the slot's process exactly is:
+    /// RS and attached runsc by their model variables, present as Running
+    /// and gone as Absent; a helper is no model variable; a start-time
+    /// contradiction is no observation (FR-7).
+    #[test]
+    fn a_launch_slot_is_observed_by_its_exact_identity() {
+        let sys = FakeProcessSys::new(BOOT);
+        sys.insert(60, live(20, 4));
+        let here = recorded(60, 20, 4);
+        let gone = recorded(61, 21, 4);
+        let rs = ProcSlots::SandboxRuntimeSupervisor;
+        let runsc = ProcSlots::SandboxAttachedRunsc;
+        assert_eq!(
+            observe_slot(&sys, rs, &here),
+            Ok(ProcessView::supervisor(Rs::Running))
+        );
+        assert_eq!(
+            observe_slot(&sys, rs, &gone),
+            Ok(ProcessView::supervisor(Rs::Absent))
+        );
+        assert_eq!(
+            observe_slot(&sys, runsc, &here),
+            Ok(ProcessView::attached_runsc(Runsc::Running))
+        );
+        assert_eq!(
+            observe_slot(&sys, runsc, &gone),
+            Ok(ProcessView::attached_runsc(Runsc::Absent))
+        );
+        assert_eq!(
+            observe_slot(&sys, ProcSlots::HelperConnectivityHelper, &here),
+            Ok(ProcessView::default())
+        );
+        let contradicted = recorded(60, 20, 3);
+        let refused = observe_slot(&sys, runsc, &contradicted);
+        assert!(
+            matches!(&refused, Err(SlotObservationError { slot, .. }) if *slot == runsc),
             "{refused:?}"
         );
     }

@@ -10,7 +10,7 @@
 //! file holds the event loop (sessions: `ConnectClient`, `EnrollClient`,
 //! `RegisterSession`, `CloseSession`, `FinishSessionRelease`); launch and
 //! publication are in [`super::launch`], teardown in [`super::release`].
-use super::absence::AbsenceError;
+use super::absence::{AbsenceError, SlotObservationError};
 use super::channel::{self, ChannelError};
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::{launch_generation, publish, LaunchedGeneration};
@@ -160,6 +160,9 @@ pub enum CoordinatorError {
     /// The protocol model refused a step (spec "Document authority").
     #[error("protocol model: {0}")]
     Model(#[from] CoreError),
+    /// A launch step's process could not be observed for its trace line.
+    #[error("{0}")]
+    ObserveProcess(#[from] SlotObservationError),
     /// The serving core met an event in a state it never serves in.
     #[error("serving: {0}")]
     Serve(#[from] ServeError),

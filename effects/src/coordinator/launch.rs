@@ -36,6 +36,7 @@ use lazaret_runtime::records::readiness::{
     NetworkReadinessIdentity, NETWORK_READINESS_IDENTITY_SCHEMA_ID,
 };
 
+use super::absence::observe_slot;
 use super::channel;
 use super::host::{micros, CoordinatorError, Hc, HcEvent, LaunchInputs};
 use super::model_ledger::ModelLedger;
@@ -52,6 +53,7 @@ use crate::image::resolve;
 use crate::image::store::BlobStore;
 use crate::network::policy_fd::seal_policy;
 use crate::prepare::{prepare, RealPrepareHost};
+use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::runsc_exec::GUEST_TOOL_NAME;
 use crate::userns::{map_and_verify, plan_maps, Identity, RealHost};
@@ -234,6 +236,7 @@ pub(super) fn launch_generation(
     let observer = hc.observer();
     let mut ledger = ModelLedger::new(
         store_ledger,
+        RealProcessSys,
         &mut hc.model,
         observer,
         Some(Roles::Sandbox),
@@ -315,6 +318,7 @@ pub(super) fn launch_generation(
     let observer = hc.observer();
     let mut ledger = ModelLedger::new(
         store_ledger,
+        RealProcessSys,
         &mut hc.model,
         observer,
         None,
@@ -447,21 +451,26 @@ fn serve_supervisor_launch(
             }
             SupervisorMessage::Staged(bytes) => {
                 let staged = StagedProcessOwnership::decode(&bytes).map_err(|e| e.to_string());
-                let ps = staged.and_then(|s| rs_launched_slot(s.slot));
-                let answer = ps.and_then(|ps| {
+                let answer = staged.and_then(|staged| {
+                    let ps = rs_launched_slot(staged.slot)?;
                     hc.model
                         .check(&Action::StageProcess { c, ps })
                         .map_err(|e| e.to_string())
                         .and_then(|()| {
                             accept_staged_ownership(hc.store, &bytes).map_err(|e| e.to_string())
                         })
-                        .map(|ack| (ps, ack))
+                        .map(|ack| (ps, staged.identity, ack))
                 });
                 let reply = match answer {
-                    Ok((ps, ack)) => {
+                    Ok((ps, identity, ack)) => {
                         let observed = observe(hc)?;
+                        let processes = observe_slot(&RealProcessSys, ps, &identity)?;
                         hc.model
-                            .take(Action::StageProcess { c, ps }, observed.as_ref())
+                            .take_with_processes(
+                                Action::StageProcess { c, ps },
+                                observed.as_ref(),
+                                processes,
+                            )
                             .map_err(CoordinatorError::Model)?;
                         CoordinatorCommand::Ack(ack)
                     }
@@ -485,13 +494,18 @@ fn serve_supervisor_launch(
                             identity: staged.identity,
                         }])
                         .map_err(|e| e.to_string())?;
-                    Ok(ps)
+                    Ok((ps, staged.identity))
                 });
                 let reply = match answer {
-                    Ok(ps) => {
+                    Ok((ps, identity)) => {
                         let observed = observe(hc)?;
+                        let processes = observe_slot(&RealProcessSys, ps, &identity)?;
                         hc.model
-                            .take(Action::CommitProcess { c, ps }, observed.as_ref())
+                            .take_with_processes(
+                                Action::CommitProcess { c, ps },
+                                observed.as_ref(),
+                                processes,
+                            )
                             .map_err(CoordinatorError::Model)?;
                         if ps == ProcSlots::HelperConnectivityHelper {
                             commit_helper(hc, generation, supervisor, network)?;
