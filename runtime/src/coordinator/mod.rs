@@ -6,3 +6,5 @@ pub mod frame;
 pub mod host_model;
 pub mod messages;
 pub mod serve;
+#[cfg(test)]
+mod simulated_crashes;

@@ -1,0 +1,222 @@
+//! Simulated runs of the Host Coordinator's decisions without runsc or a
+//! kernel (spec 3.3 recovery; FR-6, FR-7, OR-1): one coordinator's whole
+//! life — bootstrap, the launch its first client asks for, a second
+//! session, both sessions' ends, the teardown and its exit — as the core
+//! decides it ([`super::serve`], [`HostModel::next_release`]), cut by a
+//! crash after every step. The successor continues the dead coordinator's
+//! trace as the product does ([`HostModel::resume`]) and takes the
+//! recovery the core decides; it is itself cut by a crash after every one
+//! of its steps, and a third coordinator finishes. Every run must end with
+//! the generation Vacant, every participant clean, no session left, and a
+//! trace that replays against the model.
+
+use lazaret_generated::lazaret::{Action, Decision, Hc, Part, Rs, Runsc, Sess, SessionsId};
+
+use super::host_model::tests::launch_steps;
+use super::host_model::HostModel;
+use super::serve::{self, Admission};
+use crate::replay::{replay_text, Outcome};
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// A trace under construction: the model, its lines and its steps so far.
+struct Run {
+    model: HostModel,
+    text: String,
+    steps: Vec<Action>,
+}
+
+impl Run {
+    fn new() -> TestResult<Self> {
+        let model = HostModel::new("hc-first".into(), 9)?;
+        let text = model.header().to_json() + "\n";
+        Ok(Self {
+            model,
+            text,
+            steps: Vec::new(),
+        })
+    }
+
+    fn take(&mut self, action: Action) -> TestResult {
+        let line = self.model.take(action)?;
+        self.text += &(line.to_json() + "\n");
+        self.steps.push(action);
+        Ok(())
+    }
+
+    /// A client joins the published generation after its `ConnectClient`.
+    fn join(&mut self, s: SessionsId) -> TestResult {
+        let c = self.model.me();
+        self.take(Action::EnrollClient { c, s })?;
+        self.take(Action::RegisterSession { c, s })
+    }
+
+    /// The steps of one whole coordinator life, decided by the core where
+    /// it decides (the launch path is this build's acquisition order).
+    fn whole_life(mut self) -> TestResult<Vec<Action>> {
+        let c = self.model.me();
+        self.take(Action::AcquireDomainLock { c })?;
+        self.take(Action::BootstrapVacantDomain { c })?;
+        let first = serve::on_client(&self.model, true)?.ok_or("no slot")?;
+        assert_eq!(first.admission, Admission::Launch);
+        self.take(first.connect())?;
+        for a in launch_steps(c).into_iter().skip(2) {
+            self.take(a)?;
+        }
+        self.join(first.s)?;
+        let second = serve::on_client(&self.model, true)?.ok_or("no slot")?;
+        assert_eq!(second.admission, Admission::Join);
+        self.take(second.connect())?;
+        self.join(second.s)?;
+        // The first session asks to release, then ends; the second ends
+        // without asking.
+        let close = serve::on_session_releasing(&self.model, first.s).ok_or("not registered")?;
+        self.take(close.action)?;
+        for s in [first.s, second.s] {
+            let end = serve::on_session_ended(&self.model, s);
+            if let Some(close) = end.close {
+                self.take(close.action)?;
+            }
+            self.take(end.finish)?;
+        }
+        assert!(serve::serving_done(&self.model));
+        self.take(Action::BeginTeardown { c })?;
+        for _ in 0..32 {
+            let Some(a) = self.model.next_release() else {
+                break;
+            };
+            self.take(a)?;
+        }
+        self.take(Action::ExitCoordinator { c })?;
+        assert_eq!(self.model.state().decision, Decision::Vacant);
+        Ok(self.steps)
+    }
+}
+
+/// The first coordinator's trace after its first `k` steps of `life`.
+fn cut(life: &[Action], k: usize) -> TestResult<String> {
+    let mut run = Run::new()?;
+    for a in &life[..k] {
+        run.take(*a)?;
+    }
+    Ok(run.text)
+}
+
+/// The successor's next step on a dead coordinator's trace, in the order
+/// the product's recovery takes them (`effects::coordinator::recovery`,
+/// and `own_trace` for a generation that never started), each decided by
+/// the core: `HostCoordinatorLost` for every dead holder, the lease-loss
+/// steps ([`HostModel::runtime_absent`]; `runsc_outlived`: runsc was still
+/// present when RS was gone), `AcquireDomainLock`, `BootstrapRecover` and
+/// the release ([`HostModel::next_release`]) up to `RetireGeneration`; or,
+/// for a generation that never started, the Vacant bootstrap and, with no
+/// client, `ExitCoordinator`. `None` once recovered.
+fn next_recovery_step(model: &HostModel, runsc_outlived: bool) -> Option<Action> {
+    let me = model.me();
+    let st = model.state();
+    if st.gen_ != 0 && st.decision == Decision::Vacant {
+        // Retired: the trace is kept as it is, and the successor goes on
+        // in its own trace.
+        return None;
+    }
+    if let Some(dead) = model.holders().into_iter().find(|c| *c != me) {
+        return Some(Action::HostCoordinatorLost { c: dead });
+    }
+    let never_started = st.gen_ == 0;
+    match st.hc[me.index()] {
+        Hc::Idle if never_started => Some(Action::AcquireDomainLock { c: me }),
+        Hc::Idle => model
+            .runtime_absent(runsc_outlived)
+            .first()
+            .copied()
+            .or(Some(Action::AcquireDomainLock { c: me })),
+        Hc::Bootstrapping if never_started => Some(Action::BootstrapVacantDomain { c: me }),
+        Hc::Bootstrapping => Some(Action::BootstrapRecover { c: me }),
+        Hc::Leading | Hc::Serving if never_started => Some(Action::ExitCoordinator { c: me }),
+        Hc::Leading | Hc::Serving => model.next_release(),
+        _ => None,
+    }
+}
+
+/// Continues the trace `text` as a successor, for at most `limit` steps.
+fn continue_recovery(
+    text: &str,
+    runsc_outlived: bool,
+    limit: usize,
+) -> TestResult<(String, HostModel)> {
+    let (mut model, _) = HostModel::resume("gen-9.jsonl", text)?;
+    let mut out = text.to_owned();
+    for _ in 0..limit {
+        let Some(a) = next_recovery_step(&model, runsc_outlived) else {
+            break;
+        };
+        out += &(model.take(a)?.to_json() + "\n");
+    }
+    Ok((out, model))
+}
+
+/// The end every run must reach: a trace that replays, the generation
+/// Vacant with every participant clean (or never acquired), no runtime
+/// process and no registered session.
+fn assert_recovered(text: &str, model: &HostModel, what: &str) -> TestResult {
+    if let Outcome::Diverged(d) = replay_text("gen-9.jsonl", text)? {
+        return Err(format!("{what}: diverged: {d:?}").into());
+    }
+    let st = model.state();
+    assert_eq!(next_recovery_step(model, false), None, "{what}: not done");
+    assert_eq!(st.decision, Decision::Vacant, "{what}");
+    assert!(
+        st.part
+            .iter()
+            .all(|p| matches!(p, Part::None | Part::Clean)),
+        "{what}: {:?}",
+        st.part
+    );
+    assert_eq!((st.rs, st.runsc), (Rs::Absent, Runsc::Absent), "{what}");
+    assert!(
+        st.sess
+            .iter()
+            .all(|s| !matches!(s, Sess::Registered | Sess::Closing)),
+        "{what}: {:?}",
+        st.sess
+    );
+    Ok(())
+}
+
+/// A crash after every step of a whole coordinator life, and of the
+/// successor's recovery after each of those, ends recovered: the core's
+/// decisions reach a clean Domain from every point, both when RS and
+/// runsc went together and when runsc outlived RS.
+#[test]
+fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult {
+    let life = Run::new()?.whole_life()?;
+    assert_eq!(life.len(), 41, "{life:?}");
+    let mut runs = 0;
+    // The last step is ExitCoordinator: a crash after it is no crash.
+    for k in 0..life.len() {
+        let dead = cut(&life, k)?;
+        for runsc_outlived in [false, true] {
+            let (whole, model) = continue_recovery(&dead, runsc_outlived, 64)?;
+            let what = format!("crash after {k} steps (runsc outlived: {runsc_outlived})");
+            assert_recovered(&whole, &model, &what)?;
+            runs += 1;
+            let steps = whole.lines().count() - dead.lines().count();
+            // The successor dies after each of its own steps; a third
+            // coordinator finishes.
+            for j in 0..steps {
+                let (cut_again, _) = continue_recovery(&dead, runsc_outlived, j)?;
+                let (done, model) = continue_recovery(&cut_again, runsc_outlived, 64)?;
+                assert_recovered(
+                    &done,
+                    &model,
+                    &format!("{what}, successor crash after {j} steps"),
+                )?;
+                runs += 1;
+            }
+        }
+    }
+    // 41 crash points, two ways the runtime ended, and each successor's
+    // recovery cut after every one of its steps.
+    assert_eq!(runs, 858);
+    Ok(())
+}
