@@ -828,6 +828,89 @@ fn an_unrecoverable_generation_is_refused_with_its_reason() {
     );
 }
 
+/// A generation whose Domain Store is more than one step ahead of its
+/// trace is not guessed at: the next coordinator proves the dead runtime
+/// absent, records that the record stopped matching
+/// (`DurableIdentityDiverges`) and fails closed by the model's
+/// `RefuseMismatchedRecord`, leaving the record as it was; the next one
+/// refuses the same way, and the trace replays after each (spec 3.3
+/// recovery).
+#[test]
+fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("record-mismatch", &default_image());
+    let _ = kill_coordinator_while_serving(&env, "touch /workspace/started; sleep 60");
+    wait_no_processes(&env);
+    let trace = runtime_files(&env.home.join("run"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    // The trace loses its last lines from the publication's snapshot on:
+    // the store holds two durable steps more (AcquireSnapshot, Publish).
+    let original = std::fs::read_to_string(&trace).unwrap();
+    let kept: Vec<&str> = original
+        .lines()
+        .take_while(|l| !(l.contains("\"AcquireSnapshot\"") && l.contains("\"Publication\"")))
+        .collect();
+    assert!(kept.len() < original.lines().count(), "{original}");
+    std::fs::write(&trace, kept.join("\n") + "\n").unwrap();
+    let actions = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["action"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    };
+    for (attempt, tail) in [
+        (
+            1,
+            &[
+                "DurableIdentityDiverges",
+                "AcquireDomainLock",
+                "RefuseMismatchedRecord",
+            ][..],
+        ),
+        (2, &["AcquireDomainLock", "RefuseMismatchedRecord"][..]),
+    ] {
+        let out = env.run(&["default", "--", "true"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "attempt {attempt}: {stderr}");
+        assert!(
+            stderr.contains("could not be recovered")
+                && stderr.contains("differ by more than one step"),
+            "attempt {attempt}: {stderr}"
+        );
+        let now = std::fs::read_to_string(&trace).unwrap();
+        let steps = actions(&now);
+        assert!(
+            steps.ends_with(&tail.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()),
+            "attempt {attempt}: {steps:?}"
+        );
+        let replay = Command::new(env!("CARGO_BIN_EXE_lazaret"))
+            .args(["trace", "replay"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(
+            replay.status.success(),
+            "attempt {attempt}: {}{}",
+            text(&replay.stdout),
+            text(&replay.stderr)
+        );
+        wait_no_processes(&env);
+    }
+    // The record was left as it was.
+    let state = env.run(&["state", "default", "--json"]);
+    let state: serde_json::Value = serde_json::from_slice(&state.stdout).unwrap();
+    assert_eq!(
+        state["generations"][0]["durable_decision"], "Published",
+        "{state}"
+    );
+}
+
 /// A CLI that goes away (SIGTERM) ends its session: HC sees the client
 /// disconnect, terminates the command (SIGTERM, grace, SIGKILL through the
 /// exec client's pidfd), and as it was the last session tears the Domain

@@ -6,14 +6,17 @@
 //! Runtime Supervisor and attached runsc once their exact recorded
 //! identities are absent, `AcquireDomainLock` (that flock) before the
 //! first write for the generation, `BootstrapRecover`, then the same
-//! release as a teardown, ending in `RetireGeneration`.
+//! release as a teardown, ending in `RetireGeneration`. A Domain Store
+//! that disagrees with the trace beyond one untraced step is the model's
+//! mismatched record: `DurableIdentityDiverges`, `AcquireDomainLock`,
+//! `RefuseMismatchedRecord`, and the record stays untouched.
 //!
 //! Nothing is adopted: a recorded process is only ever matched exactly
 //! (pidfs authority) and, if it outlives its lease-loss teardown, ended
 //! through that exact match. A process that cannot be proved absent keeps
 //! the generation unrecovered and this coordinator fails closed.
-use lazaret_generated::lazaret::Action;
-use lazaret_runtime::coordinator::host_model::{DurableView, HostModelError};
+use lazaret_generated::lazaret::{Action, RecordIdentity};
+use lazaret_runtime::coordinator::host_model::{DurableView, HostModelError, ProcessView};
 use lazaret_runtime::records::ids::GenerationId;
 use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
 use lazaret_runtime::records::process::PidfsProcessIdentityV1;
@@ -143,11 +146,12 @@ fn durable_view(hc: &Hc<'_, '_>, g: GenerationId) -> Result<DurableView, Coordin
 /// The dead coordinator may have completed one durable step it did not
 /// trace (it died between the store transaction and the trace line): that
 /// step is taken for it, so the trace matches the store. Anything else is
-/// a disagreement recovery does not guess at.
-fn catch_up(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+/// a disagreement recovery does not guess at: returned, for
+/// [`refuse_mismatched_record`].
+fn catch_up(hc: &mut Hc<'_, '_>) -> Result<Option<RecoveryError>, CoordinatorError> {
     let store = durable_view(hc, hc.id)?;
     if hc.model.model().durable() == store {
-        return Ok(());
+        return Ok(None);
     }
     let step = hc
         .model
@@ -156,25 +160,75 @@ fn catch_up(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
         .into_iter()
         .find_map(|dead| hc.model.model().catch_up(dead, &store));
     let Some(action) = step else {
-        return Err(CoordinatorError::Recovery {
-            generation: hc.id.0,
-            source: RecoveryError::TraceAndStoreDiffer {
-                store: format!("{store:?}"),
-                trace: format!("{:?}", hc.model.model().durable()),
-            },
-        });
+        return Ok(Some(RecoveryError::TraceAndStoreDiffer {
+            store: format!("{store:?}"),
+            trace: format!("{:?}", hc.model.model().durable()),
+        }));
     };
     tracing::info!(
         ?action,
         "the dead coordinator's last durable step, taken for its trace"
     );
-    Ok(hc.model.take(action, Some(&store))?)
+    hc.model.take(action, Some(&store))?;
+    Ok(None)
+}
+
+/// A step of a recovery; its line carries the store's read-back only while
+/// the store agrees with the trace (`differs` is `None`): a record that
+/// stopped matching is the model's `recordIdentity = "Mismatched"`, whose
+/// durable variables are not what the store holds.
+fn recovery_step(
+    hc: &mut Hc<'_, '_>,
+    differs: Option<&RecoveryError>,
+    action: Action,
+    processes: ProcessView,
+) -> Result<(), CoordinatorError> {
+    match differs {
+        None => hc.step_observing(action, |_| Ok(((), processes))),
+        Some(_) => Ok(hc.model.take_with_processes(action, None, processes)?),
+    }
+}
+
+/// The store and the trace disagree beyond one step, and the dead runtime
+/// is proved absent: the record stopped matching what this bootstrap
+/// observes (`DurableIdentityDiverges`, once), and this coordinator takes
+/// the lock and fails closed (`AcquireDomainLock`,
+/// `RefuseMismatchedRecord`), leaving the record untouched (spec 3.3
+/// recovery). The trace stays for the next coordinator, which refuses the
+/// same way. A trace in which the model cannot say so (its generation
+/// never started) fails closed without the steps.
+fn refuse_mismatched_record(
+    hc: &mut Hc<'_, '_>,
+    why: RecoveryError,
+) -> Result<(), CoordinatorError> {
+    let me = hc.model.me();
+    let diverges = hc.model.state().record_identity == RecordIdentity::Matching;
+    let refusal = [
+        diverges.then_some(Action::DurableIdentityDiverges),
+        Some(Action::AcquireDomainLock { c: me }),
+        Some(Action::RefuseMismatchedRecord { c: me }),
+    ];
+    let expressible = !diverges || hc.model.check(&Action::DurableIdentityDiverges).is_ok();
+    if expressible {
+        for action in refusal.into_iter().flatten() {
+            hc.model.take(action, None)?;
+        }
+    }
+    Err(CoordinatorError::Recovery {
+        generation: hc.id.0,
+        source: why,
+    })
 }
 
 fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), CoordinatorError> {
-    catch_up(hc)?;
+    let differs = catch_up(hc)?;
     for dead in hc.model.model().holders() {
-        hc.step(Action::HostCoordinatorLost { c: dead }, |_| Ok(()))?;
+        recovery_step(
+            hc,
+            differs.as_ref(),
+            Action::HostCoordinatorLost { c: dead },
+            ProcessView::default(),
+        )?;
     }
     let (supervisor, runsc) = recorded_runtime(hc)?;
     let generation = hc.id;
@@ -200,7 +254,10 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
         .map_err(unproved)?;
     }
     for action in hc.model.model().runtime_absent(runsc_outlived) {
-        hc.step_observing(action, |_| Ok(((), proved_absent(action))))?;
+        recovery_step(hc, differs.as_ref(), action, proved_absent(action))?;
+    }
+    if let Some(why) = differs {
+        return refuse_mismatched_record(hc, why);
     }
     // The generation's runtime files (bundle, runsc state of a runsc that
     // was killed) go once its processes are proved absent.
