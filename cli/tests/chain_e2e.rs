@@ -663,41 +663,58 @@ fn a_killed_runtime_supervisor_ends_the_domain_and_the_trace_says_so() {
 /// FR-12: attached runsc killed while its supervisor lives. The supervisor
 /// stops what is left of the sandbox; the trace records runsc's end first,
 /// observed by its exact identity, whichever the coordinator learnt first
-/// (the supervisor's report or the session's end).
+/// (the supervisor's report or the session's end). A runsc whose threads
+/// are still exiting when the teardown looks is present: the teardown then
+/// stops the runtime itself (`ShutdownRuntime`, both observed absent
+/// after), which is what the coordinator knew. That race is real under
+/// load (the sandbox dies with the first of runsc's threads), so the
+/// scenario runs up to three times and must see runsc's end recorded at
+/// least once; every run must be one of the two faithful records.
 #[test]
 fn a_killed_attached_runsc_ends_the_domain_and_the_trace_says_so() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let env = Env::new("runsc-killed", &default_image());
-    let out = kill_while_serving(&env, "attached runsc", |p| {
-        p.contains("runsc")
-            && p.contains(" run ")
-            && !p.contains(" exec ")
-            && !p.contains("__wrapper")
-            && !p.contains("runsc-sandbox")
-            && !p.contains(" gofer ")
-            && !p.contains(" boot ")
-    });
-    assert_ne!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    env.assert_nothing_left();
-    let actions = env.trace_actions();
-    let seen = actions_among(
-        &actions,
-        &[
-            "RuntimeSupervisorEnds",
-            "AttachedRunscEnds",
-            "AttachedRunscParentDeath",
-            "ShutdownRuntime",
-        ],
-    );
-    // Then the supervisor either exited by itself first or was stopped by
-    // the teardown: the coordinator saw runsc gone either way.
-    assert!(
-        seen == ["AttachedRunscEnds", "RuntimeSupervisorEnds"]
-            || seen == ["AttachedRunscEnds", "ShutdownRuntime"],
-        "{actions:?}"
-    );
-    let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
-    assert_processes_observed_absent(&env, &seen);
+    let mut runs = Vec::new();
+    for attempt in 1..=3 {
+        let env = Env::new(&format!("runsc-killed-{attempt}"), &default_image());
+        let out = kill_while_serving(&env, "attached runsc", |p| {
+            p.contains("runsc")
+                && p.contains(" run ")
+                && !p.contains(" exec ")
+                && !p.contains("__wrapper")
+                && !p.contains("runsc-sandbox")
+                && !p.contains(" gofer ")
+                && !p.contains(" boot ")
+        });
+        assert_ne!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        env.assert_nothing_left();
+        let actions = env.trace_actions();
+        let seen = actions_among(
+            &actions,
+            &[
+                "RuntimeSupervisorEnds",
+                "AttachedRunscEnds",
+                "AttachedRunscParentDeath",
+                "ShutdownRuntime",
+            ],
+        );
+        // The supervisor either exited by itself first or was stopped by
+        // the teardown; runsc's end is recorded first when the coordinator
+        // saw it gone.
+        assert!(
+            seen == ["AttachedRunscEnds", "RuntimeSupervisorEnds"]
+                || seen == ["AttachedRunscEnds", "ShutdownRuntime"]
+                || seen == ["ShutdownRuntime"],
+            "{actions:?}"
+        );
+        let seen: Vec<&str> = seen.iter().map(String::as_str).collect();
+        assert_processes_observed_absent(&env, &seen);
+        let recorded = seen.first() == Some(&"AttachedRunscEnds");
+        runs.push(seen.join(" "));
+        if recorded {
+            return;
+        }
+    }
+    panic!("runsc's end was never recorded: {runs:?}");
 }
 
 /// Each named step is in the trace, and its line carries the processes it
