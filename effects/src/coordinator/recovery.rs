@@ -15,8 +15,9 @@
 //! (pidfs authority) and, if it outlives its lease-loss teardown, ended
 //! through that exact match. A process that cannot be proved absent keeps
 //! the generation unrecovered and this coordinator fails closed.
-use lazaret_generated::lazaret::{Action, RecordIdentity};
+use lazaret_generated::lazaret::{Action, Roles};
 use lazaret_runtime::coordinator::host_model::{DurableView, HostModelError, ProcessView};
+use lazaret_runtime::coordinator::recovery::{next_recovery, Recovering, RecoveryNext};
 use lazaret_runtime::records::ids::GenerationId;
 use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
 use lazaret_runtime::records::process::PidfsProcessIdentityV1;
@@ -27,7 +28,7 @@ use super::host::{CoordinatorError, Hc};
 use super::launch::decision_value;
 use super::observed::{self, ObserveError};
 use super::paths::DomainPaths;
-use super::release::release;
+use super::release::release_step;
 use super::runtime_end::proved_absent;
 use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
@@ -173,63 +174,100 @@ fn catch_up(hc: &mut Hc<'_, '_>) -> Result<Option<RecoveryError>, CoordinatorErr
     Ok(None)
 }
 
-/// A step of a recovery; its line carries the store's read-back only while
-/// the store agrees with the trace (`differs` is `None`): a record that
-/// stopped matching is the model's `recordIdentity = "Mismatched"`, whose
-/// durable variables are not what the store holds.
+/// A step of a recovery without its own write; its line carries the
+/// store's read-back only while the store agrees with the trace: a record
+/// that stopped matching is the model's `recordIdentity = "Mismatched"`,
+/// whose durable variables are not what the store holds.
 fn recovery_step(
     hc: &mut Hc<'_, '_>,
-    differs: Option<&RecoveryError>,
+    store_differs: bool,
     action: Action,
     processes: ProcessView,
 ) -> Result<(), CoordinatorError> {
-    match differs {
-        None => hc.step_observing(action, |_| Ok(((), processes))),
-        Some(_) => Ok(hc.model.take_with_processes(action, None, processes)?),
+    if store_differs {
+        Ok(hc.model.take_with_processes(action, None, processes)?)
+    } else {
+        hc.step_observing(action, |_| Ok(((), processes)))
     }
 }
 
-/// The store and the trace disagree beyond one step, and the dead runtime
-/// is proved absent: the record stopped matching what this bootstrap
-/// observes (`DurableIdentityDiverges`, once), and this coordinator takes
-/// the lock and fails closed (`AcquireDomainLock`,
-/// `RefuseMismatchedRecord`), leaving the record untouched (spec 3.3
-/// recovery). The trace stays for the next coordinator, which refuses the
-/// same way. A trace in which the model cannot say so (its generation
-/// never started) fails closed without the steps.
-fn refuse_mismatched_record(
-    hc: &mut Hc<'_, '_>,
-    why: RecoveryError,
-) -> Result<(), CoordinatorError> {
-    let me = hc.model.me();
-    let diverges = hc.model.state().record_identity == RecordIdentity::Matching;
-    let refusal = [
-        diverges.then_some(Action::DurableIdentityDiverges),
-        Some(Action::AcquireDomainLock { c: me }),
-        Some(Action::RefuseMismatchedRecord { c: me }),
-    ];
-    let expressible = !diverges || hc.model.check(&Action::DurableIdentityDiverges).is_ok();
-    if expressible {
-        for action in refusal.into_iter().flatten() {
-            hc.model.take(action, None)?;
-        }
-    }
-    Err(CoordinatorError::Recovery {
-        generation: hc.id.0,
-        source: why,
-    })
-}
-
+/// The recovery the core decides ([`next_recovery`]), each step with its
+/// effect. A store that disagrees with the trace ends in the model's
+/// refusal (`DurableIdentityDiverges` once, `AcquireDomainLock`,
+/// `RefuseMismatchedRecord`), the record untouched (spec 3.3 recovery),
+/// and this coordinator fails closed with the disagreement; the trace
+/// stays for the next coordinator, which refuses the same way.
 fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), CoordinatorError> {
     let differs = catch_up(hc)?;
-    for dead in hc.model.model().holders() {
-        recovery_step(
-            hc,
-            differs.as_ref(),
-            Action::HostCoordinatorLost { c: dead },
-            ProcessView::default(),
-        )?;
+    let mut seen = Recovering {
+        store_differs: differs.is_some(),
+        runtime_absent: None,
+    };
+    let generation = hc.id;
+    // Bounded: a few steps of loss, lease loss and bootstrap, and the
+    // release's three per role.
+    for _ in 0..(3 * Roles::ALL.len() + 16) {
+        let action = match next_recovery(hc.model.model(), seen) {
+            RecoveryNext::Done => {
+                return match differs {
+                    Some(why) => Err(CoordinatorError::Recovery {
+                        generation: generation.0,
+                        source: why,
+                    }),
+                    None => Ok(()),
+                }
+            }
+            RecoveryNext::ProveRuntimeAbsent => {
+                seen.runtime_absent = Some(prove_runtime_absent(hc)?);
+                continue;
+            }
+            RecoveryNext::Step(action) => action,
+        };
+        match action {
+            Action::AcquireDomainLock { .. } if !seen.store_differs => {
+                // The generation's runtime files (bundle, runsc state of a
+                // runsc that was killed) go once its processes are proved
+                // absent, and every terminal's exec client is proved
+                // absent before the lock step: a recovery that fails
+                // closed on a proof does not spend a successor. This
+                // process holds the Domain flock (the step's effect, taken
+                // when it started); the step comes before anything written
+                // for the generation (FR-17).
+                let dir = paths.generation(generation.0);
+                super::paths::remove_generation_dir(&dir)
+                    .map_err(|source| CoordinatorError::Io { path: dir, source })?;
+                let terminals = terminal_releases(hc)?;
+                hc.step(action, |_| Ok(()))?;
+                apply_releases(hc, &terminals)?;
+            }
+            Action::BootstrapRecover { .. } => hc.step(action, |hc| {
+                hc.apply(&[StoreOp::SetDurableDecision {
+                    generation,
+                    decision: decision_value("Recovering")?,
+                }])
+            })?,
+            Action::RuntimeSupervisorLeaseLossTeardown
+            | Action::RuntimeSupervisorLost
+            | Action::AttachedRunscParentDeath => {
+                recovery_step(hc, seen.store_differs, action, proved_absent(action))?;
+            }
+            Action::HostCoordinatorLost { .. }
+            | Action::AcquireDomainLock { .. }
+            | Action::DurableIdentityDiverges
+            | Action::RefuseMismatchedRecord { .. } => {
+                recovery_step(hc, seen.store_differs, action, ProcessView::default())?;
+            }
+            release => release_step(hc, release)?,
+        }
     }
+    Err(CoordinatorError::ReleaseIncomplete)
+}
+
+/// The dead runtime's recorded RS and attached runsc, and its connectivity
+/// helper, proved absent by their exact identities (one that outlives its
+/// grace is ended through its exact match). Returns whether runsc
+/// outlived RS.
+fn prove_runtime_absent(hc: &Hc<'_, '_>) -> Result<bool, CoordinatorError> {
     let (supervisor, runsc) = recorded_runtime(hc)?;
     let generation = hc.id;
     let unproved = |source: AbsenceError| CoordinatorError::Recovery {
@@ -253,34 +291,7 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
         )
         .map_err(unproved)?;
     }
-    for action in hc.model.model().runtime_absent(runsc_outlived) {
-        recovery_step(hc, differs.as_ref(), action, proved_absent(action))?;
-    }
-    if let Some(why) = differs {
-        return refuse_mismatched_record(hc, why);
-    }
-    // The generation's runtime files (bundle, runsc state of a runsc that
-    // was killed) go once its processes are proved absent.
-    let dir = paths.generation(hc.id.0);
-    super::paths::remove_generation_dir(&dir).map_err(|source| CoordinatorError::Io {
-        path: dir.clone(),
-        source,
-    })?;
-    let terminals = terminal_releases(hc)?;
-    // This process holds the Domain flock (the step's effect, taken when it
-    // started): the lock step comes before anything it writes for the
-    // generation (FR-17), and after every absence proof, so a recovery
-    // that fails closed on one does not spend a successor.
-    let me = hc.model.me();
-    hc.step(Action::AcquireDomainLock { c: me }, |_| Ok(()))?;
-    apply_releases(hc, &terminals)?;
-    hc.step(Action::BootstrapRecover { c: me }, |hc| {
-        hc.apply(&[StoreOp::SetDurableDecision {
-            generation,
-            decision: decision_value("Recovering")?,
-        }])
-    })?;
-    release(hc)
+    Ok(runsc_outlived)
 }
 
 /// The session terminals of the dead coordinator's sessions: each exec

@@ -70,7 +70,6 @@ pub(super) fn abort(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
 /// (`HostModel::next_release`), this carries it out, one durable
 /// transaction per step.
 pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
-    let generation = hc.id;
     // Each role leaves at most three steps; the bound catches a core that
     // would not make progress.
     for _ in 0..(3 * Roles::ALL.len() + 2) {
@@ -78,49 +77,53 @@ pub(super) fn release(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
             debug_assert_eq!(hc.model.state().decision, Decision::Vacant);
             return Ok(());
         };
-        let _span = tracing::info_span!(
-            "release",
-            action = lazaret_generated::lazaret::action_name(&action)
-        )
-        .entered();
-        if let Action::ShutdownRuntime { .. } = action {
-            if settle_runtime(hc)? {
-                // Nothing is left to stop; the terminals go as after a
-                // stop.
-                clean_terminals(hc)?;
-            } else {
-                hc.step_observing(action, shutdown_runtime)?;
-            }
-            continue;
-        }
-        hc.step(action, |hc| match action {
-            Action::RecordReleaseIntent { r, .. } => hc.apply(&[StoreOp::Participant {
-                generation,
-                role: participant_role(r),
-                op: ParticipantOp::BeginRelease {
-                    released_state_anchor: None,
-                },
-            }]),
-            Action::CleanParticipant { r, .. } => hc.apply(&[StoreOp::Participant {
-                generation,
-                role: participant_role(r),
-                op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
-            }]),
-            Action::CleanBareIntent { r, .. } => hc.apply(&[StoreOp::Participant {
-                generation,
-                role: participant_role(r),
-                op: ParticipantOp::Clean(AbsenceProof::SealedRuntimeAbsence),
-            }]),
-            Action::RetireGeneration { .. } => hc.apply(&[StoreOp::SetDurableDecision {
-                generation,
-                decision: decision_value("Vacant")?,
-            }]),
-            other => Err(CoordinatorError::NotAReleaseStep {
-                action: lazaret_generated::lazaret::action_name(&other),
-            }),
-        })?;
+        release_step(hc, action)?;
     }
     Err(CoordinatorError::ReleaseIncomplete)
+}
+
+/// One release step the core decided, with its effect.
+pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), CoordinatorError> {
+    let generation = hc.id;
+    let _span = tracing::info_span!(
+        "release",
+        action = lazaret_generated::lazaret::action_name(&action)
+    )
+    .entered();
+    if let Action::ShutdownRuntime { .. } = action {
+        if settle_runtime(hc)? {
+            // Nothing is left to stop; the terminals go as after a
+            // stop.
+            return clean_terminals(hc);
+        }
+        return hc.step_observing(action, shutdown_runtime);
+    }
+    hc.step(action, |hc| match action {
+        Action::RecordReleaseIntent { r, .. } => hc.apply(&[StoreOp::Participant {
+            generation,
+            role: participant_role(r),
+            op: ParticipantOp::BeginRelease {
+                released_state_anchor: None,
+            },
+        }]),
+        Action::CleanParticipant { r, .. } => hc.apply(&[StoreOp::Participant {
+            generation,
+            role: participant_role(r),
+            op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
+        }]),
+        Action::CleanBareIntent { r, .. } => hc.apply(&[StoreOp::Participant {
+            generation,
+            role: participant_role(r),
+            op: ParticipantOp::Clean(AbsenceProof::SealedRuntimeAbsence),
+        }]),
+        Action::RetireGeneration { .. } => hc.apply(&[StoreOp::SetDurableDecision {
+            generation,
+            decision: decision_value("Vacant")?,
+        }]),
+        other => Err(CoordinatorError::NotAReleaseStep {
+            action: lazaret_generated::lazaret::action_name(&other),
+        }),
+    })
 }
 
 /// ShutdownRuntime: a launched generation is stopped through RS (a failed

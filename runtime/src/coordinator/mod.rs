@@ -5,6 +5,7 @@
 pub mod frame;
 pub mod host_model;
 pub mod messages;
+pub mod recovery;
 pub mod serve;
 #[cfg(test)]
 mod simulated_crashes;

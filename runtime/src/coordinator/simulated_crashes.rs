@@ -5,7 +5,8 @@
 //! decides it ([`super::serve`], [`HostModel::next_release`]), cut by a
 //! crash after every step. The successor continues the dead coordinator's
 //! trace as the product does ([`HostModel::resume`]) and takes the
-//! recovery the core decides; it is itself cut by a crash after every one
+//! recovery the core decides ([`next_recovery`], the function the
+//! product's recovery runs); it is itself cut by a crash after every one
 //! of its steps, and a third coordinator finishes. Every run must end with
 //! the generation Vacant, every participant clean, no session left, and a
 //! trace that replays against the model.
@@ -14,6 +15,7 @@ use lazaret_generated::lazaret::{Action, Decision, Hc, Part, Rs, Runsc, Sess, Se
 
 use super::host_model::tests::launch_steps;
 use super::host_model::HostModel;
+use super::recovery::{next_recovery, Recovering, RecoveryNext};
 use super::serve::{self, Admission};
 use crate::replay::{replay_text, Outcome};
 
@@ -102,39 +104,37 @@ fn cut(life: &[Action], k: usize) -> TestResult<String> {
     Ok(run.text)
 }
 
-/// The successor's next step on a dead coordinator's trace, in the order
-/// the product's recovery takes them (`effects::coordinator::recovery`,
-/// and `own_trace` for a generation that never started), each decided by
-/// the core: `HostCoordinatorLost` for every dead holder, the lease-loss
-/// steps ([`HostModel::runtime_absent`]; `runsc_outlived`: runsc was still
-/// present when RS was gone), `AcquireDomainLock`, `BootstrapRecover` and
-/// the release ([`HostModel::next_release`]) up to `RetireGeneration`; or,
-/// for a generation that never started, the Vacant bootstrap and, with no
-/// client, `ExitCoordinator`. `None` once recovered.
+/// The successor's next step on a dead coordinator's trace, as the
+/// product takes them: a retired generation's trace is kept as it is; a
+/// generation that never started is continued by the successor's own life
+/// (`own_trace`: the dead holder's loss, then the Vacant bootstrap and,
+/// with no client, `ExitCoordinator`); any other is recovered as the core
+/// decides ([`next_recovery`]), the runtime proved absent when asked
+/// (`runsc_outlived`: runsc was still present when RS was gone).
 fn next_recovery_step(model: &HostModel, runsc_outlived: bool) -> Option<Action> {
     let me = model.me();
     let st = model.state();
     if st.gen_ != 0 && st.decision == Decision::Vacant {
-        // Retired: the trace is kept as it is, and the successor goes on
-        // in its own trace.
         return None;
     }
-    if let Some(dead) = model.holders().into_iter().find(|c| *c != me) {
-        return Some(Action::HostCoordinatorLost { c: dead });
+    if st.gen_ == 0 {
+        if let Some(dead) = model.holders().into_iter().find(|c| *c != me) {
+            return Some(Action::HostCoordinatorLost { c: dead });
+        }
+        return match st.hc[me.index()] {
+            Hc::Idle => Some(Action::AcquireDomainLock { c: me }),
+            Hc::Bootstrapping => Some(Action::BootstrapVacantDomain { c: me }),
+            Hc::Leading | Hc::Serving => Some(Action::ExitCoordinator { c: me }),
+            _ => None,
+        };
     }
-    let never_started = st.gen_ == 0;
-    match st.hc[me.index()] {
-        Hc::Idle if never_started => Some(Action::AcquireDomainLock { c: me }),
-        Hc::Idle => model
-            .runtime_absent(runsc_outlived)
-            .first()
-            .copied()
-            .or(Some(Action::AcquireDomainLock { c: me })),
-        Hc::Bootstrapping if never_started => Some(Action::BootstrapVacantDomain { c: me }),
-        Hc::Bootstrapping => Some(Action::BootstrapRecover { c: me }),
-        Hc::Leading | Hc::Serving if never_started => Some(Action::ExitCoordinator { c: me }),
-        Hc::Leading | Hc::Serving => model.next_release(),
-        _ => None,
+    let seen = Recovering {
+        store_differs: false,
+        runtime_absent: Some(runsc_outlived),
+    };
+    match next_recovery(model, seen) {
+        RecoveryNext::Step(a) => Some(a),
+        RecoveryNext::ProveRuntimeAbsent | RecoveryNext::Done => None,
     }
 }
 
