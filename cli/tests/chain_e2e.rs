@@ -6,8 +6,8 @@
 
 mod support;
 use support::{
-    assert_failed, assert_succeeded, chown_tree, default_image, guest_results, runtime_files,
-    signal_through_pidfd, test_user, text, Env, ONE_AT_A_TIME,
+    assert_failed, assert_succeeded, chown_tree, default_image, guest_results, replay_trace,
+    runtime_files, signal_through_pidfd, test_user, text, Env, ONE_AT_A_TIME,
 };
 
 use std::os::unix::fs::PermissionsExt;
@@ -789,11 +789,7 @@ fn a_lost_trace_is_recovered_from_the_durable_record() {
     env.assert_nothing_left();
     let kept = env.traces();
     assert_eq!(kept.len(), 2, "{kept:?}");
-    let replay = Command::new(env!("CARGO_BIN_EXE_lazaret"))
-        .args(["trace", "replay"])
-        .arg(&kept[0])
-        .output()
-        .unwrap();
+    let replay = replay_trace(&kept[0]);
     let said = text(&replay.stdout);
     assert!(
         said.contains("from the start state the trace records"),
@@ -906,11 +902,7 @@ fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
             steps.ends_with(&tail.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()),
             "attempt {attempt}: {steps:?}"
         );
-        let replay = Command::new(env!("CARGO_BIN_EXE_lazaret"))
-            .args(["trace", "replay"])
-            .arg(&trace)
-            .output()
-            .unwrap();
+        let replay = replay_trace(&trace);
         assert!(
             replay.status.success(),
             "attempt {attempt}: {}{}",

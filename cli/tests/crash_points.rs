@@ -17,7 +17,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
 mod support;
-use support::{chown_tree, default_image, runtime_files, test_user, text};
+use support::{chown_tree, default_image, replay_trace, runtime_files, test_user, text};
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -285,11 +285,7 @@ impl Env {
             if self.replayed.contains(&t) {
                 continue;
             }
-            let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
-                .args(["trace", "replay"])
-                .arg(&t)
-                .output()
-                .unwrap();
+            let out = replay_trace(&t);
             if !out.status.success() {
                 return Err(format!(
                     "{} does not replay: {}{}",

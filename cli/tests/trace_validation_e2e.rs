@@ -10,9 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
 mod support;
-use support::{default_image, text, Env, ONE_AT_A_TIME};
-
-use std::process::Command;
+use support::{default_image, replay_trace, text, Env, ONE_AT_A_TIME};
 
 #[test]
 fn a_step_whose_effect_wrote_something_else_fails_replay() {
@@ -32,11 +30,7 @@ fn a_step_whose_effect_wrote_something_else_fails_replay() {
     env.assert_store_clean();
     let traces = env.traces();
     assert_eq!(traces.len(), 1, "{traces:?}");
-    let replay = Command::new(env!("CARGO_BIN_EXE_lazaret"))
-        .args(["trace", "replay"])
-        .arg(&traces[0])
-        .output()
-        .unwrap();
+    let replay = replay_trace(&traces[0]);
     let said = text(&replay.stdout);
     assert_eq!(
         replay.status.code(),
@@ -62,11 +56,7 @@ fn a_step_whose_effect_wrote_something_else_fails_replay() {
     assert_eq!(traces.len(), 2, "{traces:?}");
     let clean = std::fs::read_to_string(&traces[1]).unwrap();
     assert!(clean.contains("\"observed\":"), "{clean}");
-    let replay = Command::new(env!("CARGO_BIN_EXE_lazaret"))
-        .args(["trace", "replay"])
-        .arg(&traces[1])
-        .output()
-        .unwrap();
+    let replay = replay_trace(&traces[1]);
     assert_eq!(
         replay.status.code(),
         Some(0),

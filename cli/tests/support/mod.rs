@@ -105,6 +105,15 @@ pub fn chown_tree(path: &Path) {
     }
 }
 
+/// `lazaret trace replay PATH`, as the host user runs it.
+pub fn replay_trace(path: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lazaret"))
+        .args(["trace", "replay"])
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -375,11 +384,7 @@ impl Env {
             self.assert_store_clean();
         }
         for t in traces {
-            let out = Command::new(env!("CARGO_BIN_EXE_lazaret"))
-                .args(["trace", "replay"])
-                .arg(&t)
-                .output()
-                .unwrap();
+            let out = replay_trace(&t);
             assert!(
                 out.status.success(),
                 "{} does not replay: {}{}",
