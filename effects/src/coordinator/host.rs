@@ -13,7 +13,7 @@
 use super::absence::{AbsenceError, SlotObservationError};
 use super::channel::{self, ChannelError};
 use super::hc_model::{coordinator_name, trace_name, HcModel};
-use super::launch::{launch_generation, publish, LaunchedGeneration};
+use super::launch::{launch_generation, LaunchedGeneration};
 use super::observed::{ObserveError, Observer};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::{recover_all, RecoveryError};
@@ -38,13 +38,14 @@ use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::IdentityError;
 use crate::process_identity::{identity_of, ProcessSys};
 use crate::userns::UsernsError;
-use lazaret_generated::lazaret::{Action, Decision, SessionsId};
+use lazaret_generated::lazaret::{Action, Decision, ProcSlots, SessionsId};
 use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
 };
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
 use lazaret_runtime::coordinator::host_model::{HostModelError, ProcessView};
+use lazaret_runtime::coordinator::launch::step_name;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
 };
@@ -57,7 +58,8 @@ use lazaret_runtime::records::ids::ValueError;
 use lazaret_runtime::records::ids::{ContainerId, CoordinatorId, GenerationId, SessionId};
 use lazaret_runtime::records::participant::NamespaceIdentity;
 use lazaret_runtime::records::process::{
-    HostProcessIdentity, PersistedHostProcessOwnership, PidfsProcessIdentityV1,
+    HostProcessIdentity, HostProcessOwnershipSlot, MessageError, PersistedHostProcessOwnership,
+    PidfsProcessIdentityV1,
 };
 use lazaret_runtime::records::terminal::SessionTerminalState;
 use std::io;
@@ -191,6 +193,40 @@ pub enum CoordinatorError {
     NotAReleaseStep { action: &'static str },
     #[error("the release did not reach RetireGeneration")]
     ReleaseIncomplete,
+    /// A launch step failed (spec 3.3): the model step the core chose, and
+    /// why. The launch ended RS exactly before it returned this.
+    #[error("launch step {}: {source}", step_name(.step))]
+    LaunchStep {
+        step: Action,
+        source: Box<CoordinatorError>,
+    },
+    /// The core enables no launch step and nothing is published (the
+    /// runtime ended under the launch, or the model and this build's
+    /// launch disagree).
+    #[error("the launch cannot go on: the protocol model enables none of its steps")]
+    LaunchStuck,
+    /// The core chose a launch step this build has no effect for.
+    #[error("launch step {} has no effect in this build", step_name(.step))]
+    NoLaunchEffect { step: Action },
+    /// The launch step needs the Runtime Supervisor in a state the launch
+    /// has not brought it to.
+    #[error("the Runtime Supervisor is not acquired as this launch step needs it")]
+    NoSupervisor,
+    /// RS reported something else than the step the core expects next.
+    #[error("Runtime Supervisor: reported {got} where the model expects {}", step_name(.expected))]
+    UnexpectedReport { expected: Action, got: String },
+    /// RS reported a staged or committed child it does not launch.
+    #[error("Runtime Supervisor: slot {slot:?} is not launched by the Runtime Supervisor")]
+    NotSupervisorLaunched { slot: HostProcessOwnershipSlot },
+    /// RS reported a child of another slot than the step's.
+    #[error("Runtime Supervisor: reported slot {reported:?} where the model expects {}", .expected.name())]
+    ReportedSlot {
+        expected: ProcSlots,
+        reported: HostProcessOwnershipSlot,
+    },
+    /// RS's staged or committed ownership message does not decode.
+    #[error("Runtime Supervisor: its process ownership message: {0}")]
+    StagedRecord(#[source] MessageError),
     /// The stopped runtime could not be proved absent (FR-7).
     #[error("generation {generation}: stopping the runtime: {source}")]
     Shutdown {
@@ -425,7 +461,7 @@ pub fn run_coordinator(
     if let Err(e) = &booted {
         refuse_waiting_clients(&events, e);
     }
-    let result = booted.and_then(|()| serve(&mut hc, &launch, &socket, &events, &events_tx));
+    let result = booted.and_then(|()| serve(&mut hc, &launch, &events, &events_tx));
     // Teardown (FR-6): no new joiners, then the sandbox, then our files.
     let released = match hc.model.state().decision {
         Decision::Published => teardown(&mut hc, &socket),
@@ -547,7 +583,6 @@ fn reply(stream: &mut UnixStream, message: &CoordinatorMessage) {
 fn serve(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
-    socket: &Path,
     events: &Receiver<HcEvent>,
     events_tx: &Sender<HcEvent>,
 ) -> Result<(), CoordinatorError> {
@@ -570,7 +605,7 @@ fn serve(
         };
         match event {
             HcEvent::Client(stream, hello, matches) => {
-                client(hc, launch, socket, events_tx, stream, &hello, matches)?;
+                client(hc, launch, events_tx, stream, &hello, matches)?;
             }
             HcEvent::SessionRunning(s, evidence) => {
                 if let Err(e) = record_running(hc, s, evidence) {
@@ -616,7 +651,6 @@ fn serve(
 fn client(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
-    socket: &Path,
     events_tx: &Sender<HcEvent>,
     mut stream: UnixStream,
     hello: &Hello,
@@ -653,10 +687,8 @@ fn client(
         Admission::Launch => {
             let mut timings = Vec::new();
             let t = Instant::now();
-            let launched = launch_generation(hc, launch, events_tx, &mut timings).and_then(|g| {
-                hc.generation = Some(g);
-                publish(hc, socket, &launch.paths.runtime)
-            });
+            let launched = launch_generation(hc, launch, events_tx, &mut timings)
+                .map(|g| hc.generation = Some(g));
             if let Err(e) = launched {
                 // The client leaves with the launch's error, before the
                 // failed generation's release.

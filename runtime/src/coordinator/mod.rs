@@ -4,6 +4,7 @@
 //! out.
 pub mod frame;
 pub mod host_model;
+pub mod launch;
 pub mod messages;
 pub mod recovery;
 pub mod serve;

@@ -2,8 +2,8 @@
 //! kernel (spec 3.3 recovery; FR-6, FR-7, OR-1): one coordinator's whole
 //! life — bootstrap, the launch its first client asks for, a second
 //! session, both sessions' ends, the teardown and its exit — as the core
-//! decides it ([`super::serve`], [`HostModel::next_release`]), cut by a
-//! crash after every step. The successor continues the dead coordinator's
+//! decides it ([`super::serve`], [`next_launch`],
+//! [`HostModel::next_release`]), cut by a crash after every step. The successor continues the dead coordinator's
 //! trace as the product does ([`HostModel::resume`]) and takes the
 //! recovery the core decides ([`next_recovery`], the function the
 //! product's recovery runs); it is itself cut by a crash after every one
@@ -13,8 +13,8 @@
 
 use lazaret_generated::lazaret::{Action, Decision, Hc, Part, Rs, Runsc, Sess, SessionsId};
 
-use super::host_model::tests::launch_steps;
 use super::host_model::HostModel;
+use super::launch::{next_launch, LaunchNext};
 use super::recovery::{next_recovery, Recovering, RecoveryNext};
 use super::serve::{self, Admission};
 use crate::replay::{replay_text, Outcome};
@@ -53,8 +53,8 @@ impl Run {
         self.take(Action::RegisterSession { c, s })
     }
 
-    /// The steps of one whole coordinator life, decided by the core where
-    /// it decides (the launch path is this build's acquisition order).
+    /// The steps of one whole coordinator life, as the core decides them
+    /// (the launch: [`next_launch`], each RS report arriving as asked).
     fn whole_life(mut self) -> TestResult<Vec<Action>> {
         let c = self.model.me();
         self.take(Action::AcquireDomainLock { c })?;
@@ -62,8 +62,12 @@ impl Run {
         let first = serve::on_client(&self.model, true)?.ok_or("no slot")?;
         assert_eq!(first.admission, Admission::Launch);
         self.take(first.connect())?;
-        for a in launch_steps(c).into_iter().skip(2) {
-            self.take(a)?;
+        for _ in 0..64 {
+            match next_launch(&self.model) {
+                LaunchNext::Take(a) | LaunchNext::OnReport(a) => self.take(a)?,
+                LaunchNext::Published => break,
+                LaunchNext::Stuck => return Err("the launch is stuck".into()),
+            }
         }
         self.join(first.s)?;
         let second = serve::on_client(&self.model, true)?.ok_or("no slot")?;

@@ -1,0 +1,113 @@
+//! `StartGeneration` (spec 3.3; FR-12): the Domain and the generation's
+//! record in one Domain Store transaction, decision `Starting`; then the
+//! generation directory with the static in-sandbox binaries.
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use lazaret_generated::lazaret::Action;
+use lazaret_runtime::records::domain::{Domain, Generation};
+use lazaret_runtime::records::ids::{
+    ConfigurationFingerprint, DomainId, HostPath, NetworkSidecarId, ProfileName, SandboxId,
+};
+
+use super::super::host::{CoordinatorError, Hc, LaunchInputs};
+use super::super::session::random_bytes;
+use super::super::supervisor::{INIT_NAME, PROBE_NAME};
+use super::pre_generation::PreparedLaunch;
+use super::{decision_value, Launching, Supervisor};
+use crate::domain_store::StoreOp;
+use crate::runsc_exec::GUEST_TOOL_NAME;
+
+/// What the Network and Helper participants are bound to (spec 3.7
+/// "Durable encoding").
+pub(super) struct NetworkInputs {
+    pub domain_id: DomainId,
+    pub configuration_fingerprint: ConfigurationFingerprint,
+    pub network_sidecar_id: NetworkSidecarId,
+    /// The derived policy's digest, which RS must report installed.
+    pub policy_digest: [u8; 32],
+    /// The sandbox ID the generation records.
+    pub sandbox_id: SandboxId,
+}
+
+/// The launch about to start generation `hc.id`: its fresh sidecar and
+/// sandbox IDs, its directory and its container ID.
+pub(super) fn launching(
+    hc: &Hc<'_, '_>,
+    launch: &LaunchInputs<'_>,
+    prepared: PreparedLaunch,
+) -> Result<Launching, CoordinatorError> {
+    let running = launch.running;
+    Ok(Launching {
+        prepared,
+        generation: hc.id,
+        dir: launch.paths.generation(hc.id.0),
+        network: NetworkInputs {
+            domain_id: DomainId(running.domain_id),
+            configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
+            network_sidecar_id: NetworkSidecarId(random_bytes().map_err(CoordinatorError::Boot)?),
+            policy_digest: launch.policy.digest().0,
+            sandbox_id: SandboxId(random_bytes().map_err(CoordinatorError::Boot)?),
+        },
+        container_id: format!("lazaret-{}-{}", hex_prefix(&running.domain_id), hc.id.0),
+        supervisor: Supervisor::Absent,
+        running: None,
+        network_namespace: None,
+        network_answer_due: false,
+    })
+}
+
+fn hex_prefix(bytes: &[u8; 32]) -> String {
+    bytes[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// StartGeneration: the Domain row and the generation's record, decision
+/// `Starting`, in one transaction; then the generation directory's `sbin`
+/// with `lazaret-init`, the guest tool and the network probe, read-only.
+pub(super) fn start_generation(
+    hc: &mut Hc<'_, '_>,
+    launch: &LaunchInputs<'_>,
+    l: &mut Launching,
+) -> Result<(), CoordinatorError> {
+    let invalid = |what: &'static str| move |source| CoordinatorError::RecordValue { what, source };
+    let running = launch.running;
+    let generation = Generation {
+        domain_id: l.network.domain_id,
+        generation_id: l.generation,
+        configuration_fingerprint: l.network.configuration_fingerprint,
+        coordinator_id: hc.coordinator_id,
+        network_sidecar_id: l.network.network_sidecar_id,
+        sandbox_id: l.network.sandbox_id,
+        durable_decision: decision_value("Starting")?,
+    };
+    let domain = Domain {
+        domain_id: l.network.domain_id,
+        profile_name: ProfileName::new(launch.profile.clone()).map_err(invalid("profile"))?,
+        canonical_workspace: HostPath::new(running.workspace.clone().into_bytes())
+            .map_err(invalid("workspace"))?,
+    };
+    let c = hc.model.me();
+    hc.step(Action::StartGeneration { c }, |hc| {
+        hc.apply(&[
+            StoreOp::PutDomain(domain),
+            StoreOp::InsertGeneration(generation),
+        ])
+    })?;
+    let init_dir = l.dir.join("sbin");
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| CoordinatorError::Io { path, source }
+    };
+    std::fs::create_dir_all(&init_dir).map_err(io_err(&init_dir))?;
+    for (name, bytes) in [
+        (INIT_NAME, launch.binaries.init),
+        (GUEST_TOOL_NAME, launch.binaries.guest),
+        (PROBE_NAME, launch.binaries.probe),
+    ] {
+        let path = init_dir.join(name);
+        std::fs::write(&path, bytes)
+            .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o555)))
+            .map_err(io_err(&path))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! What a launch needs before its generation exists (spec 3.2, 3.6): the
+//! image resolved from the blob store, its lower prepared under this
+//! user's subordinate ID maps, and the workspace still the object the
+//! configuration loaded. None of it is a model step: a failure here
+//! leaves no generation to release.
+use std::time::Instant;
+
+use lazaret_runtime::coordinator::messages::ObjectId;
+
+use super::super::host::{micros, CoordinatorError, LaunchInputs};
+use crate::confined::RealSys;
+use crate::image::reference::ImageRef;
+use crate::image::resolve;
+use crate::image::store::BlobStore;
+use crate::prepare::{prepare, PreparedLower, RealPrepareHost};
+use crate::userns::{plan_maps, Identity, NamespaceMaps, RealHost};
+
+/// The prepared inputs of the generation's sandbox.
+pub(super) struct PreparedLaunch {
+    pub lower: PreparedLower,
+    /// The user namespace maps RS's namespace must carry (verified before
+    /// its `CommitProcess`).
+    pub maps: NamespaceMaps,
+    /// The workspace object runsc is handed (RS checks it again).
+    pub workspace_object: ObjectId,
+}
+
+/// `resolve_image`, `prepare_lower` (timed under those names), then the
+/// workspace revalidated.
+pub(super) fn prepare_launch(
+    launch: &LaunchInputs<'_>,
+    timings: &mut Vec<(String, u64)>,
+) -> Result<PreparedLaunch, CoordinatorError> {
+    let started = Instant::now();
+    let reference =
+        ImageRef::parse(&launch.image).map_err(|source| CoordinatorError::ImageReference {
+            reference: launch.image.clone(),
+            source,
+        })?;
+    let blobs_dir = launch.storage_root.join("blobs");
+    let blobs = BlobStore::open(&blobs_dir).map_err(|source| CoordinatorError::BlobStore {
+        path: blobs_dir.clone(),
+        source,
+    })?;
+    let image = resolve(&reference, &blobs, &mut |_| {}).map_err(|source| {
+        CoordinatorError::ImageResolve {
+            reference: launch.image.clone(),
+            source,
+        }
+    })?;
+    timings.push(("resolve_image".to_owned(), micros(started)));
+    let started = Instant::now();
+    let me = Identity::current(&mut RealHost).map_err(CoordinatorError::Userns)?;
+    let maps = plan_maps(&mut RealHost, &me).map_err(CoordinatorError::Userns)?;
+    let lower = prepare(
+        &mut RealPrepareHost::new(maps.clone()),
+        &launch.storage_root,
+        &blobs,
+        &image,
+        &maps,
+    )
+    .map_err(|source| CoordinatorError::Prepare {
+        reference: launch.image.clone(),
+        source: Box::new(source),
+    })?;
+    timings.push(("prepare_lower".to_owned(), micros(started)));
+    // Spec 3.2: the workspace path goes to runsc (through RS) only after it
+    // was reopened through its plan and still names the loaded object; RS
+    // checks the identity again at the handoff itself.
+    launch
+        .workspace
+        .revalidate(&RealSys)
+        .map_err(CoordinatorError::Workspace)?;
+    let id = launch.workspace.stat().identity;
+    Ok(PreparedLaunch {
+        lower,
+        maps,
+        workspace_object: ObjectId {
+            dev_major: id.dev_major,
+            dev_minor: id.dev_minor,
+            ino: id.ino,
+        },
+    })
+}
