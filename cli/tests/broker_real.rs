@@ -5,9 +5,9 @@
 use lazaret_effects::broker::ledger::{
     AcquisitionLedger, DurablyStaged, LedgerError, StagingContext,
 };
-use lazaret_effects::broker::remote::{CoordinatorLink, RemoteLedger};
+use lazaret_effects::broker::remote::{CoordinatorLink, LinkError, RemoteLedger};
 use lazaret_effects::broker::sys::TargetCommand;
-use lazaret_effects::broker::{Broker, BrokerError};
+use lazaret_effects::broker::{Broker, BrokerError, ReadinessError};
 use lazaret_effects::domain_lock::DomainLock;
 use lazaret_effects::domain_store::{
     accept_staged_ownership, DomainStore, SlotTarget, StoreLedger, StoreOp,
@@ -150,7 +150,9 @@ fn staged_identity_is_what_recovery_matching_verifies_and_survives_reopen() {
     assert_eq!(pid.trim(), stored.host_pid.0.to_string());
 
     // Step 9: commit only after readiness; a failing readiness keeps Staged.
-    let child = match broker.commit(child, &mut ledger, |_, _| Err("not ready yet".into())) {
+    let child = match broker.commit(child, &mut ledger, |_, _| {
+        Err(ReadinessError::Silent { what: "the target" })
+    }) {
         Err(failure) => {
             assert!(matches!(failure.error, BrokerError::Readiness(_)));
             failure.child
@@ -162,9 +164,8 @@ fn staged_identity_is_what_recovery_matching_verifies_and_survives_reopen() {
         PersistedHostProcessOwnership::Staged(_)
     ));
     let committed = broker
-        .commit(child, &mut ledger, |sys, handle| match handle.peek(sys) {
-            Ok(ChildState::Running) => Ok(()),
-            other => Err(format!("{other:?}")),
+        .commit(child, &mut ledger, |sys, handle| {
+            ReadinessError::running("the target", handle.peek(sys))
         })
         .unwrap();
     drop(store);
@@ -201,7 +202,9 @@ impl AcquisitionLedger for FailsToStage {
         Ok(())
     }
     fn persist_staged(&mut self, _: &StagedProcessOwnership) -> Result<DurablyStaged, LedgerError> {
-        Err(LedgerError::Link("cannot persist".into()))
+        Err(LedgerError::Link(LinkError::Refused(
+            "cannot persist".into(),
+        )))
     }
     fn persist_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), LedgerError> {
         Ok(())
@@ -239,16 +242,17 @@ struct Link<'a> {
 }
 
 impl CoordinatorLink for Link<'_> {
-    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), String> {
+    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), LinkError> {
         Ok(())
     }
-    fn send_staged(&mut self, message: &[u8]) -> Result<(), String> {
+    fn send_staged(&mut self, message: &[u8]) -> Result<(), LinkError> {
         self.sent = message.to_vec();
         Ok(())
     }
-    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String> {
+    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, LinkError> {
         let ack = match self.store {
-            Some(store) => accept_staged_ownership(store, &self.sent).map_err(|e| e.to_string())?,
+            Some(store) => accept_staged_ownership(store, &self.sent)
+                .map_err(|e| LinkError::Channel(Box::new(e)))?,
             None => match (self.fault)(&self.sent, &self.history) {
                 Some(ack) => ack,
                 None => return Ok(None),
@@ -257,7 +261,7 @@ impl CoordinatorLink for Link<'_> {
         self.history.push(ack.clone());
         Ok(Some(ack))
     }
-    fn report_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), String> {
+    fn report_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), LinkError> {
         Ok(())
     }
 }

@@ -33,7 +33,7 @@ pub enum BrokerError {
     #[error("cannot read this process's SIGCHLD disposition: {0}")]
     SigchldUnreadable(io::Error),
     #[error("cannot establish this process's own pidfs authority: {0}")]
-    OwnIdentity(String),
+    OwnIdentity(#[source] AuthorityError),
     #[error("step 1 (durable intent) refused: {0}")]
     Intent(LedgerError),
     #[error("step 2 (launch barrier pipe) failed: {0}")]
@@ -60,9 +60,63 @@ pub enum BrokerError {
     #[error("step 7 (release the barrier) failed: {0}")]
     Release(io::Error),
     #[error("step 9: target readiness failed: {0}")]
-    Readiness(String),
+    Readiness(#[source] ReadinessError),
     #[error("step 9 (committed ownership) refused: {0}")]
     Committed(LedgerError),
+}
+
+/// Why a process's own pidfs authority could not be established.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthorityError {
+    #[error("boot id: {0}")]
+    BootId(#[source] io::Error),
+    #[error("pidfd_open({pid}): {source}")]
+    PidfdOpen { pid: u32, source: io::Error },
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+}
+
+/// Why a target failed its readiness check before its commit (spec 3.3
+/// step 9). `what` names the target (`runsc run`, `slirp4netns`).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadinessError {
+    /// The target ended before it was ready.
+    #[error("{what} ended before it was ready: {state:?}")]
+    Ended {
+        what: &'static str,
+        state: ChildState,
+    },
+    /// Whether the target still runs could not be read.
+    #[error("{what}: its state cannot be read: {source}")]
+    Unreadable {
+        what: &'static str,
+        source: io::Error,
+    },
+    #[error("{what} was not ready within {within:?}")]
+    Timeout {
+        what: &'static str,
+        within: std::time::Duration,
+    },
+    /// The target closed its readiness report without reporting.
+    #[error("{what} closed its readiness pipe without reporting")]
+    Silent { what: &'static str },
+    #[error("{what}: {step}: {source}")]
+    Io {
+        what: &'static str,
+        step: &'static str,
+        source: io::Error,
+    },
+}
+
+impl ReadinessError {
+    /// `Ok` while the peeked target runs; why it does not otherwise.
+    pub fn running(what: &'static str, peeked: io::Result<ChildState>) -> Result<(), Self> {
+        match peeked {
+            Ok(ChildState::Running) => Ok(()),
+            Ok(state) => Err(Self::Ended { what, state }),
+            Err(source) => Err(Self::Unreadable { what, source }),
+        }
+    }
 }
 
 /// A child whose exact staged ownership is durable and whose barrier was
@@ -139,9 +193,12 @@ impl<S: SpawnSys> Broker<S> {
             Err(e) => return Err(release(BrokerError::SigchldUnreadable(e))),
         }
         let own = (|| {
-            let boot = sys.boot_id().map_err(|e| e.to_string())?;
-            let pidfd = sys.pidfd_open(sys.own_pid()).map_err(|e| e.to_string())?;
-            pidfs_authority(&sys, &pidfd, boot).map_err(|e| e.to_string())
+            let boot = sys.boot_id().map_err(AuthorityError::BootId)?;
+            let pid = sys.own_pid();
+            let pidfd = sys
+                .pidfd_open(pid)
+                .map_err(|source| AuthorityError::PidfdOpen { pid: pid.0, source })?;
+            Ok(pidfs_authority(&sys, &pidfd, boot)?)
         })()
         .map_err(|e| release(BrokerError::OwnIdentity(e)))?;
         Ok(Self {
@@ -276,7 +333,7 @@ impl<S: SpawnSys> Broker<S> {
     ) -> Result<CommittedChild, Box<CommitFailure>>
     where
         L: AcquisitionLedger,
-        R: FnOnce(&S, &ProcessHandle) -> Result<(), String>,
+        R: FnOnce(&S, &ProcessHandle) -> Result<(), ReadinessError>,
     {
         let _span = tracing::info_span!("CommitOwnership", slot = ?child.staged.slot).entered();
         if let Err(e) = readiness(&self.sys, &child.handle) {

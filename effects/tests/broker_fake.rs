@@ -4,7 +4,7 @@
 use lazaret_effects::broker::ledger::{
     AcquisitionLedger, DurablyStaged, LedgerError, StagingContext,
 };
-use lazaret_effects::broker::remote::{CoordinatorLink, RemoteLedger};
+use lazaret_effects::broker::remote::{CoordinatorLink, LinkError, RemoteLedger};
 use lazaret_effects::broker::sys::TargetCommand;
 use lazaret_effects::broker::wrapper::{release_message, run_wrapper, WrapperArgs, WrapperFailure};
 use lazaret_effects::broker::{Broker, BrokerError};
@@ -52,16 +52,16 @@ fn fake_with_child(state: ChildState) -> FakeProcessSys {
 struct LostLink;
 
 impl CoordinatorLink for LostLink {
-    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), String> {
+    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), LinkError> {
         Ok(())
     }
-    fn send_staged(&mut self, _: &[u8]) -> Result<(), String> {
+    fn send_staged(&mut self, _: &[u8]) -> Result<(), LinkError> {
         Ok(())
     }
-    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String> {
+    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, LinkError> {
         Ok(None)
     }
-    fn report_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), String> {
+    fn report_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), LinkError> {
         Ok(())
     }
 }
@@ -72,17 +72,17 @@ struct EchoLink {
 }
 
 impl CoordinatorLink for EchoLink {
-    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), String> {
+    fn confirm_intent(&mut self, _: &StagingContext) -> Result<(), LinkError> {
         Ok(())
     }
-    fn send_staged(&mut self, message: &[u8]) -> Result<(), String> {
+    fn send_staged(&mut self, message: &[u8]) -> Result<(), LinkError> {
         self.sent = message.to_vec();
         Ok(())
     }
-    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String> {
+    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, LinkError> {
         Ok(Some((self.answer)(&self.sent)))
     }
-    fn report_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), String> {
+    fn report_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), LinkError> {
         Ok(())
     }
 }
@@ -228,7 +228,9 @@ impl AcquisitionLedger for ConfirmsOther {
         Ok(())
     }
     fn persist_staged(&mut self, _: &StagedProcessOwnership) -> Result<DurablyStaged, LedgerError> {
-        Err(LedgerError::Link("store unavailable".into()))
+        Err(LedgerError::Link(LinkError::Refused(
+            "store unavailable".into(),
+        )))
     }
     fn persist_committed(&mut self, _: &StagedProcessOwnership) -> Result<(), LedgerError> {
         Ok(())
@@ -339,7 +341,7 @@ fn wrapper_refuses_eof_malformed_foreign_release_and_parent_mismatch() {
     };
     assert!(matches!(
         run_wrapper(&orphan, &args()),
-        WrapperFailure::ParentMismatch(_)
+        WrapperFailure::NoParent
     ));
     assert!(!execs(&orphan));
 }

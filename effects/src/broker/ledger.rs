@@ -12,7 +12,7 @@ pub enum LedgerError {
     #[error("staged ownership acknowledgement: {0}")]
     Ack(Box<AckRefusal>),
     #[error("coordinator link: {0}")]
-    Link(String),
+    Link(#[source] super::remote::LinkError),
     /// The protocol model does not allow the step (spec "Document authority").
     #[error("protocol model: {0}")]
     Model(#[source] lazaret_runtime::core::CoreError),

@@ -2,16 +2,33 @@
 //! the barrier may be released only by HC's exact echoed acknowledgement.
 use super::ledger::{AcquisitionLedger, DurablyStaged, LedgerError, StagingContext};
 use lazaret_runtime::ownership::ack::AckGate;
-use lazaret_runtime::records::process::StagedProcessOwnership;
+use lazaret_runtime::records::process::{MessageError, StagedProcessOwnership};
+
+/// Why a step over the link to the Host Coordinator failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The channel itself failed (send, receive, decode).
+    #[error("the coordinator channel: {0}")]
+    Channel(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// HC refused the step; its reason as it sent it.
+    #[error("the coordinator refused: {0}")]
+    Refused(String),
+    /// HC answered with another message than the step's.
+    #[error("the coordinator answered {got} where {expected} was expected")]
+    Unexpected { expected: &'static str, got: String },
+    /// The committed ownership could not be encoded.
+    #[error("encoding the committed ownership: {0}")]
+    Encode(#[from] MessageError),
+}
 
 /// The authenticated generation channel from RS to HC (the transport arrives
 /// with the launch path). `receive_ack` returns `Ok(None)` when the deadline
 /// passes without an answer.
 pub trait CoordinatorLink {
-    fn confirm_intent(&mut self, context: &StagingContext) -> Result<(), String>;
-    fn send_staged(&mut self, message: &[u8]) -> Result<(), String>;
-    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String>;
-    fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), String>;
+    fn confirm_intent(&mut self, context: &StagingContext) -> Result<(), LinkError>;
+    fn send_staged(&mut self, message: &[u8]) -> Result<(), LinkError>;
+    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, LinkError>;
+    fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), LinkError>;
 }
 
 /// An [`AcquisitionLedger`] that stages through HC and its acknowledgement.

@@ -4,8 +4,9 @@
 //! valid release it arms parent death, rechecks its parent's pidfs authority
 //! and execs the target in place.
 use super::sys::WrapperSys;
+use super::AuthorityError;
 use crate::crash_point::crash_point;
-use crate::process_identity::{pidfs_authority, IdentityError};
+use crate::process_identity::pidfs_authority;
 use crate::role_argv::{ArgProblem, NamedArgs};
 use lazaret_runtime::records::process::{
     BootId, HostPid, PidfsDev, PidfsIno, PidfsProcessAuthorityV1,
@@ -132,7 +133,7 @@ pub enum WrapperFailure {
     #[error("the launch barrier release is malformed ({len} bytes)")]
     MalformedRelease { len: usize },
     #[error("cannot establish this wrapper's own pidfs identity: {0}")]
-    OwnIdentity(String),
+    OwnIdentity(#[source] AuthorityError),
     #[error("the release names {named:?}, not this wrapper ({own:?})")]
     ReleaseForAnotherProcess {
         named: PidfsProcessAuthorityV1,
@@ -140,8 +141,16 @@ pub enum WrapperFailure {
     },
     #[error("cannot arm the parent-death signal: {0}")]
     ArmParentDeath(io::Error),
-    #[error("the parent is not the expected owner: {0}")]
-    ParentMismatch(String),
+    #[error("the parent is not the expected owner: there is no parent in this PID namespace")]
+    NoParent,
+    #[error("the parent is not the expected owner: PID {pid} has authority {observed:?}, expected {expected:?}")]
+    ParentMismatch {
+        pid: u32,
+        observed: PidfsProcessAuthorityV1,
+        expected: PidfsProcessAuthorityV1,
+    },
+    #[error("the parent's pidfs authority: {0}")]
+    ParentAuthority(#[source] AuthorityError),
     #[error("exec of the target failed: {0}")]
     Exec(io::Error),
 }
@@ -154,18 +163,21 @@ impl WrapperFailure {
             Self::MalformedRelease { .. } => 122,
             Self::OwnIdentity(_) | Self::ReleaseForAnotherProcess { .. } => 123,
             Self::ArmParentDeath(_) => 124,
-            Self::ParentMismatch(_) => 125,
+            Self::NoParent | Self::ParentMismatch { .. } | Self::ParentAuthority(_) => 125,
             Self::Exec(_) => 127,
         }
     }
 }
 
-fn authority_of<S: WrapperSys>(sys: &S, pid: HostPid) -> Result<PidfsProcessAuthorityV1, String> {
-    let boot = sys.boot_id().map_err(|e| format!("boot id: {e}"))?;
+fn authority_of<S: WrapperSys>(
+    sys: &S,
+    pid: HostPid,
+) -> Result<PidfsProcessAuthorityV1, AuthorityError> {
+    let boot = sys.boot_id().map_err(AuthorityError::BootId)?;
     let pidfd = sys
         .pidfd_open(pid)
-        .map_err(|e| format!("pidfd_open({}): {e}", pid.0))?;
-    pidfs_authority(sys, &pidfd, boot).map_err(|e: IdentityError| e.to_string())
+        .map_err(|source| AuthorityError::PidfdOpen { pid: pid.0, source })?;
+    Ok(pidfs_authority(sys, &pidfd, boot)?)
 }
 
 /// Runs the wrapper. Returns only when the target must not run.
@@ -202,19 +214,18 @@ pub fn await_release<S: WrapperSys>(sys: &S, args: &WrapperArgs) -> Result<(), W
     // Recheck after arming: if the parent died before the prctl, getppid now
     // names a reaper whose pidfs authority differs.
     let Some(parent) = sys.parent_pid() else {
-        return Err(WrapperFailure::ParentMismatch(
-            "no parent in this PID namespace".to_owned(),
-        ));
+        return Err(WrapperFailure::NoParent);
     };
     match authority_of(sys, parent) {
         Ok(observed) if observed == args.parent => {}
         Ok(observed) => {
-            return Err(WrapperFailure::ParentMismatch(format!(
-                "PID {} has authority {observed:?}, expected {:?}",
-                parent.0, args.parent
-            )))
+            return Err(WrapperFailure::ParentMismatch {
+                pid: parent.0,
+                observed,
+                expected: args.parent,
+            })
         }
-        Err(e) => return Err(WrapperFailure::ParentMismatch(e)),
+        Err(e) => return Err(WrapperFailure::ParentAuthority(e)),
     }
     crash_point!(
         Wrapper,

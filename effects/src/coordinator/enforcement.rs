@@ -23,6 +23,7 @@ use lazaret_runtime::network::{
 
 use super::nsys::NamespaceSys;
 use crate::broker::sys::TargetCommand;
+use crate::broker::ReadinessError;
 use crate::network::canary::ipv6_off;
 use crate::network::nft::{NftError, NftSys};
 use crate::network::rtnl::{RouteSys, RtnlError};
@@ -132,15 +133,32 @@ pub fn helper_command(netns: &OwnedFd, pipes: &HelperPipes) -> TargetCommand {
     }
 }
 
+/// The connectivity helper, as readiness errors name it.
+pub const HELPER: &str = "slirp4netns";
+
 /// Waits for slirp4netns's readiness byte (`tap0` up with its address and
-/// default route), or its exit, or [`HELPER_READY_TIMEOUT`].
-pub fn await_helper_ready(ready: &OwnedFd, exited: impl Fn() -> bool) -> Result<(), String> {
+/// default route), or [`HELPER_READY_TIMEOUT`]; `running` says whether it
+/// still runs (`Err` once it ended).
+pub fn await_helper_ready(
+    ready: &OwnedFd,
+    running: impl Fn() -> Result<(), ReadinessError>,
+) -> Result<(), ReadinessError> {
+    let io = |step: &'static str| {
+        move |source: io::Error| ReadinessError::Io {
+            what: HELPER,
+            step,
+            source,
+        }
+    };
     let deadline = Instant::now() + HELPER_READY_TIMEOUT;
     // Bounded: one poll per 50 ms until the deadline.
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no readiness within {HELPER_READY_TIMEOUT:?}"));
+            return Err(ReadinessError::Timeout {
+                what: HELPER,
+                within: HELPER_READY_TIMEOUT,
+            });
         }
         let ts = rustix::event::Timespec {
             tv_sec: 0,
@@ -154,18 +172,20 @@ pub fn await_helper_ready(ready: &OwnedFd, exited: impl Fn() -> bool) -> Result<
             Ok(0) | Err(rustix::io::Errno::INTR) => {}
             Ok(_) => {
                 let mut byte = [0u8; 1];
-                let mut file = std::fs::File::from(ready.try_clone().map_err(|e| e.to_string())?);
+                let mut file = std::fs::File::from(
+                    ready
+                        .try_clone()
+                        .map_err(io("duplicating its readiness pipe"))?,
+                );
                 return match file.read(&mut byte) {
                     Ok(1) => Ok(()),
-                    Ok(_) => Err("it closed its readiness pipe without reporting".into()),
-                    Err(e) => Err(format!("reading its readiness pipe: {e}")),
+                    Ok(_) => Err(ReadinessError::Silent { what: HELPER }),
+                    Err(e) => Err(io("reading its readiness pipe")(e)),
                 };
             }
-            Err(e) => return Err(format!("polling its readiness pipe: {e}")),
+            Err(e) => return Err(io("polling its readiness pipe")(e.into())),
         }
-        if exited() {
-            return Err("it exited before it was ready".into());
-        }
+        running()?;
     }
 }
 

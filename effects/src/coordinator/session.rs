@@ -15,16 +15,18 @@ use super::session_release::ReleaseOutcome;
 use super::terminal_session::{self, GuestTarget, TerminalEvidence, TerminalParts};
 use super::ENTER_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
-use crate::broker::{Broker, BrokerError, CommittedChild};
+use crate::broker::{Broker, BrokerError, CommittedChild, ReadinessError};
 use crate::domain_store::{DomainStore, SlotTarget, StoreError, StoreLedger, StoreOp};
 use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::{ChildState, ProcessHandle};
+use crate::process_identity::ProcessHandle;
 use crate::pty::{RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{ExecProcess, Runsc};
 use lazaret_runtime::config::ResolvedEnvironment;
 use lazaret_runtime::coordinator::messages::{Hello, TerminalSize};
 use lazaret_runtime::records::domain::Session;
-use lazaret_runtime::records::ids::{CliId, GenerationId, ModelValue, SessionAnchorId, SessionId};
+use lazaret_runtime::records::ids::{
+    CliId, GenerationId, ModelValue, SessionAnchorId, SessionId, ValueError,
+};
 use lazaret_runtime::records::process::HostProcessOwnershipSlot;
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -43,7 +45,10 @@ pub enum SessionError {
     #[error("starting the exec client: {0}")]
     Spawn(#[from] BrokerError),
     #[error("the exec client is not running: {0}")]
-    NotReady(String),
+    NotReady(#[source] BrokerError),
+    /// The session phase does not fit its durable record field.
+    #[error("session phase: {0}")]
+    SessionPhase(#[source] ValueError),
     #[error("random identifier: {0}")]
     Random(io::Error),
     #[error("session terminal: {0}")]
@@ -154,8 +159,7 @@ pub fn start_session(
             session_id: session,
             cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
             session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
-            session_phase: ModelValue::new("Active")
-                .map_err(|e| SessionError::NotReady(format!("session phase: {e}")))?,
+            session_phase: ModelValue::new("Active").map_err(SessionError::SessionPhase)?,
         }),
         // Step 1 (terminal intent) in the same transaction: one fsync fewer on
         // the join path; the ledger then finds the intent with an unassigned slot.
@@ -270,13 +274,12 @@ fn commit(
     child: crate::broker::StagedChild,
 ) -> Result<CommittedChild, SessionError> {
     broker
-        .commit(child, ledger, |sys, handle| match handle.peek(sys) {
-            Ok(ChildState::Running) => Ok(()),
-            other => Err(format!("exec client ended before readiness: {other:?}")),
+        .commit(child, ledger, |sys, handle| {
+            ReadinessError::running("the exec client", handle.peek(sys))
         })
         .map_err(|failure| {
             let _ = failure.child.handle().wait(&RealProcessSys);
-            SessionError::NotReady(failure.error.to_string())
+            SessionError::NotReady(failure.error)
         })
 }
 

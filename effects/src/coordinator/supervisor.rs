@@ -16,9 +16,9 @@ use super::channel::{self, ChannelError};
 use super::enforcement::{self, EnforcementError, HelperPipes};
 use super::nsys::NamespaceSys;
 use crate::broker::ledger::StagingContext;
-use crate::broker::remote::{CoordinatorLink, RemoteLedger};
+use crate::broker::remote::{CoordinatorLink, LinkError, RemoteLedger};
 use crate::broker::sys::TargetCommand;
-use crate::broker::{Broker, BrokerError};
+use crate::broker::{Broker, BrokerError, ReadinessError};
 use crate::confined::{ConfinedSys, FileKind, RealSys};
 use crate::crash_point::{crash_point, fault};
 use crate::git_sentry::{self, filter::FilterError, GitSentryError};
@@ -71,6 +71,8 @@ pub enum SupervisorError {
     Protocol { expected: &'static str, got: String },
     #[error("HC refused: {0}")]
     Refused(String),
+    #[error("the coordinator link: {0}")]
+    Link(#[from] LinkError),
     #[error("{step} failed: {source}")]
     Kernel {
         step: &'static str,
@@ -132,18 +134,26 @@ struct ChannelLink<'a> {
 }
 
 impl ChannelLink<'_> {
-    fn send(&mut self, message: &SupervisorMessage) -> Result<(), String> {
+    fn send(&mut self, message: &SupervisorMessage) -> Result<(), LinkError> {
         let mut s = self.stream;
-        channel::send(&mut s, "supervisor", message).map_err(|e| e.to_string())
+        channel::send(&mut s, "supervisor", message).map_err(|e| LinkError::Channel(Box::new(e)))
     }
-    fn receive(&mut self) -> Result<CoordinatorCommand, String> {
+    fn receive(&mut self) -> Result<CoordinatorCommand, LinkError> {
         let mut s = self.stream;
-        channel::receive(&mut s, "supervisor").map_err(|e| e.to_string())
+        channel::receive(&mut s, "supervisor").map_err(|e| LinkError::Channel(Box::new(e)))
+    }
+}
+
+/// HC's answer that is neither the expected one nor a refusal.
+fn unexpected(expected: &'static str, got: &CoordinatorCommand) -> LinkError {
+    LinkError::Unexpected {
+        expected,
+        got: format!("{got:?}"),
     }
 }
 
 impl CoordinatorLink for ChannelLink<'_> {
-    fn confirm_intent(&mut self, context: &StagingContext) -> Result<(), String> {
+    fn confirm_intent(&mut self, context: &StagingContext) -> Result<(), LinkError> {
         self.send(&SupervisorMessage::ConfirmIntent(context.slot))?;
         crash_point!(Rs, "intent", "before-ack", "ConfirmIntent");
         match self.receive()? {
@@ -151,26 +161,26 @@ impl CoordinatorLink for ChannelLink<'_> {
                 crash_point!(Rs, "intent", "after-ack", "IntentConfirmed");
                 Ok(())
             }
-            CoordinatorCommand::Refused(why) => Err(why),
-            other => Err(format!("unexpected {other:?}")),
+            CoordinatorCommand::Refused(why) => Err(LinkError::Refused(why)),
+            other => Err(unexpected("IntentConfirmed", &other)),
         }
     }
-    fn send_staged(&mut self, message: &[u8]) -> Result<(), String> {
+    fn send_staged(&mut self, message: &[u8]) -> Result<(), LinkError> {
         self.send(&SupervisorMessage::Staged(message.to_vec()))
     }
-    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, String> {
+    fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, LinkError> {
         crash_point!(Rs, "staged", "before-ack", "Staged");
         match self.receive()? {
             CoordinatorCommand::Ack(bytes) => {
                 crash_point!(Rs, "staged", "after-ack", "Ack");
                 Ok(Some(bytes))
             }
-            CoordinatorCommand::Refused(why) => Err(why),
-            other => Err(format!("unexpected {other:?}")),
+            CoordinatorCommand::Refused(why) => Err(LinkError::Refused(why)),
+            other => Err(unexpected("Ack", &other)),
         }
     }
-    fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), String> {
-        let bytes = staged.encode().map_err(|e| e.to_string())?;
+    fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), LinkError> {
+        let bytes = staged.encode()?;
         self.send(&SupervisorMessage::Committed(bytes))?;
         crash_point!(Rs, "committed", "before-ack", "Committed");
         match self.receive()? {
@@ -178,8 +188,8 @@ impl CoordinatorLink for ChannelLink<'_> {
                 crash_point!(Rs, "committed", "after-ack", "IntentConfirmed");
                 Ok(())
             }
-            CoordinatorCommand::Refused(why) => Err(why),
-            other => Err(format!("unexpected {other:?}")),
+            CoordinatorCommand::Refused(why) => Err(LinkError::Refused(why)),
+            other => Err(unexpected("IntentConfirmed", &other)),
         }
     }
 }
@@ -433,9 +443,8 @@ pub fn run_supervisor<N: NamespaceSys>(
         .map_err(kernel("unshare(CLONE_NEWUSER)"))?;
     link.send(&SupervisorMessage::UserNamespace {
         pid: std::process::id(),
-    })
-    .map_err(SupervisorError::Refused)?;
-    match link.receive().map_err(SupervisorError::Refused)? {
+    })?;
+    match link.receive()? {
         CoordinatorCommand::MapsVerified => {}
         CoordinatorCommand::Refused(why) => return Err(SupervisorError::Refused(why)),
         other => {
@@ -558,7 +567,7 @@ fn acquire_helper(
     let child = acquired.map_err(SupervisorError::Helper)?;
     let committed = broker.commit(child, &mut ledger, |sys, handle| {
         enforcement::await_helper_ready(&ready_read, || {
-            !matches!(handle.peek(sys), Ok(ChildState::Running))
+            ReadinessError::running(enforcement::HELPER, handle.peek(sys))
         })
     });
     match committed {
@@ -608,10 +617,9 @@ fn ready_network<N: NamespaceSys>(
     link.send(&SupervisorMessage::NetworkInstalled {
         namespace: own_network_namespace()?,
         policy_digest: plan.policy_digest,
-    })
-    .map_err(SupervisorError::Refused)?;
+    })?;
     crash_point!(Rs, "network", "before-ack", "NetworkInstalled");
-    match link.receive().map_err(SupervisorError::Refused)? {
+    match link.receive()? {
         CoordinatorCommand::NetworkReady => {}
         CoordinatorCommand::Refused(why) => return Err(SupervisorError::Refused(why)),
         other => {
@@ -893,12 +901,12 @@ fn run_sandbox<N: NamespaceSys>(
             if sandbox_running(&state_file) {
                 return Ok(());
             }
-            match handle.peek(sys) {
-                Ok(ChildState::Running) => {}
-                other => return Err(format!("runsc run ended: {other:?}")),
-            }
+            ReadinessError::running("runsc run", handle.peek(sys))?;
             if Instant::now() > deadline {
-                return Err(format!("not running after {READY_TIMEOUT:?}"));
+                return Err(ReadinessError::Timeout {
+                    what: "runsc run",
+                    within: READY_TIMEOUT,
+                });
             }
             std::thread::sleep(Duration::from_millis(2));
         }

@@ -21,10 +21,10 @@ use super::super::observed::Observer;
 use super::super::SUPERVISOR_SUBCOMMAND;
 use super::{Launching, Supervisor, SUPERVISOR_TIMEOUT};
 use crate::broker::sys::TargetCommand;
+use crate::broker::ReadinessError;
 use crate::domain_store::{DomainStore, SlotTarget, StoreLedger};
 use crate::network::policy_fd::seal_policy;
 use crate::process_identity::real::RealProcessSys;
-use crate::process_identity::ChildState;
 use crate::userns::{map_and_verify, NamespaceMaps, RealHost};
 
 /// The Domain Store ledger of RS's slot, as a model ledger recording
@@ -156,12 +156,9 @@ pub(super) fn commit_supervisor(
     };
     let observer = hc.observer();
     let mut ledger = supervisor_ledger(hc.store, &mut hc.model, observer, hc.id, None)?;
-    let committed = hc
-        .broker
-        .commit(child, &mut ledger, |sys, handle| match handle.peek(sys) {
-            Ok(ChildState::Running) => Ok(()),
-            other => Err(format!("{other:?}")),
-        });
+    let committed = hc.broker.commit(child, &mut ledger, |sys, handle| {
+        ReadinessError::running("the Runtime Supervisor", handle.peek(sys))
+    });
     match committed {
         Ok(child) => {
             l.supervisor = Supervisor::Committed { child, channel };
