@@ -173,3 +173,45 @@ pub fn check<P: Protocol>(model: Checked<P>, limit: Option<usize>) -> Outcome<P>
         violation,
     }
 }
+
+/// The outcome of a random simulation.
+#[derive(Clone, Debug)]
+pub struct Simulated<P: Protocol> {
+    /// States visited along the behaviors (repeats included).
+    pub states: usize,
+    pub max_depth: usize,
+    pub wall: Duration,
+    /// The violated invariant or action property and the path to it.
+    pub violation: Option<(&'static str, Vec<P::Action>)>,
+}
+
+/// Random behaviors of at most `max_depth` steps from `seed` (each step
+/// chosen uniformly among the enabled actions), until about `states`
+/// states were visited; every invariant and action property is checked on
+/// every state and step, as in [`check`]. For constants too large to
+/// explore exhaustively.
+pub fn simulate<P: Protocol>(
+    model: Checked<P>,
+    seed: u64,
+    max_depth: usize,
+    states: usize,
+) -> Simulated<P> {
+    let start = Instant::now();
+    let checker = model
+        .checker()
+        .target_max_depth(max_depth)
+        .target_state_count(states)
+        .spawn_simulation(seed, stateright::UniformChooser)
+        .join();
+    let violation = checker.discovery("invariants").map(|path| {
+        let last = path.last_state().clone();
+        let name = checker.model().violated(&last).unwrap_or("invariants");
+        (name, path.into_actions())
+    });
+    Simulated {
+        states: checker.state_count(),
+        max_depth: checker.max_depth(),
+        wall: start.elapsed(),
+        violation,
+    }
+}

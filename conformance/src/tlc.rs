@@ -90,6 +90,120 @@ pub fn find_jar() -> Result<PathBuf, TlcError> {
     }
 }
 
+/// What a TLC simulation reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimulationReport {
+    /// States TLC checked along its random behaviors.
+    pub checked: u64,
+    /// `Error:` lines (invariant or action-property violations, deadlock,
+    /// evaluation errors).
+    pub violations: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub wall: Duration,
+}
+
+/// A TLC random simulation of `tla` under `cfg`: `traces` behaviors of at
+/// most `depth` steps from `seed` (reproducible), every invariant and
+/// action property of `cfg` checked on every state and step.
+pub fn run_tlc_simulation(
+    tla: &Path,
+    cfg: &Path,
+    traces: u64,
+    depth: u64,
+    seed: u64,
+) -> Result<SimulationReport, TlcError> {
+    let mode = [
+        "-simulate".to_owned(),
+        format!("num={traces}"),
+        "-depth".to_owned(),
+        depth.to_string(),
+        "-seed".to_owned(),
+        seed.to_string(),
+        "-workers".to_owned(),
+        "1".to_owned(),
+    ];
+    let (text, exit_code, wall) = run_java(tla, cfg, &mode)?;
+    parse_simulation(&text, exit_code, wall).ok_or_else(|| no_summary(tla, exit_code, &text))
+}
+
+/// Runs TLC on `tla` under `cfg` with the mode's arguments: its whole
+/// output, exit status and wall time.
+fn run_java(
+    tla: &Path,
+    cfg: &Path,
+    mode: &[String],
+) -> Result<(String, Option<i32>, Duration), TlcError> {
+    let jar = find_jar()?;
+    let meta = tempfile::tempdir().map_err(TlcError::TempDir)?;
+    let dir = tla.parent().unwrap_or(Path::new("."));
+    let file = tla.file_name().map(PathBuf::from).unwrap_or_default();
+    let start = Instant::now();
+    let out = Command::new("java")
+        .arg("-XX:+UseParallelGC")
+        .arg("-cp")
+        .arg(&jar)
+        .arg("tlc2.TLC")
+        .args(mode)
+        .args(["-nowarning", "-metadir"])
+        .arg(meta.path())
+        .arg("-config")
+        .arg(cfg)
+        .arg(&file)
+        .current_dir(dir)
+        .output()
+        .map_err(|source| TlcError::Spawn {
+            model: tla.display().to_string(),
+            source,
+        })?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Ok((text, out.status.code(), start.elapsed()))
+}
+
+/// TLC ended without the summary line its mode prints.
+fn no_summary(tla: &Path, exit_code: Option<i32>, text: &str) -> TlcError {
+    TlcError::NoSummary {
+        model: tla.display().to_string(),
+        status: format!("{exit_code:?}"),
+        tail: last_lines(text, 30),
+    }
+}
+
+/// The last `n` lines of `text`, in order.
+fn last_lines(text: &str, n: usize) -> String {
+    let mut tail: Vec<&str> = text.lines().rev().take(n).collect();
+    tail.reverse();
+    tail.join("\n")
+}
+
+/// Parses a simulation's output; `None` without its `N states checked`
+/// line.
+pub fn parse_simulation(
+    text: &str,
+    exit_code: Option<i32>,
+    wall: Duration,
+) -> Option<SimulationReport> {
+    let mut checked = None;
+    let mut violations = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Progress: ") {
+            if rest.contains(" states checked") {
+                checked = leading_number(rest).or(checked);
+            }
+        } else if let Some(rest) = line.strip_prefix("Error: ") {
+            if !rest.starts_with("The behavior up to this point") {
+                violations.push(rest.to_string());
+            }
+        }
+    }
+    Some(SimulationReport {
+        checked: checked?,
+        violations,
+        exit_code,
+        wall,
+    })
+}
+
 /// Runs TLC on `tla` with the `.cfg` next to it (one worker unless
 /// `LAZARET_TLC_WORKERS` says otherwise) and parses its report.
 pub fn run_tlc(tla: &Path) -> Result<TlcReport, TlcError> {
@@ -99,53 +213,19 @@ pub fn run_tlc(tla: &Path) -> Result<TlcReport, TlcError> {
 /// Like [`run_tlc`], with `cfg` (an absolute path) instead of the `.cfg`
 /// next to the model.
 pub fn run_tlc_with(tla: &Path, cfg: Option<&Path>) -> Result<TlcReport, TlcError> {
-    let jar = find_jar()?;
-    let meta = tempfile::tempdir().map_err(TlcError::TempDir)?;
-    let dir = tla.parent().unwrap_or(Path::new("."));
     let file = tla.file_name().map(PathBuf::from).unwrap_or_default();
+    // The default `.cfg` is named relative to the model's directory, where
+    // TLC runs.
     let cfg = cfg.map_or_else(|| file.with_extension("cfg"), Path::to_path_buf);
     let workers = std::env::var("LAZARET_TLC_WORKERS").unwrap_or_else(|_| "1".to_string());
-    let model = tla.display().to_string();
-    let start = Instant::now();
-    let out = Command::new("java")
-        .arg("-XX:+UseParallelGC")
-        .arg("-cp")
-        .arg(&jar)
-        .arg("tlc2.TLC")
-        .args([
-            "-workers",
-            &workers,
-            "-coverage",
-            "1",
-            "-nowarning",
-            "-metadir",
-        ])
-        .arg(meta.path())
-        .arg("-config")
-        .arg(&cfg)
-        .arg(&file)
-        .current_dir(dir)
-        .output()
-        .map_err(|source| TlcError::Spawn {
-            model: model.clone(),
-            source,
-        })?;
-    let wall = start.elapsed();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    parse_output(&text, out.status.code(), wall).ok_or_else(|| TlcError::NoSummary {
-        model,
-        status: format!("{:?}", out.status.code()),
-        tail: text
-            .lines()
-            .rev()
-            .take(30)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n"),
-    })
+    let mode = [
+        "-workers".to_owned(),
+        workers,
+        "-coverage".to_owned(),
+        "1".to_owned(),
+    ];
+    let (text, exit_code, wall) = run_java(tla, &cfg, &mode)?;
+    parse_output(&text, exit_code, wall).ok_or_else(|| no_summary(tla, exit_code, &text))
 }
 
 fn leading_number(s: &str) -> Option<u64> {
@@ -242,6 +322,26 @@ pub fn parse_output(text: &str, exit_code: Option<i32>, wall: Duration) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A simulation's checked states and its violations, read from TLC's
+    /// own output (TLC 2.15, `-simulate num=50 -depth 10`).
+    #[test]
+    fn a_simulation_report_reads_its_states_and_violations() {
+        let clean = "Computed 1 initial states...\nProgress: 60,335 states checked.\nFinished in 21s at (2026-12-02 08:24:45)\n";
+        let report = parse_simulation(clean, Some(0), Duration::ZERO);
+        assert_eq!(report.as_ref().map(|r| r.checked), Some(60_335));
+        assert_eq!(report.map(|r| r.violations), Some(Vec::new()));
+        let violated = "Error: Invariant Inv is violated.\nError: The behavior up to this point is:\nState 1: <Initial predicate>\nx = 0\n\nThe number of states generated: 151\nProgress: 151 states checked.\n";
+        let report = parse_simulation(violated, Some(12), Duration::ZERO);
+        assert_eq!(
+            report.map(|r| r.violations),
+            Some(vec!["Invariant Inv is violated.".to_owned()])
+        );
+        assert_eq!(
+            parse_simulation("Parsing file T.tla\n", Some(1), Duration::ZERO),
+            None
+        );
+    }
 
     const SAMPLE: &str = "\
 Model checking completed. No error has been found.

@@ -4,8 +4,8 @@
 //! every box-action property on every step. TLC runs once per model (with
 //! every property of the `.cfg`, liveness included).
 
-use lazaret_conformance::explore::{check, Checked};
-use lazaret_conformance::tlc::run_tlc_with;
+use lazaret_conformance::explore::{check, simulate, Checked};
+use lazaret_conformance::tlc::{run_tlc_simulation, run_tlc_with};
 use lazaret_conformance::workspace_root;
 use lazaret_generated::support::Protocol;
 use lazaret_generated::{lazaret, prepared_lower, ModelEntry, LAZARET_BUILD, MODELS};
@@ -77,6 +77,115 @@ fn lazaret_build_roles_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn s
 #[test]
 fn prepared_lower_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn std::error::Error>> {
     tlc_and_parity::<prepared_lower::Model>(model_entry("PreparedLower")?, true)
+}
+
+/// The product's own sizes (protocol/LazaretProduct.cfg).
+const LAZARET_PRODUCT: ModelEntry = ModelEntry {
+    name: "Lazaret",
+    tla: "protocol/Lazaret.tla",
+    cfg_file: "protocol/LazaretProduct.cfg",
+    cfg_text: include_str!("../../protocol/LazaretProduct.cfg"),
+};
+
+/// TLC's random behaviors and their length (about 30 s on one core), and
+/// the states stateright visits along its own (about 20 s: it checks the
+/// generated Rust, which is faster).
+const SIMULATED_BEHAVIORS: u64 = 600;
+const SIMULATED_DEPTH: u64 = 150;
+const STATERIGHT_SIMULATED_STATES: usize = 1_000_000;
+
+/// The product's own sizes — the constants of every product trace (four
+/// coordinators, 16 session slots, 8 unacknowledged chunks, this build's
+/// roles) — are too large to explore, so TLC and stateright both simulate
+/// them: reproducible random behaviors, every invariant and action
+/// property checked on every state and step (Lazaret-notes.md "Product
+/// sizes" argues why the exhaustive checks at two coordinators and two
+/// sessions cover the rest).
+#[test]
+fn product_sizes_are_simulated_by_tlc_and_stateright() -> Result<(), Box<dyn std::error::Error>> {
+    // The configuration is the product's: the constants its traces carry.
+    let product = lazaret_runtime::coordinator::host_model::HostModel::new("hc".into(), 1)?;
+    let constants = product
+        .header()
+        .constants
+        .ok_or("the product trace header has no constants")?;
+    let cfg =
+        lazaret_generated::support::Cfg::parse(LAZARET_PRODUCT.cfg_file, LAZARET_PRODUCT.cfg_text)?;
+    let cx = <lazaret::Model as Protocol>::constants(&cfg)?;
+    let count = |key: &str| constants[key].as_array().map_or(0, Vec::len);
+    assert_eq!(cx.coordinators.len(), count("Coordinators"), "coordinators");
+    assert_eq!(cx.sessions.len(), count("Sessions"), "sessions");
+    assert_eq!(
+        Some(cx.max_unacked_chunks),
+        constants["MaxUnackedChunks"].as_i64(),
+        "unacknowledged chunks"
+    );
+    let build =
+        lazaret_generated::support::Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)?;
+    assert_eq!(
+        cx.required_roles,
+        <lazaret::Model as Protocol>::constants(&build)?.required_roles,
+        "required roles"
+    );
+    // Every invariant and action property is checked.
+    let listed = checked_properties(LAZARET_PRODUCT.cfg_text);
+    for name in <lazaret::Model as Protocol>::invariants()
+        .iter()
+        .map(|i| i.name)
+        .chain(
+            <lazaret::Model as Protocol>::action_properties()
+                .iter()
+                .map(|p| p.name),
+        )
+    {
+        assert!(
+            listed.contains(name),
+            "{} does not check {name}",
+            LAZARET_PRODUCT.cfg_file
+        );
+    }
+
+    let root = workspace_root();
+    let tlc = run_tlc_simulation(
+        &root.join(LAZARET_PRODUCT.tla),
+        &root.join(LAZARET_PRODUCT.cfg_file),
+        SIMULATED_BEHAVIORS,
+        SIMULATED_DEPTH,
+        7,
+    )?;
+    assert!(
+        tlc.violations.is_empty(),
+        "TLC simulation: {:?}",
+        tlc.violations
+    );
+    assert_eq!(tlc.exit_code, Some(0), "TLC simulation exit status");
+    // Most behaviors run their whole length (few states are terminal).
+    assert!(
+        tlc.checked >= SIMULATED_BEHAVIORS * SIMULATED_DEPTH / 2,
+        "TLC simulation checked only {} states",
+        tlc.checked
+    );
+    let sr = simulate::<lazaret::Model>(
+        Checked::from_entry(&LAZARET_PRODUCT, None)?,
+        7,
+        usize::try_from(SIMULATED_DEPTH)?,
+        STATERIGHT_SIMULATED_STATES,
+    );
+    assert!(
+        sr.violation.is_none(),
+        "stateright simulation: {:?}",
+        sr.violation
+    );
+    assert!(
+        sr.states >= STATERIGHT_SIMULATED_STATES,
+        "stateright simulated only {} states",
+        sr.states
+    );
+    eprintln!(
+        "product sizes: TLC checked {} states in {:?}; stateright {} states (depth {}) in {:?}",
+        tlc.checked, tlc.wall, sr.states, sr.max_depth, sr.wall
+    );
+    Ok(())
 }
 
 /// The `INVARIANTS` and `PROPERTIES` a TLC configuration lists, comments
