@@ -11,25 +11,29 @@ use lazaret_runtime::coordinator::host_model::ProcessView;
 use lazaret_runtime::records::process::PidfsProcessIdentityV1;
 
 use crate::process_identity::Signal;
-use crate::process_identity::{liveness, match_recorded, Liveness, ProcessSys};
+use crate::process_identity::{match_recorded, ProcessSys, RecoveryRefusal};
 
 /// Why a recorded process could not be proved absent.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum AbsenceError {
-    /// A recorded process's liveness could not be read.
-    #[error("cannot prove the {what} absent: {why}")]
-    Unproved { what: String, why: String },
+    /// The exact match of a recorded process neither found it nor proved
+    /// it gone.
+    #[error("cannot prove the {what} absent: {source}")]
+    Unproved {
+        what: &'static str,
+        source: RecoveryRefusal,
+    },
     #[error("cannot prove the runtime absent: still running {secs}s after it was to end")]
     Outlived { secs: u64 },
 }
 
 /// A launch slot's process whose presence could not be read for its trace
 /// line.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("cannot observe the {} process for its trace line: {why}", slot.name())]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot observe the {} process for its trace line: {source}", slot.name())]
 pub struct SlotObservationError {
     pub slot: ProcSlots,
-    pub why: String,
+    pub source: RecoveryRefusal,
 }
 
 /// What the trace line of a launch step that stages or commits `slot`
@@ -43,7 +47,7 @@ pub(super) fn observe_slot<S: ProcessSys>(
     slot: ProcSlots,
     identity: &PidfsProcessIdentityV1,
 ) -> Result<ProcessView, SlotObservationError> {
-    let here = || present(sys, identity).map_err(|why| SlotObservationError { slot, why });
+    let here = || present(sys, identity).map_err(|source| SlotObservationError { slot, source });
     Ok(match slot {
         ProcSlots::SandboxRuntimeSupervisor => {
             ProcessView::supervisor(if here()? { Rs::Running } else { Rs::Absent })
@@ -72,11 +76,11 @@ const KILL_GRACE: Duration = Duration::from_secs(10);
 pub(super) fn present<S: ProcessSys>(
     sys: &S,
     identity: &PidfsProcessIdentityV1,
-) -> Result<bool, String> {
-    match liveness(sys, identity) {
-        Liveness::Running => Ok(true),
-        Liveness::Gone { .. } => Ok(false),
-        Liveness::Unknown { why } => Err(why),
+) -> Result<bool, RecoveryRefusal> {
+    match match_recorded(sys, identity) {
+        Ok(_handle) => Ok(true),
+        Err(refusal) if refusal.proves_absence() => Ok(false),
+        Err(refusal) => Err(refusal),
     }
 }
 
@@ -86,13 +90,10 @@ pub(super) fn present<S: ProcessSys>(
 /// runsc was still present when the first was already gone.
 pub(super) fn wait_absent<S: ProcessSys>(
     sys: &S,
-    (first_name, supervisor): (&str, Option<&PidfsProcessIdentityV1>),
+    (first_name, supervisor): (&'static str, Option<&PidfsProcessIdentityV1>),
     runsc: Option<&PidfsProcessIdentityV1>,
 ) -> Result<bool, AbsenceError> {
-    let unproved = |what: &str, why: String| AbsenceError::Unproved {
-        what: what.to_owned(),
-        why,
-    };
+    let unproved = |what: &'static str, source| AbsenceError::Unproved { what, source };
     let start = Instant::now();
     let mut killed = false;
     let mut runsc_outlived = false;
@@ -178,10 +179,10 @@ mod tests {
         sys.insert(40, live(5, 1));
         sys.insert(41, live(6, 2));
         sys.insert(42, live(7, 2));
-        assert_eq!(present(&sys, &recorded(40, 5, 1)), Ok(true));
+        assert!(matches!(present(&sys, &recorded(40, 5, 1)), Ok(true)));
         // Nothing at the locator, or another process there: absent.
-        assert_eq!(present(&sys, &recorded(43, 5, 1)), Ok(false));
-        assert_eq!(present(&sys, &recorded(41, 5, 1)), Ok(false));
+        assert!(matches!(present(&sys, &recorded(43, 5, 1)), Ok(false)));
+        assert!(matches!(present(&sys, &recorded(41, 5, 1)), Ok(false)));
         // Another boot: absent without looking the PID up.
         let other_boot = PidfsProcessIdentityV1 {
             authority: PidfsProcessAuthorityV1 {
@@ -190,11 +191,14 @@ mod tests {
             },
             ..recorded(40, 5, 1)
         };
-        assert_eq!(present(&sys, &other_boot), Ok(false));
+        assert!(matches!(present(&sys, &other_boot), Ok(false)));
         // The same pidfs authority with another start time: refused.
         let refused = present(&sys, &recorded(42, 7, 1));
         assert!(
-            refused.as_ref().is_err_and(|e| e.contains("start time")),
+            matches!(
+                refused,
+                Err(RecoveryRefusal::StartTimeMismatch { pid: 42, .. })
+            ),
             "{refused:?}"
         );
     }
@@ -212,24 +216,24 @@ mod tests {
         let rs = ProcSlots::SandboxRuntimeSupervisor;
         let runsc = ProcSlots::SandboxAttachedRunsc;
         assert_eq!(
-            observe_slot(&sys, rs, &here),
-            Ok(ProcessView::supervisor(Rs::Running))
+            observe_slot(&sys, rs, &here).ok(),
+            Some(ProcessView::supervisor(Rs::Running))
         );
         assert_eq!(
-            observe_slot(&sys, rs, &gone),
-            Ok(ProcessView::supervisor(Rs::Absent))
+            observe_slot(&sys, rs, &gone).ok(),
+            Some(ProcessView::supervisor(Rs::Absent))
         );
         assert_eq!(
-            observe_slot(&sys, runsc, &here),
-            Ok(ProcessView::attached_runsc(Runsc::Running))
+            observe_slot(&sys, runsc, &here).ok(),
+            Some(ProcessView::attached_runsc(Runsc::Running))
         );
         assert_eq!(
-            observe_slot(&sys, runsc, &gone),
-            Ok(ProcessView::attached_runsc(Runsc::Absent))
+            observe_slot(&sys, runsc, &gone).ok(),
+            Some(ProcessView::attached_runsc(Runsc::Absent))
         );
         assert_eq!(
-            observe_slot(&sys, ProcSlots::HelperConnectivityHelper, &here),
-            Ok(ProcessView::default())
+            observe_slot(&sys, ProcSlots::HelperConnectivityHelper, &here).ok(),
+            Some(ProcessView::default())
         );
         let contradicted = recorded(60, 20, 3);
         let refused = observe_slot(&sys, runsc, &contradicted);
@@ -254,19 +258,26 @@ mod tests {
                 &sys,
                 ("Runtime Supervisor", Some(&supervisor)),
                 Some(&outliving)
-            ),
-            Ok(true)
+            )
+            .ok(),
+            Some(true)
         );
         let gone = recorded(52, 12, 3);
         assert_eq!(
-            wait_absent(&sys, ("Runtime Supervisor", Some(&supervisor)), Some(&gone)),
-            Ok(false)
+            wait_absent(&sys, ("Runtime Supervisor", Some(&supervisor)), Some(&gone)).ok(),
+            Some(false)
         );
         sys.insert(53, live(13, 2));
         let contradicted = recorded(53, 13, 1);
         let refused = wait_absent(&sys, ("session exec client", Some(&contradicted)), None);
         assert!(
-            matches!(&refused, Err(AbsenceError::Unproved { what, .. }) if what == "session exec client"),
+            matches!(
+                &refused,
+                Err(AbsenceError::Unproved {
+                    what: "session exec client",
+                    source: RecoveryRefusal::StartTimeMismatch { pid: 53, .. },
+                })
+            ),
             "{refused:?}"
         );
     }

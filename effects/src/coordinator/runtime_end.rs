@@ -91,11 +91,11 @@ pub(super) fn settle_runtime(hc: &mut Hc<'_, '_>) -> Result<bool, CoordinatorErr
     let Some(runsc) = runsc else {
         return Ok(false);
     };
-    let here = present(&RealProcessSys, &runsc).map_err(|why| CoordinatorError::RuntimeEnd {
+    let here = present(&RealProcessSys, &runsc).map_err(|source| CoordinatorError::RuntimeEnd {
         generation,
         source: AbsenceError::Unproved {
-            what: "attached runsc".into(),
-            why,
+            what: "attached runsc",
+            source,
         },
     })?;
     if !here {

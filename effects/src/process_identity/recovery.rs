@@ -156,13 +156,27 @@ pub fn liveness<S: ProcessSys>(sys: &S, recorded: &PidfsProcessIdentityV1) -> Li
         Ok(_handle) => Liveness::Running,
         Err(refusal) => {
             let why = refusal.to_string();
-            match refusal {
-                RecoveryRefusal::BootMismatch { .. }
-                | RecoveryRefusal::NoProcessAtLocator { .. }
-                | RecoveryRefusal::AuthorityMismatch { .. }
-                | RecoveryRefusal::ExitedWhileMatched { .. } => Liveness::Gone { why },
-                _ => Liveness::Unknown { why },
+            if refusal.proves_absence() {
+                Liveness::Gone { why }
+            } else {
+                Liveness::Unknown { why }
             }
         }
+    }
+}
+
+impl RecoveryRefusal {
+    /// Whether the refusal is positive evidence that the recorded process
+    /// is gone (FR-7): another boot, no process at the PID, another pidfs
+    /// authority there, or the exactly matched process exited during the
+    /// match. Every other refusal proves nothing.
+    pub fn proves_absence(&self) -> bool {
+        matches!(
+            self,
+            Self::BootMismatch { .. }
+                | Self::NoProcessAtLocator { .. }
+                | Self::AuthorityMismatch { .. }
+                | Self::ExitedWhileMatched { .. }
+        )
     }
 }
