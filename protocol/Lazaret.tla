@@ -40,16 +40,19 @@ VARIABLES
     escApproval,    \* per session: who approved the request
     escUnacked,     \* per session: result chunks sent and not yet acknowledged
     escCancel,      \* per session: a signed cancellation has arrived and is not yet applied
-    runtimeEnded    \* the generation's RS or attached runsc ended on its own while the HC
+    runtimeEnded,   \* the generation's RS or attached runsc ended on its own while the HC
                     \* held the lease (observed through the lifetime channel and pidfds)
+    termsLeft       \* the generation records session terminals that are not clean although
+                    \* their sessions are over (spec 3.4: a retained release, a failed start,
+                    \* the sessions of a lost HC); cleaned only after runtime absence
 
 vars == <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
           sess, sessGen, sessFp, route, ptyFwd,
-          esc, escMatch, escApproval, escUnacked, escCancel, runtimeEnded>>
+          esc, escMatch, escApproval, escUnacked, escCancel, runtimeEnded, termsLeft>>
 
 \* The durable generation document (Domain Store, spec 3.6): only these are
 \* written by store transactions.
-durableVars == <<decision, gen, part, slot>>
+durableVars == <<decision, gen, part, slot, termsLeft>>
 
 -----------------------------------------------------------------------------
 \* Definitions
@@ -152,6 +155,7 @@ TypeOK ==
     /\ escUnacked \in [Sessions -> 0..MaxUnackedChunks]
     /\ escCancel \in [Sessions -> BOOLEAN]
     /\ runtimeEnded \in BOOLEAN
+    /\ termsLeft \in BOOLEAN
 
 Init ==
     /\ hc = [c \in Coordinators |-> "Idle"]
@@ -174,6 +178,7 @@ Init ==
     /\ escUnacked = [s \in Sessions |-> 0]
     /\ escCancel = [s \in Sessions |-> FALSE]
     /\ runtimeEnded = FALSE
+    /\ termsLeft = FALSE
 
 -----------------------------------------------------------------------------
 \* Domain lock and Host Coordinator election (spec 3.3, OR-1)
@@ -183,7 +188,7 @@ AcquireDomainLock(c) ==
     /\ lockHolder = "None"
     /\ hc' = [hc EXCEPT ![c] = "Bootstrapping"]
     /\ lockHolder' = c
-    /\ UNCHANGED <<runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -193,7 +198,7 @@ LoseDomainLockRace(c) ==
     /\ hc[c] = "Idle"
     /\ lockHolder # "None"
     /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
-    /\ UNCHANGED <<runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -202,7 +207,7 @@ BootstrapVacantDomain(c) ==
     /\ hc[c] = "Bootstrapping"
     /\ decision = "Vacant"
     /\ hc' = [hc EXCEPT ![c] = "Leading"]
-    /\ UNCHANGED <<runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -213,7 +218,7 @@ BootstrapRecover(c) ==
     /\ recordIdentity = "Matching"
     /\ hc' = [hc EXCEPT ![c] = "Leading"]
     /\ decision' = "Recovering"
-    /\ UNCHANGED <<runtimeEnded, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -223,7 +228,7 @@ RefuseMismatchedRecord(c) ==
     /\ recordIdentity = "Mismatched"
     /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
     /\ lockHolder' = "None"
-    /\ UNCHANGED <<runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -236,7 +241,7 @@ DurableIdentityDiverges ==
     /\ runsc = "Absent"
     /\ recordIdentity = "Matching"
     /\ recordIdentity' = "Mismatched"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -250,7 +255,7 @@ StartGeneration(c) ==
     /\ part' = [r \in Roles |-> "None"]
     /\ slot' = [ps \in ProcSlots |-> "Unassigned"]
     /\ runtimeEnded' = FALSE
-    /\ UNCHANGED <<lockHolder, recordIdentity, rs, runsc,
+    /\ UNCHANGED <<termsLeft, lockHolder, recordIdentity, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -259,7 +264,7 @@ ExitCoordinator(c) ==
     /\ decision = "Vacant"
     /\ hc' = [hc EXCEPT ![c] = "Exited"]
     /\ lockHolder' = "None"
-    /\ UNCHANGED <<runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -276,7 +281,7 @@ RecordIntent(c, r) ==
     /\ r = "Sandbox" \/ \A d \in Roles : d = "Sandbox" \/ AcquireRank(d) >= AcquireRank(r) \/ Ready(d)
     /\ r # "Publication" \/ part["Sandbox"] = "Committed"
     /\ part' = [part EXCEPT ![r] = "Intent"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -289,7 +294,7 @@ AcquireSnapshot(c, r) ==
     /\ part[r] = "Intent"
     /\ r \in SnapshotRoles
     /\ part' = [part EXCEPT ![r] = "Acquiring"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -306,7 +311,7 @@ StageProcess(c, ps) ==
     /\ part' = [part EXCEPT ![SlotRole(ps)] = "Acquiring"]
     /\ rs' = IF ps = "SandboxRuntimeSupervisor" THEN "Running" ELSE rs
     /\ runsc' = IF ps = "SandboxAttachedRunsc" THEN "Running" ELSE runsc
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -316,7 +321,7 @@ CommitProcess(c, ps) ==
     /\ decision = "Starting"
     /\ slot[ps] = "Staged"
     /\ slot' = [slot EXCEPT ![ps] = "Committed"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -329,7 +334,7 @@ CommitParticipant(c, r) ==
     /\ r \notin {"Network", "Publication"}
     /\ \A ps \in ProcSlots : SlotRole(ps) # r \/ slot[ps] = "Committed"
     /\ part' = [part EXCEPT ![r] = ActiveState(r)]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -339,7 +344,7 @@ MarkNetworkReady(c) ==
     /\ decision = "Starting"
     /\ part["Network"] = "Acquiring"
     /\ part' = [part EXCEPT !["Network"] = "Committed"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -353,7 +358,7 @@ Publish(c) ==
     /\ runsc = "Running"
     /\ part' = [part EXCEPT !["Publication"] = "Committed"]
     /\ decision' = "Published"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -362,7 +367,7 @@ AbortGeneration(c) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ decision' = "TearingDown"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -382,7 +387,7 @@ ConnectClient(s, f) ==
     /\ lockHolder # "None"
     /\ sess' = [sess EXCEPT ![s] = "Connecting"]
     /\ sessFp' = [sessFp EXCEPT ![s] = f]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* HC issues a credential bound to the current generation.
@@ -393,7 +398,7 @@ EnrollClient(c, s) ==
     /\ sessFp[s] = "Match"
     /\ sess' = [sess EXCEPT ![s] = "Enrolled"]
     /\ sessGen' = [sessGen EXCEPT ![s] = gen]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessFp, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 RefuseConfigurationMismatch(c, s) ==
@@ -402,7 +407,7 @@ RefuseConfigurationMismatch(c, s) ==
     /\ sessFp[s] = "Mismatch"
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* A credential bound to another generation is refused.
@@ -414,7 +419,7 @@ RefuseStaleCredential(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -432,7 +437,7 @@ RegisterSession(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Registered"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, sessFp, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* Session close, client connection loss, PTY or exec-client loss, or guest
@@ -449,7 +454,7 @@ CloseSession(c, s) ==
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, sessFp>>
 
 \* Physical terminal release done (exec client reaped, PTY closed, terminal
@@ -460,6 +465,19 @@ FinishSessionRelease(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Spec 3.4 release step 3: the guest group, exec client or PTY could not be
+\* proved absent, so the terminal keeps its release intent (with every exact
+\* identity) for Domain teardown; the session slot is free.
+RetainSessionRelease(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ sess[s] = "Closing"
+    /\ sess' = [sess EXCEPT ![s] = "Absent"]
+    /\ sessGen' = [sessGen EXCEPT ![s] = 0]
+    /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ termsLeft' = TRUE
     /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -469,6 +487,10 @@ ClientExits(s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    \* An enrolled client of the published generation may leave a terminal
+    \* intent behind (its session failed to start, spec 3.4 "Failure before
+    \* the running state never admits the terminal").
+    /\ termsLeft' = (termsLeft \/ (sess[s] = "Enrolled" /\ decision = "Published"))
     /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -482,7 +504,7 @@ PauseTerminalForwarding(c, s) ==
     /\ ptyFwd[s] = TRUE
     /\ esc[s] \in {"Accepted", "Approved"}
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -492,7 +514,7 @@ ResumeTerminalForwarding(c, s) ==
     /\ route[s] = "Sandbox"
     /\ esc[s] \notin {"Accepted", "Approved"}
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -510,7 +532,7 @@ SubmitEscalation(s, m) ==
     /\ runsc = "Running"
     /\ esc' = [esc EXCEPT ![s] = "Submitted"]
     /\ escMatch' = [escMatch EXCEPT ![s] = m]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escApproval, escUnacked, escCancel>>
 
@@ -518,7 +540,7 @@ AcceptEscalation(c, s) ==
     /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Submitted"
     /\ esc' = [esc EXCEPT ![s] = "Accepted"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -529,7 +551,7 @@ RouteToPrompt(c, s) ==
     /\ ptyFwd[s] = FALSE
     /\ esc' = [esc EXCEPT ![s] = "Prompting"]
     /\ route' = [route EXCEPT ![s] = "Prompt"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -539,7 +561,7 @@ ApproveEscalation(c, s) ==
     /\ esc[s] = "Prompting"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "Developer"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escUnacked, escCancel>>
 
@@ -549,7 +571,7 @@ AutoApproveEscalation(c, s) ==
     /\ escMatch[s] = "Exact"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "Auto"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escUnacked, escCancel>>
 
@@ -560,7 +582,7 @@ DenyEscalation(c, s) ==
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
 
 \* The developer did not answer within the prompt deadline.
@@ -571,7 +593,7 @@ PromptTimeout(c, s) ==
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
 
 \* The approved host process starts (argv launcher, no shell) and takes the
@@ -582,7 +604,7 @@ StartHostProcess(c, s) ==
     /\ ptyFwd[s] = FALSE
     /\ esc' = [esc EXCEPT ![s] = "Running"]
     /\ route' = [route EXCEPT ![s] = "HostProcess"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -593,7 +615,7 @@ EmitResultChunk(c, s) ==
     /\ esc[s] = "Running"
     /\ escUnacked[s] < MaxUnackedChunks
     /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] + 1]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
 
@@ -601,7 +623,7 @@ EmitResultChunk(c, s) ==
 AckResultChunk(s) ==
     /\ escUnacked[s] > 0
     /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] - 1]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
 
@@ -614,7 +636,7 @@ HostProcessExits(c, s) ==
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escUnacked>>
 
 \* Execution or acknowledgement deadline: HC terminates and reaps the process.
@@ -626,7 +648,7 @@ HostProcessTimeout(c, s) ==
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escUnacked>>
 
 \* Acknowledgement deadline after the process ended: HC removes the
@@ -636,7 +658,7 @@ AckTimeout(c, s) ==
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] > 0
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
 
@@ -646,7 +668,7 @@ DeliverResult(c, s) ==
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] = 0
     /\ esc' = [esc EXCEPT ![s] = "Delivered"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -655,7 +677,7 @@ DeliverResult(c, s) ==
 CollectResult(s) ==
     /\ esc[s] = "Delivered"
     /\ esc' = [esc EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -667,7 +689,7 @@ RequestCancellation(s) ==
     /\ esc[s] \in {"Prompting", "Running"}
     /\ escCancel[s] = FALSE
     /\ escCancel' = [escCancel EXCEPT ![s] = TRUE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked>>
 
@@ -683,7 +705,7 @@ ApplyCancellation(c, s) ==
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd>>
 
 -----------------------------------------------------------------------------
@@ -700,7 +722,7 @@ BeginTeardown(c) ==
     /\ sess' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "Absent" ELSE sess[s]]
     /\ sessGen' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN 0 ELSE sessGen[s]]
     /\ sessFp' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "None" ELSE sessFp[s]]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -712,7 +734,7 @@ RecordReleaseIntent(c, r) ==
     /\ part[r] \in LiveSnapshot
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \notin LiveSnapshot
     /\ part' = [part EXCEPT ![r] = "ReleaseIntent"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -726,7 +748,7 @@ ShutdownRuntime(c) ==
     /\ \A d \in Roles : part[d] \notin LiveSnapshot
     /\ rs' = "Absent"
     /\ runsc' = "Absent"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -740,7 +762,7 @@ CleanParticipant(c, r) ==
     /\ r = "Publication" \/ runsc = "Absent"
     /\ part' = [part EXCEPT ![r] = "Clean"]
     /\ slot' = [ps \in ProcSlots |-> IF SlotRole(ps) = r THEN "Unassigned" ELSE slot[ps]]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -754,17 +776,33 @@ CleanBareIntent(c, r) ==
     /\ rs = "Absent"
     /\ runsc = "Absent"
     /\ part' = [part EXCEPT ![r] = "Clean"]
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* Every participant clean: the generation is retired; a new one may start.
+\* The session terminals left over are cleaned once the whole runtime is
+\* absent (spec 3.4: "bootstrap recovery cleans the retained Intent only
+\* after runtime absence"; a retained release is "left in release intent for
+\* Domain teardown").
+CleanSessionTerminals(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision \in ReleasePhases
+    /\ termsLeft = TRUE
+    /\ rs = "Absent"
+    /\ runsc = "Absent"
+    /\ termsLeft' = FALSE
+    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
 RetireGeneration(c) ==
     /\ hc[c] \in LeaderPhases
     /\ decision \in ReleasePhases
     /\ \A r \in Roles : part[r] \in {"None", "Clean"}
+    /\ termsLeft = FALSE
     /\ decision' = "Vacant"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -792,6 +830,13 @@ HostCoordinatorLost(c) ==
     /\ escUnacked' = [s \in Sessions |-> 0]
     /\ escCancel' = [s \in Sessions |-> FALSE]
     /\ runtimeEnded' = FALSE
+    \* Spec 3.4: the lost HC's session terminals stay as recorded (an enrolled
+    \* session may have recorded its terminal intent) until recovery cleans
+    \* them after runtime absence.
+    /\ termsLeft' = \/ termsLeft
+                    \/ \E s \in Sessions :
+                        \/ sess[s] \in {"Registered", "Closing"}
+                        \/ sess[s] = "Enrolled" /\ decision = "Published"
     /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, runsc>>
 
 \* The surviving RS stops the complete sandbox, unmounts its exact State
@@ -800,7 +845,7 @@ RuntimeSupervisorLeaseLossTeardown ==
     /\ rs = "LeaseLost"
     /\ rs' = "Absent"
     /\ runsc' = "Absent"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -808,7 +853,7 @@ RuntimeSupervisorLeaseLossTeardown ==
 RuntimeSupervisorLost ==
     /\ rs = "LeaseLost"
     /\ rs' = "Absent"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -817,7 +862,7 @@ AttachedRunscParentDeath ==
     /\ rs = "Absent"
     /\ runsc = "Running"
     /\ runsc' = "Absent"
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -833,7 +878,7 @@ RuntimeSupervisorEnds ==
     /\ \A s \in Sessions : esc[s] = "None"
     /\ rs' = "Absent"
     /\ runtimeEnded' = TRUE
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
+    /\ UNCHANGED <<termsLeft, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -845,7 +890,7 @@ AttachedRunscEnds ==
     /\ \A s \in Sessions : esc[s] = "None"
     /\ runsc' = "Absent"
     /\ runtimeEnded' = TRUE
-    /\ UNCHANGED <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
+    /\ UNCHANGED <<termsLeft, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -883,6 +928,7 @@ Next ==
     \/ \E c \in Coordinators, s \in Sessions : RegisterSession(c, s)
     \/ \E c \in Coordinators, s \in Sessions : CloseSession(c, s)
     \/ \E c \in Coordinators, s \in Sessions : FinishSessionRelease(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : RetainSessionRelease(c, s)
     \/ \E s \in Sessions : ClientExits(s)
     \/ \E c \in Coordinators, s \in Sessions : PauseTerminalForwarding(c, s)
     \/ \E c \in Coordinators, s \in Sessions : ResumeTerminalForwarding(c, s)
@@ -908,6 +954,7 @@ Next ==
     \/ \E c \in Coordinators : ShutdownRuntime(c)
     \/ \E c \in Coordinators, r \in Roles : CleanParticipant(c, r)
     \/ \E c \in Coordinators, r \in Roles : CleanBareIntent(c, r)
+    \/ \E c \in Coordinators : CleanSessionTerminals(c)
     \/ \E c \in Coordinators : RetireGeneration(c)
     \/ \E c \in Coordinators : HostCoordinatorLost(c)
     \/ RuntimeSupervisorLeaseLossTeardown
@@ -938,6 +985,7 @@ SessionServiceStep(s) ==
         \/ DeliverResult(c, s)
         \/ ApplyCancellation(c, s)
         \/ FinishSessionRelease(c, s)
+        \/ RetainSessionRelease(c, s)
 
 \* Once the HC has seen the runtime end it closes every session (its event
 \* loop's reaction to the lifetime channel).
@@ -951,6 +999,7 @@ GenerationReleaseStep ==
         \/ RefuseMismatchedRecord(c)
         \/ BeginTeardown(c)
         \/ ShutdownRuntime(c)
+        \/ CleanSessionTerminals(c)
         \/ RetireGeneration(c)
         \/ \E r \in Roles : RecordReleaseIntent(c, r)
         \/ \E r \in Roles : CleanParticipant(c, r)
@@ -1172,6 +1221,12 @@ Inv_Spec_LeaseLostRuntimeKeepsItsRecord ==
     rs = "LeaseLost" =>
         (decision \in LiveGeneration /\ part["Sandbox"] \notin {"None", "Intent", "Clean"})
 
+\* Spec 3.4: no session terminal outlives its generation's retirement: a
+\* retained release, a failed start and a lost HC's sessions are all cleaned
+\* before the generation is Vacant.
+Inv_Spec_RetiredGenerationLeavesNoTerminal ==
+    decision = "Vacant" => termsLeft = FALSE
+
 -----------------------------------------------------------------------------
 \* Temporal properties
 
@@ -1223,6 +1278,12 @@ Live_FR17_StoreWrittenOnlyUnderLock ==
 \* mismatched record is retained untouched.
 Live_Spec_MismatchedRecordRetained ==
     [][recordIdentity = "Mismatched" => UNCHANGED durableVars]_vars
+
+\* Spec 3.4: left-over session terminals are recorded clean only while the
+\* whole runtime (RS and attached runsc, and with them every guest group) is
+\* absent.
+Live_Spec_TerminalsCleanedAfterRuntimeAbsence ==
+    [][(termsLeft = TRUE /\ termsLeft' = FALSE) => (rs = "Absent" /\ runsc = "Absent")]_vars
 
 \* OR-2: an accepted request resolves to a delivered result unless its
 \* session disconnects (or its coordinator is lost) first.

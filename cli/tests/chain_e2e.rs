@@ -445,10 +445,11 @@ fn wait_no_processes(env: &Env) {
 /// Spec 3.4 release step 3: "Record the terminal clean only after the guest
 /// group, exec client, and PTY are absent; otherwise retain release
 /// intent." A piped command that completes by itself and leaves a member of
-/// its group running is released without an observation, so its terminal
-/// keeps its ReleaseIntent while the Domain lives (read here after the
-/// coordinator is killed, from the store it left), and the next
-/// coordinator's recovery cleans it once the runtime is gone.
+/// its group running is released without an observation, so its release
+/// is the model's `RetainSessionRelease`, its terminal keeps its
+/// ReleaseIntent while the Domain lives (read here after the coordinator is
+/// killed, from the store it left), and the next coordinator's recovery
+/// cleans it once the runtime is gone (`CleanSessionTerminals`).
 #[test]
 fn a_retained_release_keeps_its_release_intent_until_the_runtime_is_gone() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -476,7 +477,8 @@ fn a_retained_release_keeps_its_release_intent_until_the_runtime_is_gone() {
         "sleep 300 >/dev/null 2>&1 & exit 0",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    // The coordinator took the finished session's last step.
+    // The coordinator took the finished session's last step: retained,
+    // not finished clean.
     let live_trace = || {
         runtime_files(&env.home.join("run"))
             .into_iter()
@@ -485,14 +487,19 @@ fn a_retained_release_keeps_its_release_intent_until_the_runtime_is_gone() {
             .unwrap_or_default()
     };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !live_trace().contains("FinishSessionRelease") {
+    while !live_trace().contains("RetainSessionRelease") {
         assert!(
             Instant::now() < deadline,
-            "no FinishSessionRelease: {}",
+            "no RetainSessionRelease: {}",
             live_trace()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert!(
+        !live_trace().contains("FinishSessionRelease"),
+        "{}",
+        live_trace()
+    );
     kill_the_coordinator(&env);
     let out = keeper.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
@@ -514,10 +521,21 @@ fn a_retained_release_keeps_its_release_intent_until_the_runtime_is_gone() {
         "{states:?}: {state}"
     );
     assert!(!states.contains(&"Clean"), "{states:?}: {state}");
-    // Recovery cleans both once the runtime is gone; nothing is left.
+    // Recovery cleans both once the runtime is gone, as the model's step;
+    // nothing is left.
     let out = env.run(&["default", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
+    let recovered = env
+        .traces()
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t).ok())
+        .find(|t| t.contains("RetainSessionRelease"))
+        .unwrap_or_default();
+    assert!(
+        recovered.contains("\"CleanSessionTerminals\""),
+        "{recovered}"
+    );
 }
 
 /// HC loss (SIGKILL): the Runtime Supervisor sees its lifetime channel

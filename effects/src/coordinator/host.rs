@@ -623,7 +623,8 @@ fn serve(
             HcEvent::SessionEnded(s, outcome) => {
                 // The session's loop reaped its exec client and closed its
                 // PTY before it said the session ended (spec 3.4).
-                let end = serve::on_session_ended(hc.model.model(), s);
+                let retained = matches!(outcome, ReleaseOutcome::Retained(_));
+                let end = serve::on_session_ended(hc.model.model(), s, retained);
                 if let Some(close) = end.close {
                     hc.step(close.action, |hc| release_terminal(hc, close.s))?;
                 }
@@ -829,13 +830,14 @@ fn clean_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorE
     Ok(())
 }
 
-/// FinishSessionRelease of a session whose release ran (spec 3.4 release
-/// step 3): "Record the terminal clean only after the guest group, exec
-/// client, and PTY are absent; otherwise retain release intent." A
-/// retained terminal keeps its ReleaseIntent record, with every recorded
-/// identity, until the runtime is gone: Domain teardown (`ShutdownRuntime`)
-/// or bootstrap recovery cleans it then (`recovery::clean_terminals`). The
-/// session slot is free either way: the model's session is over.
+/// FinishSessionRelease or RetainSessionRelease of a session whose release
+/// ran (spec 3.4 release step 3): "Record the terminal clean only after the
+/// guest group, exec client, and PTY are absent; otherwise retain release
+/// intent." A retained terminal keeps its ReleaseIntent record, with every
+/// recorded identity, until the runtime is gone: the release's
+/// `CleanSessionTerminals`, in Domain teardown or bootstrap recovery,
+/// cleans it then (`recovery::clean_terminals`). The session slot is free
+/// either way: the model's session is over.
 fn finish_terminal(
     hc: &mut Hc<'_, '_>,
     s: SessionsId,

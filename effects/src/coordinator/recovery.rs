@@ -229,16 +229,17 @@ fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), Co
                 // runsc that was killed) go once its processes are proved
                 // absent, and every terminal's exec client is proved
                 // absent before the lock step: a recovery that fails
-                // closed on a proof does not spend a successor. This
-                // process holds the Domain flock (the step's effect, taken
-                // when it started); the step comes before anything written
-                // for the generation (FR-17).
+                // closed on a proof does not spend a successor (the
+                // terminals are recorded clean at `CleanSessionTerminals`,
+                // where the proof is repeated). This process holds the
+                // Domain flock (the step's effect, taken when it started);
+                // the step comes before anything written for the
+                // generation (FR-17).
                 let dir = paths.generation(generation.0);
                 super::paths::remove_generation_dir(&dir)
                     .map_err(|source| CoordinatorError::Io { path: dir, source })?;
-                let terminals = terminal_releases(hc)?;
+                terminal_releases(hc)?;
                 hc.step(action, |_| Ok(()))?;
-                apply_releases(hc, &terminals)?;
             }
             Action::BootstrapRecover { .. } => hc.step(action, |hc| {
                 hc.apply(&[StoreOp::SetDurableDecision {
@@ -294,16 +295,14 @@ fn prove_runtime_absent(hc: &Hc<'_, '_>) -> Result<bool, CoordinatorError> {
     Ok(runsc_outlived)
 }
 
-/// The session terminals of the dead coordinator's sessions: each exec
-/// client is proved absent by its exact recorded identity (it ends with the
-/// sandbox; one that outlives the grace is ended through its exact match),
-/// then the terminal goes ReleaseIntent -> Clean. The model abstracts
-/// terminals into its sessions, which `HostCoordinatorLost` already closed;
-/// these rows are the durable evidence below that abstraction. Domain
-/// teardown runs it too, once the runtime is gone: that is where a release
-/// the session itself retained (spec 3.4 release step 3) ends. Every
-/// terminal's Clean goes in one transaction (a Domain that ran many piped
-/// commands may retain many).
+/// CleanSessionTerminals, once the runtime is absent (spec 3.4): every
+/// session terminal of the generation that is not clean — a dead
+/// coordinator's sessions, a release the session retained (release step
+/// 3), a session that failed to start — has its exec client proved absent
+/// by its exact recorded identity (it ends with the sandbox; one that
+/// outlives the grace is ended through its exact match), then goes
+/// ReleaseIntent -> Clean. Every terminal's Clean goes in one transaction
+/// (a Domain that ran many piped commands may retain many).
 pub(super) fn clean_terminals(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
     let ops = terminal_releases(hc)?;
     apply_releases(hc, &ops)

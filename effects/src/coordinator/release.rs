@@ -43,12 +43,6 @@ pub(super) fn teardown(hc: &mut Hc<'_, '_>, socket: &Path) -> Result<(), Coordin
             decision: decision_value("TearingDown")?,
         }])
     })?;
-    // A runtime that ended on its own is not stopped (no ShutdownRuntime):
-    // with every session gone, what is left of their terminals is proved
-    // absent and cleaned here instead.
-    if hc.model.state().runtime_ended {
-        clean_terminals(hc)?;
-    }
     release(hc)
 }
 
@@ -92,11 +86,14 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
     .entered();
     if let Action::ShutdownRuntime { .. } = action {
         if settle_runtime(hc)? {
-            // Nothing is left to stop; the terminals go as after a
-            // stop.
-            return clean_terminals(hc);
+            // Nothing is left to stop: the runtime's end is recorded, and
+            // the release goes on without ShutdownRuntime.
+            return Ok(());
         }
         return hc.step_observing(action, shutdown_runtime);
+    }
+    if let Action::CleanSessionTerminals { .. } = action {
+        return hc.step(action, clean_terminals);
     }
     hc.step(action, |hc| match action {
         Action::RecordReleaseIntent { r, .. } => hc.apply(&[StoreOp::Participant {
@@ -129,9 +126,8 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
 /// ShutdownRuntime: a launched generation is stopped through RS (a failed
 /// launch already ended its RS exactly before it returned); RS and attached
 /// runsc are then proved absent by their exact recorded identities, which
-/// is what the step's trace line observes. With the runtime gone, any
-/// session terminal still recorded (a session that never started leaves a
-/// bare intent) is proved absent and cleaned.
+/// is what the step's trace line observes. The session terminals left over
+/// are the next step's (`CleanSessionTerminals`).
 fn shutdown_runtime(hc: &mut Hc<'_, '_>) -> Result<((), ProcessView), CoordinatorError> {
     if let Some(g) = hc.generation.take() {
         stop_generation(hc, &g);
@@ -146,7 +142,6 @@ fn shutdown_runtime(hc: &mut Hc<'_, '_>) -> Result<((), ProcessView), Coordinato
         generation: hc.id.0,
         source,
     })?;
-    clean_terminals(hc)?;
     Ok((
         (),
         proved_absent(Action::ShutdownRuntime { c: hc.model.me() }),

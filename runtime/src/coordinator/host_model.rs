@@ -212,6 +212,10 @@ impl HostModel {
         } else {
             Runsc::Absent
         };
+        // The dead coordinator's session terminals are not in the durable
+        // view: a live generation may have some left, which the recovery
+        // cleans after runtime absence (`CleanSessionTerminals`).
+        st.terms_left = st.decision != Decision::Vacant;
         let core = Core::from_state(cx, generation, st.clone()).map_err(HostModelError::Rebuilt)?;
         Ok(Self {
             core,
@@ -308,7 +312,8 @@ impl HostModel {
     /// decided from the model state alone: release intent for every live
     /// snapshot in release order (publication first, prepared lower last),
     /// `ShutdownRuntime` while RS runs, then `CleanParticipant` /
-    /// `CleanBareIntent` in release order, then `RetireGeneration`. `None`
+    /// `CleanBareIntent` in release order, `CleanSessionTerminals` when
+    /// session terminals are left, then `RetireGeneration`. `None`
     /// once the generation is retired (or when no release is under way).
     pub fn next_release(&self) -> Option<Action> {
         let c = self.me;
@@ -334,6 +339,9 @@ impl HostModel {
                 Part::Intent => return Some(Action::CleanBareIntent { c, r }),
                 _ => {}
             }
+        }
+        if st.terms_left {
+            return Some(Action::CleanSessionTerminals { c });
         }
         Some(Action::RetireGeneration { c })
     }
@@ -806,7 +814,10 @@ pub(crate) mod tests {
                 steps,
                 recorded_start,
                 ..
-            } => assert_eq!((steps, recorded_start), (13, true)),
+            // The release includes `CleanSessionTerminals`: the record
+            // cannot say whether the dead coordinator's sessions left
+            // terminals, so the rebuilt state assumes they may have.
+            } => assert_eq!((steps, recorded_start), (14, true)),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         // A durable record no state satisfies is refused: the publication

@@ -116,11 +116,19 @@ pub fn on_session_releasing(model: &HostModel, s: SessionsId) -> Option<Close> {
     })
 }
 
-/// A session ended (its exec client reaped, its PTY closed).
-pub fn on_session_ended(model: &HostModel, s: SessionsId) -> SessionEnd {
+/// A session ended (its exec client reaped, its PTY closed): its release
+/// finishes clean, or, when its processes could not be proved absent
+/// (`retained`, spec 3.4 release step 3), keeps its release intent for
+/// Domain teardown.
+pub fn on_session_ended(model: &HostModel, s: SessionsId, retained: bool) -> SessionEnd {
+    let c = model.me();
     SessionEnd {
         close: on_session_releasing(model, s),
-        finish: Action::FinishSessionRelease { c: model.me(), s },
+        finish: if retained {
+            Action::RetainSessionRelease { c, s }
+        } else {
+            Action::FinishSessionRelease { c, s }
+        },
     }
 }
 
@@ -387,7 +395,7 @@ mod tests {
             &[late.connect(), Action::ClientExits { s: late.s }],
         )?;
         assert!(m.check(&Action::RegisterSession { c, s: late.s }).is_err());
-        let end = on_session_ended(&m, s);
+        let end = on_session_ended(&m, s, false);
         assert_eq!(
             end,
             SessionEnd {
@@ -428,7 +436,7 @@ mod tests {
         assert_eq!(on_client(&m, false)?, None);
         for (i, s) in joined.iter().enumerate() {
             assert!(!serving_done(&m), "serving ended with {i} sessions closed");
-            let end = on_session_ended(&m, *s);
+            let end = on_session_ended(&m, *s, false);
             let close = end.close.ok_or("a registered session ended unclosed")?;
             assert_eq!(close.action, Action::CloseSession { c, s: *s });
             take_all(&mut m, &mut text, &[close.action, end.finish])?;

@@ -8,8 +8,8 @@
 //! recovery the core decides ([`next_recovery`], the function the
 //! product's recovery runs); it is itself cut by a crash after every one
 //! of its steps, and a third coordinator finishes. Every run must end with
-//! the generation Vacant, every participant clean, no session left, and a
-//! trace that replays against the model.
+//! the generation Vacant, every participant and session terminal clean, no
+//! session left, and a trace that replays against the model.
 
 use lazaret_generated::lazaret::{Action, Decision, Hc, Part, Rs, Runsc, Sess, SessionsId};
 
@@ -74,12 +74,13 @@ impl Run {
         assert_eq!(second.admission, Admission::Join);
         self.take(second.connect())?;
         self.join(second.s)?;
-        // The first session asks to release, then ends; the second ends
-        // without asking.
+        // The first session asks to release, then ends clean; the second
+        // ends without asking, and its release is retained (spec 3.4
+        // release step 3): its terminal is cleaned in the teardown.
         let close = serve::on_session_releasing(&self.model, first.s).ok_or("not registered")?;
         self.take(close.action)?;
-        for s in [first.s, second.s] {
-            let end = serve::on_session_ended(&self.model, s);
+        for (s, retained) in [(first.s, false), (second.s, true)] {
+            let end = serve::on_session_ended(&self.model, s, retained);
             if let Some(close) = end.close {
                 self.take(close.action)?;
             }
@@ -177,6 +178,7 @@ fn assert_recovered(text: &str, model: &HostModel, what: &str) -> TestResult {
         st.part
     );
     assert_eq!((st.rs, st.runsc), (Rs::Absent, Runsc::Absent), "{what}");
+    assert!(!st.terms_left, "{what}: session terminals left");
     assert!(
         st.sess
             .iter()
@@ -194,7 +196,7 @@ fn assert_recovered(text: &str, model: &HostModel, what: &str) -> TestResult {
 #[test]
 fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult {
     let life = Run::new()?.whole_life()?;
-    assert_eq!(life.len(), 41, "{life:?}");
+    assert_eq!(life.len(), 42, "{life:?}");
     let mut runs = 0;
     // The last step is ExitCoordinator: a crash after it is no crash.
     for k in 0..life.len() {
@@ -219,8 +221,8 @@ fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult
             }
         }
     }
-    // 41 crash points, two ways the runtime ended, and each successor's
+    // 42 crash points, two ways the runtime ended, and each successor's
     // recovery cut after every one of its steps.
-    assert_eq!(runs, 858);
+    assert_eq!(runs, 906);
     Ok(())
 }
