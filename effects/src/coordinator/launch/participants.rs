@@ -36,6 +36,24 @@ pub(super) fn record_intent(
     })
 }
 
+/// A step whose effect is one operation on one of the generation's
+/// participants, in one Domain Store transaction.
+fn participant_step(
+    hc: &mut Hc<'_, '_>,
+    action: Action,
+    role: ParticipantRole,
+    op: ParticipantOp,
+) -> Result<(), CoordinatorError> {
+    let generation = hc.id;
+    hc.step(action, |hc| {
+        hc.apply(&[StoreOp::Participant {
+            generation,
+            role,
+            op,
+        }])
+    })
+}
+
 /// The Runtime Supervisor's identity as a committed direct edge.
 fn supervisor_edge(supervisor: &CommittedChild) -> PersistedHostProcessOwnership {
     PersistedHostProcessOwnership::Committed(HostProcessIdentity {
@@ -76,18 +94,14 @@ pub(super) fn commit_helper(
         ..current
     };
     let c = hc.model.me();
-    hc.step(
+    participant_step(
+        hc,
         Action::CommitParticipant {
             c,
             r: Roles::Helper,
         },
-        |hc| {
-            hc.apply(&[StoreOp::Participant {
-                generation,
-                role: ParticipantRole::Helper,
-                op: ParticipantOp::Activate(ParticipantOwnership::Helper(helper)),
-            }])
-        },
+        ParticipantRole::Helper,
+        ParticipantOp::Activate(ParticipantOwnership::Helper(helper)),
     )
 }
 
@@ -113,21 +127,16 @@ pub(super) fn acquire_network_snapshot(
     hc: &mut Hc<'_, '_>,
     l: &mut Launching,
 ) -> Result<(), CoordinatorError> {
-    let generation = l.generation;
     let network = network_snapshot(l)?;
     let c = hc.model.me();
-    hc.step(
+    participant_step(
+        hc,
         Action::AcquireSnapshot {
             c,
             r: Roles::Network,
         },
-        |hc| {
-            hc.apply(&[StoreOp::Participant {
-                generation,
-                role: ParticipantRole::Network,
-                op: ParticipantOp::Acquire(ParticipantOwnership::Network(network)),
-            }])
-        },
+        ParticipantRole::Network,
+        ParticipantOp::Acquire(ParticipantOwnership::Network(network)),
     )
 }
 
@@ -162,13 +171,12 @@ pub(super) fn mark_network_ready(
         readiness_fingerprint: fingerprint,
     });
     let c = hc.model.me();
-    hc.step(Action::MarkNetworkReady { c }, |hc| {
-        hc.apply(&[StoreOp::Participant {
-            generation,
-            role: ParticipantRole::Network,
-            op: ParticipantOp::Activate(ParticipantOwnership::Network(network)),
-        }])
-    })?;
+    participant_step(
+        hc,
+        Action::MarkNetworkReady { c },
+        ParticipantRole::Network,
+        ParticipantOp::Activate(ParticipantOwnership::Network(network)),
+    )?;
     l.network_answer_due = false;
     channel::send(
         l.channel()?,
@@ -205,18 +213,14 @@ pub(super) fn commit_sandbox(
     current.host_coordinator =
         PersistedHostProcessOwnership::Committed(HostProcessIdentity { identity: hc.own });
     let c = hc.model.me();
-    hc.step(
+    participant_step(
+        hc,
         Action::CommitParticipant {
             c,
             r: Roles::Sandbox,
         },
-        |hc| {
-            hc.apply(&[StoreOp::Participant {
-                generation,
-                role: ParticipantRole::Sandbox,
-                op: ParticipantOp::Activate(ParticipantOwnership::Sandbox(current)),
-            }])
-        },
+        ParticipantRole::Sandbox,
+        ParticipantOp::Activate(ParticipantOwnership::Sandbox(current)),
     )
 }
 
@@ -241,26 +245,19 @@ pub(super) fn acquire_publication_snapshot(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
 ) -> Result<(), CoordinatorError> {
-    let generation = hc.id;
     let socket_path = publication_path(&launch.paths.socket())?;
     let c = hc.model.me();
-    hc.step(
+    participant_step(
+        hc,
         Action::AcquireSnapshot {
             c,
             r: Roles::Publication,
         },
-        |hc| {
-            hc.apply(&[StoreOp::Participant {
-                generation,
-                role: ParticipantRole::Publication,
-                op: ParticipantOp::Acquire(ParticipantOwnership::Publication(
-                    PublicationOwnership {
-                        socket_path: Some(socket_path),
-                        identity_path: None,
-                    },
-                )),
-            }])
-        },
+        ParticipantRole::Publication,
+        ParticipantOp::Acquire(ParticipantOwnership::Publication(PublicationOwnership {
+            socket_path: Some(socket_path),
+            identity_path: None,
+        })),
     )
 }
 
