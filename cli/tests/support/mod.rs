@@ -318,15 +318,28 @@ impl Drop for Env {
 }
 
 impl Env {
-    /// The kept traces of this scenario's Domains, each of which must
-    /// replay clean against the model (ARCHITECTURE.md "Traces").
+    /// The kept generation traces of this scenario's Domains
+    /// (`gen-*.jsonl`), each of which must replay clean against the model
+    /// (ARCHITECTURE.md "Traces").
     pub fn traces(&self) -> Vec<PathBuf> {
+        self.kept_traces("gen-")
+    }
+
+    /// The kept traces of coordinators that lost the Domain lock race
+    /// (`lost-*.jsonl`), which must replay clean too.
+    pub fn loser_traces(&self) -> Vec<PathBuf> {
+        self.kept_traces("lost-")
+    }
+
+    fn kept_traces(&self, prefix: &str) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = runtime_files(&self.home)
             .into_iter()
             .filter(|p| !p.starts_with(&self.workspace))
             .filter(|p| {
                 p.parent().is_some_and(|d| d.ends_with("traces"))
                     && p.extension().is_some_and(|e| e == "jsonl")
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
             })
             .collect();
         out.sort();
@@ -383,7 +396,7 @@ impl Env {
         if self.traced {
             self.assert_store_clean();
         }
-        for t in traces {
+        for t in traces.into_iter().chain(self.loser_traces()) {
             let out = replay_trace(&t);
             assert!(
                 out.status.success(),

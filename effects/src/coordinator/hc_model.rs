@@ -6,7 +6,7 @@
 //! keeps the newest [`KEPT_TRACES`].
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::crash_point::crash_point;
@@ -20,6 +20,9 @@ use lazaret_runtime::trace::TraceLine;
 
 /// Traces kept under a Domain's storage root.
 pub const KEPT_TRACES: usize = 32;
+
+/// Lock-race losers' traces kept beside them (`lost-*.jsonl`).
+pub const KEPT_LOSER_TRACES: usize = 8;
 
 /// Why a dead coordinator's trace cannot be continued.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +88,36 @@ impl HcModel {
         let model = HostModel::recovered(dead, generation, durable)?;
         let log = TraceLog::create(path, &model.header());
         Ok(Self { model, log })
+    }
+
+    /// The core of a coordinator that lost the Domain lock race (see
+    /// [`HostModel::lock_race_loser`]). A loser holds no lock and has no
+    /// generation, so its trace goes straight under `archive` as
+    /// `lost-<nanoseconds>-<coordinator>.jsonl`; [`HcModel::keep_loser`]
+    /// closes it.
+    pub fn lock_race_loser(coordinator: String, archive: &Path) -> Result<Self, HostModelError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = archive.join(format!("lost-{nanos:020}-{coordinator}.jsonl"));
+        let model = HostModel::lock_race_loser(coordinator)?;
+        // Usually there already; if it cannot be made, creating the trace
+        // file reports that and this run goes untraced.
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(archive);
+        let log = TraceLog::create(path, &model.header());
+        Ok(Self { model, log })
+    }
+
+    /// Closes a lock-race loser's trace and removes the oldest loser traces
+    /// beyond [`KEPT_LOSER_TRACES`] (losers prune only losers' traces).
+    pub fn keep_loser(self) {
+        let Some(dir) = self.log.path.parent().map(Path::to_owned) else {
+            return;
+        };
+        drop(self);
+        if let Err(e) = prune_losers(&dir, KEPT_LOSER_TRACES) {
+            tracing::warn!(archive = %dir.display(), error = %e, "cannot prune the lock-race losers' traces");
+        }
     }
 
     pub fn me(&self) -> CoordinatorsId {
@@ -262,6 +295,30 @@ fn prune(dir: &Path, keep: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Keeps the `keep` newest lock-race losers' traces (their names sort by
+/// time). Another loser may prune at the same moment: a trace already gone
+/// is not an error.
+fn prune_losers(dir: &Path, keep: usize) -> io::Result<()> {
+    let mut losers: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("lost-") && name.ends_with(".jsonl")
+        })
+        .map(|e| e.path())
+        .collect();
+    losers.sort();
+    let excess = losers.len().saturating_sub(keep);
+    for path in losers.into_iter().take(excess) {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The generation of a kept trace's name and its place among that
 /// generation's traces: `gen-N.jsonl` is (N, 0), `gen-N.K.jsonl` is (N, K).
 fn archived_generation(name: &str) -> Option<(u64, u64)> {
@@ -334,6 +391,58 @@ mod tests {
         assert_eq!(archived_generation("gen-5.1.jsonl"), Some((5, 1)));
         assert_eq!(archived_generation("gen-5.x.jsonl"), None);
         assert_eq!(archived_generation("notes.txt"), None);
+        Ok(())
+    }
+
+    /// A lock-race loser's trace is kept under the archive at once, replays
+    /// as its core wrote it, and losers keep only the newest of theirs,
+    /// leaving the generations' traces alone.
+    #[test]
+    fn a_lock_race_losers_trace_is_kept_and_pruned() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let archive = dir.path().join("traces");
+        std::fs::write(dir.path().join("gen-1.jsonl"), "x")?;
+        for i in 0..(KEPT_LOSER_TRACES + 2) {
+            let mut m = HcModel::lock_race_loser(format!("hc-{i:08x}"), &archive)?;
+            for a in m.model().lock_race_lost() {
+                m.take(a, None)?;
+            }
+            assert_eq!(
+                m.state().hc[m.me().index()],
+                lazaret_generated::lazaret::Hc::FailedClosed
+            );
+            m.keep_loser();
+        }
+        std::fs::write(archive.join(trace_name(1)), "x")?;
+        let mut left: Vec<String> = std::fs::read_dir(&archive)?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left.len(), KEPT_LOSER_TRACES + 1, "{left:?}");
+        assert!(left.contains(&trace_name(1)));
+        assert!(
+            !left.iter().any(|n| n.ends_with("hc-00000000.jsonl")),
+            "{left:?}"
+        );
+        assert!(
+            left.iter().any(|n| n.ends_with("hc-00000009.jsonl")),
+            "{left:?}"
+        );
+        let newest = archive.join(left.last().ok_or("no trace")?);
+        let text = std::fs::read_to_string(newest)?;
+        let actions: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .map(|v| v["action"].as_str().unwrap_or_default().to_owned())
+            })
+            .collect::<Result<_, _>>()?;
+        assert_eq!(&actions[1..], ["AcquireDomainLock", "LoseDomainLockRace"]);
+        match lazaret_runtime::replay::replay_text("loser", &text)? {
+            lazaret_runtime::replay::Outcome::Conforms { steps, .. } => assert_eq!(steps, 2),
+            lazaret_runtime::replay::Outcome::Diverged(d) => return Err(format!("{d:?}").into()),
+        }
         Ok(())
     }
 

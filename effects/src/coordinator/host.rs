@@ -12,6 +12,7 @@
 //! publication are in [`super::launch`], teardown in [`super::release`].
 use super::absence::{AbsenceError, SlotObservationError};
 use super::channel::{self, ChannelError};
+use super::election::elect;
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::{launch_generation, LaunchedGeneration};
 use super::observed::{ObserveError, Observer};
@@ -27,7 +28,7 @@ use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
 use crate::confined::{ConfinedError, OpenedObject, RealSys};
-use crate::domain_lock::{DomainLock, DomainLockError};
+use crate::domain_lock::DomainLockError;
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
 use crate::image::reference::ReferenceError;
 use crate::image::store::StoreError as BlobStoreError;
@@ -385,10 +386,10 @@ pub fn run_coordinator(
         &config.runtime_domain_root().label(),
         &config.storage_domain_root().label(),
     );
-    let lock = match DomainLock::try_acquire(&paths.lock()) {
-        Ok(lock) => lock,
-        Err(DomainLockError::Held { .. }) => return Ok(Outcome::LostLock),
-        Err(e) => return Err(e.into()),
+    let coordinator_id = CoordinatorId(random_bytes().map_err(CoordinatorError::Boot)?);
+    let name = coordinator_name(&coordinator_id);
+    let Some(lock) = elect(&name, &paths)? else {
+        return Ok(Outcome::LostLock);
     };
     let socket = paths.socket();
     // Holding the lock, any socket file left here is stale.
@@ -431,8 +432,6 @@ pub fn run_coordinator(
     })?;
     let broker = Broker::claim(RealProcessSys, program.clone())?;
     let id = next_generation(&store, &store_path)?;
-    let coordinator_id = CoordinatorId(random_bytes().map_err(CoordinatorError::Boot)?);
-    let name = coordinator_name(&coordinator_id);
     let model = own_trace(name, id, &paths)?;
     let mut hc = Hc {
         broker,

@@ -9,6 +9,7 @@
 mod absence;
 pub mod channel;
 pub mod client;
+mod election;
 pub mod enforcement;
 pub mod enter;
 pub mod guest_runner;

@@ -48,6 +48,10 @@ pub const SESSION_SLOTS: u16 = 16;
 /// (each one that dies mid-recovery uses one).
 pub const SUCCESSORS: usize = 3;
 
+/// How a lock-race loser's trace names the coordinator holding the lock
+/// (see [`HostModel::lock_race_loser`]).
+pub const LOCK_HOLDER: &str = "holder";
+
 /// Result chunks HC retains unacknowledged (spec 3.8).
 const MAX_UNACKED_CHUNKS: i64 = 8;
 
@@ -222,6 +226,50 @@ impl HostModel {
             me: CoordinatorsId(1),
             start: Some(st),
         })
+    }
+
+    /// A core for a coordinator whose non-blocking flock found the Domain
+    /// lock held (spec 3.3, OR-1). A loser never opens the Domain Store, so
+    /// it cannot know who holds the lock or which generation runs: the
+    /// trace's first coordinator is the holder, named [`LOCK_HOLDER`], this
+    /// process (`coordinator`) is the second, and the lines carry
+    /// generation 0.
+    pub fn lock_race_loser(coordinator: String) -> Result<Self, HostModelError> {
+        let mut cx = constants(LOCK_HOLDER.to_owned())?;
+        let me = CoordinatorsId(1);
+        if let Some(name) = cx.coordinators.get_mut(me.index()) {
+            *name = coordinator;
+        }
+        Ok(Self {
+            core: Core::new(cx, 0)?,
+            me,
+            start: None,
+        })
+    }
+
+    /// The steps that record a lost lock race, decided from the model
+    /// state: the holder's `AcquireDomainLock` unless the model has a
+    /// holder already (what the failed flock observed: another process
+    /// holds the lock), then this coordinator's `LoseDomainLockRace`, after
+    /// which it exits without opening the Domain Store. Empty when this
+    /// coordinator is not a candidate (`Idle`).
+    pub fn lock_race_lost(&self) -> Vec<Action> {
+        let st = self.state();
+        let me = self.me;
+        if st.hc.get(me.index()) != Some(&Hc::Idle) {
+            return Vec::new();
+        }
+        let mut steps = Vec::new();
+        if st.lock_holder == LockHolder::None {
+            let Some(holder) = CoordinatorsId::all(self.core.constants().coordinators.len())
+                .find(|c| *c != me && st.hc.get(c.index()) == Some(&Hc::Idle))
+            else {
+                return Vec::new();
+            };
+            steps.push(Action::AcquireDomainLock { c: holder });
+        }
+        steps.push(Action::LoseDomainLockRace { c: me });
+        steps
     }
 
     /// Continues the trace `text` of a generation whose coordinator died:
@@ -901,6 +949,44 @@ pub(crate) mod tests {
                 r: Roles::Network
             })
             .is_err());
+        Ok(())
+    }
+
+    /// A loser of the lock race records the holder's lock step (what its
+    /// failed flock observed) and its own loss, fails closed, and its trace
+    /// replays; a loser that has lost takes nothing more.
+    #[test]
+    fn a_lock_race_loser_records_the_holder_and_its_loss() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let mut m = HostModel::lock_race_loser("hc-loser".into())?;
+        let me = m.me();
+        let steps = m.lock_race_lost();
+        assert_eq!(
+            steps,
+            vec![
+                Action::AcquireDomainLock {
+                    c: CoordinatorsId(0)
+                },
+                Action::LoseDomainLockRace { c: me },
+            ]
+        );
+        let mut text = m.header().to_json() + "\n";
+        for a in steps {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        assert_eq!(m.state().hc[me.index()], Hc::FailedClosed);
+        assert_eq!(m.state().lock_holder, LockHolder::Id(CoordinatorsId(0)));
+        assert!(m.lock_race_lost().is_empty());
+        assert!(text.contains("\"hc-loser\"") && text.contains(&format!("\"{LOCK_HOLDER}\"")));
+        match replay_text("loser", &text)? {
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 2),
+            Outcome::Diverged(d) => return Err(format!("{d:?}").into()),
+        }
+        // A winner's core is no loser: the race is lost only from Idle.
+        let mut winner = HostModel::new("hc-winner".into(), 1)?;
+        winner.take(Action::AcquireDomainLock { c: winner.me() })?;
+        assert!(winner.lock_race_lost().is_empty());
         Ok(())
     }
 
