@@ -19,14 +19,19 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use lazaret_generated::support::{GuardId, GuardInfo, Protocol};
 use lazaret_generated::ModelEntry;
 
-use crate::explore::{check, Checked, ExploreError};
+use crate::explore::{check, Checked, ExploreError, Outcome};
 
 /// The verdict on one mutant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// An invariant or action property failed; its name and the length of
-    /// the counterexample.
-    Killed { by: String, depth: usize },
+    /// An invariant or action property failed; its name, the length of
+    /// the counterexample, and the further configuration it failed in
+    /// (`None`: the model's own `.cfg`).
+    Killed {
+        by: String,
+        depth: usize,
+        config: Option<&'static str>,
+    },
     /// Evaluating the mutant failed (e.g. a function applied outside its
     /// domain), which TLC reports as an error too.
     KilledByEvaluation,
@@ -119,9 +124,13 @@ fn graph<P: Protocol>(cx: &P::Constants, mask: Option<GuardId>) -> Option<Graph>
 }
 
 /// Runs every guard mutant of model `P` (capped at `cap_factor` times the
-/// original model's generated states).
+/// original model's generated states) in its own configuration `entry`; a
+/// mutant that is not killed there is checked again in each of `further`
+/// (other configurations TLC and stateright check the same model in), and
+/// is killed if one of them finds a violation.
 pub fn mutate<P: Protocol>(
     entry: &ModelEntry,
+    further: &[&ModelEntry],
     cap_factor: usize,
 ) -> Result<ModelMutations, ExploreError> {
     let base = Checked::<P>::from_entry(entry, None)?;
@@ -131,13 +140,90 @@ pub fn mutate<P: Protocol>(
     let cap = original.states.saturating_mul(cap_factor).max(10_000);
     let mut results = Vec::new();
     for g in P::guards() {
-        let model = Checked::<P>::from_entry(entry, Some(g.id))?;
-        let verdict = match catch_unwind(AssertUnwindSafe(|| check::<P>(model, Some(cap)))) {
+        let own = own_verdict::<P>(entry, g, &cx, &original, &original_graph, cap)?;
+        let verdict = further_verdict::<P>(own, further, g, cap)?;
+        results.push(MutantResult { guard: *g, verdict });
+    }
+    Ok(ModelMutations {
+        model: P::NAME,
+        source: P::SOURCE,
+        original_states: original.unique_states,
+        results,
+    })
+}
+
+/// The verdict on guard `g`'s mutant once the further configurations have
+/// checked it: `own` (the own configuration's verdict) unless one of them
+/// kills it.
+fn further_verdict<P: Protocol>(
+    own: Verdict,
+    further: &[&ModelEntry],
+    g: &GuardInfo,
+    cap: usize,
+) -> Result<Verdict, ExploreError> {
+    let mut verdict = own;
+    for other in further {
+        if verdict.killed() {
+            break;
+        }
+        let model = Checked::<P>::from_entry(other, Some(g.id))?;
+        verdict = match catch_unwind(AssertUnwindSafe(|| check::<P>(model, Some(cap)))) {
             Err(_) => Verdict::KilledByEvaluation,
             Ok(o) => match o.violation {
                 Some((by, path)) => Verdict::Killed {
                     by: by.to_string(),
                     depth: path.len(),
+                    config: Some(other.cfg_file),
+                },
+                None => verdict,
+            },
+        };
+    }
+    Ok(verdict)
+}
+
+/// The verdict on one guard's mutant (the guard of `action` whose TLA+
+/// text is `conjunct`), as [`mutate`] gives it.
+pub fn mutant_verdict<P: Protocol>(
+    entry: &ModelEntry,
+    further: &[&ModelEntry],
+    action: &str,
+    conjunct: &str,
+    cap_factor: usize,
+) -> Result<Option<Verdict>, ExploreError> {
+    let Some(g) = P::guards()
+        .iter()
+        .find(|g| g.action == action && g.text == conjunct)
+    else {
+        return Ok(None);
+    };
+    let base = Checked::<P>::from_entry(entry, None)?;
+    let cx = base.cx.clone();
+    let original = check::<P>(base, None);
+    let original_graph = graph::<P>(&cx, None);
+    let cap = original.states.saturating_mul(cap_factor).max(10_000);
+    let own = own_verdict::<P>(entry, g, &cx, &original, &original_graph, cap)?;
+    further_verdict::<P>(own, further, g, cap).map(Some)
+}
+
+/// The verdict on guard `g`'s mutant in the model's own configuration.
+fn own_verdict<P: Protocol>(
+    entry: &ModelEntry,
+    g: &GuardInfo,
+    cx: &P::Constants,
+    original: &Outcome<P>,
+    original_graph: &Option<Graph>,
+    cap: usize,
+) -> Result<Verdict, ExploreError> {
+    let model = Checked::<P>::from_entry(entry, Some(g.id))?;
+    Ok(
+        match catch_unwind(AssertUnwindSafe(|| check::<P>(model, Some(cap)))) {
+            Err(_) => Verdict::KilledByEvaluation,
+            Ok(o) => match o.violation {
+                Some((by, path)) => Verdict::Killed {
+                    by: by.to_string(),
+                    depth: path.len(),
+                    config: None,
                 },
                 None if o.truncated => Verdict::Capped {
                     states: o.unique_states,
@@ -145,7 +231,7 @@ pub fn mutate<P: Protocol>(
                 // Dropping a guard only adds steps, so equal counts mean
                 // equal state sets.
                 None if o.unique_states == original.unique_states => {
-                    let mutant = catch_unwind(AssertUnwindSafe(|| graph::<P>(&cx, Some(g.id))));
+                    let mutant = catch_unwind(AssertUnwindSafe(|| graph::<P>(cx, Some(g.id))));
                     match (&original_graph, mutant) {
                         (Some(orig), Ok(Some(m))) => {
                             let steps = m.steps.difference(&orig.steps).count();
@@ -162,15 +248,8 @@ pub fn mutate<P: Protocol>(
                     states: o.unique_states,
                 },
             },
-        };
-        results.push(MutantResult { guard: *g, verdict });
-    }
-    Ok(ModelMutations {
-        model: P::NAME,
-        source: P::SOURCE,
-        original_states: original.unique_states,
-        results,
-    })
+        },
+    )
 }
 
 /// The heading of the justification table in a model's notes file.
@@ -365,13 +444,15 @@ Generated by `cargo run --release -p lazaret-conformance --bin mutation-report`;
 Each mutant drops one guard conjunct of one action (the generated `step` with\n\
 that guard masked) and re-explores the model breadth-first with its `.cfg`\n\
 constants, checking every `Inv_*` invariant on every state and every\n\
-box-action property (`Live_* == [][A]_v`) on every step, as TLC does.\n\
-**Killed**: an invariant, an action property, `TypeOK` or the evaluation of\n\
-the model fails. **Equivalent**: the mutant reaches the same states with the\n\
-same steps (state, different next state): the model's `Next` relation is\n\
-unchanged, so no property of any kind can tell (typically an actor guard\n\
-whose step another coordinator takes identically, a guard restating\n\
-another, or a dropped guard that only adds stuttering). **New steps**: the\n\
+box-action property (`Live_* == [][A]_v`) on every step, as TLC does; a\n\
+mutant that survives is explored again in each further configuration the\n\
+model is checked in (`LazaretBuild.cfg` for `Lazaret`), named where it is\n\
+killed there. **Killed**: an invariant, an action property, `TypeOK` or the\n\
+evaluation of the model fails. **Equivalent**: the mutant reaches the same\n\
+states with the same steps (state, different next state) in its own\n\
+configuration: the model's `Next` relation is unchanged, so no property of\n\
+any kind can tell (typically a guard restating another, or a dropped guard\n\
+that only adds stuttering). **New steps**: the\n\
 same states, more steps between them, and every action property holds.\n\
 **Survived**: new states, every property holds. Liveness properties (`<>`,\n\
 `~>`, fairness) are checked by TLC only and are not used here. Every mutant\n\
@@ -421,7 +502,16 @@ and why\").\n\n",
         s.push_str("| guard | action | # | line | conjunct | verdict | reason |\n| --- | --- | --- | --- | --- | --- | --- |\n");
         for r in &m.results {
             let verdict = match &r.verdict {
-                Verdict::Killed { by, depth } => format!("killed by `{by}` at depth {depth}"),
+                Verdict::Killed {
+                    by,
+                    depth,
+                    config: None,
+                } => format!("killed by `{by}` at depth {depth}"),
+                Verdict::Killed {
+                    by,
+                    depth,
+                    config: Some(cfg),
+                } => format!("killed by `{by}` at depth {depth} in `{cfg}`"),
                 Verdict::KilledByEvaluation => "killed: evaluation error".to_string(),
                 Verdict::Equivalent => "**equivalent** (same states and steps)".to_string(),
                 Verdict::NewSteps { steps } => format!("**new steps** only ({steps})"),
@@ -554,6 +644,7 @@ mod tests {
                     verdict: Verdict::Killed {
                         by: "Inv".into(),
                         depth: 1,
+                        config: None,
                     },
                 },
             ],

@@ -73,7 +73,7 @@ fn dropping_a_guard_is_caught() -> Result<(), Box<dyn std::error::Error>> {
 
 #[test]
 fn mutation_verdicts_on_two_phase() -> Result<(), Box<dyn std::error::Error>> {
-    let m = mutate::<two_phase::Model>(entry("TwoPhase")?, 20)?;
+    let m = mutate::<two_phase::Model>(entry("TwoPhase")?, &[], 20)?;
     assert_eq!(m.results.len(), two_phase::GUARDS.len());
     let verdict = |action: &str, index: u16| {
         m.results
@@ -93,7 +93,8 @@ fn mutation_verdicts_on_two_phase() -> Result<(), Box<dyn std::error::Error>> {
         verdict("TMAbort", 1),
         Some(Verdict::Killed {
             by: "Live_Spec_DecisionIsFinal".into(),
-            depth: 8
+            depth: 8,
+            config: None,
         })
     );
     Ok(())

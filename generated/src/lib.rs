@@ -114,6 +114,10 @@ pub const LAZARET_BUILD: ModelEntry = ModelEntry {
     cfg_text: include_str!("../../protocol/LazaretBuild.cfg"),
 };
 
+/// Configurations a model is checked in besides its own `.cfg` (by TLC and
+/// stateright alike, `conformance/tests/protocol.rs`).
+pub const FURTHER_CONFIGURATIONS: &[ModelEntry] = &[LAZARET_BUILD];
+
 /// Runs `v` on the model called `name`; `None` if there is no such model.
 pub fn visit_model<V: ModelVisitor>(name: &str, v: V) -> Option<V::Output> {
     let entry = MODELS.iter().find(|m| m.name == name)?;

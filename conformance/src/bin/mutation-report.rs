@@ -1,6 +1,7 @@
 //! Writes `docs/mutation-report.md`: every guard conjunct of every model
 //! dropped in turn, re-checked with stateright (invariants and action
-//! properties), each mutant that is not killed paired with its reason from
+//! properties) in the model's own configuration and, when that does not
+//! kill it, in the model's further configurations, each mutant that is not killed paired with its reason from
 //! `protocol/<Model>-notes.md`. Fails when a mutant that is not killed has no
 //! reason, or a reason is given for a killed mutant (the report is written
 //! either way).
@@ -16,7 +17,7 @@ use lazaret_conformance::mutation::{
 };
 use lazaret_conformance::workspace_root;
 use lazaret_generated::support::Protocol;
-use lazaret_generated::{visit_model, ModelEntry, ModelVisitor, MODELS};
+use lazaret_generated::{visit_model, ModelEntry, ModelVisitor, FURTHER_CONFIGURATIONS, MODELS};
 
 /// Mutant state spaces are explored up to this many times the original's.
 const CAP_FACTOR: usize = 4;
@@ -47,7 +48,11 @@ impl ModelVisitor for Mutate {
             source,
         })?;
         let j = Justifications::parse(&notes, &text, P::guards())?;
-        Ok((mutate::<P>(entry, CAP_FACTOR)?, j))
+        let further: Vec<&ModelEntry> = FURTHER_CONFIGURATIONS
+            .iter()
+            .filter(|f| f.tla == entry.tla)
+            .collect();
+        Ok((mutate::<P>(entry, &further, CAP_FACTOR)?, j))
     }
 }
 
