@@ -42,13 +42,16 @@ VARIABLES
     escCancel,      \* per session: a signed cancellation has arrived and is not yet applied
     runtimeEnded,   \* the generation's RS or attached runsc ended on its own while the HC
                     \* held the lease (observed through the lifetime channel and pidfds)
-    termsLeft       \* the generation records session terminals that are not clean although
+    termsLeft,      \* the generation records session terminals that are not clean although
                     \* their sessions are over (spec 3.4: a retained release, a failed start,
                     \* the sessions of a lost HC); cleaned only after runtime absence
+    actor           \* the lock holder acting for the Domain: set by each step it takes for
+                    \* the Domain, "None" once the lock is released or lost; elections,
+                    \* clients, the sandbox and process ends leave it (OR-1 actor identity)
 
 vars == <<hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
           sess, sessGen, sessFp, route, ptyFwd,
-          esc, escMatch, escApproval, escUnacked, escCancel, runtimeEnded, termsLeft>>
+          esc, escMatch, escApproval, escUnacked, escCancel, runtimeEnded, termsLeft, actor>>
 
 \* The durable generation document (Domain Store, spec 3.6): only these are
 \* written by store transactions.
@@ -156,6 +159,7 @@ TypeOK ==
     /\ escCancel \in [Sessions -> BOOLEAN]
     /\ runtimeEnded \in BOOLEAN
     /\ termsLeft \in BOOLEAN
+    /\ actor \in Coordinators \cup {"None"}
 
 Init ==
     /\ hc = [c \in Coordinators |-> "Idle"]
@@ -179,6 +183,7 @@ Init ==
     /\ escCancel = [s \in Sessions |-> FALSE]
     /\ runtimeEnded = FALSE
     /\ termsLeft = FALSE
+    /\ actor = "None"
 
 -----------------------------------------------------------------------------
 \* Domain lock and Host Coordinator election (spec 3.3, OR-1)
@@ -188,7 +193,7 @@ AcquireDomainLock(c) ==
     /\ lockHolder = "None"
     /\ hc' = [hc EXCEPT ![c] = "Bootstrapping"]
     /\ lockHolder' = c
-    /\ UNCHANGED <<termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -198,7 +203,7 @@ LoseDomainLockRace(c) ==
     /\ hc[c] = "Idle"
     /\ lockHolder # "None"
     /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
-    /\ UNCHANGED <<termsLeft, runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -207,6 +212,7 @@ BootstrapVacantDomain(c) ==
     /\ hc[c] = "Bootstrapping"
     /\ decision = "Vacant"
     /\ hc' = [hc EXCEPT ![c] = "Leading"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -218,6 +224,7 @@ BootstrapRecover(c) ==
     /\ recordIdentity = "Matching"
     /\ hc' = [hc EXCEPT ![c] = "Leading"]
     /\ decision' = "Recovering"
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -228,6 +235,24 @@ RefuseMismatchedRecord(c) ==
     /\ recordIdentity = "Mismatched"
     /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
     /\ lockHolder' = "None"
+    /\ actor' = "None"
+    /\ UNCHANGED <<termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* A coordinator's own generation record is Vacant while it bootstraps; each
+\* generation a dead coordinator left is recovered in that generation's own
+\* trace. When one cannot be recovered (its runtime not proved absent, its
+\* trace unreadable, its record refused), this bootstrap fails closed: it
+\* writes nothing and releases the lock, and the generation stays as recorded
+\* for the next coordinator (spec 3.4: "A process, container, PTY, or
+\* generation mismatch fails closed and retains the record").
+AbandonBootstrap(c) ==
+    /\ hc[c] = "Bootstrapping"
+    /\ decision = "Vacant"
+    /\ hc' = [hc EXCEPT ![c] = "FailedClosed"]
+    /\ lockHolder' = "None"
+    /\ actor' = "None"
     /\ UNCHANGED <<termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -241,7 +266,7 @@ DurableIdentityDiverges ==
     /\ runsc = "Absent"
     /\ recordIdentity = "Matching"
     /\ recordIdentity' = "Mismatched"
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -255,6 +280,7 @@ StartGeneration(c) ==
     /\ part' = [r \in Roles |-> "None"]
     /\ slot' = [ps \in ProcSlots |-> "Unassigned"]
     /\ runtimeEnded' = FALSE
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, lockHolder, recordIdentity, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -264,6 +290,7 @@ ExitCoordinator(c) ==
     /\ decision = "Vacant"
     /\ hc' = [hc EXCEPT ![c] = "Exited"]
     /\ lockHolder' = "None"
+    /\ actor' = "None"
     /\ UNCHANGED <<termsLeft, runtimeEnded, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -281,6 +308,7 @@ RecordIntent(c, r) ==
     /\ r = "Sandbox" \/ \A d \in Roles : d = "Sandbox" \/ AcquireRank(d) >= AcquireRank(r) \/ Ready(d)
     /\ r # "Publication" \/ part["Sandbox"] = "Committed"
     /\ part' = [part EXCEPT ![r] = "Intent"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -294,6 +322,7 @@ AcquireSnapshot(c, r) ==
     /\ part[r] = "Intent"
     /\ r \in SnapshotRoles
     /\ part' = [part EXCEPT ![r] = "Acquiring"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -311,6 +340,7 @@ StageProcess(c, ps) ==
     /\ part' = [part EXCEPT ![SlotRole(ps)] = "Acquiring"]
     /\ rs' = IF ps = "SandboxRuntimeSupervisor" THEN "Running" ELSE rs
     /\ runsc' = IF ps = "SandboxAttachedRunsc" THEN "Running" ELSE runsc
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -321,6 +351,7 @@ CommitProcess(c, ps) ==
     /\ decision = "Starting"
     /\ slot[ps] = "Staged"
     /\ slot' = [slot EXCEPT ![ps] = "Committed"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -334,6 +365,7 @@ CommitParticipant(c, r) ==
     /\ r \notin {"Network", "Publication"}
     /\ \A ps \in ProcSlots : SlotRole(ps) # r \/ slot[ps] = "Committed"
     /\ part' = [part EXCEPT ![r] = ActiveState(r)]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -344,6 +376,7 @@ MarkNetworkReady(c) ==
     /\ decision = "Starting"
     /\ part["Network"] = "Acquiring"
     /\ part' = [part EXCEPT !["Network"] = "Committed"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -358,6 +391,7 @@ Publish(c) ==
     /\ runsc = "Running"
     /\ part' = [part EXCEPT !["Publication"] = "Committed"]
     /\ decision' = "Published"
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -367,6 +401,7 @@ AbortGeneration(c) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
     /\ decision' = "TearingDown"
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -387,7 +422,7 @@ ConnectClient(s, f) ==
     /\ lockHolder # "None"
     /\ sess' = [sess EXCEPT ![s] = "Connecting"]
     /\ sessFp' = [sessFp EXCEPT ![s] = f]
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* HC issues a credential bound to the current generation.
@@ -398,6 +433,7 @@ EnrollClient(c, s) ==
     /\ sessFp[s] = "Match"
     /\ sess' = [sess EXCEPT ![s] = "Enrolled"]
     /\ sessGen' = [sessGen EXCEPT ![s] = gen]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessFp, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -407,6 +443,7 @@ RefuseConfigurationMismatch(c, s) ==
     /\ sessFp[s] = "Mismatch"
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -419,6 +456,7 @@ RefuseStaleCredential(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -437,6 +475,7 @@ RegisterSession(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Registered"]
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, sessFp, esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -454,6 +493,7 @@ CloseSession(c, s) ==
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, sessFp>>
 
@@ -465,6 +505,7 @@ FinishSessionRelease(c, s) ==
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -478,6 +519,7 @@ RetainSessionRelease(c, s) ==
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
     /\ termsLeft' = TRUE
+    /\ actor' = c
     /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -491,7 +533,7 @@ ClientExits(s) ==
     \* intent behind (its session failed to start, spec 3.4 "Failure before
     \* the running state never admits the terminal").
     /\ termsLeft' = (termsLeft \/ (sess[s] = "Enrolled" /\ decision = "Published"))
-    /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 -----------------------------------------------------------------------------
@@ -504,6 +546,7 @@ PauseTerminalForwarding(c, s) ==
     /\ ptyFwd[s] = TRUE
     /\ esc[s] \in {"Accepted", "Approved"}
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = FALSE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -514,6 +557,7 @@ ResumeTerminalForwarding(c, s) ==
     /\ route[s] = "Sandbox"
     /\ esc[s] \notin {"Accepted", "Approved"}
     /\ ptyFwd' = [ptyFwd EXCEPT ![s] = TRUE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -532,7 +576,7 @@ SubmitEscalation(s, m) ==
     /\ runsc = "Running"
     /\ esc' = [esc EXCEPT ![s] = "Submitted"]
     /\ escMatch' = [escMatch EXCEPT ![s] = m]
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escApproval, escUnacked, escCancel>>
 
@@ -540,6 +584,7 @@ AcceptEscalation(c, s) ==
     /\ hc[c] \in LeaderPhases
     /\ esc[s] = "Submitted"
     /\ esc' = [esc EXCEPT ![s] = "Accepted"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
@@ -551,6 +596,7 @@ RouteToPrompt(c, s) ==
     /\ ptyFwd[s] = FALSE
     /\ esc' = [esc EXCEPT ![s] = "Prompting"]
     /\ route' = [route EXCEPT ![s] = "Prompt"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
@@ -561,6 +607,7 @@ ApproveEscalation(c, s) ==
     /\ esc[s] = "Prompting"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "Developer"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escUnacked, escCancel>>
@@ -571,6 +618,7 @@ AutoApproveEscalation(c, s) ==
     /\ escMatch[s] = "Exact"
     /\ esc' = [esc EXCEPT ![s] = "Approved"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "Auto"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escUnacked, escCancel>>
@@ -582,6 +630,7 @@ DenyEscalation(c, s) ==
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
 
@@ -593,6 +642,7 @@ PromptTimeout(c, s) ==
     /\ route' = [route EXCEPT ![s] = "Sandbox"]
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
 
@@ -604,6 +654,7 @@ StartHostProcess(c, s) ==
     /\ ptyFwd[s] = FALSE
     /\ esc' = [esc EXCEPT ![s] = "Running"]
     /\ route' = [route EXCEPT ![s] = "HostProcess"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
@@ -615,6 +666,7 @@ EmitResultChunk(c, s) ==
     /\ esc[s] = "Running"
     /\ escUnacked[s] < MaxUnackedChunks
     /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] + 1]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
@@ -623,7 +675,7 @@ EmitResultChunk(c, s) ==
 AckResultChunk(s) ==
     /\ escUnacked[s] > 0
     /\ escUnacked' = [escUnacked EXCEPT ![s] = escUnacked[s] - 1]
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
 
@@ -636,6 +688,7 @@ HostProcessExits(c, s) ==
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escUnacked>>
 
@@ -648,6 +701,7 @@ HostProcessTimeout(c, s) ==
     /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escUnacked>>
 
@@ -658,6 +712,7 @@ AckTimeout(c, s) ==
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] > 0
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escCancel>>
@@ -668,6 +723,7 @@ DeliverResult(c, s) ==
     /\ esc[s] = "Resolved"
     /\ escUnacked[s] = 0
     /\ esc' = [esc EXCEPT ![s] = "Delivered"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
@@ -677,7 +733,7 @@ DeliverResult(c, s) ==
 CollectResult(s) ==
     /\ esc[s] = "Delivered"
     /\ esc' = [esc EXCEPT ![s] = "None"]
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    escMatch, escApproval, escUnacked, escCancel>>
 
@@ -689,7 +745,7 @@ RequestCancellation(s) ==
     /\ esc[s] \in {"Prompting", "Running"}
     /\ escCancel[s] = FALSE
     /\ escCancel' = [escCancel EXCEPT ![s] = TRUE]
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked>>
 
@@ -705,6 +761,7 @@ ApplyCancellation(c, s) ==
     /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
     /\ escUnacked' = [escUnacked EXCEPT ![s] = 0]
     /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd>>
 
@@ -722,6 +779,7 @@ BeginTeardown(c) ==
     /\ sess' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "Absent" ELSE sess[s]]
     /\ sessGen' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN 0 ELSE sessGen[s]]
     /\ sessFp' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "None" ELSE sessFp[s]]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -734,6 +792,7 @@ RecordReleaseIntent(c, r) ==
     /\ part[r] \in LiveSnapshot
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \notin LiveSnapshot
     /\ part' = [part EXCEPT ![r] = "ReleaseIntent"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -748,6 +807,7 @@ ShutdownRuntime(c) ==
     /\ \A d \in Roles : part[d] \notin LiveSnapshot
     /\ rs' = "Absent"
     /\ runsc' = "Absent"
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -762,6 +822,7 @@ CleanParticipant(c, r) ==
     /\ r = "Publication" \/ runsc = "Absent"
     /\ part' = [part EXCEPT ![r] = "Clean"]
     /\ slot' = [ps \in ProcSlots |-> IF SlotRole(ps) = r THEN "Unassigned" ELSE slot[ps]]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -776,6 +837,7 @@ CleanBareIntent(c, r) ==
     /\ rs = "Absent"
     /\ runsc = "Absent"
     /\ part' = [part EXCEPT ![r] = "Clean"]
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -792,6 +854,7 @@ CleanSessionTerminals(c) ==
     /\ rs = "Absent"
     /\ runsc = "Absent"
     /\ termsLeft' = FALSE
+    /\ actor' = c
     /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -802,6 +865,7 @@ RetireGeneration(c) ==
     /\ \A r \in Roles : part[r] \in {"None", "Clean"}
     /\ termsLeft = FALSE
     /\ decision' = "Vacant"
+    /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
@@ -837,6 +901,7 @@ HostCoordinatorLost(c) ==
                     \/ \E s \in Sessions :
                         \/ sess[s] \in {"Registered", "Closing"}
                         \/ sess[s] = "Enrolled" /\ decision = "Published"
+    /\ actor' = "None"
     /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, runsc>>
 
 \* The surviving RS stops the complete sandbox, unmounts its exact State
@@ -845,7 +910,7 @@ RuntimeSupervisorLeaseLossTeardown ==
     /\ rs = "LeaseLost"
     /\ rs' = "Absent"
     /\ runsc' = "Absent"
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -853,7 +918,7 @@ RuntimeSupervisorLeaseLossTeardown ==
 RuntimeSupervisorLost ==
     /\ rs = "LeaseLost"
     /\ rs' = "Absent"
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -862,7 +927,7 @@ AttachedRunscParentDeath ==
     /\ rs = "Absent"
     /\ runsc = "Running"
     /\ runsc' = "Absent"
-    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -878,7 +943,7 @@ RuntimeSupervisorEnds ==
     /\ \A s \in Sessions : esc[s] = "None"
     /\ rs' = "Absent"
     /\ runtimeEnded' = TRUE
-    /\ UNCHANGED <<termsLeft, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
+    /\ UNCHANGED <<actor, termsLeft, hc, lockHolder, recordIdentity, decision, gen, part, slot, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -890,7 +955,7 @@ AttachedRunscEnds ==
     /\ \A s \in Sessions : esc[s] = "None"
     /\ runsc' = "Absent"
     /\ runtimeEnded' = TRUE
-    /\ UNCHANGED <<termsLeft, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
+    /\ UNCHANGED <<actor, termsLeft, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -910,6 +975,7 @@ Next ==
     \/ \E c \in Coordinators : BootstrapVacantDomain(c)
     \/ \E c \in Coordinators : BootstrapRecover(c)
     \/ \E c \in Coordinators : RefuseMismatchedRecord(c)
+    \/ \E c \in Coordinators : AbandonBootstrap(c)
     \/ DurableIdentityDiverges
     \/ \E c \in Coordinators : StartGeneration(c)
     \/ \E c \in Coordinators : ExitCoordinator(c)
@@ -1024,6 +1090,11 @@ Inv_OR1_SingleLeader ==
 
 Inv_OR1_LeaderHoldsDomainLock ==
     \A c \in Coordinators : (hc[c] \in HoldingPhases) <=> (lockHolder = c)
+
+\* OR-1: the coordinator acting for the Domain is exactly the elected leader
+\* (so recording it adds no state: `actor` is a function of `hc`).
+Inv_OR1_ActorIsTheLeader ==
+    \A c \in Coordinators : (actor = c) <=> (hc[c] \in LeaderPhases)
 
 \* OR-1: a Runtime Supervisor with a live lease belongs to the serving leader.
 Inv_OR1_RuntimeLeaseHeldByLeader ==
@@ -1274,6 +1345,12 @@ Live_Spec_AcquisitionOnlyWhileStarting ==
 Live_FR17_StoreWrittenOnlyUnderLock ==
     [][(lockHolder = "None" /\ lockHolder' = "None") => UNCHANGED durableVars]_vars
 
+\* OR-1, FR-17: only the coordinator holding the Domain lock acts for the
+\* Domain. Every step a coordinator takes for the Domain (all but its own
+\* election) is taken while it holds the lock.
+Live_OR1_OnlyTheLockHolderActs ==
+    [][actor' # "None" => lockHolder = actor']_vars
+
 \* Spec 3.4/3.6: recovery resumes only from matching durable identity; a
 \* mismatched record is retained untouched.
 Live_Spec_MismatchedRecordRetained ==
@@ -1339,13 +1416,16 @@ Live_FR12_RuntimeLossEndsPublication ==
 \* mismatch fails closed): one Host Coordinator instance per process lifetime
 \* moves only forward.  A candidate fails closed only when the flock is held,
 \* a bootstrap leads only from a matching record and fails closed only on a
-\* mismatched one, and a spent instance never takes the lock again.
+\* mismatched one or, writing nothing, over its own vacant record (another
+\* generation could not be recovered), and a spent instance never takes the
+\* lock again.
 CoordinatorStep(c) ==
     \/ hc'[c] = hc[c]
     \/ hc[c] = "Idle" /\ hc'[c] = "Bootstrapping" /\ lockHolder = "None"
     \/ hc[c] = "Idle" /\ hc'[c] = "FailedClosed" /\ lockHolder # "None"
     \/ hc[c] = "Bootstrapping" /\ hc'[c] = "Leading" /\ recordIdentity = "Matching"
     \/ hc[c] = "Bootstrapping" /\ hc'[c] = "FailedClosed" /\ recordIdentity = "Mismatched"
+    \/ hc[c] = "Bootstrapping" /\ hc'[c] = "FailedClosed" /\ decision = "Vacant" /\ UNCHANGED durableVars
     \/ hc[c] = "Leading" /\ hc'[c] = "Serving"
     \/ hc[c] \in HoldingPhases /\ hc'[c] = "Exited"
 

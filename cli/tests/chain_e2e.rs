@@ -879,6 +879,29 @@ fn an_unrecoverable_generation_is_refused_with_its_reason() {
         state["generations"][0]["durable_decision"], "Vacant",
         "{state}"
     );
+    // The refusing coordinator's own trace says so as the model's step: it
+    // took the lock, abandoned its bootstrap, wrote nothing; it replays. (It
+    // is kept when that coordinator exits, after the CLI has its answer.)
+    wait_no_processes(&env);
+    let kept = env.traces();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let own = std::fs::read_to_string(&kept[0]).unwrap();
+    let actions: Vec<String> = own
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["action"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert_eq!(actions, ["AcquireDomainLock", "AbandonBootstrap"], "{own}");
+    let replay = replay_trace(&kept[0]);
+    assert!(
+        replay.status.success(),
+        "{}{}",
+        text(&replay.stdout),
+        text(&replay.stderr)
+    );
 }
 
 /// A generation whose Domain Store is more than one step ahead of its
@@ -950,6 +973,27 @@ fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
             text(&replay.stderr)
         );
         wait_no_processes(&env);
+    }
+    // Each refusing coordinator's own trace ends with its abandoned
+    // bootstrap, and replays.
+    let own = env.traces();
+    assert_eq!(own.len(), 2, "{own:?}");
+    for t in &own {
+        let steps = actions(&std::fs::read_to_string(t).unwrap());
+        assert_eq!(
+            &steps[1..],
+            ["AcquireDomainLock", "AbandonBootstrap"],
+            "{}",
+            t.display()
+        );
+        let replay = replay_trace(t);
+        assert!(
+            replay.status.success(),
+            "{}: {}{}",
+            t.display(),
+            text(&replay.stdout),
+            text(&replay.stderr)
+        );
     }
     // The record was left as it was.
     let state = env.run(&["state", "default", "--json"]);

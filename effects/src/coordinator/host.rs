@@ -510,10 +510,21 @@ fn own_trace(
 /// the recovery of any generation a coordinator that died left behind
 /// (each in its own trace, where this process takes the lock step too),
 /// then BootstrapVacantDomain.
+///
+/// A generation that cannot be recovered ends the bootstrap with
+/// AbandonBootstrap: nothing is written for this coordinator's own
+/// generation, and the step's effect, the lock's release, follows as this
+/// process exits; the generation waits, as recorded, for the next one.
 fn bootstrap(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
     hc.step(Action::AcquireDomainLock { c }, |_| Ok(()))?;
-    recover_all(hc, paths)?;
+    if let Err(e) = recover_all(hc, paths) {
+        let _span = tracing::info_span!("AbandonBootstrap").entered();
+        if let Err(step) = hc.step(Action::AbandonBootstrap { c }, |_| Ok(())) {
+            tracing::warn!(error = %step, "the abandoned bootstrap is not in the trace");
+        }
+        return Err(e);
+    }
     hc.step(Action::BootstrapVacantDomain { c }, |_| Ok(()))
 }
 

@@ -201,6 +201,8 @@ impl HostModel {
         let c = CoordinatorsId(0);
         st.hc[c.index()] = Hc::Serving;
         st.lock_holder = LockHolder::Id(c);
+        // The serving leader has acted for the Domain (OR-1 actor identity).
+        st.actor = LockHolder::Id(c);
         st.decision = durable.decision;
         st.gen_ = 1;
         st.part.clone_from(&durable.part);
@@ -987,6 +989,39 @@ pub(crate) mod tests {
         let mut winner = HostModel::new("hc-winner".into(), 1)?;
         winner.take(Action::AcquireDomainLock { c: winner.me() })?;
         assert!(winner.lock_race_lost().is_empty());
+        Ok(())
+    }
+
+    /// A bootstrap that cannot recover another generation abandons from
+    /// its own vacant record: it fails closed, holds no lock, and wrote
+    /// nothing; once it leads, or before it holds the lock, it cannot.
+    #[test]
+    fn an_abandoned_bootstrap_fails_closed_and_writes_nothing(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-test".into(), 2)?;
+        let c = m.me();
+        assert!(m.check(&Action::AbandonBootstrap { c }).is_err());
+        let mut text = m.header().to_json() + "\n";
+        let durable = m.durable();
+        for a in [
+            Action::AcquireDomainLock { c },
+            Action::AbandonBootstrap { c },
+        ] {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        assert_eq!(m.state().hc[c.index()], Hc::FailedClosed);
+        assert_eq!(m.state().lock_holder, LockHolder::None);
+        assert_eq!(m.durable(), durable);
+        assert!(matches!(
+            replay_text("abandoned", &text)?,
+            Outcome::Conforms { steps: 2, .. }
+        ));
+        let mut leader = HostModel::new("hc-leader".into(), 3)?;
+        let c = leader.me();
+        leader.take(Action::AcquireDomainLock { c })?;
+        leader.take(Action::BootstrapVacantDomain { c })?;
+        assert!(leader.check(&Action::AbandonBootstrap { c }).is_err());
         Ok(())
     }
 
