@@ -405,11 +405,10 @@ fn simultaneous_first_launches_settle_on_one_sandbox() {
         "more than one sandbox: {boots:?}"
     );
     env.assert_nothing_left();
-    // One generation ran. Each coordinator that lost the flock (how many
-    // depends on timing; two in the runs seen here) recorded the holder's
-    // lock, as its failed flock observed it, and its own loss, and nothing
-    // else; the leak check above replayed those traces too.
-    assert_eq!(env.traces().len(), 1, "{:?}", env.traces());
+    // Each coordinator that lost the flock (how many depends on timing; two
+    // in the runs seen here) recorded the holder's lock, as its failed flock
+    // observed it, and its own loss, and nothing else; the leak check above
+    // replayed those traces too.
     for t in env.loser_traces() {
         let actions: Vec<String> = std::fs::read_to_string(&t)
             .unwrap()

@@ -9,14 +9,22 @@ use super::paths::DomainPaths;
 use crate::domain_lock::{DomainLock, DomainLockError};
 
 /// Takes the Domain flock for the coordinator `name`; `None` when another
-/// process holds it, after the loss is recorded (see [`lose_lock_race`]).
+/// process holds it (a coordinator, or `lazaret state` reading the Domain),
+/// after the loss is recorded (see [`lose_lock_race`]).
 pub(super) fn elect(
     name: &str,
     paths: &DomainPaths,
 ) -> Result<Option<DomainLock>, CoordinatorError> {
     match DomainLock::try_acquire(&paths.lock()) {
         Ok(lock) => Ok(Some(lock)),
-        Err(DomainLockError::Held { .. }) => lose_lock_race(name, paths).map(|()| None),
+        Err(DomainLockError::Held { .. }) => {
+            // The trace is a record, not a condition of losing: a loser whose
+            // steps cannot be traced still exits as one, and its CLI joins.
+            if let Err(e) = lose_lock_race(name, paths) {
+                tracing::warn!(error = %e, "the lost lock race is not traced");
+            }
+            Ok(None)
+        }
         Err(e) => Err(e.into()),
     }
 }

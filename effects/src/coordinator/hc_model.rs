@@ -38,6 +38,10 @@ pub enum ResumeError {
 pub struct HcModel {
     model: HostModel,
     log: TraceLog,
+    /// Whether this core's steps are crash points (`hc`, docs/crash-points.md):
+    /// a lock-race loser's are not, so a concurrent candidate never takes a
+    /// crash meant for the coordinator under test.
+    crash_points: bool,
 }
 
 impl HcModel {
@@ -49,7 +53,11 @@ impl HcModel {
     ) -> Result<Self, HostModelError> {
         let model = HostModel::new(coordinator, generation)?;
         let log = TraceLog::create(path, &model.header());
-        Ok(Self { model, log })
+        Ok(Self {
+            model,
+            log,
+            crash_points: true,
+        })
     }
 
     /// Continues the trace at `path` of a generation whose coordinator
@@ -73,6 +81,7 @@ impl HcModel {
                 path,
                 file: Some(file),
             },
+            crash_points: true,
         })
     }
 
@@ -87,7 +96,11 @@ impl HcModel {
     ) -> Result<Self, HostModelError> {
         let model = HostModel::recovered(dead, generation, durable)?;
         let log = TraceLog::create(path, &model.header());
-        Ok(Self { model, log })
+        Ok(Self {
+            model,
+            log,
+            crash_points: true,
+        })
     }
 
     /// The core of a coordinator that lost the Domain lock race (see
@@ -105,17 +118,22 @@ impl HcModel {
         // file reports that and this run goes untraced.
         let _ = std::fs::DirBuilder::new().mode(0o700).create(archive);
         let log = TraceLog::create(path, &model.header());
-        Ok(Self { model, log })
+        Ok(Self {
+            model,
+            log,
+            crash_points: false,
+        })
     }
 
     /// Closes a lock-race loser's trace and removes the oldest loser traces
     /// beyond [`KEPT_LOSER_TRACES`] (losers prune only losers' traces).
     pub fn keep_loser(self) {
-        let Some(dir) = self.log.path.parent().map(Path::to_owned) else {
+        let own = self.log.path.clone();
+        let Some(dir) = own.parent().map(Path::to_owned) else {
             return;
         };
         drop(self);
-        if let Err(e) = prune_losers(&dir, KEPT_LOSER_TRACES) {
+        if let Err(e) = prune_losers(&dir, KEPT_LOSER_TRACES, &own) {
             tracing::warn!(archive = %dir.display(), error = %e, "cannot prune the lock-race losers' traces");
         }
     }
@@ -158,19 +176,23 @@ impl HcModel {
         processes: ProcessView,
     ) -> Result<(), CoreError> {
         let line = self.model.take_observed(action, observed, processes)?;
-        crash_point!(
-            Hc,
-            line.step,
-            "before-trace",
-            crate::crash_point::StepLabel(&line)
-        );
+        if self.crash_points {
+            crash_point!(
+                Hc,
+                line.step,
+                "before-trace",
+                crate::crash_point::StepLabel(&line)
+            );
+        }
         self.log.append(&line);
-        crash_point!(
-            Hc,
-            line.step,
-            "after-trace",
-            crate::crash_point::StepLabel(&line)
-        );
+        if self.crash_points {
+            crash_point!(
+                Hc,
+                line.step,
+                "after-trace",
+                crate::crash_point::StepLabel(&line)
+            );
+        }
         Ok(())
     }
 
@@ -296,9 +318,10 @@ fn prune(dir: &Path, keep: usize) -> io::Result<()> {
 }
 
 /// Keeps the `keep` newest lock-race losers' traces (their names sort by
-/// time). Another loser may prune at the same moment: a trace already gone
-/// is not an error.
-fn prune_losers(dir: &Path, keep: usize) -> io::Result<()> {
+/// wall-clock time) and always `own`, the one just written, even if a clock
+/// stepped back makes it sort oldest. Another loser may prune at the same
+/// moment: a trace already gone is not an error.
+fn prune_losers(dir: &Path, keep: usize, own: &Path) -> io::Result<()> {
     let mut losers: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .filter(|e| {
@@ -307,9 +330,10 @@ fn prune_losers(dir: &Path, keep: usize) -> io::Result<()> {
             name.starts_with("lost-") && name.ends_with(".jsonl")
         })
         .map(|e| e.path())
+        .filter(|p| p != own)
         .collect();
     losers.sort();
-    let excess = losers.len().saturating_sub(keep);
+    let excess = (losers.len() + 1).saturating_sub(keep);
     for path in losers.into_iter().take(excess) {
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -443,6 +467,27 @@ mod tests {
             lazaret_runtime::replay::Outcome::Conforms { steps, .. } => assert_eq!(steps, 2),
             lazaret_runtime::replay::Outcome::Diverged(d) => return Err(format!("{d:?}").into()),
         }
+        Ok(())
+    }
+
+    /// A loser's own trace survives its pruning even when a clock that
+    /// stepped back makes it sort oldest.
+    #[test]
+    fn a_losers_own_trace_is_never_pruned() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let own = dir.path().join("lost-00000000000000000001-hc-own.jsonl");
+        std::fs::write(&own, "x")?;
+        for i in 0..KEPT_LOSER_TRACES {
+            let name = format!("lost-{:020}-hc-{i:08x}.jsonl", 1_000 + i);
+            std::fs::write(dir.path().join(name), "x")?;
+        }
+        prune_losers(dir.path(), KEPT_LOSER_TRACES, &own)?;
+        assert!(own.exists());
+        assert_eq!(std::fs::read_dir(dir.path())?.count(), KEPT_LOSER_TRACES);
+        assert!(!dir
+            .path()
+            .join(format!("lost-{:020}-hc-{:08x}.jsonl", 1_000, 0))
+            .exists());
         Ok(())
     }
 

@@ -39,7 +39,7 @@ use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::IdentityError;
 use crate::process_identity::{identity_of, ProcessSys};
 use crate::userns::UsernsError;
-use lazaret_generated::lazaret::{Action, Decision, ProcSlots, SessionsId};
+use lazaret_generated::lazaret::{Action, Decision, Hc as HcPhase, ProcSlots, SessionsId};
 use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
@@ -468,7 +468,13 @@ pub fn run_coordinator(
     };
     let _ = std::fs::remove_file(&socket);
     let c = hc.model.me();
-    let exited = if hc.model.state().decision == Decision::Vacant {
+    // A leader of a Vacant Domain exits by the model's step; one that
+    // abandoned its bootstrap has already failed closed.
+    let leading = matches!(
+        hc.model.state().hc.get(c.index()),
+        Some(HcPhase::Leading | HcPhase::Serving)
+    );
+    let exited = if leading && hc.model.state().decision == Decision::Vacant {
         hc.step(Action::ExitCoordinator { c }, |_| Ok(()))
     } else {
         Ok(())
