@@ -6,8 +6,8 @@
 
 mod support;
 use support::{
-    assert_failed, assert_succeeded, chown_tree, default_image, guest_results, replay_trace,
-    runtime_files, signal_through_pidfd, test_user, text, Env, ONE_AT_A_TIME,
+    actions_of, assert_failed, assert_succeeded, chown_tree, default_image, guest_results,
+    replay_trace, runtime_files, signal_through_pidfd, test_user, text, Env, ONE_AT_A_TIME,
 };
 
 use std::os::unix::fs::PermissionsExt;
@@ -410,17 +410,9 @@ fn simultaneous_first_launches_settle_on_one_sandbox() {
     // observed it, and its own loss, and nothing else; the leak check above
     // replayed those traces too.
     for t in env.loser_traces() {
-        let actions: Vec<String> = std::fs::read_to_string(&t)
-            .unwrap()
-            .lines()
-            .skip(1)
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                v["action"].as_str().unwrap_or_default().to_owned()
-            })
-            .collect();
+        let actions = actions_of(&std::fs::read_to_string(&t).unwrap());
         assert_eq!(
-            actions,
+            &actions[1..],
             ["AcquireDomainLock", "LoseDomainLockRace"],
             "{}",
             t.display()
@@ -885,15 +877,11 @@ fn an_unrecoverable_generation_is_refused_with_its_reason() {
     let kept = env.traces();
     assert_eq!(kept.len(), 1, "{kept:?}");
     let own = std::fs::read_to_string(&kept[0]).unwrap();
-    let actions: Vec<String> = own
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["action"].as_str().unwrap_or_default().to_owned()
-        })
-        .collect();
-    assert_eq!(actions, ["AcquireDomainLock", "AbandonBootstrap"], "{own}");
+    assert_eq!(
+        &actions_of(&own)[1..],
+        ["AcquireDomainLock", "AbandonBootstrap"],
+        "{own}"
+    );
     let replay = replay_trace(&kept[0]);
     assert!(
         replay.status.success(),
@@ -929,16 +917,6 @@ fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
         .collect();
     assert!(kept.len() < original.lines().count(), "{original}");
     std::fs::write(&trace, kept.join("\n") + "\n").unwrap();
-    let actions = |text: &str| -> Vec<String> {
-        text.lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).unwrap()["action"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned()
-            })
-            .collect()
-    };
     for (attempt, tail) in [
         (
             1,
@@ -959,7 +937,7 @@ fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
             "attempt {attempt}: {stderr}"
         );
         let now = std::fs::read_to_string(&trace).unwrap();
-        let steps = actions(&now);
+        let steps = actions_of(&now);
         assert!(
             steps.ends_with(&tail.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()),
             "attempt {attempt}: {steps:?}"
@@ -978,7 +956,7 @@ fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
     let own = env.traces();
     assert_eq!(own.len(), 2, "{own:?}");
     for t in &own {
-        let steps = actions(&std::fs::read_to_string(t).unwrap());
+        let steps = actions_of(&std::fs::read_to_string(t).unwrap());
         assert_eq!(
             &steps[1..],
             ["AcquireDomainLock", "AbandonBootstrap"],

@@ -374,7 +374,21 @@ impl Env {
             .map(|l| l["action"].as_str().unwrap_or_default().to_owned())
             .collect()
     }
+}
 
+/// The `action` of every line of the trace `text`, the header's included.
+pub fn actions_of(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["action"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect()
+}
+
+impl Env {
     /// The lines of this scenario's one kept trace.
     pub fn trace_lines(&self) -> Vec<serde_json::Value> {
         let traces = self.traces();
