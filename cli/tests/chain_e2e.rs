@@ -6,8 +6,9 @@
 
 mod support;
 use support::{
-    actions_of, assert_failed, assert_succeeded, chown_tree, default_image, guest_results,
-    replay_trace, runtime_files, signal_through_pidfd, test_user, text, Env, ONE_AT_A_TIME,
+    actions_of, assert_failed, assert_replays, assert_succeeded, chown_tree, default_image,
+    guest_results, replay_trace, runtime_files, signal_through_pidfd, test_user, text, Env,
+    ONE_AT_A_TIME,
 };
 
 use std::os::unix::fs::PermissionsExt;
@@ -882,13 +883,7 @@ fn an_unrecoverable_generation_is_refused_with_its_reason() {
         ["AcquireDomainLock", "AbandonBootstrap"],
         "{own}"
     );
-    let replay = replay_trace(&kept[0]);
-    assert!(
-        replay.status.success(),
-        "{}{}",
-        text(&replay.stdout),
-        text(&replay.stderr)
-    );
+    assert_replays(&kept[0]);
 }
 
 /// A generation whose Domain Store is more than one step ahead of its
@@ -942,13 +937,7 @@ fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
             steps.ends_with(&tail.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()),
             "attempt {attempt}: {steps:?}"
         );
-        let replay = replay_trace(&trace);
-        assert!(
-            replay.status.success(),
-            "attempt {attempt}: {}{}",
-            text(&replay.stdout),
-            text(&replay.stderr)
-        );
+        assert_replays(&trace);
         wait_no_processes(&env);
     }
     // Each refusing coordinator's own trace ends with its abandoned
@@ -963,14 +952,7 @@ fn a_store_ahead_of_its_trace_is_refused_by_the_model() {
             "{}",
             t.display()
         );
-        let replay = replay_trace(t);
-        assert!(
-            replay.status.success(),
-            "{}: {}{}",
-            t.display(),
-            text(&replay.stdout),
-            text(&replay.stderr)
-        );
+        assert_replays(t);
     }
     // The record was left as it was.
     let state = env.run(&["state", "default", "--json"]);

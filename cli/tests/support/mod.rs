@@ -376,6 +376,18 @@ impl Env {
     }
 }
 
+/// `lazaret trace replay` of `trace` succeeds (every step conforms).
+pub fn assert_replays(trace: &Path) {
+    let out = replay_trace(trace);
+    assert!(
+        out.status.success(),
+        "{} does not replay: {}{}",
+        trace.display(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
 /// The `action` of every line of the trace `text`, the header's included.
 pub fn actions_of(text: &str) -> Vec<String> {
     text.lines()
@@ -411,14 +423,7 @@ impl Env {
             self.assert_store_clean();
         }
         for t in traces.into_iter().chain(self.loser_traces()) {
-            let out = replay_trace(&t);
-            assert!(
-                out.status.success(),
-                "{} does not replay: {}{}",
-                t.display(),
-                text(&out.stdout),
-                text(&out.stderr)
-            );
+            assert_replays(&t);
         }
     }
 }

@@ -39,7 +39,7 @@ use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::IdentityError;
 use crate::process_identity::{identity_of, ProcessSys};
 use crate::userns::UsernsError;
-use lazaret_generated::lazaret::{Action, Decision, Hc as HcPhase, ProcSlots, SessionsId};
+use lazaret_generated::lazaret::{Action, Decision, ProcSlots, SessionsId};
 use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
@@ -467,17 +467,9 @@ pub fn run_coordinator(
         _ => Ok(()),
     };
     let _ = std::fs::remove_file(&socket);
-    let c = hc.model.me();
-    // A leader of a Vacant Domain exits by the model's step; one that
-    // abandoned its bootstrap has already failed closed.
-    let leading = matches!(
-        hc.model.state().hc.get(c.index()),
-        Some(HcPhase::Leading | HcPhase::Serving)
-    );
-    let exited = if leading && hc.model.state().decision == Decision::Vacant {
-        hc.step(Action::ExitCoordinator { c }, |_| Ok(()))
-    } else {
-        Ok(())
+    let exited = match hc.model.model().exit_step() {
+        Some(exit) => hc.step(exit, |_| Ok(())),
+        None => Ok(()),
     };
     hc.model.archive(&paths.traces());
     drop(store);

@@ -396,6 +396,15 @@ impl HostModel {
         Some(Action::RetireGeneration { c })
     }
 
+    /// `ExitCoordinator` when this coordinator leads a Vacant Domain (it
+    /// served and released, or never launched); `None` otherwise, for
+    /// example once it abandoned its bootstrap (it has failed closed).
+    pub fn exit_step(&self) -> Option<Action> {
+        let st = self.state();
+        let leads = matches!(st.hc.get(self.me.index()), Some(Hc::Leading | Hc::Serving));
+        (leads && st.decision == Decision::Vacant).then_some(Action::ExitCoordinator { c: self.me })
+    }
+
     /// The environment steps that record a lease loss once recovery has
     /// proved RS and attached runsc absent: RS finished its lease-loss
     /// teardown, or (`runsc_outlived`) RS died first and runsc followed on
@@ -1013,6 +1022,7 @@ pub(crate) mod tests {
         assert_eq!(m.state().hc[c.index()], Hc::FailedClosed);
         assert_eq!(m.state().lock_holder, LockHolder::None);
         assert_eq!(m.durable(), durable);
+        assert_eq!(m.exit_step(), None);
         assert!(matches!(
             replay_text("abandoned", &text)?,
             Outcome::Conforms { steps: 2, .. }
@@ -1022,6 +1032,7 @@ pub(crate) mod tests {
         leader.take(Action::AcquireDomainLock { c })?;
         leader.take(Action::BootstrapVacantDomain { c })?;
         assert!(leader.check(&Action::AbandonBootstrap { c }).is_err());
+        assert_eq!(leader.exit_step(), Some(Action::ExitCoordinator { c }));
         Ok(())
     }
 
