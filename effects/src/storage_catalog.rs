@@ -1,0 +1,564 @@
+//! The Storage Catalog, lease half: the host-wide redb table of
+//! generation-to-artifact leases (spec 3.6 "Durable generation document
+//! refinement" and "physical lease-acquisition refinement", FR-17, OR-6;
+//! schemas.md "Storage Catalog").
+//!
+//! The catalog is `<storage root>/catalog/catalog.redb`, beside its host-wide
+//! lock file `catalog.lock`. Every operation is one bounded section: an
+//! exclusive `flock` on the lock file waited for at most [`LOCK_WAIT`], open,
+//! one transaction, close, unlock. Nothing keeps the catalog open between
+//! operations, so concurrent Domain coordinators need no resident process
+//! and never open it concurrently (OR-6, FR-17). Metadata (identity
+//! `lazaret-storage-catalog-v1`, version 1) is checked before any row is
+//! read; unversioned, unknown, older and newer catalogs refuse.
+//!
+//! An [`ArtifactLease`] row is exactly `(prepared-artifact ID, Domain ID,
+//! generation)`. Inserting it is model action `InsertCatalogLease` and
+//! removing it `RemoveCatalogLease` (`protocol/PreparedLower.tla`); both are
+//! idempotent so that a crash between the catalog commit and the Domain
+//! Store commit can be resumed.
+//!
+//! Not built yet: the PreparedArtifact and PrepareOperation rows and the
+//! prepare publication and reclamation operations the same lock covers
+//! (`prepare/` does not record its artifacts here yet). So `insert_lease`
+//! cannot yet refuse an artifact that is not Available (the model's
+//! `InsertCatalogLease` guard), and no caller-supplied recheck runs under
+//! the lock before `remove_lease` (spec 3.6 release step 4).
+mod error;
+mod lock;
+mod tables;
+#[cfg(test)]
+mod tests;
+
+pub use error::CatalogError;
+
+use lazaret_runtime::records::codec;
+use lazaret_runtime::records::domain::StoreMetadata;
+use lazaret_runtime::records::ids::{DomainId, GenerationId, PreparedArtifactId};
+use lock::CatalogLock;
+use redb::{
+    Database, ReadTransaction, ReadableTable, ReadableTableMetadata, TableError, TableHandle,
+    UntypedMultimapTableHandle, UntypedTableHandle, WriteTransaction,
+};
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The catalog's directory under the Storage Root.
+pub const CATALOG_DIR: &str = "catalog";
+/// The redb file inside [`CATALOG_DIR`].
+pub const CATALOG_FILE: &str = "catalog.redb";
+/// The host-wide Storage Catalog lock file inside [`CATALOG_DIR`].
+pub const CATALOG_LOCK_FILE: &str = "catalog.lock";
+/// The Storage Catalog's schema identity (schemas.md store-version paragraph).
+pub const STORAGE_CATALOG_SCHEMA_ID: &str = "lazaret-storage-catalog-v1";
+/// The only accepted Storage Catalog version.
+pub const STORAGE_CATALOG_SCHEMA_VERSION: u32 = 1;
+/// How long one operation waits for the catalog lock before it fails.
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// The most lease rows the catalog holds; `insert_lease` refuses beyond it
+/// and `leases` refuses a catalog that holds more.
+pub const MAX_LEASES: usize = 65_536;
+
+/// schemas.md "Storage Catalog" `ArtifactLease`: one prepared artifact
+/// leased to one generation of one Domain. Ordered field by field, which is
+/// also the order of the catalog's keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ArtifactLease {
+    pub artifact: PreparedArtifactId,
+    pub domain: DomainId,
+    pub generation: GenerationId,
+}
+
+/// What [`StorageCatalog::insert_lease`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseInsert {
+    Inserted,
+    /// The exact lease was already present (a resumed acquisition).
+    AlreadyHeld,
+}
+
+/// What [`StorageCatalog::remove_lease`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseRemoval {
+    Removed,
+    /// The exact lease was not present (a resumed release).
+    AlreadyAbsent,
+}
+
+/// Where the Storage Catalog of one Storage Root lives. Holds no open
+/// file: every operation opens and closes the catalog itself (OR-6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageCatalog {
+    dir: PathBuf,
+    path: PathBuf,
+    lock_path: PathBuf,
+    lock_wait: Duration,
+    max_leases: usize,
+}
+
+/// One open catalog under its lock. Fields drop in declaration order, so
+/// the database is closed before the lock is released (spec 3.6, OR-6).
+struct Section {
+    db: Database,
+    _lock: CatalogLock,
+}
+
+/// What the metadata check found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    /// v1 metadata.
+    Current,
+    /// A new database with no table at all: to be initialised by a write.
+    Fresh,
+}
+
+impl StorageCatalog {
+    /// The catalog of `storage_root`. Does no I/O.
+    pub fn at(storage_root: &Path) -> Self {
+        let dir = storage_root.join(CATALOG_DIR);
+        Self {
+            path: dir.join(CATALOG_FILE),
+            lock_path: dir.join(CATALOG_LOCK_FILE),
+            dir,
+            lock_wait: LOCK_WAIT,
+            max_leases: MAX_LEASES,
+        }
+    }
+
+    /// The same catalog with another bound on the lock wait.
+    pub fn with_lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    #[cfg(test)]
+    fn with_max_leases(mut self, max: usize) -> Self {
+        self.max_leases = max;
+        self
+    }
+
+    /// The redb file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The host-wide lock file.
+    pub fn lock_path(&self) -> &Path {
+        &self.lock_path
+    }
+
+    /// Inserts the exact lease in one catalog transaction (spec 3.6
+    /// acquisition step 2, model `InsertCatalogLease`). Creates and
+    /// initialises the catalog if needed. An equal lease already present is
+    /// `AlreadyHeld` and changes nothing.
+    pub fn insert_lease(&self, lease: &ArtifactLease) -> Result<LeaseInsert, CatalogError> {
+        let _span = tracing::debug_span!("InsertCatalogLease", lease = ?lease).entered();
+        let path = self.path.as_path();
+        let section = self.open_or_create()?;
+        let txn = section
+            .db
+            .begin_write()
+            .map_err(CatalogError::redb(path, "begin write"))?;
+        let mut changed = false;
+        if write_metadata(&txn, path)? == Found::Fresh {
+            // The metadata commits with the first row, or not at all.
+            initialise(&txn, path)?;
+            changed = true;
+        }
+        let outcome = {
+            let mut table = txn
+                .open_table(tables::LEASES)
+                .map_err(CatalogError::redb(path, "open leases table"))?;
+            let key = tables::lease_key(lease);
+            if table
+                .get(&key)
+                .map_err(CatalogError::redb(path, "read lease"))?
+                .is_some()
+            {
+                LeaseInsert::AlreadyHeld
+            } else {
+                let held = table
+                    .len()
+                    .map_err(CatalogError::redb(path, "count leases"))?;
+                if held >= u64::try_from(self.max_leases).unwrap_or(u64::MAX) {
+                    return Err(CatalogError::Full {
+                        path: path.to_owned(),
+                        max: self.max_leases,
+                    });
+                }
+                table
+                    .insert(&key, ())
+                    .map_err(CatalogError::redb(path, "insert lease"))?;
+                changed = true;
+                LeaseInsert::Inserted
+            }
+        };
+        finish(txn, changed, path)?;
+        Ok(outcome)
+    }
+
+    /// Removes only the exact lease in one catalog transaction (spec 3.6
+    /// release step 4, model `RemoveCatalogLease`, FR-17). A missing
+    /// catalog or lease is `AlreadyAbsent`; nothing is created.
+    pub fn remove_lease(&self, lease: &ArtifactLease) -> Result<LeaseRemoval, CatalogError> {
+        let _span = tracing::debug_span!("RemoveCatalogLease", lease = ?lease).entered();
+        let path = self.path.as_path();
+        let Some(section) = self.open_existing()? else {
+            return Ok(LeaseRemoval::AlreadyAbsent);
+        };
+        let txn = section
+            .db
+            .begin_write()
+            .map_err(CatalogError::redb(path, "begin write"))?;
+        if write_metadata(&txn, path)? == Found::Fresh {
+            finish(txn, false, path)?;
+            return Ok(LeaseRemoval::AlreadyAbsent);
+        }
+        let removed = {
+            let mut table = txn
+                .open_table(tables::LEASES)
+                .map_err(CatalogError::redb(path, "open leases table"))?;
+            let removed = table
+                .remove(&tables::lease_key(lease))
+                .map_err(CatalogError::redb(path, "remove lease"))?;
+            removed.is_some()
+        };
+        finish(txn, removed, path)?;
+        Ok(if removed {
+            LeaseRemoval::Removed
+        } else {
+            LeaseRemoval::AlreadyAbsent
+        })
+    }
+
+    /// Whether the exact lease is present. A missing catalog holds none.
+    pub fn lease_held(&self, lease: &ArtifactLease) -> Result<bool, CatalogError> {
+        let _span = tracing::debug_span!("storage_catalog_lease_held", lease = ?lease).entered();
+        let path = self.path.as_path();
+        let Some(section) = self.open_existing()? else {
+            return Ok(false);
+        };
+        let txn = section
+            .db
+            .begin_read()
+            .map_err(CatalogError::redb(path, "begin read"))?;
+        if read_metadata(&txn, path)? == Found::Fresh {
+            return Ok(false);
+        }
+        let table = match txn.open_table(tables::LEASES) {
+            Ok(table) => table,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(false),
+            Err(e) => return Err(CatalogError::redb(path, "open leases table")(e)),
+        };
+        let held = table
+            .get(&tables::lease_key(lease))
+            .map_err(CatalogError::redb(path, "read lease"))?
+            .is_some();
+        Ok(held)
+    }
+
+    /// Every lease, sorted. Refuses a catalog holding more than
+    /// [`MAX_LEASES`] rows. A missing catalog holds none.
+    pub fn leases(&self) -> Result<Vec<ArtifactLease>, CatalogError> {
+        let _span = tracing::debug_span!("storage_catalog_leases").entered();
+        let path = self.path.as_path();
+        let Some(section) = self.open_existing()? else {
+            return Ok(Vec::new());
+        };
+        let txn = section
+            .db
+            .begin_read()
+            .map_err(CatalogError::redb(path, "begin read"))?;
+        if read_metadata(&txn, path)? == Found::Fresh {
+            return Ok(Vec::new());
+        }
+        let table = match txn.open_table(tables::LEASES) {
+            Ok(table) => table,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(CatalogError::redb(path, "open leases table")(e)),
+        };
+        let too_many = || CatalogError::TooManyLeases {
+            path: path.to_owned(),
+            max: self.max_leases,
+        };
+        let count = table
+            .len()
+            .map_err(CatalogError::redb(path, "count leases"))?;
+        if usize::try_from(count).map_or(true, |count| count > self.max_leases) {
+            return Err(too_many());
+        }
+        let mut leases = Vec::new();
+        // Keys are in byte order, which is ArtifactLease's order.
+        for entry in table
+            .iter()
+            .map_err(CatalogError::redb(path, "list leases"))?
+        {
+            // `()` values: the row is only its key.
+            let (key, _) = entry.map_err(CatalogError::redb(path, "read lease"))?;
+            if leases.len() >= self.max_leases {
+                return Err(too_many());
+            }
+            leases.push(tables::lease_from_key(&key.value()));
+        }
+        Ok(leases)
+    }
+
+    /// Opens the catalog under its lock, creating the directory (0700) and
+    /// the file (0600) if missing.
+    fn open_or_create(&self) -> Result<Section, CatalogError> {
+        self.ensure_dir()?;
+        let lock = CatalogLock::acquire(&self.lock_path, self.lock_wait)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&self.path)
+            .map_err(|source| self.open_file_error(source))?;
+        self.regular_file_len(&file)?;
+        let db = self.database(file)?;
+        Ok(Section { db, _lock: lock })
+    }
+
+    /// Opens an existing catalog under its lock; `None` when there is
+    /// nothing to read (no directory, no file, or an empty file). Creates
+    /// no directory and no catalog file.
+    fn open_existing(&self) -> Result<Option<Section>, CatalogError> {
+        if !self.dir_exists()? {
+            return Ok(None);
+        }
+        let lock = CatalogLock::acquire(&self.lock_path, self.lock_wait)?;
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&self.path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(self.open_file_error(source)),
+        };
+        if self.regular_file_len(&file)? == 0 {
+            return Ok(None);
+        }
+        let db = self.database(file)?;
+        Ok(Some(Section { db, _lock: lock }))
+    }
+
+    fn database(&self, file: File) -> Result<Database, CatalogError> {
+        Database::builder()
+            .create_file(file)
+            .map_err(|source| CatalogError::Open {
+                path: self.path.clone(),
+                source: Box::new(source),
+            })
+    }
+
+    fn regular_file_len(&self, file: &File) -> Result<u64, CatalogError> {
+        let metadata = file
+            .metadata()
+            .map_err(|source| self.open_file_error(source))?;
+        if !metadata.is_file() {
+            return Err(CatalogError::NotAFile {
+                path: self.path.clone(),
+            });
+        }
+        Ok(metadata.len())
+    }
+
+    fn open_file_error(&self, source: io::Error) -> CatalogError {
+        CatalogError::OpenFile {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Whether the catalog directory exists; a symlink or a non-directory
+    /// there refuses.
+    fn dir_exists(&self) -> Result<bool, CatalogError> {
+        match std::fs::symlink_metadata(&self.dir) {
+            Ok(m) if m.file_type().is_symlink() => Err(CatalogError::DirSymlink {
+                path: self.dir.clone(),
+            }),
+            Ok(m) if !m.is_dir() => Err(CatalogError::DirNotDirectory {
+                path: self.dir.clone(),
+            }),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(CatalogError::InspectDir {
+                path: self.dir.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Creates the catalog directory (0700) inside an existing Storage Root.
+    fn ensure_dir(&self) -> Result<(), CatalogError> {
+        if self.dir_exists()? {
+            return Ok(());
+        }
+        match DirBuilder::new().mode(0o700).create(&self.dir) {
+            Ok(()) => Ok(()),
+            // Another coordinator created it first: check what is there now.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => self.dir_exists().map(drop),
+            Err(source) => Err(CatalogError::CreateDir {
+                path: self.dir.clone(),
+                source,
+            }),
+        }
+    }
+}
+
+/// Commits a transaction that changed something, aborts one that did not.
+fn finish(txn: WriteTransaction, changed: bool, path: &Path) -> Result<(), CatalogError> {
+    if changed {
+        txn.commit().map_err(CatalogError::redb(path, "commit"))
+    } else {
+        txn.abort().map_err(CatalogError::redb(path, "abort"))
+    }
+}
+
+/// Which tables a database holds, as far as the metadata check cares.
+struct Listing {
+    metadata: bool,
+    others: bool,
+}
+
+impl Listing {
+    fn of(
+        tables: impl Iterator<Item = UntypedTableHandle>,
+        mut multimap: impl Iterator<Item = UntypedMultimapTableHandle>,
+    ) -> Self {
+        let mut listing = Self {
+            metadata: false,
+            others: multimap.next().is_some(),
+        };
+        for table in tables {
+            if table.name() == tables::METADATA.name() {
+                listing.metadata = true;
+            } else {
+                listing.others = true;
+            }
+            if listing.metadata && listing.others {
+                break;
+            }
+        }
+        listing
+    }
+
+    /// Without a metadata table: a database with no table at all is new;
+    /// one with other tables is unversioned and refuses.
+    fn without_metadata(&self, path: &Path) -> Result<Found, CatalogError> {
+        if self.others {
+            Err(CatalogError::Unversioned {
+                path: path.to_owned(),
+            })
+        } else {
+            Ok(Found::Fresh)
+        }
+    }
+}
+
+/// The metadata check of a read section: runs before any other table is
+/// opened (schemas.md store-version paragraph).
+fn read_metadata(txn: &ReadTransaction, path: &Path) -> Result<Found, CatalogError> {
+    let listing = Listing::of(
+        txn.list_tables()
+            .map_err(CatalogError::redb(path, "list tables"))?,
+        txn.list_multimap_tables()
+            .map_err(CatalogError::redb(path, "list multimap tables"))?,
+    );
+    if !listing.metadata {
+        return listing.without_metadata(path);
+    }
+    let table = txn
+        .open_table(tables::METADATA)
+        .map_err(CatalogError::redb(path, "open metadata table"))?;
+    check_metadata(&table, path)?;
+    Ok(Found::Current)
+}
+
+/// The metadata check of a write section: the same, without creating the
+/// metadata table as a side effect of looking for it.
+fn write_metadata(txn: &WriteTransaction, path: &Path) -> Result<Found, CatalogError> {
+    let listing = Listing::of(
+        txn.list_tables()
+            .map_err(CatalogError::redb(path, "list tables"))?,
+        txn.list_multimap_tables()
+            .map_err(CatalogError::redb(path, "list multimap tables"))?,
+    );
+    if !listing.metadata {
+        return listing.without_metadata(path);
+    }
+    let table = txn
+        .open_table(tables::METADATA)
+        .map_err(CatalogError::redb(path, "open metadata table"))?;
+    check_metadata(&table, path)?;
+    Ok(Found::Current)
+}
+
+fn check_metadata(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    path: &Path,
+) -> Result<(), CatalogError> {
+    let Some(bytes) = table
+        .get(tables::METADATA_KEY)
+        .map_err(CatalogError::redb(path, "read metadata"))?
+    else {
+        return Err(CatalogError::Unversioned {
+            path: path.to_owned(),
+        });
+    };
+    let metadata: StoreMetadata =
+        codec::decode("store metadata", bytes.value()).map_err(|source| {
+            CatalogError::MetadataMalformed {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+    if metadata.schema_id != STORAGE_CATALOG_SCHEMA_ID {
+        return Err(CatalogError::UnknownIdentity {
+            path: path.to_owned(),
+            found: metadata.schema_id,
+        });
+    }
+    match metadata.schema_version {
+        STORAGE_CATALOG_SCHEMA_VERSION => Ok(()),
+        v if v < STORAGE_CATALOG_SCHEMA_VERSION => Err(CatalogError::OlderVersion {
+            path: path.to_owned(),
+            found: v,
+        }),
+        v => Err(CatalogError::NewerVersion {
+            path: path.to_owned(),
+            found: v,
+        }),
+    }
+}
+
+/// Writes v1 metadata into a fresh catalog, inside the caller's first write
+/// transaction.
+fn initialise(txn: &WriteTransaction, path: &Path) -> Result<(), CatalogError> {
+    let metadata = codec::encode(
+        "store metadata",
+        &StoreMetadata {
+            schema_id: STORAGE_CATALOG_SCHEMA_ID.to_owned(),
+            schema_version: STORAGE_CATALOG_SCHEMA_VERSION,
+        },
+    )
+    .map_err(|source| CatalogError::EncodeMetadata {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut table = txn
+        .open_table(tables::METADATA)
+        .map_err(CatalogError::redb(path, "open metadata table"))?;
+    table
+        .insert(tables::METADATA_KEY, metadata.as_slice())
+        .map_err(CatalogError::redb(path, "write metadata"))?;
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! Storage Catalog errors: one variant per failing step, each naming the
+//! path it concerns.
+use lazaret_runtime::records::codec::CodecError;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("cannot inspect the Storage Catalog directory {path}: {source}")]
+    InspectDir { path: PathBuf, source: io::Error },
+    #[error("the Storage Catalog directory {path} is a symlink; refusing to follow it")]
+    DirSymlink { path: PathBuf },
+    #[error("the Storage Catalog directory {path} exists and is not a directory")]
+    DirNotDirectory { path: PathBuf },
+    #[error("cannot create the Storage Catalog directory {path}: {source}")]
+    CreateDir { path: PathBuf, source: io::Error },
+    #[error("cannot open the Storage Catalog lock file {path}: {source}")]
+    OpenLock { path: PathBuf, source: io::Error },
+    #[error("the Storage Catalog lock file {path} is not a regular file")]
+    LockNotAFile { path: PathBuf },
+    #[error("flock on the Storage Catalog lock {path} failed: {source}")]
+    Flock { path: PathBuf, source: io::Error },
+    #[error("the Storage Catalog lock {path} stayed held by another process for {waited:?}")]
+    LockTimeout { path: PathBuf, waited: Duration },
+    #[error("cannot open the Storage Catalog file {path}: {source}")]
+    OpenFile { path: PathBuf, source: io::Error },
+    #[error("the Storage Catalog file {path} is not a regular file")]
+    NotAFile { path: PathBuf },
+    #[error("cannot open the Storage Catalog {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: Box<redb::DatabaseError>,
+    },
+    #[error("Storage Catalog {path} has no store metadata (unversioned); refusing to read it")]
+    Unversioned { path: PathBuf },
+    #[error("Storage Catalog {path} has malformed metadata: {source}")]
+    MetadataMalformed { path: PathBuf, source: CodecError },
+    #[error(
+        "Storage Catalog {path} has identity {found:?}, expected \"lazaret-storage-catalog-v1\""
+    )]
+    UnknownIdentity { path: PathBuf, found: String },
+    #[error("Storage Catalog {path} has older version {found}; only version 1 is accepted and there is no migration")]
+    OlderVersion { path: PathBuf, found: u32 },
+    #[error("Storage Catalog {path} has newer version {found}; this Lazaret reads only version 1")]
+    NewerVersion { path: PathBuf, found: u32 },
+    #[error("cannot encode the Storage Catalog {path} metadata: {source}")]
+    EncodeMetadata { path: PathBuf, source: CodecError },
+    #[error("Storage Catalog {path}: {step} failed: {source}")]
+    Redb {
+        path: PathBuf,
+        step: &'static str,
+        source: Box<redb::Error>,
+    },
+    #[error("Storage Catalog {path} already holds {max} leases; refusing another")]
+    Full { path: PathBuf, max: usize },
+    #[error("Storage Catalog {path} holds more than {max} leases; refusing to list them")]
+    TooManyLeases { path: PathBuf, max: usize },
+}
+
+impl CatalogError {
+    pub(crate) fn redb<'p, E: Into<redb::Error>>(
+        path: &'p Path,
+        step: &'static str,
+    ) -> impl FnOnce(E) -> Self + 'p {
+        move |e| Self::Redb {
+            path: path.to_owned(),
+            step,
+            source: Box::new(e.into()),
+        }
+    }
+}
