@@ -66,12 +66,17 @@ Roles == {"PreparedLower", "StateAnchor", "GitRouting", "Network", "Helper",
 \* Acquired child edges that require staging (spec 3.3; schemas.md
 \* HostProcessOwnershipSlot).  The direct existing-process edges (Network RS,
 \* Helper RS, Sandbox HC) enter a snapshot already committed and need no slot.
+\* The State Anchor has no daemon: its medium is kernel overlayfs, mounted by
+\* the committed RS in its own mount namespace, so RS enters the anchor's
+\* snapshot as a direct edge, as it does the network's (Lazaret-notes.md
+\* "State Anchor medium").
 ProcSlots == {"SandboxRuntimeSupervisor", "SandboxAttachedRunsc",
-              "StateAnchorDaemon", "GitRoutingDaemon", "HelperConnectivityHelper"}
+              "GitRoutingDaemon", "HelperConnectivityHelper"}
 
 \* Roles whose snapshot is created without a child process (the first
-\* non-empty snapshot is physical evidence: lease intent, namespace, socket).
-SnapshotRoles == {"PreparedLower", "Network", "Publication"}
+\* non-empty snapshot is physical evidence: lease intent, the anchors'
+\* mounts, namespace, socket).
+SnapshotRoles == {"PreparedLower", "StateAnchor", "Network", "Publication"}
 
 HoldingPhases == {"Bootstrapping", "Leading", "Serving"}
 \* Leading: lock held and durable identity verified; Serving: it has started
@@ -104,7 +109,6 @@ Ready(r) == r \notin RequiredRoles \/ IsActive(r)
 SlotRole(ps) ==
     IF ps = "SandboxRuntimeSupervisor" THEN "Sandbox"
     ELSE IF ps = "SandboxAttachedRunsc" THEN "Sandbox"
-    ELSE IF ps = "StateAnchorDaemon" THEN "StateAnchor"
     ELSE IF ps = "GitRoutingDaemon" THEN "GitRouting"
     ELSE "Helper"
 
@@ -314,8 +318,9 @@ RecordIntent(c, r) ==
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* First non-empty snapshot of a role without a child process: prepared-lower
-\* lease intent with the intended artifact, network namespace and derived
-\* policy digest (RS entering as committed direct edge), publication paths.
+\* lease intent with the intended artifact, the State Anchors' mounts and
+\* the network namespace with the derived policy digest (RS entering both as
+\* committed direct edge), publication paths.
 AcquireSnapshot(c, r) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Starting"
@@ -1284,6 +1289,12 @@ Inv_Spec_ReleaseOrder ==
 
 \* A vacant Domain has nothing running and nothing unreleased; an RS that lost
 \* its lease always belongs to the retained generation record.
+\* A generation acquires only the roles its configuration requires: a build
+\* that does not implement a role never records it (Lazaret-notes.md
+\* "Required roles").  With RequiredRoles = Roles it holds trivially.
+Inv_Spec_OnlyRequiredRolesAcquired ==
+    \A r \in Roles : r \notin RequiredRoles => part[r] = "None"
+
 Inv_Spec_VacantMeansClean ==
     decision = "Vacant" =>
         (rs = "Absent" /\ runsc = "Absent" /\ \A r \in Roles : part[r] \in {"None", "Clean"})

@@ -259,12 +259,6 @@ fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec
              workspace's Git-ignored host files",
         );
     }
-    if profile.persistent_dirs().next().is_some() {
-        notes.push(
-            "persistent_dirs (State Anchors, FR-4): writes outside /workspace are discarded \
-             when the Domain stops",
-        );
-    }
     if !profile.volumes().is_empty() {
         notes.push("volumes: configured volumes are not mounted");
     }
@@ -390,7 +384,8 @@ mod tests {
         let head = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"oci:/x/layout:t\"\n";
         let default = not_yet_enforced(&selected(head));
         assert!(default.iter().any(|n| n.starts_with("isolate_gitignored")));
-        assert!(default.iter().any(|n| n.starts_with("persistent_dirs")));
+        // State Anchors are mounted (spec 3.6): never named.
+        assert!(!default.iter().any(|n| n.starts_with("persistent_dirs")));
         assert!(!default.iter().any(|n| n.starts_with("escalation")));
         // The network policy is applied (spec 3.7): never named.
         assert!(!default.iter().any(|n| n.contains("network")));

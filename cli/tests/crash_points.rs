@@ -185,12 +185,23 @@ impl Env {
                 .map(|d| self.workspace.join(d))
                 .filter(|p| p.symlink_metadata().is_ok())
                 .collect();
-            if procs.is_empty() && mounts.is_empty() && files.is_empty() && editor.is_empty() {
+            // Spec 3.6: no prepared-lower lease outlives its generation.
+            let leases = lazaret_effects::storage_catalog::StorageCatalog::at(
+                &self.home.join(".local/share/lazaret"),
+            )
+            .leases()
+            .map_err(|e| e.to_string())?;
+            if procs.is_empty()
+                && mounts.is_empty()
+                && files.is_empty()
+                && editor.is_empty()
+                && leases.is_empty()
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}, editor directories {editor:?}"
+                    "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}, editor directories {editor:?}, catalog leases {leases:?}"
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));

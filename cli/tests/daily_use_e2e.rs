@@ -717,7 +717,8 @@ fn domain_host_tasks(env: &Env) -> usize {
 /// one Domain cannot exhaust the host. The bomb meets the guest task ceiling
 /// (EAGAIN inside), the Domain's host tasks stay under the supervisor's
 /// backstop, a second Domain launches and answers meanwhile, writes past
-/// the `/tmp` and root file system bounds fail with ENOSPC inside, and the
+/// the `/tmp` and root file system bounds (outside the persistent paths,
+/// which are on disk) fail with ENOSPC inside, and the
 /// Domain tears down within 10 s afterwards with nothing left.
 #[test]
 fn a_fork_bomb_and_a_memory_hog_stay_inside_their_bounds() {
@@ -731,8 +732,8 @@ fn a_fork_bomb_and_a_memory_hog_stay_inside_their_bounds() {
         "-c",
         "dd if=/dev/zero of=/tmp/big bs=1M count=600 2>/workspace/err; echo tmp=$?; \
          grep -c 'No space left on device' /workspace/err; rm -f /tmp/big; \
-         dd if=/dev/zero of=/var/big bs=1M count=1200 2>/workspace/err; echo root=$?; \
-         grep -c 'No space left on device' /workspace/err; rm -f /var/big /workspace/err; \
+         dd if=/dev/zero of=/big bs=1M count=1200 2>/workspace/err; echo root=$?; \
+         grep -c 'No space left on device' /workspace/err; rm -f /big /workspace/err; \
          echo files=$(ulimit -n):$(ulimit -Hn)",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -48,11 +48,11 @@ fn entry(name: &str) -> Result<&'static ModelEntry, String> {
 fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
     assert_eq!(
         round_trip::<lazaret::Model>(entry("Lazaret")?, 400_000)?,
-        155_258
+        153_697
     );
     assert_eq!(
         round_trip::<lazaret::Model>(&LAZARET_BUILD, 300_000)?,
-        119_267
+        139_495
     );
     assert_eq!(
         round_trip::<prepared_lower::Model>(entry("PreparedLower")?, 30_000)?,

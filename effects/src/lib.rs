@@ -20,6 +20,7 @@ pub mod process_identity;
 pub mod pty;
 pub mod role_argv;
 pub mod runsc_exec;
+pub mod state_anchor;
 pub mod storage_catalog;
 pub mod terminal_mode;
 pub mod userns;

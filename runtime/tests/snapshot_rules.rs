@@ -90,6 +90,20 @@ fn mount(i: u8) -> MountIdentity {
     }
 }
 
+fn anchors(i: u8) -> AnchorMounts {
+    AnchorMounts {
+        namespace: MountNamespaceIdentity {
+            id: u64::from(i) + 7,
+            device: 4,
+            inode: u64::from(i),
+        },
+        anchors: vec![AnchorMount {
+            mountpoint: path(i, "anchor"),
+            mount: mount(i),
+        }],
+    }
+}
+
 fn policy(i: u8) -> Sha256Digest {
     Sha256Digest([0x50 + i; 32])
 }
@@ -130,7 +144,7 @@ fn readiness(i: u8) -> NetworkReadinessEvidence {
 
 fn released(i: u8) -> StateAnchorReleaseEvidence {
     StateAnchorReleaseEvidence {
-        daemon: phase(SlotC::Committed(i)),
+        runtime_supervisor: phase(SlotC::Committed(i)),
         user_namespace: namespace(i),
         mount_namespace: namespace(i + 1),
         mount: mount(i),
@@ -148,7 +162,7 @@ fn shape(role: ParticipantRole) -> (usize, Vec<HostProcessOwnershipSlot>) {
     use HostProcessOwnershipSlot as S;
     match role {
         ParticipantRole::PreparedLower => (7, vec![]),
-        ParticipantRole::StateAnchor => (5, vec![S::StateAnchorDaemon]),
+        ParticipantRole::StateAnchor => (5, vec![S::StateAnchorRuntimeSupervisor]),
         ParticipantRole::GitRouting => (4, vec![S::GitRoutingDaemon]),
         ParticipantRole::Network => (4, vec![S::NetworkRuntimeSupervisor]),
         ParticipantRole::Helper => (
@@ -207,8 +221,8 @@ fn build(role: ParticipantRole, m: &Model) -> ParticipantOwnership {
             upper_path: v(1).map(|i| path(i, "upper")),
             work_path: v(2).map(|i| path(i, "work")),
             merged_path: v(3).map(|i| path(i, "merged")),
-            daemon: s(0),
-            mount: v(4).map(mount),
+            runtime_supervisor: s(0),
+            mounts: v(4).map(anchors),
         }),
         ParticipantRole::GitRouting => ParticipantOwnership::GitRouting(GitRoutingOwnership {
             mountpoint: v(0).map(|i| path(i, "mnt")),

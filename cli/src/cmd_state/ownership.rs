@@ -3,7 +3,7 @@
 //! human and the `--json` form. Process slots are shown separately, with
 //! their live check (see `evidence`).
 use lazaret_runtime::records::participant::{
-    MountIdentity, NamespaceIdentity, NetworkReadinessEvidence, ParticipantOwnership,
+    AnchorMounts, MountIdentity, NamespaceIdentity, NetworkReadinessEvidence, ParticipantOwnership,
     StateAnchorReleaseEvidence,
 };
 use lazaret_runtime::records::process::PersistedHostProcessOwnership;
@@ -49,9 +49,20 @@ fn mount(m: &MountIdentity) -> Value {
     json!({ "mount_id": m.mount_id, "device": m.device, "inode": m.inode })
 }
 
+fn anchor_mounts(m: &AnchorMounts) -> Value {
+    let ns = &m.namespace;
+    json!({
+        "mount_namespace": { "id": ns.id, "device": ns.device, "inode": ns.inode },
+        "anchors": m.anchors.iter().map(|a| json!({
+            "mountpoint": a.mountpoint.to_string(),
+            "mount": mount(&a.mount),
+        })).collect::<Vec<_>>(),
+    })
+}
+
 fn released(r: &StateAnchorReleaseEvidence) -> Value {
     json!({
-        "daemon": slot_json(&r.daemon),
+        "runtime_supervisor": slot_json(&r.runtime_supervisor),
         "user_namespace": namespace(&r.user_namespace),
         "mount_namespace": namespace(&r.mount_namespace),
         "mount": mount(&r.mount),
@@ -108,7 +119,7 @@ pub fn fields(o: &ParticipantOwnership) -> Vec<(&'static str, Value)> {
             f.text("upper_path", s.upper_path.as_ref());
             f.text("work_path", s.work_path.as_ref());
             f.text("merged_path", s.merged_path.as_ref());
-            f.value("mount", s.mount.as_ref(), mount);
+            f.value("mounts", s.mounts.as_ref(), anchor_mounts);
         }
         ParticipantOwnership::GitRouting(g) => {
             f.text("mountpoint", g.mountpoint.as_ref());
@@ -159,7 +170,9 @@ pub fn fields_text(fields: &[(&'static str, Value)]) -> String {
 mod tests {
     use super::*;
     use lazaret_runtime::records::ids::{ContainerId, HostPath};
-    use lazaret_runtime::records::participant::{SandboxOwnership, StateAnchorOwnership};
+    use lazaret_runtime::records::participant::{
+        AnchorMount, MountNamespaceIdentity, SandboxOwnership, StateAnchorOwnership,
+    };
 
     #[test]
     fn recorded_fields_are_named_and_absent_ones_omitted() {
@@ -174,16 +187,27 @@ mod tests {
             "container_id=lazaret-ab-3  runtime_root=/run/x"
         );
         let anchor = ParticipantOwnership::StateAnchor(StateAnchorOwnership {
-            mount: Some(MountIdentity {
-                mount_id: 5,
-                device: 6,
-                inode: 7,
+            mounts: Some(AnchorMounts {
+                namespace: MountNamespaceIdentity {
+                    id: 9,
+                    device: 3,
+                    inode: 4,
+                },
+                anchors: vec![AnchorMount {
+                    mountpoint: HostPath::new("/run/x/anchors/usr").unwrap(),
+                    mount: MountIdentity {
+                        mount_id: 5,
+                        device: 6,
+                        inode: 7,
+                    },
+                }],
             }),
             ..StateAnchorOwnership::default()
         });
         let f = fields(&anchor);
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].1["mount_id"], 5);
+        assert_eq!(f[0].1["anchors"][0]["mount"]["mount_id"], 5);
+        assert_eq!(f[0].1["mount_namespace"]["id"], 9);
         assert!(fields(&ParticipantOwnership::Sandbox(SandboxOwnership::default())).is_empty());
     }
 }

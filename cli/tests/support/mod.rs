@@ -297,15 +297,28 @@ impl Env {
                 .map(str::to_owned)
                 .collect();
             let files = runtime_files(&self.home.join("run"));
-            if procs.is_empty() && mounts.is_empty() && files.is_empty() {
+            // Spec 3.6: an idle Domain holds no prepared-lower lease.
+            let leases = self.catalog_leases();
+            if procs.is_empty() && mounts.is_empty() && files.is_empty() && leases.is_empty() {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}"
+                "left behind: processes {procs:?}, mounts {mounts:?}, runtime files {files:?}, catalog leases {leases:?}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+impl Env {
+    /// The Storage Catalog's leases under this scenario's storage root.
+    pub fn catalog_leases(&self) -> Vec<lazaret_effects::storage_catalog::ArtifactLease> {
+        lazaret_effects::storage_catalog::StorageCatalog::at(
+            &self.home.join(".local/share/lazaret"),
+        )
+        .leases()
+        .unwrap()
     }
 }
 

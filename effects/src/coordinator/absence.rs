@@ -57,9 +57,7 @@ pub(super) fn observe_slot<S: ProcessSys>(
         } else {
             Runsc::Absent
         }),
-        ProcSlots::StateAnchorDaemon
-        | ProcSlots::GitRoutingDaemon
-        | ProcSlots::HelperConnectivityHelper => ProcessView::default(),
+        ProcSlots::GitRoutingDaemon | ProcSlots::HelperConnectivityHelper => ProcessView::default(),
     })
 }
 

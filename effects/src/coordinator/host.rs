@@ -189,6 +189,29 @@ pub enum CoordinatorError {
     NoSnapshot { role: &'static str },
     #[error("a published generation without a launched sandbox")]
     NoLaunchedSandbox,
+    /// A prepared artifact's record names an ID that is not 64 hex digits.
+    #[error("the prepared lower's artifact ID {found:?} is not 64 hex digits")]
+    ArtifactId { found: String },
+    /// Spec 3.6: a Storage Catalog operation failed.
+    #[error("the Storage Catalog: {0}")]
+    Catalog(#[source] crate::storage_catalog::CatalogError),
+    /// RS reported State Anchors other than the planned ones.
+    #[error(
+        "the Runtime Supervisor reported State Anchors at {reported:?}, the plan has {planned:?}"
+    )]
+    AnchorsReported {
+        planned: Vec<String>,
+        reported: Vec<String>,
+    },
+    /// The Domain's anchors directory is not a plain directory.
+    #[error("{path} must be a directory of the Domain's State Anchors (a symlink or file is there); refusing to use it")]
+    AnchorDirectory { path: PathBuf },
+    /// Spec 3.6: the State Anchors could not be proved absent.
+    #[error("the State Anchors of generation {generation}: {source}")]
+    Anchors {
+        generation: u64,
+        source: crate::state_anchor::AnchorError,
+    },
     /// The release loop was handed a step that does not release.
     #[error("{action} is not a release step")]
     NotAReleaseStep { action: &'static str },
@@ -305,6 +328,8 @@ pub(super) struct Hc<'s, 'l> {
     pub sessions: std::collections::HashMap<SessionsId, SessionId>,
     /// This coordinator's own pidfs identity (its committed direct edges).
     pub own: PidfsProcessIdentityV1,
+    /// The host-wide Storage Catalog (spec 3.6): prepared-lower leases.
+    pub catalog: crate::storage_catalog::StorageCatalog,
 }
 
 impl<'s, 'l> Hc<'s, 'l> {
@@ -442,6 +467,7 @@ pub fn run_coordinator(
         generation: None,
         sessions: std::collections::HashMap::new(),
         own: own_identity()?,
+        catalog: crate::storage_catalog::StorageCatalog::at(&config.storage_root().label()),
     };
     let launch = LaunchInputs {
         image: config.selected().image().to_string(),
@@ -455,6 +481,11 @@ pub fn run_coordinator(
         environment: config.environment(),
         runsc_dcache: config.runsc_dcache(),
         policy: config.selected().derived_policy(),
+        persistent_dirs: config
+            .selected()
+            .persistent_dirs()
+            .map(|p| p.as_str().to_owned())
+            .collect(),
     };
     let booted = bootstrap(&mut hc, &paths);
     if let Err(e) = &booted {
@@ -543,6 +574,8 @@ pub(super) struct LaunchInputs<'a> {
     pub runsc_dcache: u32,
     /// The selected profile's derived network policy (spec 3.7, FR-19).
     pub policy: &'a DerivedNetworkPolicy,
+    /// The profile's persistent paths, one State Anchor each (spec 3.6).
+    pub persistent_dirs: Vec<String>,
 }
 
 /// The static in-sandbox binaries the `lazaret` binary embeds

@@ -95,7 +95,6 @@ pub fn durable_view(
                     (Roles::Sandbox, S::SandboxRuntimeSupervisor)
                 }
                 ProcSlots::SandboxAttachedRunsc => (Roles::Sandbox, S::SandboxAttachedRunsc),
-                ProcSlots::StateAnchorDaemon => (Roles::StateAnchor, S::StateAnchorDaemon),
                 ProcSlots::GitRoutingDaemon => (Roles::GitRouting, S::GitRoutingDaemon),
                 ProcSlots::HelperConnectivityHelper => (Roles::Helper, S::HelperConnectivityHelper),
             };

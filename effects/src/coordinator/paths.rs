@@ -30,6 +30,17 @@ impl DomainPaths {
     pub fn store(&self) -> PathBuf {
         self.storage.join("domain.redb")
     }
+    /// The Domain's State Anchors (spec 3.6): one upper and one work
+    /// directory per persistent path, beneath these two.
+    pub fn anchors(&self) -> PathBuf {
+        self.storage.join("anchors")
+    }
+    pub fn anchor_uppers(&self) -> PathBuf {
+        self.anchors().join("upper")
+    }
+    pub fn anchor_work(&self) -> PathBuf {
+        self.anchors().join("work")
+    }
     /// Present while a generation may have left workspace entries re-owned
     /// by the sandbox: written by the Runtime Supervisor before its sandbox
     /// starts, removed after its ownership restore (`crate::workspace_owner`).

@@ -5,8 +5,9 @@
 //! order comes from the model state: each role's durable state decides its
 //! next step, so the same routine releases a clean teardown and a failed
 //! launch.
-use crate::crash_point::fault;
+use crate::crash_point::{crash_point, fault};
 use std::path::Path;
+use std::time::Duration;
 
 use lazaret_generated::lazaret::{Action, Decision, Roles};
 use lazaret_runtime::coordinator::messages::CoordinatorCommand;
@@ -21,7 +22,10 @@ use super::recovery::{clean_terminals, recorded_runtime};
 use super::runtime_end::{proved_absent, settle_runtime};
 use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
+use crate::state_anchor::{real::RealAnchorSys, wait_namespace_left};
+use crate::storage_catalog::ArtifactLease;
 use lazaret_runtime::coordinator::host_model::ProcessView;
+use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
 
 /// BeginTeardown: the last session has left; publication is withdrawn (the
 /// socket file goes, so nobody new joins), then the generation is released.
@@ -103,6 +107,14 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
                 released_state_anchor: None,
             },
         }]),
+        Action::CleanParticipant {
+            r: Roles::StateAnchor,
+            ..
+        } => clean_state_anchor(hc),
+        Action::CleanParticipant {
+            r: Roles::PreparedLower,
+            ..
+        } => clean_prepared_lower(hc),
         Action::CleanParticipant { r, .. } => hc.apply(&[StoreOp::Participant {
             generation,
             role: participant_role(r),
@@ -121,6 +133,88 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
             action: lazaret_generated::lazaret::action_name(&other),
         }),
     })
+}
+
+/// How long the exec clients of the last sessions may take to leave the
+/// State Anchors' mount namespace after the sandbox they served is gone.
+const ANCHORS_LEFT: Duration = Duration::from_secs(10);
+
+/// The generation's recorded snapshot of `role`.
+fn recorded(
+    hc: &Hc<'_, '_>,
+    role: ParticipantRole,
+) -> Result<Option<ParticipantOwnership>, CoordinatorError> {
+    Ok(hc
+        .store
+        .participant(hc.id, role)
+        .map_err(|e| hc.store_err(e))?
+        .and_then(|p| p.ownership))
+}
+
+/// CleanParticipant(StateAnchor), spec 3.6 release step 3: the anchors are
+/// proved absent independently of the supervisor that unmounted them (or
+/// died): no process is left in the mount namespace that held them. Then
+/// the explicit clean snapshot.
+fn clean_state_anchor(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    if let Some(ParticipantOwnership::StateAnchor(anchor)) =
+        recorded(hc, ParticipantRole::StateAnchor)?
+    {
+        if let Some(mounts) = &anchor.mounts {
+            wait_namespace_left(
+                &RealAnchorSys,
+                &mounts.namespace,
+                ANCHORS_LEFT,
+                Duration::from_millis(20),
+            )
+            .map_err(|source| CoordinatorError::Anchors {
+                generation: hc.id.0,
+                source,
+            })?;
+        }
+    }
+    hc.apply(&[StoreOp::Participant {
+        generation: hc.id,
+        role: ParticipantRole::StateAnchor,
+        op: ParticipantOp::Clean(AbsenceProof::IndependentAbsence),
+    }])
+}
+
+/// CleanParticipant(PreparedLower), spec 3.6 release steps 4 and 5: with
+/// the anchors clean, the exact `(artifact, Domain, generation)` lease is
+/// removed from the Storage Catalog (already absent is fine: the launch
+/// may have died before inserting it), then the explicit clean snapshot.
+fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    let lower = recorded(hc, ParticipantRole::PreparedLower)?;
+    let artifact = match &lower {
+        Some(ParticipantOwnership::PreparedLower(p)) => p.prepared_artifact_id,
+        _ => None,
+    };
+    if let Some(artifact) = artifact {
+        let domain = hc
+            .store
+            .generation_document(hc.id)
+            .map_err(|e| hc.store_err(e))?
+            .ok_or(CoordinatorError::NoSnapshot {
+                role: "PreparedLower",
+            })?
+            .generation
+            .domain_id;
+        let removed = hc
+            .catalog
+            .remove_lease(&ArtifactLease {
+                artifact,
+                domain,
+                generation: hc.id,
+            })
+            .map_err(CoordinatorError::Catalog)?;
+        tracing::debug!(?removed, "prepared-lower lease");
+        crash_point!(Hc, "catalog-lease", "after-remove", "CleanParticipant");
+    }
+    hc.apply(&[StoreOp::Participant {
+        generation: hc.id,
+        role: ParticipantRole::PreparedLower,
+        op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
+    }])
 }
 
 /// ShutdownRuntime: a launched generation is stopped through RS (a failed

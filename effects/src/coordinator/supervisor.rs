@@ -29,6 +29,7 @@ use crate::network::policy_fd::{read_sealed_policy, PolicyFdError};
 use crate::network::rtnl::NetlinkRoutes;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
+use crate::state_anchor::{self, real::RealAnchorSys, AnchorError, MOUNT_POINTS_DIR};
 use crate::workspace_owner::{self, RealOwnerSys};
 use lazaret_runtime::bundle::{
     build_spec, worktree_git_file, BundleError, BundlePlan, GitSentry, INIT_DIR,
@@ -37,7 +38,7 @@ use lazaret_runtime::coordinator::messages::{
     CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan,
 };
 use lazaret_runtime::records::ids::{CoordinatorId, DomainId, GenerationId};
-use lazaret_runtime::records::participant::NamespaceIdentity;
+use lazaret_runtime::records::participant::{AnchorMounts, NamespaceIdentity};
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessOwnership};
 use sha2::Digest as _;
 use std::io::{self, Read};
@@ -115,6 +116,8 @@ pub enum SupervisorError {
         held: NamespaceIdentity,
         current: NamespaceIdentity,
     },
+    #[error("State Anchors: {0}")]
+    Anchors(#[from] AnchorError),
     #[error(
         "the network helper slirp4netns ended ({status:?}); the sandbox was stopped, its network is gone"
     )]
@@ -194,19 +197,95 @@ impl CoordinatorLink for ChannelLink<'_> {
     }
 }
 
-/// The generation's namespaces for the supervisor itself: it enters the
-/// enforcement network namespace (created earlier, with IPv6 off, by
-/// [`enforcement::create_enforcement_namespace`]) and unshares its mount
-/// namespace, made private, in which runsc and the Git Sentry filter run.
-/// Runs as root of the verified user namespace.
-pub fn enter_generation_namespaces<N: NamespaceSys>(
-    ns: &N,
-    netns: &OwnedFd,
-) -> Result<(), SupervisorError> {
-    enforcement::enter(ns, netns)?;
+/// The generation's mount namespace, the supervisor's own and made
+/// private, in which the State Anchors, the Git Sentry filter and runsc
+/// live (and end with it). Runs as root of the verified user namespace,
+/// which owns the new namespace: that is what lets it mount overlayfs.
+pub fn own_mount_namespace<N: NamespaceSys>(ns: &N) -> Result<(), SupervisorError> {
     ns.unshare_mount().map_err(kernel("unshare(CLONE_NEWNS)"))?;
     ns.make_mounts_private()
         .map_err(kernel("making / recursively private"))?;
+    Ok(())
+}
+
+/// Spec 3.6 step 4, RS's part: once HC's `RecordIntent(StateAnchor)` is
+/// durable (its `MountStateAnchors`), every anchor of the plan is mounted
+/// in this mount namespace and reported with its identity.
+fn mount_state_anchors(
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+) -> Result<AnchorMounts, SupervisorError> {
+    let mut link = ChannelLink { stream };
+    match link.receive()? {
+        CoordinatorCommand::MountStateAnchors => {}
+        CoordinatorCommand::Refused(why) => return Err(SupervisorError::Refused(why)),
+        other => {
+            return Err(SupervisorError::Protocol {
+                expected: "MountStateAnchors",
+                got: format!("{other:?}"),
+            })
+        }
+    }
+    let dir = PathBuf::from(&plan.generation_dir).join(MOUNT_POINTS_DIR);
+    std::fs::create_dir_all(&dir).map_err(|source| SupervisorError::Write {
+        path: dir.clone(),
+        source,
+    })?;
+    let mounts = state_anchor::mount_anchors(&RealAnchorSys, &plan.state_anchors)?;
+    crash_point!(Rs, "anchors", "before-report", "StateAnchorsMounted");
+    if let Err(e) = link.send(&SupervisorMessage::StateAnchorsMounted(mounts.clone())) {
+        release_state_anchors(plan, &mounts);
+        return Err(e.into());
+    }
+    Ok(mounts)
+}
+
+/// Spec 3.6 release step 2, RS's part (and the lease-loss teardown's):
+/// the exact anchors are unmounted once runsc has exited, then their mount
+/// points go with `rmdir`, which refuses a mount point still in use, so
+/// nothing is ever removed through an anchor. A failure is logged: the
+/// mounts live only in this mount namespace, which ends with the
+/// supervisor, and HC proves them gone independently.
+fn release_state_anchors(plan: &SupervisorPlan, mounts: &AnchorMounts) {
+    if let Err(e) = state_anchor::unmount_anchors(&RealAnchorSys, mounts) {
+        tracing::warn!(error = %e, "unmounting the State Anchors");
+    }
+    let generation = PathBuf::from(&plan.generation_dir);
+    let points = plan
+        .state_anchors
+        .iter()
+        .map(|a| PathBuf::from(&a.mountpoint));
+    for dir in points.chain([generation.join(MOUNT_POINTS_DIR)]) {
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(error = %e, path = %dir.display(), "removing a State Anchor directory")
+            }
+        }
+    }
+    // Empty once the sandbox's teardown removed its files; a launch that
+    // failed before the sandbox leaves them to HC, which removes the rest.
+    let _ = std::fs::remove_dir(&generation);
+}
+
+/// Removes the generation directory's files (bundle, runsc state, network
+/// files, binaries) but not its anchors directory, whose mount points may
+/// still carry the Domain's State Anchors: a recursive removal there would
+/// delete the agent's persistent state through the overlay.
+/// [`release_state_anchors`] removes the rest with `rmdir` only.
+fn remove_generation_files(generation: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(generation)? {
+        let entry = entry?;
+        if entry.file_name() == MOUNT_POINTS_DIR {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
     Ok(())
 }
 
@@ -252,6 +331,11 @@ pub fn write_bundle(
         git_file,
         git_filter,
         network_files: network_files.to_owned(),
+        state_anchors: plan
+            .state_anchors
+            .iter()
+            .map(|a| (PathBuf::from(&a.path), PathBuf::from(&a.mountpoint)))
+            .collect(),
     };
     let mut spec = build_spec(&bundle_plan).map_err(SupervisorError::Bundle)?;
     let init = oci_spec::runtime::MountBuilder::default()
@@ -454,7 +538,14 @@ pub fn run_supervisor<N: NamespaceSys>(
             })
         }
     }
-    match launch_and_serve(ns, &plan, &stream, &hc_gone, policy_fd) {
+    let served = own_mount_namespace(ns)
+        .and_then(|()| mount_state_anchors(&plan, &stream))
+        .and_then(|anchors| {
+            let served = launch_and_serve(ns, &plan, &stream, &hc_gone, policy_fd);
+            release_state_anchors(&plan, &anchors);
+            served
+        });
+    match served {
         Ok(()) => Ok(()),
         Err(e) => {
             let mut tx = &stream;
@@ -606,7 +697,7 @@ fn ready_network<N: NamespaceSys>(
     policy: &lazaret_runtime::config::DerivedNetworkPolicy,
 ) -> Result<CanaryNetwork, SupervisorError> {
     let _span = tracing::info_span!("MarkNetworkReady").entered();
-    enter_generation_namespaces(ns, netns)?;
+    enforcement::enter(ns, netns)?;
     let canary = canary::set_up(&NetlinkRoutes, ns, &RealCanary, plan.generation_id)?;
     let projection = enforcement::install_policy(&NetlinkRoutes, &RealNft, policy)?;
     tracing::info!(
@@ -922,7 +1013,7 @@ fn run_sandbox<N: NamespaceSys>(
             let _ = std::fs::remove_file(&marker);
             drop(editor_dirs);
             let _ = ns.unmount(&rootfs_writes(&runsc_root));
-            let _ = std::fs::remove_dir_all(&generation);
+            let _ = remove_generation_files(&generation);
             return Err(SupervisorError::NotReady {
                 source: failure.error,
                 stderr_tail: tail.trim().to_owned(),
@@ -981,7 +1072,7 @@ fn run_sandbox<N: NamespaceSys>(
     // The rootfs writes go with their tmpfs (the memory is freed here).
     ns.unmount(&rootfs_writes(&runsc_root))
         .map_err(kernel("unmounting the rootfs writes tmpfs"))?;
-    std::fs::remove_dir_all(&generation).map_err(|source| SupervisorError::Write {
+    remove_generation_files(&generation).map_err(|source| SupervisorError::Write {
         path: generation.clone(),
         source,
     })?;
@@ -1160,22 +1251,43 @@ mod tests {
         Ok(())
     }
 
-    /// The supervisor's own namespaces: into the enforcement network
-    /// namespace first, then a new mount namespace made private.
+    /// A generation's teardown removes its files and directories but never
+    /// enters the anchors' mount points: what lies beneath them (here a
+    /// stand-in for an anchor's content) stays.
     #[test]
-    fn the_supervisor_enters_the_enforcement_namespace_before_its_mounts(
+    fn the_generation_files_go_but_never_through_an_anchor(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let generation = dir.path().join("gen-3");
+        std::fs::create_dir_all(generation.join("bundle/rootfs"))?;
+        std::fs::create_dir_all(generation.join(MOUNT_POINTS_DIR).join("usr/local"))?;
+        std::fs::write(generation.join("bundle/config.json"), b"{}")?;
+        std::fs::write(generation.join("marker"), b"")?;
+        let anchored = generation.join(MOUNT_POINTS_DIR).join("usr/local/tool");
+        std::fs::write(&anchored, b"agent's")?;
+        remove_generation_files(&generation)?;
+        let left: Vec<String> = std::fs::read_dir(&generation)?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        assert_eq!(left, [MOUNT_POINTS_DIR]);
+        assert_eq!(std::fs::read(&anchored)?, b"agent's");
+        Ok(())
+    }
+
+    /// The supervisor's own mount namespace, made private before anything
+    /// is mounted in it.
+    #[test]
+    fn the_supervisor_mounts_only_in_its_own_private_mount_namespace(
     ) -> Result<(), Box<dyn std::error::Error>> {
         let ns = RecordingNs::default();
-        let netns: OwnedFd = std::fs::File::open("/dev/null")?.into();
-        enter_generation_namespaces(&ns, &netns)?;
+        own_mount_namespace(&ns)?;
         assert_eq!(
             ns.calls(),
-            vec![
-                "enter_network_namespace".to_owned(),
-                "unshare_mount".to_owned(),
-                "make_mounts_private".to_owned(),
-            ]
+            vec!["unshare_mount".to_owned(), "make_mounts_private".to_owned()]
         );
+        let failing = RecordingNs::failing("unshare_mount");
+        assert!(own_mount_namespace(&failing).is_err());
+        assert_eq!(failing.calls(), vec!["unshare_mount".to_owned()]);
         Ok(())
     }
 
@@ -1209,18 +1321,6 @@ mod tests {
             tv_nsec: 0,
         };
         assert_eq!(rustix::event::poll(&mut fds, Some(&five)).ok(), Some(1));
-        Ok(())
-    }
-
-    #[test]
-    fn a_failed_entry_stops_before_any_mount_namespace() -> Result<(), Box<dyn std::error::Error>> {
-        let ns = RecordingNs::failing("enter_network_namespace");
-        let netns: OwnedFd = std::fs::File::open("/dev/null")?.into();
-        assert!(matches!(
-            enter_generation_namespaces(&ns, &netns),
-            Err(SupervisorError::Enforcement(EnforcementError::Enter(_)))
-        ));
-        assert_eq!(ns.calls(), vec!["enter_network_namespace".to_owned()]);
         Ok(())
     }
 }

@@ -10,8 +10,9 @@
 //! user's layout, so what is unpacked is exactly the resolved manifest.
 //!
 //! The preparer also creates the bundle's fixed mount points
-//! (`lazaret_runtime::bundle::MOUNT_POINTS`), since runsc would otherwise
-//! create them inside the published tree.
+//! (`lazaret_runtime::bundle::MOUNT_POINTS`) and the default persistent
+//! paths (the State Anchors' bind destinations), since runsc would
+//! otherwise create them inside the published tree.
 //!
 //! The tree is built in a staging directory and published by one rename; a
 //! later preparation of the same manifest with the same maps and preparer is
@@ -33,7 +34,7 @@ use std::time::Duration;
 
 /// Version of the preparation recipe; part of the artifact identity.
 const RECIPE: &str =
-    "lazaret-prepared-lower v4: umoci raw unpack in verified userns, bundle mount points with the init and network directories, resolv.conf a regular file";
+    "lazaret-prepared-lower v5: umoci raw unpack in verified userns, bundle mount points with the init and network directories and the default persistent paths, resolv.conf a regular file";
 /// The tag of the private one-manifest layout umoci reads.
 /// How long `umoci --version` may take.
 const VERSION_LIMIT: Duration = Duration::from_secs(30);
@@ -361,6 +362,10 @@ fn stage_tree(
     mkdir.extend(
         lazaret_runtime::bundle::MOUNT_POINTS
             .iter()
+            // The default persistent paths (spec 3.2): each State Anchor's
+            // lower and the bind destination runsc would otherwise create
+            // in this tree.
+            .chain(lazaret_runtime::config::DEFAULT_PERSISTENT_DIRS.iter())
             .map(|p| format!("rootfs/{}", p.trim_start_matches('/')).into()),
     );
     let run = host.run_in_userns("mkdir", &mkdir, stage)?;

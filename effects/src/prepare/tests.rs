@@ -155,7 +155,7 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
         vec![
             "version".to_owned(),
             "umoci raw unpack --image image:lazaret rootfs".to_owned(),
-            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common rootfs/.lazaret/sbin rootfs/tmp rootfs/etc/lazaret"
+            "mkdir -p -- rootfs/workspace rootfs/.lazaret/git-common rootfs/.lazaret/sbin rootfs/tmp rootfs/etc/lazaret rootfs/root rootfs/usr rootfs/var rootfs/etc rootfs/opt"
                 .to_owned(),
             "rm -f -- rootfs/etc/resolv.conf".to_owned(),
             "touch -- rootfs/etc/resolv.conf".to_owned(),

@@ -197,6 +197,11 @@ pub struct BundlePlan {
     /// directory (holding `network`, the effective policy for an agent to
     /// read) at [`NETWORK_INFO_DIR`].
     pub network_files: PathBuf,
+    /// The State Anchors (spec 3.6, FR-4): `(persistent path, host mount
+    /// point)`, each bound read-write at its path. They come before every
+    /// mount that may lie beneath a persistent path (the resolver
+    /// configuration and network directory beneath `/etc`).
+    pub state_anchors: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Errors of building the bundle configuration.
@@ -432,6 +437,17 @@ pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
         });
     }
     let mut mounts = system_mounts()?;
+    for (path, source) in &plan.state_anchors {
+        for (what, p) in [("persistent", path), ("State Anchor mount point", source)] {
+            if !normal_absolute(p) {
+                return Err(BundleError::NotAbsolute {
+                    what,
+                    path: p.clone(),
+                });
+            }
+        }
+        mounts.push(mount(path, "bind", source, &["bind", "rw"])?);
+    }
     mounts.extend(workspace_mounts(plan)?);
     let ro = ["bind", "ro", "nosuid", "nodev", "noexec"];
     mounts.push(mount(

@@ -24,6 +24,16 @@ fn plan(git: GitSentry) -> BundlePlan {
         git_file: None,
         git_filter: Some("/run/user/1000/lazaret/d/gen-1/git-sentry".into()),
         network_files: "/run/user/1000/lazaret/d/gen-1/net".into(),
+        state_anchors: vec![
+            (
+                "/usr".into(),
+                "/run/user/1000/lazaret/d/gen-1/anchors/usr".into(),
+            ),
+            (
+                "/etc".into(),
+                "/run/user/1000/lazaret/d/gen-1/anchors/etc".into(),
+            ),
+        ],
     }
 }
 
@@ -133,7 +143,16 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
         .destinations()
         .map(|(d, _)| d.as_str().to_owned())
         .collect();
-    let destinations: Vec<String> = mounts(v).into_iter().map(|(d, ..)| d).collect();
+    let anchors: Vec<String> = p
+        .state_anchors
+        .iter()
+        .map(|(d, _)| d.display().to_string())
+        .collect();
+    let destinations: Vec<String> = mounts(v)
+        .into_iter()
+        .map(|(d, ..)| d)
+        .filter(|d| !anchors.contains(d))
+        .collect();
     assert!(destinations.len() > 5, "{destinations:?}");
     for dest in destinations.iter().map(String::as_str).chain([INIT_DIR]) {
         assert!(
@@ -143,7 +162,7 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
     }
     // Host sources: only the rootfs, the workspace and (below) the repository.
     for (dest, typ, src, _) in mounts(v) {
-        if typ == "bind" {
+        if typ == "bind" && !anchors.contains(&dest) {
             let allowed = [
                 p.workspace.display().to_string(),
                 "/main/".to_owned(),
@@ -257,6 +276,7 @@ fn linked_worktree_follows_the_common_dir() -> Result<(), String> {
 fn no_repository_has_only_the_workspace() -> Result<(), String> {
     let mut p = plan(GitSentry::NoRepository);
     p.editor_dirs.clear();
+    p.state_anchors.clear();
     let v = json(&p)?;
     assert_isolation(&v, &p);
     let binds: Vec<String> = mounts(&v)
@@ -304,4 +324,38 @@ fn bad_plans_are_refused() {
     p.workspace = "/w".into();
     p.args.clear();
     assert!(matches!(build_spec(&p), Err(BundleError::EmptyArgs)));
+}
+
+/// Spec 3.6: each State Anchor is bound read-write at its persistent path,
+/// before the resolver configuration and network directory beneath `/etc`
+/// (a later bind of `/etc` would hide them).
+#[test]
+fn state_anchors_are_bound_before_the_mounts_beneath_them() -> Result<(), String> {
+    let p = plan(GitSentry::NoRepository);
+    let v = json(&p)?;
+    let all = mounts(&v);
+    let at = |dest: &str| all.iter().position(|(d, ..)| d == dest);
+    let etc = at("/etc").ok_or("no /etc anchor")?;
+    assert_eq!(
+        all[etc],
+        (
+            "/etc".to_owned(),
+            "bind".to_owned(),
+            "/run/user/1000/lazaret/d/gen-1/anchors/etc".to_owned(),
+            vec!["bind".to_owned(), "rw".to_owned()]
+        )
+    );
+    assert!(etc < at(RESOLV_CONF).ok_or("no resolv.conf")?);
+    assert!(etc < at(NETWORK_INFO_DIR).ok_or("no network directory")?);
+    assert!(at("/usr").ok_or("no /usr anchor")? < at(WORKSPACE).ok_or("no workspace")?);
+    let mut relative = plan(GitSentry::NoRepository);
+    relative.state_anchors = vec![("usr".into(), "/run/x".into())];
+    assert!(matches!(
+        build_spec(&relative),
+        Err(BundleError::NotAbsolute {
+            what: "persistent",
+            ..
+        })
+    ));
+    Ok(())
 }

@@ -39,6 +39,6 @@ pub use network::{
 pub use overlap::{check_overlaps, TreeEntry, TreeRole};
 pub use profile::{
     AutoApprovalDecl, EscalationDecl, ProfileV1, SelectedProfileV1, TrustedHostConfigV1,
-    VolumeDecl, LIST_ITEMS_MAX, RUNSC_DCACHE_DEFAULT, RUNSC_DCACHE_MAX,
+    VolumeDecl, DEFAULT_PERSISTENT_DIRS, LIST_ITEMS_MAX, RUNSC_DCACHE_DEFAULT, RUNSC_DCACHE_MAX,
 };
 pub use readiness::{DnsTarget, ReadinessV1, SocketTarget};

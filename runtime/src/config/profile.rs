@@ -37,7 +37,7 @@ fn bounded(key: &KeyPath, len: usize) -> Result<(), ConfigError> {
 }
 
 /// Persistent paths selected when `persistent_dirs` is omitted (spec 3.2).
-const DEFAULT_PERSISTENT_DIRS: [&str; 5] = ["/root", "/usr", "/var", "/etc", "/opt"];
+pub const DEFAULT_PERSISTENT_DIRS: [&str; 5] = ["/root", "/usr", "/var", "/etc", "/opt"];
 
 /// A decoded v1 document: every profile structurally valid, nothing resolved.
 #[derive(Debug)]

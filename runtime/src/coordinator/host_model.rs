@@ -626,6 +626,32 @@ pub(crate) mod tests {
                 c,
                 ps: ProcSlots::SandboxRuntimeSupervisor,
             },
+            // Spec 3.6: the prepared-lower lease before the State
+            // Anchors' mounts.
+            Action::RecordIntent {
+                c,
+                r: Roles::PreparedLower,
+            },
+            Action::AcquireSnapshot {
+                c,
+                r: Roles::PreparedLower,
+            },
+            Action::CommitParticipant {
+                c,
+                r: Roles::PreparedLower,
+            },
+            Action::RecordIntent {
+                c,
+                r: Roles::StateAnchor,
+            },
+            Action::AcquireSnapshot {
+                c,
+                r: Roles::StateAnchor,
+            },
+            Action::CommitParticipant {
+                c,
+                r: Roles::StateAnchor,
+            },
             // Spec 3.7: the connectivity helper, then network readiness,
             // before the attached runsc.
             Action::RecordIntent {
@@ -685,6 +711,8 @@ pub(crate) mod tests {
         assert_eq!(
             m.required_roles(),
             vec![
+                Roles::PreparedLower,
+                Roles::StateAnchor,
                 Roles::Network,
                 Roles::Helper,
                 Roles::Sandbox,
@@ -713,12 +741,12 @@ pub(crate) mod tests {
             text.push('\n');
         }
         // The release in the model's order (publication, sandbox, network,
-        // helper), then the coordinator's exit.
+        // helper, State Anchor, prepared lower), then the coordinator's exit.
         text += &release_all(&mut m)?;
         text += &m.take(Action::ExitCoordinator { c })?.to_json();
         text.push('\n');
         match replay_text("host.jsonl", &text)? {
-            Outcome::Conforms { steps, .. } => assert_eq!(steps, 36),
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 46),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         Ok(())
@@ -786,7 +814,7 @@ pub(crate) mod tests {
         }
         text += "{\"schema\":\"lazaret-trace-v1\",\"model\":\"Laz";
         let (mut r, kept) = HostModel::resume("gen-4.jsonl", &text)?;
-        assert_eq!(kept, 20);
+        assert_eq!(kept, 26);
         assert_eq!(r.holders(), vec![dead]);
         let me = r.me();
         assert_eq!(me, CoordinatorsId(1));
@@ -814,7 +842,7 @@ pub(crate) mod tests {
         }
         text += &release_all(&mut r)?;
         match replay_text("gen-4.jsonl", &text)? {
-            Outcome::Conforms { steps, .. } => assert_eq!(steps, 32),
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 42),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         // A coordinator that died after a durable write and before its
@@ -876,7 +904,7 @@ pub(crate) mod tests {
             // The release includes `CleanSessionTerminals`: the record
             // cannot say whether the dead coordinator's sessions left
             // terminals, so the rebuilt state assumes they may have.
-            } => assert_eq!((steps, recorded_start), (14, true)),
+            } => assert_eq!((steps, recorded_start), (18, true)),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         // A durable record no state satisfies is refused: the publication
@@ -894,13 +922,14 @@ pub(crate) mod tests {
     /// served generation, a launch that failed half way, and a recovery.
     #[test]
     fn next_release_walks_every_release_to_retirement() -> Result<(), Box<dyn std::error::Error>> {
-        for cut in [4, 6, 8, 10, 13, 19] {
+        for cut in [4, 6, 7, 8, 9, 10, 12, 16, 19, 25] {
             let mut m = HostModel::new("hc".into(), 1)?;
             let c = m.me();
+            assert_eq!(launch_steps(c).len(), 25);
             for a in launch_steps(c).into_iter().take(cut) {
                 m.take(a)?;
             }
-            let first = if cut == 19 {
+            let first = if cut == 25 {
                 Action::BeginTeardown { c }
             } else {
                 Action::AbortGeneration { c }

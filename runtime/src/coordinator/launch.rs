@@ -105,7 +105,6 @@ fn launch_vocabulary(c: CoordinatorsId) -> Vec<Action> {
 fn slot_role(ps: ProcSlots) -> Roles {
     match ps {
         ProcSlots::SandboxRuntimeSupervisor | ProcSlots::SandboxAttachedRunsc => Roles::Sandbox,
-        ProcSlots::StateAnchorDaemon => Roles::StateAnchor,
         ProcSlots::GitRoutingDaemon => Roles::GitRouting,
         ProcSlots::HelperConnectivityHelper => Roles::Helper,
     }
@@ -137,6 +136,8 @@ fn reported_by_supervisor(a: &Action) -> bool {
             ps != ProcSlots::SandboxRuntimeSupervisor
         }
         Action::RecordIntent { r, .. } => matches!(r, Roles::Helper | Roles::Network),
+        // Spec 3.6 step 4: RS mounts the anchors in its mount namespace.
+        Action::AcquireSnapshot { r, .. } => r == Roles::StateAnchor,
         Action::CommitParticipant { r, .. } => r == Roles::Sandbox,
         _ => false,
     }
@@ -206,6 +207,7 @@ mod tests {
         assert_eq!(
             reported,
             [
+                "AcquireSnapshot(StateAnchor)",
                 "RecordIntent(Helper)",
                 "StageProcess(HelperConnectivityHelper)",
                 "CommitProcess(HelperConnectivityHelper)",

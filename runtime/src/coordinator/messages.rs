@@ -4,7 +4,7 @@
 //! reading anything else.
 use serde::{Deserialize, Serialize};
 
-use crate::records::participant::NamespaceIdentity;
+use crate::records::participant::{AnchorMounts, NamespaceIdentity};
 use crate::records::process::HostProcessOwnershipSlot;
 
 /// The CLI <-> HC protocol version.
@@ -143,6 +143,9 @@ pub enum SupervisorMessage {
         /// The digest of the policy bytes RS verified and installed.
         policy_digest: [u8; 32],
     },
+    /// Spec 3.6 step 4: the State Anchors of the plan are mounted in RS's
+    /// mount namespace (in the plan's order), as RS observed them.
+    StateAnchorsMounted(AnchorMounts),
     /// The sandbox runs; sessions may exec into it.
     SandboxRunning {
         container_id: String,
@@ -162,6 +165,20 @@ pub struct ObjectId {
     pub dev_major: u32,
     pub dev_minor: u32,
     pub ino: u64,
+}
+
+/// One State Anchor to mount (spec 3.6): a kernel overlayfs whose lower is
+/// the prepared lower's subtree at `path`, whose upper and work directories
+/// are the Domain's, mounted at `mountpoint` in RS's mount namespace and
+/// bound at `path` in the sandbox. Every field but `path` is a host path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnchorPlan {
+    /// The persistent path in the sandbox (`/usr`).
+    pub path: String,
+    pub lower: String,
+    pub upper: String,
+    pub work: String,
+    pub mountpoint: String,
 }
 
 /// Everything the Runtime Supervisor needs for one generation; HC sends it
@@ -196,6 +213,9 @@ pub struct SupervisorPlan {
     /// policy whose canonical bytes RS reads from the write-sealed memfd it
     /// inherited; RS installs nothing else.
     pub policy_digest: [u8; 32],
+    /// The State Anchors, one per persistent path (spec 3.6, FR-4), mounted
+    /// when HC answers [`CoordinatorCommand::MountStateAnchors`].
+    pub state_anchors: Vec<AnchorPlan>,
 }
 
 /// HC -> RS over the lifetime channel.
@@ -206,6 +226,9 @@ pub enum CoordinatorCommand {
     /// The live maps were verified; RS may continue.
     MapsVerified,
     IntentConfirmed,
+    /// The State Anchor's intent is durable (spec 3.6 step 4): RS may
+    /// mount the anchors of its plan.
+    MountStateAnchors,
     /// MarkNetworkReady is durable: RS may start the sandbox.
     NetworkReady,
     /// The exact echoed `ProcessOwnershipCommitAck` bytes.

@@ -74,8 +74,8 @@ evidence!(PreparedLowerOwnership {
     slots: []
 });
 evidence!(StateAnchorOwnership {
-    values: [lower_artifact_id, upper_path, work_path, merged_path, mount],
-    slots: [daemon => Slot::StateAnchorDaemon]
+    values: [lower_artifact_id, upper_path, work_path, merged_path, mounts],
+    slots: [runtime_supervisor => Slot::StateAnchorRuntimeSupervisor]
 });
 evidence!(GitRoutingOwnership {
     values: [mountpoint, host_root, isolated_root, mount],

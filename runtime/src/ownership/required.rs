@@ -68,8 +68,9 @@ pub fn check_active(
             c.present("upper_path", s.upper_path.is_some())?;
             c.present("work_path", s.work_path.is_some())?;
             c.present("merged_path", s.merged_path.is_some())?;
-            c.present("mount", s.mount.is_some())?;
-            c.committed("daemon", &s.daemon)
+            // A profile with no persistent path has none to mount.
+            c.present("mounts", s.mounts.is_some())?;
+            c.committed("runtime_supervisor", &s.runtime_supervisor)
         }
         ParticipantOwnership::GitRouting(s) => {
             let c = Check {

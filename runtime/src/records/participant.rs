@@ -74,7 +74,7 @@ impl HostProcessOwnershipSlot {
             Self::SandboxHostCoordinator
             | Self::SandboxRuntimeSupervisor
             | Self::SandboxAttachedRunsc => Some(ParticipantRole::Sandbox),
-            Self::StateAnchorDaemon => Some(ParticipantRole::StateAnchor),
+            Self::StateAnchorRuntimeSupervisor => Some(ParticipantRole::StateAnchor),
             Self::GitRoutingDaemon => Some(ParticipantRole::GitRouting),
             Self::NetworkRuntimeSupervisor => Some(ParticipantRole::Network),
             Self::HelperConnectivityHelper | Self::HelperRuntimeSupervisor => {
@@ -139,9 +139,35 @@ pub struct NetworkReadinessEvidence {
     pub readiness_fingerprint: Sha256Digest,
 }
 
+/// A mount namespace: its nsfs identity and its 64-bit namespace ID
+/// (`NS_GET_MNTNS_ID`), which the kernel never reuses while it runs
+/// (an nsfs inode number may be reused once the namespace is gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MountNamespaceIdentity {
+    pub id: u64,
+    pub device: u64,
+    pub inode: u64,
+}
+
+/// One State Anchor as mounted: its mount point in the Runtime
+/// Supervisor's mount namespace and the mount there.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AnchorMount {
+    pub mountpoint: HostPath,
+    pub mount: MountIdentity,
+}
+
+/// A generation's State Anchors (spec 3.6: one per persistent path), all
+/// mounted by the Runtime Supervisor in its own mount namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AnchorMounts {
+    pub namespace: MountNamespaceIdentity,
+    pub anchors: Vec<AnchorMount>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StateAnchorReleaseEvidence {
-    pub daemon: PersistedHostProcessOwnership,
+    pub runtime_supervisor: PersistedHostProcessOwnership,
     pub user_namespace: NamespaceIdentity,
     pub mount_namespace: NamespaceIdentity,
     pub mount: MountIdentity,
@@ -164,8 +190,12 @@ pub struct StateAnchorOwnership {
     pub upper_path: Option<HostPath>,
     pub work_path: Option<HostPath>,
     pub merged_path: Option<HostPath>,
-    pub daemon: PersistedHostProcessOwnership,
-    pub mount: Option<MountIdentity>,
+    /// The Runtime Supervisor, whose mount namespace holds the anchors: a
+    /// direct existing-process edge, as the network's (schemas.md names a
+    /// daemon here; the kernel overlayfs medium has none,
+    /// docs/persistent-state.md "The daemon slot").
+    pub runtime_supervisor: PersistedHostProcessOwnership,
+    pub mounts: Option<AnchorMounts>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,7 +271,7 @@ impl ParticipantOwnership {
             (Self::Sandbox(s), S::SandboxHostCoordinator) => Some(&s.host_coordinator),
             (Self::Sandbox(s), S::SandboxRuntimeSupervisor) => Some(&s.runtime_supervisor),
             (Self::Sandbox(s), S::SandboxAttachedRunsc) => Some(&s.attached_runsc),
-            (Self::StateAnchor(s), S::StateAnchorDaemon) => Some(&s.daemon),
+            (Self::StateAnchor(s), S::StateAnchorRuntimeSupervisor) => Some(&s.runtime_supervisor),
             (Self::GitRouting(s), S::GitRoutingDaemon) => Some(&s.daemon),
             (Self::Network(s), S::NetworkRuntimeSupervisor) => Some(&s.runtime_supervisor),
             (Self::Helper(s), S::HelperConnectivityHelper) => Some(&s.connectivity_helper),
@@ -260,7 +290,9 @@ impl ParticipantOwnership {
             (Self::Sandbox(s), S::SandboxHostCoordinator) => Some(&mut s.host_coordinator),
             (Self::Sandbox(s), S::SandboxRuntimeSupervisor) => Some(&mut s.runtime_supervisor),
             (Self::Sandbox(s), S::SandboxAttachedRunsc) => Some(&mut s.attached_runsc),
-            (Self::StateAnchor(s), S::StateAnchorDaemon) => Some(&mut s.daemon),
+            (Self::StateAnchor(s), S::StateAnchorRuntimeSupervisor) => {
+                Some(&mut s.runtime_supervisor)
+            }
             (Self::GitRouting(s), S::GitRoutingDaemon) => Some(&mut s.daemon),
             (Self::Network(s), S::NetworkRuntimeSupervisor) => Some(&mut s.runtime_supervisor),
             (Self::Helper(s), S::HelperConnectivityHelper) => Some(&mut s.connectivity_helper),

@@ -159,7 +159,7 @@ pub enum HostProcessOwnershipSlot {
     SandboxHostCoordinator,
     SandboxRuntimeSupervisor,
     SandboxAttachedRunsc,
-    StateAnchorDaemon,
+    StateAnchorRuntimeSupervisor,
     GitRoutingDaemon,
     NetworkRuntimeSupervisor,
     HelperConnectivityHelper,
@@ -174,7 +174,7 @@ impl HostProcessOwnershipSlot {
         Self::SandboxHostCoordinator,
         Self::SandboxRuntimeSupervisor,
         Self::SandboxAttachedRunsc,
-        Self::StateAnchorDaemon,
+        Self::StateAnchorRuntimeSupervisor,
         Self::GitRoutingDaemon,
         Self::NetworkRuntimeSupervisor,
         Self::HelperConnectivityHelper,
@@ -187,12 +187,12 @@ impl HostProcessOwnershipSlot {
     pub fn edge(self) -> SlotEdge {
         match self {
             Self::NetworkRuntimeSupervisor
+            | Self::StateAnchorRuntimeSupervisor
             | Self::HelperRuntimeSupervisor
             | Self::SandboxHostCoordinator
             | Self::SessionTerminalHostCoordinator => SlotEdge::DirectExisting,
             Self::SandboxRuntimeSupervisor
             | Self::SandboxAttachedRunsc
-            | Self::StateAnchorDaemon
             | Self::GitRoutingDaemon
             | Self::HelperConnectivityHelper
             | Self::SessionTerminalExecClient

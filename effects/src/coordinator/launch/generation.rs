@@ -14,6 +14,7 @@ use super::super::host::{CoordinatorError, Hc, LaunchInputs};
 use super::super::session::random_bytes;
 use super::super::supervisor::{INIT_NAME, PROBE_NAME};
 use super::pre_generation::PreparedLaunch;
+use super::storage::anchor_plans;
 use super::{decision_value, Launching, Supervisor};
 use crate::domain_store::StoreOp;
 use crate::runsc_exec::GUEST_TOOL_NAME;
@@ -38,10 +39,17 @@ pub(super) fn launching(
     prepared: PreparedLaunch,
 ) -> Result<Launching, CoordinatorError> {
     let running = launch.running;
+    let dir = launch.paths.generation(hc.id.0);
+    let anchors = anchor_plans(
+        launch.paths,
+        &launch.persistent_dirs,
+        &prepared.lower.rootfs,
+        &dir,
+    );
     Ok(Launching {
         prepared,
         generation: hc.id,
-        dir: launch.paths.generation(hc.id.0),
+        dir,
         network: NetworkInputs {
             domain_id: DomainId(running.domain_id),
             configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
@@ -54,6 +62,7 @@ pub(super) fn launching(
         running: None,
         network_namespace: None,
         network_answer_due: false,
+        anchors,
     })
 }
 

@@ -22,6 +22,7 @@ mod participants;
 mod pre_generation;
 mod reports;
 mod runtime_supervisor;
+mod storage;
 
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -121,6 +122,8 @@ struct Launching {
     /// RS waits for the answer to its network report until
     /// `MarkNetworkReady` is taken.
     network_answer_due: bool,
+    /// The State Anchors RS mounts, one per persistent path (spec 3.6).
+    anchors: Vec<lazaret_runtime::coordinator::messages::AnchorPlan>,
 }
 
 impl Launching {
@@ -255,7 +258,9 @@ pub(super) fn launch_generation(
         let _step = tracing::info_span!("launch_step", step = %name).entered();
         let started = Instant::now();
         let done = match next {
-            LaunchNext::OnReport(expected) => reports::on_report(hc, &mut l, expected),
+            LaunchNext::OnReport(expected) => {
+                reports::on_report(hc, launch.paths, &mut l, expected)
+            }
             _ => take(hc, launch, &mut l, step),
         };
         if let Err(e) = done {
@@ -288,6 +293,26 @@ fn take(
             ps: ProcSlots::SandboxRuntimeSupervisor,
             ..
         } => runtime_supervisor::commit_supervisor(hc, l),
+        Action::RecordIntent {
+            r: Roles::PreparedLower,
+            ..
+        } => storage::record_prepared_lower_intent(hc),
+        Action::AcquireSnapshot {
+            r: Roles::PreparedLower,
+            ..
+        } => storage::acquire_prepared_lower_snapshot(hc, l),
+        Action::CommitParticipant {
+            r: Roles::PreparedLower,
+            ..
+        } => storage::commit_prepared_lower(hc, l),
+        Action::RecordIntent {
+            r: Roles::StateAnchor,
+            ..
+        } => storage::record_state_anchor_intent(hc, launch.paths, l),
+        Action::CommitParticipant {
+            r: Roles::StateAnchor,
+            ..
+        } => storage::commit_state_anchor(hc),
         Action::CommitParticipant {
             r: Roles::Helper, ..
         } => participants::commit_helper(hc, l),

@@ -38,7 +38,7 @@ pub(super) fn record_intent(
 
 /// A step whose effect is one operation on one of the generation's
 /// participants, in one Domain Store transaction.
-fn participant_step(
+pub(super) fn participant_step(
     hc: &mut Hc<'_, '_>,
     action: Action,
     role: ParticipantRole,
@@ -55,14 +55,14 @@ fn participant_step(
 }
 
 /// The Runtime Supervisor's identity as a committed direct edge.
-fn supervisor_edge(supervisor: &CommittedChild) -> PersistedHostProcessOwnership {
+pub(super) fn supervisor_edge(supervisor: &CommittedChild) -> PersistedHostProcessOwnership {
     PersistedHostProcessOwnership::Committed(HostProcessIdentity {
         identity: *supervisor.handle().identity(),
     })
 }
 
 /// The participant's current snapshot, which the step completes.
-fn snapshot(
+pub(super) fn snapshot(
     hc: &Hc<'_, '_>,
     generation: GenerationId,
     role: ParticipantRole,

@@ -17,7 +17,9 @@ use lazaret_runtime::records::process::{HostProcessOwnershipSlot, StagedProcessO
 use super::super::absence::observe_slot;
 use super::super::channel;
 use super::super::host::{CoordinatorError, Hc};
+use super::super::paths::DomainPaths;
 use super::participants::{commit_sandbox, record_intent};
+use super::storage::acquire_state_anchor_snapshot;
 use super::Launching;
 use crate::domain_store::{accept_staged_ownership, SlotTarget, StoreOp};
 use crate::process_identity::real::RealProcessSys;
@@ -35,6 +37,7 @@ const MESSAGES_PER_REPORT: usize = 2;
 /// Receives RS's report of `expected` and takes the step.
 pub(super) fn on_report(
     hc: &mut Hc<'_, '_>,
+    paths: &DomainPaths,
     l: &mut Launching,
     expected: Action,
 ) -> Result<(), CoordinatorError> {
@@ -86,6 +89,15 @@ pub(super) fn on_report(
                 l.network_answer_due = true;
                 return network_installed(hc, l, namespace, policy_digest);
             }
+            // Spec 3.6 step 4: the anchors are mounted; RS goes on with
+            // the helper without an answer (a refusal ends the launch).
+            (
+                Action::AcquireSnapshot {
+                    r: Roles::StateAnchor,
+                    ..
+                },
+                SupervisorMessage::StateAnchorsMounted(mounts),
+            ) => return acquire_state_anchor_snapshot(hc, l, paths, mounts),
             (
                 Action::CommitParticipant {
                     r: Roles::Sandbox, ..

@@ -130,6 +130,7 @@ fn supervisor_plan(
         runsc_dcache: launch.runsc_dcache,
         owner_restore_marker: launch.paths.owner_restore_marker().display().to_string(),
         policy_digest: l.network.policy_digest,
+        state_anchors: l.anchors.clone(),
         env: vec![
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
             "HOME=/root".to_owned(),

@@ -1,0 +1,120 @@
+//! End-to-end: persistent sandbox state (spec 3.6, FR-4, DX-2), as the
+//! unprivileged test user with the real runsc. What an agent installs under
+//! a persistent path survives the Domain's teardown and is there in the
+//! next generation; what it writes anywhere else is gone; the prepared
+//! lower under the anchors is never written. Every scenario ends with the
+//! shared leak check (which includes an empty Storage Catalog lease table)
+//! and trace replay.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
+
+mod support;
+use support::{
+    assert_failed, assert_succeeded, default_image, guest_results, runtime_files, text, Env,
+    ONE_AT_A_TIME,
+};
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+/// The host files under the scenario's storage root whose path ends with
+/// `tail`.
+fn stored(env: &Env, tail: &str) -> Vec<PathBuf> {
+    runtime_files(&env.home.join(".local/share/lazaret"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(tail))
+        .collect()
+}
+
+/// Spec 3.6, FR-4: a tool copied into `/usr/local/bin`, a package installed
+/// with `dpkg -i` from a local `.deb`, a file in `/root` and an edited
+/// `/etc` file are there after the Domain stopped and started again; a file
+/// outside the persistent paths is not. The upper on the host holds the
+/// writes, owned by the developer; the prepared lower does not.
+#[test]
+fn what_an_agent_installs_survives_the_next_launch() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-survive", &default_image());
+    let install = r#"
+r() { name=$1; shift; "$@" > /tmp/out.$name 2>&1; echo "$name=$?"; }
+printf '#!/bin/sh\necho lz-tool-ran\n' > /usr/local/bin/lz-tool
+r tool chmod 0755 /usr/local/bin/lz-tool
+mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/usr/share/lz-probe
+printf 'Package: lz-probe\nVersion: 1.0\nArchitecture: all\nMaintainer: test <t@t>\nDescription: probe\n' > /tmp/pkg/DEBIAN/control
+echo installed > /tmp/pkg/usr/share/lz-probe/marker
+r build dpkg-deb --root-owner-group --build /tmp/pkg /tmp/probe.deb
+r install dpkg -i /tmp/probe.deb
+r note sh -c 'echo kept > /root/lz-note'
+r etc sh -c 'echo "lz-edited" >> /etc/debian_version'
+r outside sh -c 'echo gone > /srv/lz-outside'
+"#;
+    let out = env.run(&["default", "--", "sh", "-c", install]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = guest_results(&text(&out.stdout));
+    assert_succeeded(
+        &results,
+        &["tool", "build", "install", "note", "etc", "outside"],
+    );
+    // The Domain tore down with its last session: the next run is a new
+    // generation with new anchors over the same uppers.
+    let check = r#"
+r() { name=$1; shift; "$@" > /tmp/out.$name 2>&1; echo "$name=$?"; }
+r tool sh -c '[ "$(lz-tool)" = lz-tool-ran ]'
+r listed sh -c 'dpkg -s lz-probe | grep -q "Status: install ok installed"'
+r marker grep -qx installed /usr/share/lz-probe/marker
+r note grep -qx kept /root/lz-note
+r etc grep -qx lz-edited /etc/debian_version
+r outside test -e /srv/lz-outside
+r tmp test -e /tmp/probe.deb
+"#;
+    let out = env.run(&["default", "--", "sh", "-c", check]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = guest_results(&text(&out.stdout));
+    assert_succeeded(&results, &["tool", "listed", "marker", "note", "etc"]);
+    assert_failed(&results, &["outside", "tmp"]);
+
+    // On the host: the tool is in the Domain's upper, owned by the
+    // developer (sandbox root is the developer); the prepared lower has
+    // neither it nor the edit.
+    let uppers = stored(&env, "anchors/upper/usr/local/bin/lz-tool");
+    assert_eq!(uppers.len(), 1, "{uppers:?}");
+    let owner = std::fs::metadata(&uppers[0]).unwrap().uid();
+    let test_uid = std::fs::metadata(env.home.join("run")).unwrap().uid();
+    assert_eq!(owner, test_uid);
+    assert!(stored(&env, "rootfs/usr/local/bin/lz-tool").is_empty());
+    for lower in stored(&env, "rootfs/etc/debian_version") {
+        let text = std::fs::read_to_string(&lower).unwrap();
+        assert!(!text.contains("lz-edited"), "{}", lower.display());
+    }
+    assert!(stored(&env, "lz-outside").is_empty());
+    env.assert_nothing_left();
+    let traces = env.traces();
+    assert_eq!(traces.len(), 2, "two generations: {traces:?}");
+}
+
+/// FR-4: a profile whose `persistent_dirs` is empty mounts no anchor: the
+/// same install is gone in the next generation.
+#[test]
+fn without_persistent_paths_nothing_outside_the_workspace_is_kept() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-none", &default_image());
+    env.write_config("config.toml", &default_image(), "persistent_dirs = []");
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "echo x > /usr/local/bin/lz-gone && echo y > /root/lz-gone",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "test -e /usr/local/bin/lz-gone || test -e /root/lz-gone; echo present=$?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "present=1");
+    assert!(stored(&env, "anchors/upper/usr").is_empty());
+    env.assert_nothing_left();
+}

@@ -1,0 +1,190 @@
+//! The real kernel behind [`AnchorSys`]: the new mount API for the overlay
+//! (each layer one `fsconfig` string, so no path needs escaping), `statx`
+//! with `STATX_MNT_ID_UNIQUE` for mount identity, `NS_GET_MNTNS_ID` for the
+//! namespace's identity, and `/proc` for the processes in a namespace.
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+use lazaret_runtime::records::participant::{MountIdentity, MountNamespaceIdentity};
+use rustix::fs::{AtFlags, FileType, Mode, StatxFlags, CWD};
+use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, UnmountFlags};
+
+use super::{AnchorSys, Entry};
+
+/// `STATX_MNT_ID_UNIQUE` (Linux 6.8): the 64-bit mount ID that is never
+/// reused while the system runs.
+const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
+/// `NS_GET_MNTNS_ID` (Linux 6.8): `_IOR(0xb7, 0x5, __u64)`.
+const NS_GET_MNTNS_ID: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<u64>(0xb7, 0x5);
+/// The most `/proc` entries one scan reads (pid_max can be 4,194,304).
+const PROC_ENTRIES_MAX: usize = 4_194_304 + 64;
+
+/// The real kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealAnchorSys;
+
+fn identity_of(fd: BorrowedFd<'_>, path: &Path) -> io::Result<MountIdentity> {
+    let mask = StatxFlags::from_bits_retain(STATX_MNT_ID_UNIQUE) | StatxFlags::INO;
+    let st = if path.as_os_str().is_empty() {
+        rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, mask)?
+    } else {
+        rustix::fs::statx(fd, path, AtFlags::SYMLINK_NOFOLLOW, mask)?
+    };
+    if st.stx_mask & STATX_MNT_ID_UNIQUE == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the kernel gives no unique mount ID (STATX_MNT_ID_UNIQUE needs Linux 6.8)",
+        ));
+    }
+    Ok(MountIdentity {
+        mount_id: st.stx_mnt_id,
+        device: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        inode: st.stx_ino,
+    })
+}
+
+/// The namespace ID of the mount namespace `fd` refers to.
+fn namespace_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: NS_GET_MNTNS_ID is `_IOR(NSIO, 5, __u64)`: the kernel writes
+    // exactly one u64 through the pointer, which is the Getter's output
+    // type; the descriptor is borrowed for the call only.
+    let id =
+        unsafe { rustix::ioctl::ioctl(fd, rustix::ioctl::Getter::<NS_GET_MNTNS_ID, u64>::new()) }?;
+    Ok(id)
+}
+
+fn namespace_at(path: &Path) -> io::Result<MountNamespaceIdentity> {
+    let file = std::fs::File::open(path)?;
+    let st = rustix::fs::fstat(&file)?;
+    Ok(MountNamespaceIdentity {
+        id: namespace_id(file.as_fd())?,
+        device: st.st_dev,
+        inode: st.st_ino,
+    })
+}
+
+/// A process that vanished or that the caller may not inspect.
+fn not_seen(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(code) if code == rustix::io::Errno::NOENT.raw_os_error()
+            || code == rustix::io::Errno::ACCESS.raw_os_error()
+            || code == rustix::io::Errno::PERM.raw_os_error()
+            || code == rustix::io::Errno::SRCH.raw_os_error()
+    )
+}
+
+impl AnchorSys for RealAnchorSys {
+    fn entry(&self, path: &Path) -> io::Result<Entry> {
+        match rustix::fs::lstat(path) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                Ok(Entry::Directory {
+                    mode: st.st_mode,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
+                })
+            }
+            Ok(_) => Ok(Entry::Other),
+            Err(rustix::io::Errno::NOENT) => Ok(Entry::Absent),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn create_directory(&self, path: &Path, mode: u32, uid: u32, gid: u32) -> io::Result<()> {
+        rustix::fs::mkdir(path, Mode::from_raw_mode(0o700))?;
+        rustix::fs::chownat(
+            CWD,
+            path,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+        rustix::fs::chmod(path, Mode::from_raw_mode(mode))?;
+        Ok(())
+    }
+
+    fn mount_overlay(
+        &self,
+        lower: &Path,
+        upper: &Path,
+        work: &Path,
+        target: &Path,
+    ) -> io::Result<MountIdentity> {
+        let fs = rustix::mount::fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC)?;
+        rustix::mount::fsconfig_set_string(&fs, "lowerdir+", lower)?;
+        rustix::mount::fsconfig_set_string(&fs, "upperdir", upper)?;
+        rustix::mount::fsconfig_set_string(&fs, "workdir", work)?;
+        // The verified user namespace cannot write trusted.* xattrs;
+        // without userxattr the overlay mounts but cannot record its
+        // metadata (docs/benchmarks.md "State Anchor medium").
+        rustix::mount::fsconfig_set_flag(&fs, "userxattr")?;
+        rustix::mount::fsconfig_create(&fs)?;
+        let mnt = rustix::mount::fsmount(
+            &fs,
+            FsMountFlags::FSMOUNT_CLOEXEC,
+            MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+        )?;
+        let identity = identity_of(mnt.as_fd(), Path::new(""))?;
+        rustix::mount::move_mount(
+            &mnt,
+            c"",
+            CWD,
+            target,
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )?;
+        Ok(identity)
+    }
+
+    fn mount_identity(&self, target: &Path) -> io::Result<MountIdentity> {
+        identity_of(CWD, target)
+    }
+
+    fn unmount(&self, target: &Path, detach: bool) -> io::Result<()> {
+        let mut flags = UnmountFlags::NOFOLLOW;
+        if detach {
+            flags |= UnmountFlags::DETACH;
+        }
+        rustix::mount::unmount(target, flags)?;
+        Ok(())
+    }
+
+    fn mount_namespace(&self) -> io::Result<MountNamespaceIdentity> {
+        namespace_at(Path::new("/proc/thread-self/ns/mnt"))
+    }
+
+    fn processes_in(&self, ns: &MountNamespaceIdentity, limit: usize) -> io::Result<Vec<u32>> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc")?.take(PROC_ENTRIES_MAX) {
+            let entry = entry?;
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let path = entry.path().join("ns/mnt");
+            let st = match rustix::fs::stat(&path) {
+                Ok(st) => st,
+                Err(e) if not_seen(&e.into()) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if (st.st_dev, st.st_ino) != (ns.device, ns.inode) {
+                continue;
+            }
+            // The same nsfs inode: the namespace ID tells a reused inode
+            // number from the recorded namespace.
+            match namespace_at(&path) {
+                Ok(seen) if seen.id == ns.id => found.push(pid),
+                Ok(_) => {}
+                Err(e) if not_seen(&e) => {}
+                Err(e) => return Err(e),
+            }
+            if found.len() >= limit {
+                break;
+            }
+        }
+        Ok(found)
+    }
+}
