@@ -33,6 +33,8 @@ use lazaret_effects::domain_store::{DomainDocument, DomainStore, StoreError};
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::process_identity::real::RealProcessSys;
 use lazaret_effects::process_identity::ProcessSys;
+use lazaret_effects::state_anchor::uppers_dir;
+use lazaret_effects::state_anchor::usage::{anchors_usage, AnchorUsage, UsageError};
 use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
 use live::{LiveView, RuntimePaths};
 use std::io;
@@ -148,6 +150,10 @@ pub struct Report {
     /// The command that shows this Domain again, quoted.
     pub show_again: String,
     pub outcome: Outcome,
+    /// What the Domain's State Anchors hold (spec 3.9, FR-11), read from
+    /// their uppers whether or not the Domain runs (sizes only, never
+    /// contents).
+    pub anchors: Result<Vec<AnchorUsage>, UsageError>,
 }
 
 impl Report {
@@ -413,11 +419,13 @@ fn inspect<P: ProcessSys>(
             Outcome::Read { document, evidence }
         }
     };
+    let anchors = anchors_usage(&uppers_dir(&target.domain_root));
     Ok(Report {
         target,
         relaunch,
         show_again,
         outcome,
+        anchors,
     })
 }
 

@@ -89,6 +89,28 @@ r tmp test -e /tmp/probe.deb
     env.assert_nothing_left();
     let traces = env.traces();
     assert_eq!(traces.len(), 2, "two generations: {traces:?}");
+    // FR-11, DX-6: `lazaret state` counts what each anchor holds, in
+    // sizes only: the tool and the marker are files of /usr.
+    let usr = anchor_figures(&env, "/usr");
+    assert!(usr["files"].as_u64().unwrap() >= 2, "{usr}");
+    assert!(usr["bytes"].as_u64().unwrap() >= 20, "{usr}");
+    assert_eq!(usr["complete"], true, "{usr}");
+    let root = anchor_figures(&env, "/root");
+    assert!(root["files"].as_u64().unwrap() >= 1, "{root}");
+}
+
+/// `lazaret state default --json`'s figures for the anchor of `path`.
+fn anchor_figures(env: &Env, path: &str) -> serde_json::Value {
+    let out = env.run(&["state", "default", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    state["state_anchors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no state_anchors: {state}"))
+        .iter()
+        .find(|a| a["path"] == path)
+        .unwrap_or_else(|| panic!("no anchor {path}: {state}"))
+        .clone()
 }
 
 /// FR-4: a profile whose `persistent_dirs` is empty mounts no anchor: the
@@ -117,4 +139,88 @@ fn without_persistent_paths_nothing_outside_the_workspace_is_kept() {
     assert_eq!(text(&out.stdout).trim(), "present=1");
     assert!(stored(&env, "anchors/upper/usr").is_empty());
     env.assert_nothing_left();
+}
+
+/// `base` (an `oci:LAYOUT:TAG` reference) with one more layer holding
+/// `files` (path relative to `/`, content), built with umoci in `dir`.
+fn derived_image(base: &str, dir: &std::path::Path, files: &[(&str, &str)]) -> String {
+    let (layout, tag) = base
+        .strip_prefix("oci:")
+        .and_then(|r| r.rsplit_once(':'))
+        .unwrap_or_else(|| panic!("not an oci: reference: {base}"));
+    let _ = std::fs::remove_dir_all(dir);
+    let layer = dir.join("layer");
+    for (path, content) in files {
+        let at = layer.join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(&at, content).unwrap();
+    }
+    let names: Vec<&str> = files.iter().map(|(p, _)| *p).collect();
+    let script = format!(
+        "cp -a {layout} layout \
+         && tar --owner=0 --group=0 --numeric-owner -C layer -cf layer.tar {} \
+         && umoci raw add-layer --image layout:{tag} layer.tar \
+         && umoci gc --layout layout && rm -rf layer layer.tar && chmod -R a+rX .",
+        names.join(" ")
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "building the derived image: {}",
+        text(&out.stderr)
+    );
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    format!("oci:{}/layout:{tag}", dir.display())
+}
+
+/// Spec 3.6: upper entries stay authoritative across an image change and
+/// untouched paths follow the new image. The agent rewrites one `/etc`
+/// file and deletes another; the profile then names an image whose extra
+/// layer changes both and a third one the agent never touched. In the
+/// next generation the rewrite and the deletion stand, and the untouched
+/// file is the new image's.
+#[test]
+fn an_image_update_keeps_what_the_agent_changed_and_follows_the_rest() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-image-update", &default_image());
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "echo agent-version > /etc/debian_version && rm /etc/issue.net \
+         && test -e /etc/issue && ! grep -q image-b /etc/issue",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let dir = PathBuf::from("/tmp/lazaret-e2e-image-update");
+    let updated = derived_image(
+        &default_image(),
+        &dir,
+        &[
+            ("etc/debian_version", "image-b-version\n"),
+            ("etc/issue.net", "image-b-issue-net\n"),
+            ("etc/issue", "image-b-issue\n"),
+        ],
+    );
+    env.write_config("config.toml", &updated, "");
+    let check = r#"
+r() { name=$1; shift; "$@" > /tmp/out.$name 2>&1; echo "$name=$?"; }
+r rewritten grep -qx agent-version /etc/debian_version
+r deleted test -e /etc/issue.net
+r followed grep -qx image-b-issue /etc/issue
+"#;
+    let out = env.run(&["default", "--", "sh", "-c", check]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = guest_results(&text(&out.stdout));
+    assert_succeeded(&results, &["rewritten", "followed"]);
+    assert_failed(&results, &["deleted"]);
+    env.assert_nothing_left();
+    // The deletion is an overlayfs whiteout in the upper, counted as such.
+    let etc = anchor_figures(&env, "/etc");
+    assert_eq!(etc["deleted"], 1, "{etc}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -352,6 +352,18 @@ pub fn wait_namespace_left<S: AnchorSys>(
 }
 
 pub mod real;
+pub mod usage;
+
+/// The Domain's anchor uppers, beneath its storage domain root
+/// (docs/persistent-state.md "Where it lives on the host").
+pub fn uppers_dir(storage_domain_root: &Path) -> PathBuf {
+    storage_domain_root.join("anchors").join("upper")
+}
+
+/// The Domain's anchor work directories, beside the uppers.
+pub fn work_dir(storage_domain_root: &Path) -> PathBuf {
+    storage_domain_root.join("anchors").join("work")
+}
 
 #[cfg(test)]
 mod tests;

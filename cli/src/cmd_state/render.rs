@@ -192,8 +192,66 @@ fn to_json(report: &Report) -> Value {
         },
         "domain": domain,
         "generations": generations,
+        "state_anchors": anchors_json(report),
         "advice": advice,
     })
+}
+
+/// The State Anchors' figures, or the error that stopped counting them.
+fn anchors_json(report: &Report) -> Value {
+    match &report.anchors {
+        Ok(anchors) => Value::Array(
+            anchors
+                .iter()
+                .map(|a| {
+                    json!({
+                        "path": a.path,
+                        "upper": a.upper.display().to_string(),
+                        "files": a.files,
+                        "directories": a.directories,
+                        "symlinks": a.symlinks,
+                        "deleted": a.deleted,
+                        "bytes": a.bytes,
+                        "unreadable_directories": a.unreadable,
+                        "complete": a.complete,
+                    })
+                })
+                .collect(),
+        ),
+        Err(e) => json!({ "error": e.to_string() }),
+    }
+}
+
+/// One line per State Anchor.
+fn anchors_text(out: &mut Lines, report: &Report) {
+    match &report.anchors {
+        Ok(anchors) if anchors.is_empty() => {}
+        Ok(anchors) => {
+            for a in anchors {
+                let mut line = format!(
+                    "anchor      {}: {} files, {} directories, {} symlinks, {} deleted image paths, {} bytes (upper {})",
+                    a.path,
+                    a.files,
+                    a.directories,
+                    a.symlinks,
+                    a.deleted,
+                    a.bytes,
+                    escape_path(&a.upper)
+                );
+                if a.unreadable > 0 {
+                    line.push_str(&format!(
+                        "; {} directories not readable by you",
+                        a.unreadable
+                    ));
+                }
+                if !a.complete {
+                    line.push_str("; counting stopped at its bound");
+                }
+                out.line(line);
+            }
+        }
+        Err(e) => out.line(format!("anchors     not counted: {e}")),
+    }
 }
 
 // ---- text ----
@@ -426,6 +484,7 @@ fn to_text(report: &Report) -> String {
             }
         }
     }
+    anchors_text(&mut out, report);
     if let Some(advice) = outcome_advice(report) {
         out.line(format!("what to do: {advice}"));
     }

@@ -36,10 +36,10 @@ impl DomainPaths {
         self.storage.join("anchors")
     }
     pub fn anchor_uppers(&self) -> PathBuf {
-        self.anchors().join("upper")
+        crate::state_anchor::uppers_dir(&self.storage)
     }
     pub fn anchor_work(&self) -> PathBuf {
-        self.anchors().join("work")
+        crate::state_anchor::work_dir(&self.storage)
     }
     /// Present while a generation may have left workspace entries re-owned
     /// by the sandbox: written by the Runtime Supervisor before its sandbox
