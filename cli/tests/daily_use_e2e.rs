@@ -403,8 +403,15 @@ fn replacing_the_images_shell_changes_nothing_lazaret_observes() {
 fn runsc_dcache_reaches_runsc() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let env = Env::new("dcache", &default_image());
+    // The default, within the test user's descriptor budget.
+    let budget: u64 = text(&test_user_shell("ulimit -Hn").output().unwrap().stdout)
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX);
+    let default = lazaret_runtime::config::effective_dcache(50_000, budget);
+    let default = format!("--dcache={default}");
     for (extra, expected) in [
-        ("", "--dcache=50000"),
+        ("", default.as_str()),
         ("[runtime]\nrunsc_dcache = 0", "--dcache=0"),
     ] {
         // `[runtime]` is a root table: it goes before the profiles.
@@ -445,6 +452,21 @@ fn runsc_dcache_reaches_runsc() {
             std::fs::remove_file(env.workspace.join(f)).unwrap();
         }
     }
+}
+
+/// `sh -c SCRIPT` as the test user (the user every scenario runs as).
+fn test_user_shell(script: &str) -> std::process::Command {
+    let mut c = if rustix::process::geteuid().is_root() {
+        let mut c = std::process::Command::new("runuser");
+        c.args(["-u", &support::test_user(), "--", "sh", "-c"]);
+        c
+    } else {
+        let mut c = std::process::Command::new("sh");
+        c.arg("-c");
+        c
+    };
+    c.arg(script);
+    c
 }
 
 fn test_ids() -> (u32, u32) {

@@ -23,7 +23,7 @@ use super::release_gate::ReleaseGate;
 use super::runtime_end::record_runtime_end;
 use super::session::{random_bytes, start_session, SessionContext, SessionLinks};
 use super::session_release::ReleaseOutcome;
-use super::supervisor::runsc_globals;
+use super::supervisor::{runsc_dcache, runsc_globals};
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
@@ -804,7 +804,7 @@ fn admit(
     let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };
-    let globals = runsc_globals(&g.runsc_root, launch.runsc_dcache);
+    let globals = runsc_globals(&g.runsc_root, runsc_dcache(launch.runsc_dcache));
     let ctx = SessionContext {
         generation: g.id,
         program: launch.program,

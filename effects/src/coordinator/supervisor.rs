@@ -361,11 +361,31 @@ pub fn write_bundle(
     Ok(sha2::Sha256::digest(&text).into())
 }
 
+/// The `--dcache` for `runtime.runsc_dcache` (spec 3.2) under this
+/// process's descriptor budget (the hard `RLIMIT_NOFILE` runsc inherits):
+/// [`lazaret_runtime::config::effective_dcache`].
+pub fn runsc_dcache(configured: u32) -> u32 {
+    let budget = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .unwrap_or(u64::MAX);
+    let dcache = lazaret_runtime::config::effective_dcache(configured, budget);
+    if dcache < configured {
+        tracing::info!(
+            configured,
+            dcache,
+            budget,
+            "runtime.runsc_dcache lowered to a quarter of the descriptor budget"
+        );
+    }
+    dcache
+}
+
 /// The runsc global flags of this generation (shared by run and exec).
-/// `dcache` is `runtime.runsc_dcache` (spec 3.2): the global gofer-client
-/// dentry cache's zero-reference entries, 0 included (0 disables
-/// retention). runsc keeps its descriptor budget: the inherited soft
-/// `RLIMIT_NOFILE`, which the supervisor raises to the hard limit.
+/// `dcache` is the effective `runtime.runsc_dcache` ([`runsc_dcache`]):
+/// the global gofer-client dentry cache's zero-reference entries, 0
+/// included (0 disables retention). runsc keeps its descriptor budget: the
+/// inherited soft `RLIMIT_NOFILE`, which the supervisor raises to the hard
+/// limit.
 pub fn runsc_globals(runsc_root: &Path, dcache: u32) -> Vec<String> {
     vec![
         format!("--root={}", runsc_root.display()),
@@ -374,11 +394,11 @@ pub fn runsc_globals(runsc_root: &Path, dcache: u32) -> Vec<String> {
         // the bundle names (SR-12), imported by runsc.
         "--network=sandbox".to_owned(),
         format!("--dcache={dcache}"),
-        // A transient rootfs overlay over the read-only prepared lower until
-        // State Anchors exist (`root:self` would write its filestore into
-        // the shared prepared lower). Its filestore lives on the
-        // supervisor's size-limited tmpfs (`bound_resources`): a write past
-        // it fails with ENOSPC inside instead of taking host memory.
+        // A transient rootfs overlay over the read-only prepared lower for
+        // what lies outside the State Anchors (`root:self` would write its
+        // filestore into the shared prepared lower). Its filestore lives on
+        // the supervisor's size-limited tmpfs (`bound_resources`): a write
+        // past it fails with ENOSPC inside instead of taking host memory.
         format!(
             "--overlay2=root:dir={}",
             rootfs_writes(runsc_root).display()
@@ -937,7 +957,7 @@ fn run_sandbox<N: NamespaceSys>(
     let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
     let mut argv: Vec<std::ffi::OsString> = vec!["runsc".into()];
     argv.extend(
-        runsc_globals(&runsc_root, plan.runsc_dcache)
+        runsc_globals(&runsc_root, runsc_dcache(plan.runsc_dcache))
             .into_iter()
             .map(Into::into),
     );

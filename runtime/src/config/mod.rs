@@ -38,7 +38,8 @@ pub use network::{
 };
 pub use overlap::{check_overlaps, TreeEntry, TreeRole};
 pub use profile::{
-    AutoApprovalDecl, EscalationDecl, ProfileV1, SelectedProfileV1, TrustedHostConfigV1,
-    VolumeDecl, DEFAULT_PERSISTENT_DIRS, LIST_ITEMS_MAX, RUNSC_DCACHE_DEFAULT, RUNSC_DCACHE_MAX,
+    effective_dcache, AutoApprovalDecl, EscalationDecl, ProfileV1, SelectedProfileV1,
+    TrustedHostConfigV1, VolumeDecl, DEFAULT_PERSISTENT_DIRS, LIST_ITEMS_MAX, RUNSC_DCACHE_DEFAULT,
+    RUNSC_DCACHE_MAX,
 };
 pub use readiness::{DnsTarget, ReadinessV1, SocketTarget};

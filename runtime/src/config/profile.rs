@@ -17,6 +17,21 @@ use super::readiness::ReadinessV1;
 pub const RUNSC_DCACHE_DEFAULT: u32 = 50_000;
 /// Largest `runtime.runsc_dcache` (spec 3.2).
 pub const RUNSC_DCACHE_MAX: u32 = 262_144;
+/// The share of runsc's descriptor budget the dentry cache may hold: each
+/// retained dentry keeps host descriptors open (directfs), so a cache near
+/// the budget leaves none for the files the sandbox opens or creates.
+pub const DCACHE_BUDGET_SHARE: u64 = 4;
+
+/// The `--dcache` runsc gets: the configured `runtime.runsc_dcache`, at
+/// most a quarter of the descriptor budget `nofile_max` (the hard
+/// `RLIMIT_NOFILE` runsc inherits). With the default 50,000 and a hard
+/// limit of 20,000 the sandbox could not create more than about 8,000
+/// files in the workspace or a State Anchor (`EMFILE`, measured);
+/// docs/resources.md "Descriptors".
+pub fn effective_dcache(configured: u32, nofile_max: u64) -> u32 {
+    let share = nofile_max / DCACHE_BUDGET_SHARE;
+    u32::try_from(share).map_or(configured, |share| configured.min(share))
+}
 
 /// The most entries any configuration list or map may hold. The pairwise
 /// layout, overlap and duplicate rules are quadratic; this bound keeps a
