@@ -1287,14 +1287,14 @@ Inv_Spec_ReleaseOrder ==
         (decision \in ReleasePhases /\ ReleaseRank(d) < ReleaseRank(r) /\ part[r] = "Clean") =>
             part[d] \in {"None", "Clean"}
 
-\* A vacant Domain has nothing running and nothing unreleased; an RS that lost
-\* its lease always belongs to the retained generation record.
 \* A generation acquires only the roles its configuration requires: a build
 \* that does not implement a role never records it (Lazaret-notes.md
 \* "Required roles").  With RequiredRoles = Roles it holds trivially.
 Inv_Spec_OnlyRequiredRolesAcquired ==
     \A r \in Roles : r \notin RequiredRoles => part[r] = "None"
 
+\* A vacant Domain has nothing running and nothing unreleased; an RS that lost
+\* its lease always belongs to the retained generation record.
 Inv_Spec_VacantMeansClean ==
     decision = "Vacant" =>
         (rs = "Absent" /\ runsc = "Absent" /\ \A r \in Roles : part[r] \in {"None", "Clean"})

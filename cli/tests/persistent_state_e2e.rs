@@ -251,3 +251,47 @@ done
     );
     env.assert_nothing_left();
 }
+
+/// Spec 3.2, 3.7: `/etc/resolv.conf` and `/etc/lazaret` stay the product's
+/// mounts even when the `/etc` anchor's upper holds something else there
+/// (a symlink as systemd-resolved makes, a file for the directory): the
+/// launch puts them back before runsc sees them, so runsc neither follows
+/// the symlink nor creates its target in the shared prepared lower.
+#[test]
+fn a_planted_symlink_at_a_protected_destination_is_put_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-destinations", &default_image());
+    let out = env.run(&["default", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_left();
+    // What the Domain's /etc upper holds while the Domain is down.
+    let domains = env.home.join(".local/share/lazaret/domains");
+    let domain = std::fs::read_dir(&domains)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let etc = domain.join("anchors/upper/etc");
+    assert!(etc.is_dir(), "{}", etc.display());
+    std::os::unix::fs::symlink("/srv/lz-planted", etc.join("resolv.conf")).unwrap();
+    std::fs::write(etc.join("lazaret"), b"not a directory").unwrap();
+    support::chown_tree(&etc);
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "grep -q nameserver /etc/resolv.conf && test -f /etc/lazaret/network && echo ok",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "ok");
+    assert!(
+        stored(&env, "rootfs/srv/lz-planted").is_empty(),
+        "runsc created the symlink's target in the prepared lower"
+    );
+    assert!(std::fs::symlink_metadata(etc.join("resolv.conf"))
+        .unwrap()
+        .is_file());
+    env.assert_nothing_left();
+}

@@ -351,6 +351,7 @@ pub fn wait_namespace_left<S: AnchorSys>(
     }
 }
 
+pub mod destinations;
 pub mod real;
 pub mod usage;
 

@@ -29,6 +29,7 @@ use crate::network::policy_fd::{read_sealed_policy, PolicyFdError};
 use crate::network::rtnl::NetlinkRoutes;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
+use crate::state_anchor::destinations::{self, DestinationError};
 use crate::state_anchor::{self, real::RealAnchorSys, AnchorError, MOUNT_POINTS_DIR};
 use crate::workspace_owner::{self, RealOwnerSys};
 use lazaret_runtime::bundle::{
@@ -118,6 +119,8 @@ pub enum SupervisorError {
     },
     #[error("State Anchors: {0}")]
     Anchors(#[from] AnchorError),
+    #[error("State Anchors: {0}")]
+    Destinations(#[from] DestinationError),
     #[error(
         "the network helper slirp4netns ended ({status:?}); the sandbox was stopped, its network is gone"
     )]
@@ -232,12 +235,39 @@ fn mount_state_anchors(
         source,
     })?;
     let mounts = state_anchor::mount_anchors(&RealAnchorSys, &plan.state_anchors)?;
+    if let Err(e) = restore_product_destinations(plan) {
+        release_state_anchors(plan, &mounts);
+        return Err(e);
+    }
     crash_point!(Rs, "anchors", "before-report", "StateAnchorsMounted");
     if let Err(e) = link.send(&SupervisorMessage::StateAnchorsMounted(mounts.clone())) {
         release_state_anchors(plan, &mounts);
         return Err(e.into());
     }
     Ok(mounts)
+}
+
+/// The product's mount destinations beneath each anchor (the resolver
+/// configuration and network directory beneath `/etc`) are put back as the
+/// file or directory they must be before runsc sees them: what the agent
+/// left there (a symlink, another kind) would make runsc follow it or
+/// create the destination in the shared prepared lower.
+fn restore_product_destinations(plan: &SupervisorPlan) -> Result<(), SupervisorError> {
+    for anchor in &plan.state_anchors {
+        let wanted = destinations::beneath(&anchor.path);
+        if wanted.is_empty() {
+            continue;
+        }
+        let restored = destinations::restore_destinations(Path::new(&anchor.mountpoint), &wanted)?;
+        for path in restored {
+            tracing::warn!(
+                anchor = %anchor.path,
+                path = %path.display(),
+                "a protected mount destination in the State Anchor was put back"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Spec 3.6 release step 2, RS's part (and the lease-loss teardown's):
