@@ -259,9 +259,6 @@ fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec
              workspace's Git-ignored host files",
         );
     }
-    if !profile.volumes().is_empty() {
-        notes.push("volumes: configured volumes are not mounted");
-    }
     if profile.escalation().enabled {
         notes.push("escalation: host escalation is not available");
     }
@@ -394,10 +391,13 @@ mod tests {
         )));
         assert!(minimal.is_empty(), "{minimal:?}");
         let full = not_yet_enforced(&selected(&format!(
-            "{head}env = {{ TOKEN = \"env:TOKEN\" }}\n[profiles.dev.escalation]\nenabled = true\n"
+            "{head}env = {{ TOKEN = \"env:TOKEN\" }}\n[profiles.dev.escalation]\nenabled = true\n\
+             [[profiles.dev.volumes]]\nhost = \"/srv/data\"\ncontainer = \"/root/data\"\nkind = \"directory\"\n"
         )));
-        // `env` is applied (every session's process gets it).
+        // `env` is applied (every session's process gets it), and so are
+        // volumes (bound inside their State Anchors).
         assert!(!full.iter().any(|n| n.starts_with("env")));
+        assert!(!full.iter().any(|n| n.starts_with("volumes")));
         assert!(full.iter().any(|n| n.starts_with("escalation")));
     }
 

@@ -99,6 +99,17 @@ r tmp test -e /tmp/probe.deb
     assert!(root["files"].as_u64().unwrap() >= 1, "{root}");
 }
 
+/// The scenario's one persistent Domain root.
+fn domain_dir(env: &Env) -> PathBuf {
+    let domains = env.home.join(".local/share/lazaret/domains");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&domains)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.pop().unwrap()
+}
+
 /// `lazaret state default --json`'s figures for the anchor of `path`.
 fn anchor_figures(env: &Env, path: &str) -> serde_json::Value {
     let out = env.run(&["state", "default", "--json"]);
@@ -265,14 +276,7 @@ fn a_planted_symlink_at_a_protected_destination_is_put_back() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
     // What the Domain's /etc upper holds while the Domain is down.
-    let domains = env.home.join(".local/share/lazaret/domains");
-    let domain = std::fs::read_dir(&domains)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let etc = domain.join("anchors/upper/etc");
+    let etc = domain_dir(&env).join("anchors/upper/etc");
     assert!(etc.is_dir(), "{}", etc.display());
     std::os::unix::fs::symlink("/srv/lz-planted", etc.join("resolv.conf")).unwrap();
     std::fs::write(etc.join("lazaret"), b"not a directory").unwrap();
@@ -294,4 +298,117 @@ fn a_planted_symlink_at_a_protected_destination_is_put_back() {
         .unwrap()
         .is_file());
     env.assert_nothing_left();
+}
+
+/// Schemas "volume", spec 3.2: a read-only directory volume gives EROFS
+/// inside and leaves its host source untouched; a read-write directory
+/// volume created beneath `{profile_dir}` and a read-write file volume are
+/// written through to the host, and what the sandbox re-owned there is
+/// given back to the developer. Each mount point is made in its State
+/// Anchor, and an agent's entry of the wrong kind at one refuses the launch
+/// and stays as it was.
+#[test]
+fn volumes_are_mounted_read_only_and_read_write_inside_their_anchors() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("volumes", &default_image());
+    let datasets = env.home.join("datasets");
+    std::fs::create_dir_all(&datasets).unwrap();
+    std::fs::write(datasets.join("input.txt"), b"lz-input\n").unwrap();
+    let token = env.home.join("token");
+    std::fs::write(&token, b"old\n").unwrap();
+    let busy_source = env.home.join("busy-source");
+    std::fs::create_dir_all(&busy_source).unwrap();
+    support::chown_tree(&busy_source);
+    support::chown_tree(&datasets);
+    support::chown_tree(&token);
+
+    // The agent owns /root/busy as a file before any volume is there.
+    let out = env.run(&["default", "--", "sh", "-c", "echo agent > /root/busy"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let volume = |host: &str, container: &str, kind: &str, extra: &str| {
+        format!("[[profiles.default.volumes]]\nhost = \"{host}\"\ncontainer = \"{container}\"\nkind = \"{kind}\"\n{extra}\n")
+    };
+    let volumes = [
+        volume(
+            &datasets.display().to_string(),
+            "/root/datasets",
+            "directory",
+            "access = \"read-only\"",
+        ),
+        volume(
+            "{profile_dir}/cache",
+            "/var/cache/agent",
+            "directory",
+            "create = true",
+        ),
+        volume(&token.display().to_string(), "/etc/agent/token", "file", ""),
+    ]
+    .concat();
+    let busy = volume(
+        &busy_source.display().to_string(),
+        "/root/busy",
+        "directory",
+        "",
+    );
+    env.write_config("config.toml", &default_image(), &format!("{volumes}{busy}"));
+    let out = env.run(&["default", "--", "true"]);
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("/root/busy") && stderr.contains("nothing was removed"),
+        "{stderr}"
+    );
+    env.assert_nothing_left();
+
+    env.write_config("config.toml", &default_image(), &volumes);
+    let work = r#"
+r() { name=$1; shift; "$@" > /tmp/out.$name 2>&1; echo "$name=$?"; }
+r read grep -qx lz-input /root/datasets/input.txt
+r ro-write sh -c 'echo x > /root/datasets/new'
+r ro-erofs sh -c '(echo x > /root/datasets/new) 2>&1 | grep -q "Read-only file system"'
+r ro-remove rm /root/datasets/input.txt
+r rw-write sh -c 'echo lz-out > /var/cache/agent/out'
+r rw-chown chown 1234:1234 /var/cache/agent/out
+r file-write sh -c 'echo new > /etc/agent/token'
+r busy grep -qx agent /root/busy
+"#;
+    let out = env.run(&["default", "--", "sh", "-c", work]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = guest_results(&text(&out.stdout));
+    assert_succeeded(
+        &results,
+        &[
+            "read",
+            "ro-erofs",
+            "rw-write",
+            "rw-chown",
+            "file-write",
+            "busy",
+        ],
+    );
+    assert_failed(&results, &["ro-write", "ro-remove"]);
+    env.assert_nothing_left();
+
+    // On the host, after the Domain stopped.
+    let names: Vec<_> = std::fs::read_dir(&datasets)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["input.txt"]);
+    let out_file = env
+        .home
+        .join(".local/share/lazaret/profiles/default/cache/out");
+    assert_eq!(std::fs::read_to_string(&out_file).unwrap(), "lz-out\n");
+    let test_uid = std::fs::metadata(env.home.join("run")).unwrap().uid();
+    assert_eq!(
+        std::fs::metadata(&out_file).unwrap().uid(),
+        test_uid,
+        "the sandbox's chown was not given back"
+    );
+    assert_eq!(std::fs::read_to_string(&token).unwrap(), "new\n");
+    // The mount points were made in the anchors' uppers, not the lower.
+    let domain = domain_dir(&env);
+    assert!(domain.join("anchors/upper/root/datasets").is_dir());
+    assert!(domain.join("anchors/upper/etc/agent/token").is_file());
+    assert!(stored(&env, "rootfs/etc/agent").is_empty());
 }

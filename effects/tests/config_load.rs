@@ -879,3 +879,34 @@ fn a_mount_root_workspace_loads_and_a_mount_over_it_fails_revalidation() {
         .to_string();
     assert!(m.contains(&f.path("ws").display().to_string()), "{m}");
 }
+
+/// Spec 3.2, schemas "volume": a launch reopens each volume source through
+/// its plan; one now behind a mount, or swapped for a symlink or another
+/// object since the load, is refused.
+#[test]
+fn a_volume_source_swapped_after_the_load_fails_revalidation() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.path("data")).expect("mkdir");
+    f.write_config(&volume(&f.path("data").display().to_string(), "directory"));
+    let r = f.load().expect("load");
+    let source = r.volumes()[0].source();
+    source.revalidate(&RealSys).expect("unchanged");
+    let sys = RecordingSys::new(RealSys);
+    sys.fail_nth_at("openat2", "data", 0, rustix::io::Errno::XDEV);
+    let m = source.revalidate(&sys).expect_err("mount").to_string();
+    assert!(m.contains("crosses a mount point"), "{m}");
+    std::fs::rename(f.path("data"), f.path("data-old")).expect("mv");
+    symlink(f.path("data-old"), f.path("data")).expect("symlink");
+    let m = source
+        .revalidate(&RealSys)
+        .expect_err("symlink")
+        .to_string();
+    assert!(m.contains("symbolic link"), "{m}");
+    std::fs::remove_file(f.path("data")).expect("rm");
+    std::fs::create_dir(f.path("data")).expect("mkdir");
+    let m = source
+        .revalidate(&RealSys)
+        .expect_err("replaced")
+        .to_string();
+    assert!(m.contains("changed identity"), "{m}");
+}

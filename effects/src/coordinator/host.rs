@@ -26,7 +26,7 @@ use super::session_release::ReleaseOutcome;
 use super::supervisor::{runsc_dcache, runsc_globals};
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
-use crate::config_resolve::{load_configuration, LoadError, LoadRequest};
+use crate::config_resolve::{load_configuration, LoadError, LoadRequest, ResolvedVolumeSource};
 use crate::confined::{ConfinedError, OpenedObject, RealSys};
 use crate::domain_lock::DomainLockError;
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
@@ -156,6 +156,13 @@ pub enum CoordinatorError {
     /// The workspace no longer is the object the configuration loaded.
     #[error("the workspace changed since the configuration was loaded: {0}")]
     Workspace(#[source] ConfinedError),
+    /// A volume source no longer is the object the configuration loaded.
+    #[error("{key}: the volume source changed since the configuration was loaded (expected the same object, reached without a symlink or mount crossing): {source}")]
+    Volume {
+        key: String,
+        #[source]
+        source: ConfinedError,
+    },
     #[error("Runtime Supervisor channel: {0}")]
     Channel(#[from] ChannelError),
     #[error("boot id: {0}")]
@@ -486,6 +493,7 @@ pub fn run_coordinator(
             .persistent_dirs()
             .map(|p| p.as_str().to_owned())
             .collect(),
+        volumes: config.volumes(),
     };
     let booted = bootstrap(&mut hc, &paths);
     if let Err(e) = &booted {
@@ -576,6 +584,8 @@ pub(super) struct LaunchInputs<'a> {
     pub policy: &'a DerivedNetworkPolicy,
     /// The profile's persistent paths, one State Anchor each (spec 3.6).
     pub persistent_dirs: Vec<String>,
+    /// The developer volumes, opened through their confined plans at load.
+    pub volumes: &'a [ResolvedVolumeSource],
 }
 
 /// The static in-sandbox binaries the `lazaret` binary embeds

@@ -33,10 +33,11 @@ use crate::state_anchor::destinations::{self, DestinationError};
 use crate::state_anchor::{self, real::RealAnchorSys, AnchorError, MOUNT_POINTS_DIR};
 use crate::workspace_owner::{self, RealOwnerSys};
 use lazaret_runtime::bundle::{
-    build_spec, worktree_git_file, BundleError, BundlePlan, GitSentry, INIT_DIR,
+    build_spec, worktree_git_file, BundleError, BundlePlan, BundleVolume, GitSentry, INIT_DIR,
 };
 use lazaret_runtime::coordinator::messages::{
-    CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan,
+    AnchorPlan, CoordinatorCommand, ObjectId, SupervisorMessage, SupervisorPlan, VolumePlan,
+    VolumeSourceKind,
 };
 use lazaret_runtime::records::ids::{CoordinatorId, DomainId, GenerationId};
 use lazaret_runtime::records::participant::{AnchorMounts, NamespaceIdentity};
@@ -88,6 +89,14 @@ pub enum SupervisorError {
     EditorDirs(#[source] GitSentryError),
     #[error("{path}: the workspace is no longer the directory the configuration loaded (now {found}); expected the same directory at the handoff to runsc")]
     WorkspaceChanged { path: PathBuf, found: String },
+    #[error("{path}: the source of the volume at {container} is no longer the object the configuration loaded (now {found}); expected the same object at the handoff to runsc")]
+    VolumeChanged {
+        container: String,
+        path: PathBuf,
+        found: String,
+    },
+    #[error("the volume at {container} lies beneath no State Anchor of the plan; a volume must be strictly beneath a persistent path")]
+    VolumeOutsideAnchors { container: String },
     #[error("bundle: {0}")]
     Bundle(#[source] BundleError),
     #[error("bundle: the init's mount: {0}")]
@@ -235,7 +244,8 @@ fn mount_state_anchors(
         source,
     })?;
     let mounts = state_anchor::mount_anchors(&RealAnchorSys, &plan.state_anchors)?;
-    if let Err(e) = restore_product_destinations(plan) {
+    if let Err(e) = restore_product_destinations(plan).and_then(|()| make_volume_mount_points(plan))
+    {
         release_state_anchors(plan, &mounts);
         return Err(e);
     }
@@ -265,6 +275,40 @@ fn restore_product_destinations(plan: &SupervisorPlan) -> Result<(), SupervisorE
                 path = %path.display(),
                 "a protected mount destination in the State Anchor was put back"
             );
+        }
+    }
+    Ok(())
+}
+
+/// The State Anchor a volume lies in and the volume's path relative to it
+/// (schemas "volume": strictly beneath exactly one persistent path).
+fn volume_anchor<'p>(
+    plan: &'p SupervisorPlan,
+    volume: &VolumePlan,
+) -> Result<(&'p AnchorPlan, PathBuf), SupervisorError> {
+    plan.state_anchors
+        .iter()
+        .find_map(|a| {
+            let rel = Path::new(&volume.container).strip_prefix(&a.path).ok()?;
+            (!rel.as_os_str().is_empty()).then(|| (a, rel.to_owned()))
+        })
+        .ok_or_else(|| SupervisorError::VolumeOutsideAnchors {
+            container: volume.container.clone(),
+        })
+}
+
+/// Each volume's mount point is made in its anchor when missing, so runsc
+/// neither creates it nor follows what the agent left there; an entry of
+/// the wrong kind refuses the launch and stays.
+fn make_volume_mount_points(plan: &SupervisorPlan) -> Result<(), SupervisorError> {
+    for volume in &plan.volumes {
+        let (anchor, relative) = volume_anchor(plan, volume)?;
+        let kind = match volume.kind {
+            VolumeSourceKind::File => destinations::Destination::File,
+            VolumeSourceKind::Directory => destinations::Destination::Directory,
+        };
+        if destinations::make_volume_mount_point(Path::new(&anchor.mountpoint), &relative, kind)? {
+            tracing::info!(volume = %volume.container, "made the volume's mount point in its State Anchor");
         }
     }
     Ok(())
@@ -365,6 +409,15 @@ pub fn write_bundle(
             .state_anchors
             .iter()
             .map(|a| (PathBuf::from(&a.path), PathBuf::from(&a.mountpoint)))
+            .collect(),
+        volumes: plan
+            .volumes
+            .iter()
+            .map(|v| BundleVolume {
+                container: PathBuf::from(&v.container),
+                host: PathBuf::from(&v.host),
+                read_only: v.read_only,
+            })
             .collect(),
     };
     let mut spec = build_spec(&bundle_plan).map_err(SupervisorError::Bundle)?;
@@ -500,8 +553,16 @@ fn wait_exit(handle: &ProcessHandle, timeout: Duration) -> io::Result<Option<Chi
     }
 }
 
-/// Gives the workspace's entries back to namespace 0:0, the developer
-/// (`crate::workspace_owner`). A failure to read the workspace is logged:
+/// Gives the entries of the workspace and of each read-write directory
+/// volume back to namespace 0:0, the developer.
+fn restore_owners(dirs: &[OwnedFd]) {
+    for dir in dirs {
+        restore_workspace_owner(dir);
+    }
+}
+
+/// Gives a directory's entries back to namespace 0:0, the developer
+/// (`crate::workspace_owner`). A failure to read the directory is logged:
 /// the restore does what it can and never stops a teardown.
 fn restore_workspace_owner(workspace: &OwnedFd) {
     let opened = rustix::fs::openat(
@@ -618,24 +679,59 @@ fn check_workspace(
     workspace: &Path,
     expected: ObjectId,
 ) -> Result<OwnedFd, SupervisorError> {
-    let changed = |found: String| SupervisorError::WorkspaceChanged {
-        path: workspace.to_owned(),
-        found,
-    };
-    let fd = sys
-        .open_ambient(workspace, false)
-        .map_err(|e| changed(e.to_string()))?;
-    let st = sys.stat(fd.as_fd()).map_err(|e| changed(e.to_string()))?;
+    check_handoff(sys, workspace, FileKind::Directory, expected).map_err(|found| {
+        SupervisorError::WorkspaceChanged {
+            path: workspace.to_owned(),
+            found,
+        }
+    })
+}
+
+/// The same handoff check for each developer volume's source (spec 3.2,
+/// schemas "volume"): the file or directory HC revalidated, reached
+/// without following a symlink at its last component.
+fn check_volumes(
+    sys: &dyn ConfinedSys,
+    volumes: &[VolumePlan],
+) -> Result<Vec<OwnedFd>, SupervisorError> {
+    volumes
+        .iter()
+        .map(|v| {
+            let kind = match v.kind {
+                VolumeSourceKind::File => FileKind::Regular,
+                VolumeSourceKind::Directory => FileKind::Directory,
+            };
+            check_handoff(sys, Path::new(&v.host), kind, v.object).map_err(|found| {
+                SupervisorError::VolumeChanged {
+                    container: v.container.clone(),
+                    path: PathBuf::from(&v.host),
+                    found,
+                }
+            })
+        })
+        .collect()
+}
+
+/// Opens `path` without following its last component and returns it when
+/// it is the `kind` object `expected`; otherwise what was found instead.
+fn check_handoff(
+    sys: &dyn ConfinedSys,
+    path: &Path,
+    kind: FileKind,
+    expected: ObjectId,
+) -> Result<OwnedFd, String> {
+    let fd = sys.open_ambient(path, false).map_err(|e| e.to_string())?;
+    let st = sys.stat(fd.as_fd()).map_err(|e| e.to_string())?;
     let found = ObjectId {
         dev_major: st.identity.dev_major,
         dev_minor: st.identity.dev_minor,
         ino: st.identity.ino,
     };
-    if st.kind() != FileKind::Directory {
-        return Err(changed(st.kind().describe().to_owned()));
+    if st.kind() != kind {
+        return Err(st.kind().describe().to_owned());
     }
     if found != expected {
-        return Err(changed(format!(
+        return Err(format!(
             "device {}:{} inode {} instead of {}:{} inode {}",
             found.dev_major,
             found.dev_minor,
@@ -643,7 +739,7 @@ fn check_workspace(
             expected.dev_major,
             expected.dev_minor,
             expected.ino
-        )));
+        ));
     }
     Ok(fd)
 }
@@ -896,11 +992,23 @@ fn run_sandbox<N: NamespaceSys>(
     let netns = verified_namespace_path(netns)?;
     let workspace = PathBuf::from(&plan.workspace);
     let workspace_fd = check_workspace(&RealSys, &workspace, plan.workspace_object)?;
+    let volume_fds = check_volumes(&RealSys, &plan.volumes)?;
+    // What the sandbox writes as another user is given back to the
+    // developer: the workspace and every read-write directory volume.
+    let owned: Vec<OwnedFd> = std::iter::once(workspace_fd)
+        .chain(
+            plan.volumes
+                .iter()
+                .zip(volume_fds)
+                .filter(|(v, _)| !v.read_only && v.kind == VolumeSourceKind::Directory)
+                .map(|(_, fd)| fd),
+        )
+        .collect();
     // A generation that did not finish its ownership restore (a crash, a
     // reboot) left the marker: restore before this sandbox starts.
     let marker = PathBuf::from(&plan.owner_restore_marker);
     if marker.exists() {
-        restore_workspace_owner(&workspace_fd);
+        restore_owners(&owned);
     }
     std::fs::write(&marker, b"").map_err(|source| SupervisorError::Write {
         path: marker.clone(),
@@ -1059,7 +1167,7 @@ fn run_sandbox<N: NamespaceSys>(
             end_child(broker, failure.child.handle(), STOP_TIMEOUT);
             let tail = stderr_tail.join().unwrap_or_default();
             unmount_filter(filter);
-            restore_workspace_owner(&workspace_fd);
+            restore_owners(&owned);
             let _ = std::fs::remove_file(&marker);
             drop(editor_dirs);
             let _ = ns.unmount(&rootfs_writes(&runsc_root));
@@ -1109,9 +1217,9 @@ fn run_sandbox<N: NamespaceSys>(
     }
     let _ = stderr_tail.join();
     unmount_filter(filter);
-    // The sandbox is gone: what it re-owned in the workspace goes back to
-    // the developer, then the marker goes.
-    restore_workspace_owner(&workspace_fd);
+    // The sandbox is gone: what it re-owned in the workspace and the
+    // read-write volumes goes back to the developer, then the marker goes.
+    restore_owners(&owned);
     std::fs::remove_file(&marker).map_err(|source| SupervisorError::Write {
         path: marker.clone(),
         source,
@@ -1267,6 +1375,60 @@ mod tests {
         // Gone.
         std::fs::remove_file(&ws).map_err(|e| e.to_string())?;
         assert!(check_workspace(&RealSys, &ws, loaded).is_err());
+        Ok(())
+    }
+
+    /// Spec 3.2, schemas "volume": runsc gets a volume's source path only
+    /// while it names the file or directory HC revalidated, with the kind
+    /// declared; the error names the volume's sandbox path.
+    #[test]
+    fn a_volume_handed_to_runsc_must_be_the_loaded_source() -> Result<(), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let token = dir.path().join("token");
+        std::fs::write(&token, b"t").map_err(|e| e.to_string())?;
+        let plan = |object| VolumePlan {
+            container: "/root/token".to_owned(),
+            host: token.display().to_string(),
+            kind: VolumeSourceKind::File,
+            read_only: true,
+            object,
+        };
+        let loaded = object_id(&token);
+        assert_eq!(
+            check_volumes(&RealSys, &[plan(loaded)])
+                .map_err(|e| e.to_string())?
+                .len(),
+            1
+        );
+        // A directory where the file volume was.
+        let mut directory = plan(loaded);
+        directory.kind = VolumeSourceKind::Directory;
+        let m = check_volumes(&RealSys, &[directory])
+            .err()
+            .ok_or("a file passed as a directory")?
+            .to_string();
+        assert!(
+            m.contains("/root/token") && m.contains("regular file"),
+            "{m}"
+        );
+        // Replaced by another file, then by a symlink to the original.
+        std::fs::rename(&token, dir.path().join("old")).map_err(|e| e.to_string())?;
+        std::fs::write(&token, b"t").map_err(|e| e.to_string())?;
+        let m = check_volumes(&RealSys, &[plan(loaded)])
+            .err()
+            .ok_or("a replaced file was accepted")?
+            .to_string();
+        assert!(
+            m.contains("no longer the object") && m.contains("inode"),
+            "{m}"
+        );
+        std::fs::remove_file(&token).map_err(|e| e.to_string())?;
+        std::os::unix::fs::symlink(dir.path().join("old"), &token).map_err(|e| e.to_string())?;
+        let m = check_volumes(&RealSys, &[plan(loaded)])
+            .err()
+            .ok_or("a symlink was followed")?
+            .to_string();
+        assert!(m.contains("symbolic link"), "{m}");
         Ok(())
     }
 

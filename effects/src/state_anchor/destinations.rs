@@ -14,6 +14,11 @@
 //! the launch), and the last component is replaced when it has the wrong
 //! type. Everything is descriptor-relative from the anchor's mount point
 //! and nothing is followed.
+//!
+//! A developer volume's mount point (schemas "volume": always strictly
+//! beneath a persistent path, so inside an anchor) is made the same way,
+//! except that what the agent left there is never removed: an entry of the
+//! wrong kind refuses the launch, naming it.
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
@@ -34,12 +39,27 @@ pub enum DestinationError {
     Open { path: PathBuf, source: io::Error },
     #[error("{path} in the State Anchor leads to a protected mount destination but is not a directory (a symlink or file was put there); remove it from the anchor (its upper) and launch again")]
     NotDirectory { path: PathBuf },
+    #[error("{path} in the State Anchor is {found} where a volume of kind {wanted} is mounted; nothing was removed: launch without that volume, move the entry away inside the sandbox, and launch again")]
+    Occupied {
+        path: PathBuf,
+        found: &'static str,
+        wanted: &'static str,
+    },
     #[error("cannot {step} {path} in the State Anchor: {source}")]
     Step {
         step: &'static str,
         path: PathBuf,
         source: io::Error,
     },
+}
+
+/// What to do with an entry of the wrong kind at the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnMismatch {
+    /// The product owns the destination: the entry goes.
+    Replace,
+    /// The agent's entry stays and the launch is refused.
+    Refuse,
 }
 
 fn dir_flags() -> OFlags {
@@ -60,11 +80,40 @@ pub fn restore_destinations(
     })?;
     let mut restored = Vec::new();
     for (relative, kind) in destinations {
-        if restore_one(&root, mountpoint, relative, *kind)? {
+        if restore_one(&root, mountpoint, relative, *kind, OnMismatch::Replace)? {
             restored.push(relative.clone());
         }
     }
     Ok(restored)
+}
+
+/// Makes a volume's mount point `relative` (to the anchor's `mountpoint`)
+/// when it is missing; returns whether it was made. An existing entry of
+/// the right kind is used as it is (the volume covers it).
+pub fn make_volume_mount_point(
+    mountpoint: &Path,
+    relative: &Path,
+    kind: Destination,
+) -> Result<bool, DestinationError> {
+    let root = rustix::fs::openat(CWD, mountpoint, dir_flags(), Mode::empty()).map_err(|e| {
+        DestinationError::Open {
+            path: mountpoint.to_owned(),
+            source: e.into(),
+        }
+    })?;
+    restore_one(&root, mountpoint, relative, kind, OnMismatch::Refuse)
+}
+
+fn describe(t: FileType) -> &'static str {
+    match t {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symbolic link",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice | FileType::BlockDevice => "a device",
+        FileType::Unknown => "an entry of unknown type",
+    }
 }
 
 fn restore_one(
@@ -72,6 +121,7 @@ fn restore_one(
     mountpoint: &Path,
     relative: &Path,
     kind: Destination,
+    on_mismatch: OnMismatch,
 ) -> Result<bool, DestinationError> {
     let names: Vec<&std::ffi::OsStr> = relative
         .components()
@@ -121,6 +171,16 @@ fn restore_one(
     };
     match found {
         Some(t) if t == wanted => return Ok(false),
+        Some(t) if on_mismatch == OnMismatch::Refuse => {
+            return Err(DestinationError::Occupied {
+                path: at,
+                found: describe(t),
+                wanted: match kind {
+                    Destination::File => "file",
+                    Destination::Directory => "directory",
+                },
+            })
+        }
         Some(FileType::Directory) => rustix::fs::unlinkat(&dir, *last, AtFlags::REMOVEDIR)
             .map_err(step("remove the directory", at.clone()))?,
         Some(_) => rustix::fs::unlinkat(&dir, *last, AtFlags::empty())
@@ -226,5 +286,57 @@ mod tests {
             "{err}"
         );
         assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_volume_mount_point_is_made_but_the_agents_entry_is_never_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let anchor = dir.path().join("root");
+        std::fs::create_dir_all(anchor.join("kept")).unwrap();
+        std::fs::write(anchor.join("kept/notes"), b"agent").unwrap();
+        std::fs::write(anchor.join("file"), b"agent").unwrap();
+        // Missing: made, parents included.
+        let data = Path::new("data/set");
+        assert!(make_volume_mount_point(&anchor, data, Destination::Directory).unwrap());
+        assert!(anchor.join("data/set").is_dir());
+        assert!(!make_volume_mount_point(&anchor, data, Destination::Directory).unwrap());
+        let token = Path::new("data/token");
+        assert!(make_volume_mount_point(&anchor, token, Destination::File).unwrap());
+        assert!(anchor.join("data/token").is_file());
+        // The right kind already there is used as it is.
+        assert!(
+            !make_volume_mount_point(&anchor, Path::new("kept"), Destination::Directory).unwrap()
+        );
+        assert_eq!(std::fs::read(anchor.join("kept/notes")).unwrap(), b"agent");
+        // The wrong kind refuses, and both entries stay.
+        for (at, kind) in [
+            ("kept", Destination::File),
+            ("file", Destination::Directory),
+        ] {
+            let err = make_volume_mount_point(&anchor, Path::new(at), kind).unwrap_err();
+            assert!(matches!(err, DestinationError::Occupied { .. }), "{err}");
+        }
+        assert_eq!(std::fs::read(anchor.join("kept/notes")).unwrap(), b"agent");
+        assert_eq!(std::fs::read(anchor.join("file")).unwrap(), b"agent");
+        // A symlink at the mount point refuses without being followed.
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, anchor.join("link")).unwrap();
+        let err = make_volume_mount_point(&anchor, Path::new("link"), Destination::Directory)
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DestinationError::Occupied {
+                    found: "a symbolic link",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(std::fs::symlink_metadata(anchor.join("link"))
+            .unwrap()
+            .is_symlink());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
     }
 }

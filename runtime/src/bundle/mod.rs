@@ -202,6 +202,17 @@ pub struct BundlePlan {
     /// mount that may lie beneath a persistent path (the resolver
     /// configuration and network directory beneath `/etc`).
     pub state_anchors: Vec<(PathBuf, PathBuf)>,
+    /// The developer volumes (schemas "volume"), each strictly beneath one
+    /// State Anchor's path and bound after the anchors.
+    pub volumes: Vec<BundleVolume>,
+}
+
+/// A developer volume: its host source bound at `container`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleVolume {
+    pub container: PathBuf,
+    pub host: PathBuf,
+    pub read_only: bool,
 }
 
 /// Errors of building the bundle configuration.
@@ -226,6 +237,10 @@ pub enum BundleError {
     /// A repository without the Git Sentry filter to serve it.
     #[error("the Git Sentry plan needs the filter's absolute mount point (got {0:?})")]
     NoFilter(Option<PathBuf>),
+    /// A volume not strictly beneath a State Anchor's path: it would land
+    /// in the shared prepared lower or over a persistent path itself.
+    #[error("volume {0} is not strictly beneath a persistent path of the plan")]
+    VolumeOutsideAnchors(PathBuf),
     /// Two mounts would land on one destination.
     #[error("two bundle mounts target {0}")]
     DuplicateMount(PathBuf),
@@ -447,6 +462,31 @@ pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
             }
         }
         mounts.push(mount(path, "bind", source, &["bind", "rw"])?);
+    }
+    // Schemas "volume": each inside an anchor, so after the anchors.
+    for v in &plan.volumes {
+        for (what, p) in [("volume", &v.container), ("volume source", &v.host)] {
+            if !normal_absolute(p) {
+                return Err(BundleError::NotAbsolute {
+                    what,
+                    path: p.clone(),
+                });
+            }
+        }
+        let inside = plan
+            .state_anchors
+            .iter()
+            .any(|(path, _)| v.container != *path && v.container.starts_with(path));
+        if !inside {
+            return Err(BundleError::VolumeOutsideAnchors(v.container.clone()));
+        }
+        let access = if v.read_only { "ro" } else { "rw" };
+        mounts.push(mount(
+            &v.container,
+            "bind",
+            &v.host,
+            &["bind", access, "nosuid", "nodev"],
+        )?);
     }
     mounts.extend(workspace_mounts(plan)?);
     let ro = ["bind", "ro", "nosuid", "nodev", "noexec"];

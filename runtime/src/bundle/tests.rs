@@ -34,6 +34,18 @@ fn plan(git: GitSentry) -> BundlePlan {
                 "/run/user/1000/lazaret/d/gen-1/anchors/etc".into(),
             ),
         ],
+        volumes: vec![
+            BundleVolume {
+                container: "/usr/share/datasets".into(),
+                host: "/home/dev/datasets".into(),
+                read_only: true,
+            },
+            BundleVolume {
+                container: "/etc/agent/token".into(),
+                host: "/home/dev/.config/lazaret/profiles/dev/token".into(),
+                read_only: false,
+            },
+        ],
     }
 }
 
@@ -148,10 +160,33 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
         .iter()
         .map(|(d, _)| d.display().to_string())
         .collect();
+    // Volumes lie strictly beneath an anchor and meet no protected
+    // destination in either direction.
+    let volumes: Vec<String> = p
+        .volumes
+        .iter()
+        .map(|v| v.container.display().to_string())
+        .collect();
+    for v in &p.volumes {
+        assert!(
+            anchors
+                .iter()
+                .any(|a| v.container.starts_with(a) && v.container != Path::new(a)),
+            "{} is beneath no anchor",
+            v.container.display()
+        );
+        for d in &protected {
+            assert!(
+                !v.container.starts_with(d) && !Path::new(d).starts_with(&v.container),
+                "{} meets {d}",
+                v.container.display()
+            );
+        }
+    }
     let destinations: Vec<String> = mounts(v)
         .into_iter()
         .map(|(d, ..)| d)
-        .filter(|d| !anchors.contains(d))
+        .filter(|d| !anchors.contains(d) && !volumes.contains(d))
         .collect();
     assert!(destinations.len() > 5, "{destinations:?}");
     for dest in destinations.iter().map(String::as_str).chain([INIT_DIR]) {
@@ -160,8 +195,13 @@ fn assert_isolation(v: &serde_json::Value, p: &BundlePlan) {
             "{dest} is not covered by the protected destinations {protected:?}"
         );
     }
-    // Host sources: only the rootfs, the workspace and (below) the repository.
+    // Host sources: only the rootfs, the workspace, (below) the repository
+    // and the volumes' own sources.
     for (dest, typ, src, _) in mounts(v) {
+        if let Some(vol) = p.volumes.iter().find(|x| x.container == Path::new(&dest)) {
+            assert_eq!(src, vol.host.display().to_string(), "{dest}");
+            continue;
+        }
         if typ == "bind" && !anchors.contains(&dest) {
             let allowed = [
                 p.workspace.display().to_string(),
@@ -277,6 +317,7 @@ fn no_repository_has_only_the_workspace() -> Result<(), String> {
     let mut p = plan(GitSentry::NoRepository);
     p.editor_dirs.clear();
     p.state_anchors.clear();
+    p.volumes.clear();
     let v = json(&p)?;
     assert_isolation(&v, &p);
     let binds: Vec<String> = mounts(&v)
@@ -349,11 +390,61 @@ fn state_anchors_are_bound_before_the_mounts_beneath_them() -> Result<(), String
     assert!(etc < at(NETWORK_INFO_DIR).ok_or("no network directory")?);
     assert!(at("/usr").ok_or("no /usr anchor")? < at(WORKSPACE).ok_or("no workspace")?);
     let mut relative = plan(GitSentry::NoRepository);
+    relative.volumes.clear();
     relative.state_anchors = vec![("usr".into(), "/run/x".into())];
     assert!(matches!(
         build_spec(&relative),
         Err(BundleError::NotAbsolute {
             what: "persistent",
+            ..
+        })
+    ));
+    Ok(())
+}
+
+/// Schemas "volume": each volume is bound at its sandbox path after the
+/// anchor it lies in, read-only or read-write as declared, never set-ID or
+/// device-bearing; one not strictly beneath an anchor's path is refused.
+#[test]
+fn volumes_are_bound_inside_their_anchors_with_their_access() -> Result<(), String> {
+    let p = plan(GitSentry::NoRepository);
+    let all = mounts(&json(&p)?);
+    let at = |dest: &str| all.iter().position(|(d, ..)| d == dest);
+    let datasets = at("/usr/share/datasets").ok_or("no read-only volume")?;
+    let token = at("/etc/agent/token").ok_or("no read-write volume")?;
+    assert_eq!(
+        all[datasets],
+        (
+            "/usr/share/datasets".to_owned(),
+            "bind".to_owned(),
+            "/home/dev/datasets".to_owned(),
+            ["bind", "ro", "nosuid", "nodev"]
+                .map(str::to_owned)
+                .to_vec()
+        )
+    );
+    assert_eq!(
+        all[token].3,
+        ["bind", "rw", "nosuid", "nodev"]
+            .map(str::to_owned)
+            .to_vec()
+    );
+    assert!(at("/usr").ok_or("no /usr anchor")? < datasets);
+    assert!(at("/etc").ok_or("no /etc anchor")? < token);
+    for outside in ["/usr", "/opt/tools", "/usrlocal/x"] {
+        let mut q = plan(GitSentry::NoRepository);
+        q.volumes[0].container = outside.into();
+        assert!(
+            matches!(build_spec(&q), Err(BundleError::VolumeOutsideAnchors(ref d)) if d == Path::new(outside)),
+            "{outside}"
+        );
+    }
+    let mut q = plan(GitSentry::NoRepository);
+    q.volumes[1].host = "relative/token".into();
+    assert!(matches!(
+        build_spec(&q),
+        Err(BundleError::NotAbsolute {
+            what: "volume source",
             ..
         })
     ));

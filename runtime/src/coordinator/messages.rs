@@ -181,6 +181,30 @@ pub struct AnchorPlan {
     pub mountpoint: String,
 }
 
+/// What a developer volume's source is (schemas "volume" `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VolumeSourceKind {
+    File,
+    Directory,
+}
+
+/// One developer volume (spec 3.2, schemas "volume"): the host source the
+/// Host Coordinator revalidated through its confined plan just before the
+/// handoff, bound at `container` (a strict descendant of exactly one
+/// persistent path, so inside a State Anchor).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumePlan {
+    /// The sandbox path.
+    pub container: String,
+    /// The canonical host source.
+    pub host: String,
+    pub kind: VolumeSourceKind,
+    pub read_only: bool,
+    /// The source's identity at the revalidation: RS hands runsc the path
+    /// only while it names this object.
+    pub object: ObjectId,
+}
+
 /// Everything the Runtime Supervisor needs for one generation; HC sends it
 /// as the first message of the lifetime channel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,6 +240,8 @@ pub struct SupervisorPlan {
     /// The State Anchors, one per persistent path (spec 3.6, FR-4), mounted
     /// when HC answers [`CoordinatorCommand::MountStateAnchors`].
     pub state_anchors: Vec<AnchorPlan>,
+    /// The developer volumes, bound after the anchors they lie in.
+    pub volumes: Vec<VolumePlan>,
 }
 
 /// HC -> RS over the lifetime channel.

@@ -5,10 +5,11 @@
 //! leaves no generation to release.
 use std::time::Instant;
 
-use lazaret_runtime::coordinator::messages::ObjectId;
+use lazaret_runtime::config::{VolumeAccess, VolumeKind};
+use lazaret_runtime::coordinator::messages::{ObjectId, VolumePlan, VolumeSourceKind};
 
 use super::super::host::{micros, CoordinatorError, LaunchInputs};
-use crate::confined::RealSys;
+use crate::confined::{FileStat, RealSys};
 use crate::image::reference::ImageRef;
 use crate::image::resolve;
 use crate::image::store::BlobStore;
@@ -23,10 +24,12 @@ pub(super) struct PreparedLaunch {
     pub maps: NamespaceMaps,
     /// The workspace object runsc is handed (RS checks it again).
     pub workspace_object: ObjectId,
+    /// The developer volumes, each source revalidated (RS checks again).
+    pub volumes: Vec<VolumePlan>,
 }
 
 /// `resolve_image`, `prepare_lower` (timed under those names), then the
-/// workspace revalidated.
+/// workspace and every volume source revalidated.
 pub(super) fn prepare_launch(
     launch: &LaunchInputs<'_>,
     timings: &mut Vec<(String, u64)>,
@@ -71,14 +74,41 @@ pub(super) fn prepare_launch(
         .workspace
         .revalidate(&RealSys)
         .map_err(CoordinatorError::Workspace)?;
-    let id = launch.workspace.stat().identity;
+    // Spec 3.2, schemas "volume": likewise each volume source; one swapped
+    // for a symlink or a mount since the load is refused, naming it.
+    let mut volumes = Vec::with_capacity(launch.volumes.len());
+    for v in launch.volumes {
+        let decl = v.decl();
+        v.source()
+            .revalidate(&RealSys)
+            .map_err(|source| CoordinatorError::Volume {
+                key: decl.key.key("host").to_string(),
+                source,
+            })?;
+        volumes.push(VolumePlan {
+            container: decl.container.as_str().to_owned(),
+            host: v.source().label().display().to_string(),
+            kind: match decl.kind {
+                VolumeKind::File => VolumeSourceKind::File,
+                VolumeKind::Directory => VolumeSourceKind::Directory,
+            },
+            read_only: decl.access == VolumeAccess::ReadOnly,
+            object: object_id(v.source().stat()),
+        });
+    }
     Ok(PreparedLaunch {
         lower,
         maps,
-        workspace_object: ObjectId {
-            dev_major: id.dev_major,
-            dev_minor: id.dev_minor,
-            ino: id.ino,
-        },
+        workspace_object: object_id(launch.workspace.stat()),
+        volumes,
     })
+}
+
+fn object_id(stat: &FileStat) -> ObjectId {
+    let id = stat.identity;
+    ObjectId {
+        dev_major: id.dev_major,
+        dev_minor: id.dev_minor,
+        ino: id.ino,
+    }
 }

@@ -131,6 +131,7 @@ fn supervisor_plan(
         owner_restore_marker: launch.paths.owner_restore_marker().display().to_string(),
         policy_digest: l.network.policy_digest,
         state_anchors: l.anchors.clone(),
+        volumes: l.prepared.volumes.clone(),
         env: vec![
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
             "HOME=/root".to_owned(),
