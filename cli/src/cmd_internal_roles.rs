@@ -1,6 +1,7 @@
 //! The hidden role subcommands of the process chain: `__coordinator` (the
 //! Host Coordinator), `__supervisor` (the Runtime Supervisor) and `__enter`
-//! (what an exec client runs as before it becomes `runsc exec`).
+//! (what an exec client runs as before it becomes `runsc exec`), and the
+//! removal worker of `lazaret state reset` (`__discard`).
 use crate::report::errln;
 use clap::Args;
 use lazaret_effects::coordinator::enter::{run_enter, EnterArgs, EnterError};
@@ -211,5 +212,31 @@ mod tests {
         assert!(types.contains(&1), "no PT_LOAD in {types:?}");
         assert!(!types.contains(&3), "PT_INTERP present: {types:?}");
         assert!(!types.contains(&2), "PT_DYNAMIC present: {types:?}");
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct DiscardCommand {
+    /// The Domain's discard directory.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Its device and inode as the reset opened it.
+    #[arg(long)]
+    device: u64,
+    #[arg(long)]
+    inode: u64,
+}
+
+/// Runs as root of the Domain's user namespace: removes what a reset moved
+/// into the discard directory (`state_anchor::reset::remove_discarded`).
+pub fn discard(args: DiscardCommand) -> ExitCode {
+    init_diagnostics();
+    match lazaret_effects::state_anchor::reset::remove_discarded(&args.dir, args.device, args.inode)
+    {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            errln!("{e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -20,9 +20,10 @@ mod evidence;
 mod live;
 mod ownership;
 mod render;
+pub mod reset;
 
 use crate::report::errln;
-use clap::Args;
+use clap::{Args, Subcommand};
 use evidence::GenerationEvidence;
 use lazaret_effects::config_resolve::{locate_domain, DomainLocation, LoadError, LoadRequest};
 use lazaret_effects::confined::{ConfinedSys, RealSys};
@@ -47,7 +48,10 @@ use std::process::ExitCode;
                   Coordinator holds the store); 4 there is no Domain Store there (nothing is \
                   created); 1 an error; 2 bad usage. --json field names: docs/durable-state.md."
 )]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct StateCommand {
+    #[command(subcommand)]
+    action: Option<StateAction>,
     /// The profile whose Domain to show, for the workspace (required unless
     /// --domain-root is given; then the Domain must belong to it).
     #[arg(value_name = "PROFILE", required_unless_present = "domain_root")]
@@ -68,6 +72,17 @@ pub struct StateCommand {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// The maintenance actions (spec 3.9, FR-11). A profile named like one is
+/// shown with `lazaret state -- NAME`.
+#[derive(Debug, Subcommand)]
+pub enum StateAction {
+    /// Discard what the agent changed under one persistent path (or all of
+    /// them with --all) so the next launch follows the image there. Shows
+    /// the Domain and scope first and asks unless --yes; refused while the
+    /// Domain runs.
+    Reset(reset::ResetCommand),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +182,10 @@ impl Report {
 }
 
 pub fn run(command: StateCommand) -> ExitCode {
+    let command = match command.action {
+        Some(StateAction::Reset(reset)) => return reset::run(reset),
+        None => command,
+    };
     match inspect(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {
         Ok(report) => {
             let text = render::render(&report, command.json);
@@ -224,19 +243,17 @@ fn command_line(
 }
 
 fn located_target(
-    command: &StateCommand,
     profile: &str,
+    workspace: Option<&Path>,
+    config: Option<&str>,
     sys: &dyn ConfinedSys,
     env: &dyn HostEnvironment,
 ) -> Result<Target, StateError> {
     let layout = SandboxLayoutV1::production().map_err(|e| StateError::Layout(e.to_string()))?;
-    let workspace = command
-        .workspace
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("."));
+    let workspace = workspace.unwrap_or(Path::new(".")).to_owned();
     let request = LoadRequest {
         profile,
-        config: command.config.as_deref(),
+        config,
         workspace: &workspace,
         env,
         layout: &layout,
@@ -379,7 +396,13 @@ fn inspect<P: ProcessSys>(
 ) -> Result<Report, StateError> {
     let target = match (&command.domain_root, &command.profile) {
         (Some(root), _) => explicit_target(root)?,
-        (None, Some(profile)) => located_target(command, profile, sys, env)?,
+        (None, Some(profile)) => located_target(
+            profile,
+            command.workspace.as_deref(),
+            command.config.as_deref(),
+            sys,
+            env,
+        )?,
         // clap already requires PROFILE unless --domain-root is given.
         (None, None) => return Err(StateError::NoTarget),
     };

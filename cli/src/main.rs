@@ -66,6 +66,9 @@ enum Command {
     /// Internal: an exec client entering the supervisor's namespaces.
     #[command(name = lazaret_effects::coordinator::ENTER_SUBCOMMAND, hide = true)]
     InternalEnter(cmd_internal_roles::EnterCommand),
+    /// Internal: the removal worker of `lazaret state reset`.
+    #[command(name = lazaret_effects::state_anchor::reset::DISCARD_SUBCOMMAND, hide = true)]
+    InternalDiscard(cmd_internal_roles::DiscardCommand),
     /// `lazaret <profile> ...`
     #[command(external_subcommand)]
     Profile(Vec<OsString>),
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
         Command::InternalCoordinator(args) => return cmd_internal_roles::coordinator(args),
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
+        Command::InternalDiscard(args) => return cmd_internal_roles::discard(args),
         Command::Doctor(args) => {
             return match &args.network {
                 Some(profile) => cmd_doctor::network(
@@ -157,6 +161,23 @@ mod tests {
         let cli = super::Cli::try_parse_from(["lazaret", "state", "--domain-root", "/x"])
             .expect("state parses");
         assert!(matches!(cli.command, super::Command::State(_)));
+        // Spec 3.9: `state reset` names one persistent path or --all, not
+        // both; a profile named `reset` is shown after `--`.
+        for argv in [
+            &["lazaret", "state", "reset", "dev", "/usr", "--yes"][..],
+            &["lazaret", "state", "reset", "dev", "--all"][..],
+            &["lazaret", "state", "--", "reset"][..],
+        ] {
+            let cli = super::Cli::try_parse_from(argv).expect("state parses");
+            assert!(matches!(cli.command, super::Command::State(_)), "{argv:?}");
+        }
+        for argv in [
+            &["lazaret", "state", "reset", "dev"][..],
+            &["lazaret", "state", "reset", "dev", "/usr", "--all"][..],
+            &["lazaret", "state", "reset", "--yes"][..],
+        ] {
+            assert!(super::Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
         for argv in [
             &["lazaret", "run", "--profile", "state"][..],
             &["lazaret", "run", "state"][..],

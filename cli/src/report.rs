@@ -48,6 +48,24 @@ pub fn write_json(out: &mut dyn Write, json: &str) -> io::Result<()> {
     out.flush()
 }
 
+/// Writes a report to stderr (see [`write_text`]): what a command shows
+/// before its question when stdout carries JSON.
+pub fn eprint_text(text: &str) {
+    let _ = write_text(&mut io::stderr().lock(), text);
+}
+
+/// Asks `question` on stderr (controls escaped, no newline) and reads one
+/// line of answer from stdin.
+pub fn prompt(question: &str) -> io::Result<String> {
+    let mut err = io::stderr().lock();
+    err.write_all(escape_line(question).as_bytes())?;
+    err.flush()?;
+    drop(err);
+    let mut answer = String::new();
+    io::stdin().read_line(&mut answer)?;
+    Ok(answer)
+}
+
 /// Writes a report to stdout (see [`write_text`]).
 pub fn print_text(text: &str) -> io::Result<()> {
     write_text(&mut io::stdout().lock(), text)

@@ -775,3 +775,116 @@ fn every_crash_point_of_a_joining_session_recovers() {
         failures.join("\n")
     );
 }
+
+const PLANT: [&str; 5] = [
+    "default",
+    "--",
+    "sh",
+    "-c",
+    "mkdir -p /usr/local/lz && echo kept > /usr/local/lz/f && echo root > /root/lz-root && echo out",
+];
+const RESET: [&str; 5] = ["state", "reset", "default", "/usr", "--yes"];
+const LOOK: [&str; 5] = [
+    "default",
+    "--",
+    "sh",
+    "-c",
+    "cat /usr/local/lz/f 2>/dev/null || echo none; cat /root/lz-root",
+];
+
+/// One crash point of a reset (OR-5): the killed reset leaves the `/usr`
+/// anchor either as it was or gone (the next launch starts it empty), never
+/// partial, and `/root` untouched; the next launch works and shows exactly
+/// that; a reset run again then finishes and leaves no discarded state.
+fn crash_reset(env: &Env, point: &Point) -> Result<(), String> {
+    let out = wait_bounded(
+        env.spawn(&PLANT, None, None),
+        CLI_LIMIT,
+        "the planting launch",
+    )?;
+    if out.status.code() != Some(0) {
+        return Err(format!("planting failed: {}", out.stderr));
+    }
+    env.nothing_left()?;
+    let root = support::domain_root(&env.home);
+    let upper = root.join("anchors/upper/usr");
+    let crashed = wait_bounded(
+        env.spawn(&RESET, Some(&point.spec), None),
+        CLI_LIMIT,
+        "the reset",
+    )?;
+    let in_worker = point.spec.starts_with("state:discard:");
+    let killed = crashed.status.signal() == Some(9) || crashed.status.code() == Some(128 + 9);
+    let reported = crashed.status.code() == Some(1) && crashed.stderr.contains("removal worker");
+    if !(killed || in_worker && reported) {
+        return Err(format!(
+            "the reset was not killed at {}: {:?} {}",
+            point.spec, crashed.status, crashed.stderr
+        ));
+    }
+    let prior = upper.join("local/lz/f").is_file();
+    let empty = !upper.exists();
+    if !(prior || empty) {
+        return Err(format!("{}: the /usr upper is partial", point.spec));
+    }
+    if point.spec == "state:reset:before-upper" && !prior {
+        return Err("a reset killed before its rename changed the upper".to_owned());
+    }
+    let expected = if prior {
+        "kept\nroot\n"
+    } else {
+        "none\nroot\n"
+    };
+    let look = wait_bounded(env.spawn(&LOOK, None, None), CLI_LIMIT, "the next launch")?;
+    if look.status.code() != Some(0) || look.stdout != expected {
+        return Err(format!(
+            "{}: the next launch saw {:?} (expected {expected:?}): {}",
+            point.spec, look.stdout, look.stderr
+        ));
+    }
+    env.nothing_left()?;
+    let again = wait_bounded(env.spawn(&RESET, None, None), CLI_LIMIT, "the second reset")?;
+    if again.status.code() != Some(0) {
+        return Err(format!("the second reset failed: {}", again.stderr));
+    }
+    if root.join("anchors/discard").exists() || upper.exists() {
+        return Err(format!(
+            "{}: the second reset left state behind",
+            point.spec
+        ));
+    }
+    Ok(())
+}
+
+/// Every crash point of `lazaret state reset default /usr` (the rename of
+/// the upper, then of its work directory, and the removal worker) leaves
+/// the prior anchor or an empty one, and the next reset finishes.
+#[test]
+fn every_crash_point_of_a_reset_leaves_the_prior_or_an_empty_anchor() {
+    let mut env = Env::new("reset", &default_image());
+    let out = wait_bounded(env.spawn(&PLANT, None, None), CLI_LIMIT, "the CLI").unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    env.nothing_left().unwrap();
+    let log = env.fresh_log("enumerate");
+    let out = wait_bounded(env.spawn(&RESET, None, Some(&log)), CLI_LIMIT, "the reset").unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let points = passed(&log_lines(&log), false, &BTreeSet::new());
+    let specs: Vec<&str> = points.iter().map(|p| p.spec.as_str()).collect();
+    assert_eq!(
+        specs,
+        [
+            "state:reset:before-upper",
+            "state:reset:after-upper",
+            "state:reset:after-work",
+            "state:discard:after-first"
+        ]
+    );
+    let mut failures = Vec::new();
+    for point in &points {
+        if let Err(e) = crash_reset(&env, point) {
+            failures.push(format!("{}: {e}", point.spec));
+            env.reset();
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

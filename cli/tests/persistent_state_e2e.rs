@@ -16,6 +16,19 @@ use support::{
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+/// The guest script's result helper: `r NAME CMD...` runs CMD and prints
+/// `NAME=<status>`.
+const RESULT: &str = r#"r() { name=$1; shift; "$@" > /tmp/out.$name 2>&1; echo "$name=$?"; }"#;
+
+/// Builds a local `.deb` (`lz-probe`, one file under `/usr/share`) and
+/// installs it with `dpkg -i` (results `build`, `install`).
+const PROBE_PACKAGE: &str = r#"mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/usr/share/lz-probe
+printf 'Package: lz-probe\nVersion: 1.0\nArchitecture: all\nMaintainer: test <t@t>\nDescription: probe\n' > /tmp/pkg/DEBIAN/control
+echo installed > /tmp/pkg/usr/share/lz-probe/marker
+r build dpkg-deb --root-owner-group --build /tmp/pkg /tmp/probe.deb
+r install dpkg -i /tmp/probe.deb
+"#;
+
 /// The host files under the scenario's storage root whose path ends with
 /// `tail`.
 fn stored(env: &Env, tail: &str) -> Vec<PathBuf> {
@@ -34,20 +47,16 @@ fn stored(env: &Env, tail: &str) -> Vec<PathBuf> {
 fn what_an_agent_installs_survives_the_next_launch() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let env = Env::new("anchors-survive", &default_image());
-    let install = r#"
-r() { name=$1; shift; "$@" > /tmp/out.$name 2>&1; echo "$name=$?"; }
+    let install = format!(
+        r#"{RESULT}
 printf '#!/bin/sh\necho lz-tool-ran\n' > /usr/local/bin/lz-tool
 r tool chmod 0755 /usr/local/bin/lz-tool
-mkdir -p /tmp/pkg/DEBIAN /tmp/pkg/usr/share/lz-probe
-printf 'Package: lz-probe\nVersion: 1.0\nArchitecture: all\nMaintainer: test <t@t>\nDescription: probe\n' > /tmp/pkg/DEBIAN/control
-echo installed > /tmp/pkg/usr/share/lz-probe/marker
-r build dpkg-deb --root-owner-group --build /tmp/pkg /tmp/probe.deb
-r install dpkg -i /tmp/probe.deb
-r note sh -c 'echo kept > /root/lz-note'
+{PROBE_PACKAGE}r note sh -c 'echo kept > /root/lz-note'
 r etc sh -c 'echo "lz-edited" >> /etc/debian_version'
 r outside sh -c 'echo gone > /srv/lz-outside'
-"#;
-    let out = env.run(&["default", "--", "sh", "-c", install]);
+"#
+    );
+    let out = env.run(&["default", "--", "sh", "-c", &install]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let results = guest_results(&text(&out.stdout));
     assert_succeeded(
@@ -97,17 +106,6 @@ r tmp test -e /tmp/probe.deb
     assert_eq!(usr["complete"], true, "{usr}");
     let root = anchor_figures(&env, "/root");
     assert!(root["files"].as_u64().unwrap() >= 1, "{root}");
-}
-
-/// The scenario's one persistent Domain root.
-fn domain_dir(env: &Env) -> PathBuf {
-    let domains = env.home.join(".local/share/lazaret/domains");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(&domains)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(found.len(), 1, "{found:?}");
-    found.pop().unwrap()
 }
 
 /// `lazaret state default --json`'s figures for the anchor of `path`.
@@ -276,7 +274,7 @@ fn a_planted_symlink_at_a_protected_destination_is_put_back() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();
     // What the Domain's /etc upper holds while the Domain is down.
-    let etc = domain_dir(&env).join("anchors/upper/etc");
+    let etc = support::domain_root(&env.home).join("anchors/upper/etc");
     assert!(etc.is_dir(), "{}", etc.display());
     std::os::unix::fs::symlink("/srv/lz-planted", etc.join("resolv.conf")).unwrap();
     std::fs::write(etc.join("lazaret"), b"not a directory").unwrap();
@@ -407,8 +405,123 @@ r busy grep -qx agent /root/busy
     );
     assert_eq!(std::fs::read_to_string(&token).unwrap(), "new\n");
     // The mount points were made in the anchors' uppers, not the lower.
-    let domain = domain_dir(&env);
+    let domain = support::domain_root(&env.home);
     assert!(domain.join("anchors/upper/root/datasets").is_dir());
     assert!(domain.join("anchors/upper/etc/agent/token").is_file());
     assert!(stored(&env, "rootfs/etc/agent").is_empty());
+}
+
+/// Spec 3.9, FR-11, SR-14, DX-6: `lazaret state reset default /usr`
+/// discards what the agent installed under `/usr` (a tool and a `dpkg -i`
+/// package) and leaves `/root` alone; `--all` then discards `/root` too.
+/// It is refused while the Domain runs, without `--yes` when stdin is not a
+/// terminal, and for a path that is not persistent; each refusal changes
+/// nothing.
+#[test]
+fn reset_discards_one_anchor_or_all_and_is_refused_while_active() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-reset", &default_image());
+    let install = format!(
+        r#"{RESULT}
+printf '#!/bin/sh\necho lz-tool-ran\n' > /usr/local/bin/lz-tool && chmod 0755 /usr/local/bin/lz-tool
+{PROBE_PACKAGE}r note sh -c 'echo kept > /root/lz-note'
+"#
+    );
+    let out = env.run(&["default", "--", "sh", "-c", &install]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_succeeded(
+        &guest_results(&text(&out.stdout)),
+        &["build", "install", "note"],
+    );
+    let upper = support::domain_root(&env.home).join("anchors/upper");
+    let tool = upper.join("usr/local/bin/lz-tool");
+    assert!(tool.is_file());
+
+    // Refusals, each leaving everything as it was.
+    let out = env.run(&["state", "reset", "default", "/usr"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("--yes"), "{stderr}");
+    // DX-6: the Domain and the scope were shown first.
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("Domain ") && shown.contains("/usr: discard"),
+        "{shown}"
+    );
+    let out = env.run(&["state", "reset", "default", "/srv", "--yes"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("not a persistent path"),
+        "{}",
+        text(&out.stderr)
+    );
+    let mut running = env
+        .command(&[
+            "default",
+            "--",
+            "sh",
+            "-c",
+            "touch /workspace/up; while [ ! -e /workspace/release ]; do sleep 0.05; done",
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !env.workspace.join("up").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = env.run(&["state", "reset", "default", "/usr", "--yes"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is running"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::write(env.workspace.join("release"), b"").unwrap();
+    assert!(running.wait().unwrap().success());
+    env.assert_nothing_running();
+    assert!(tool.is_file(), "a refused reset changed the anchor");
+
+    let out = env.run(&["state", "reset", "default", "/usr", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("Reset /usr"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(!upper.join("usr").exists());
+    assert!(!support::domain_root(&env.home)
+        .join("anchors/discard")
+        .exists());
+    let check = r#"
+r() { name=$1; shift; "$@" > /tmp/out.$name 2>&1; echo "$name=$?"; }
+r tool test -e /usr/local/bin/lz-tool
+r listed sh -c 'dpkg -s lz-probe 2>/dev/null | grep -q "Status: install ok installed"'
+r marker test -e /usr/share/lz-probe/marker
+r note grep -qx kept /root/lz-note
+r image test -x /usr/bin/dpkg
+"#;
+    let out = env.run(&["default", "--", "sh", "-c", check]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = guest_results(&text(&out.stdout));
+    assert_succeeded(&results, &["note", "image"]);
+    assert_failed(&results, &["tool", "marker"]);
+    // dpkg's database is under /var, which was not reset: the package is
+    // still listed though its files are gone (docs/persistent-state.md).
+    assert_succeeded(&results, &["listed"]);
+
+    let out = env.run(&["state", "reset", "default", "--all", "--yes", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["scope"], "all", "{json}");
+    assert_eq!(json["reset"], true, "{json}");
+    let out = env.run(&["default", "--", "sh", "-c", check]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = guest_results(&text(&out.stdout));
+    assert_succeeded(&results, &["image"]);
+    assert_failed(&results, &["tool", "marker", "note", "listed"]);
+    env.assert_nothing_left();
 }

@@ -440,10 +440,15 @@ pub struct DomainLocation {
     /// The canonical Agent Workspace label.
     pub workspace: PathBuf,
     pub domain_id: DomainIdV1,
+    /// The Storage Root (its catalog, blobs and prepared lowers), as
+    /// planned.
+    pub storage_root: PathBuf,
     /// The persistent Domain root (lock and Domain Store), as planned.
     pub storage_domain_root: PathBuf,
     /// The runtime Domain root (socket, generation directories), as planned.
     pub runtime_domain_root: PathBuf,
+    /// The selected profile's persistent paths (one State Anchor each).
+    pub persistent_dirs: Vec<String>,
 }
 
 /// Locates the selected profile's Domain for the requested workspace.
@@ -459,8 +464,14 @@ pub fn locate_domain(
         config_file: planned.loader.file.clone(),
         workspace: planned.workspace.label(),
         domain_id: planned.domain_id,
+        storage_root: roots.storage_label.clone(),
         storage_domain_root: roots.storage_domain_label(),
         runtime_domain_root: roots.runtime_domain_label(),
+        persistent_dirs: planned
+            .selected
+            .persistent_dirs()
+            .map(|p| p.as_str().to_owned())
+            .collect(),
     })
 }
 

@@ -79,6 +79,8 @@ mod hook {
         Wrapper,
         /// The CLI: its session.
         Cli,
+        /// `lazaret state` maintenance: a reset and its removal worker.
+        State,
     }
 
     impl Role {
@@ -88,6 +90,7 @@ mod hook {
                 Self::Rs => "rs",
                 Self::Wrapper => "wrapper",
                 Self::Cli => "cli",
+                Self::State => "state",
             }
         }
     }

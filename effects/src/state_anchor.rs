@@ -353,6 +353,7 @@ pub fn wait_namespace_left<S: AnchorSys>(
 
 pub mod destinations;
 pub mod real;
+pub mod reset;
 pub mod usage;
 
 /// The Domain's anchor uppers, beneath its storage domain root

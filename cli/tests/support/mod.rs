@@ -105,6 +105,17 @@ pub fn chown_tree(path: &Path) {
     }
 }
 
+/// The one persistent Domain root under the scenario's `home`.
+pub fn domain_root(home: &Path) -> PathBuf {
+    let domains = home.join(".local/share/lazaret/domains");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&domains)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.pop().unwrap()
+}
+
 /// `lazaret trace replay PATH`, as the host user runs it.
 pub fn replay_trace(path: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lazaret"))

@@ -1,0 +1,346 @@
+//! `lazaret state reset PROFILE (PATH | --all) [--yes]`: discard what the
+//! agent changed under one persistent path, or under all of them, so the
+//! next launch follows the current image there (spec 3.9, FR-11, OR-5,
+//! SR-14, DX-6).
+//!
+//! The Domain is located exactly as a launch locates it; only a configured
+//! persistent path (or one whose anchor is still on disk from an earlier
+//! configuration) can be named, never a host path. The resolved Domain and
+//! the exact scope are shown first and, without `--yes`, confirmed on a
+//! terminal. Then, under the Domain's lifecycle lock: the Domain Store must
+//! show every generation released (none for recovery to finish) and the
+//! Storage Catalog no lease of this Domain, so no session, sandbox, helper
+//! or anchor mount can be using the state; `--yes` never skips these
+//! checks. The reset itself is `state_anchor::reset`: one rename decides
+//! it, and a removal worker in the Domain's user namespace frees the space.
+//!
+//! Exit status: 0 reset (or nothing to reset), 3 the Domain is running,
+//! 1 any other refusal or error, 2 bad usage.
+use super::{command_line, located_target, StateError, Target};
+use crate::report::{errln, prompt};
+use clap::Args;
+use lazaret_effects::config_resolve::DomainLocation;
+use lazaret_effects::confined::{ConfinedSys, RealSys};
+use lazaret_effects::domain_lock::{DomainLock, DomainLockError};
+use lazaret_effects::domain_store::{DomainStore, StoreError};
+use lazaret_effects::process_env::ProcessEnvironment;
+use lazaret_effects::process_identity::real::RealProcessSys;
+use lazaret_effects::process_identity::ProcessSys;
+use lazaret_effects::state_anchor::reset::{
+    discard_anchor_state, run_removal_worker, ResetError, ResetScope,
+};
+use lazaret_effects::state_anchor::usage::{anchors_usage, AnchorUsage};
+use lazaret_effects::state_anchor::{anchor_name, uppers_dir};
+use lazaret_effects::storage_catalog::{CatalogError, StorageCatalog};
+use lazaret_runtime::config::HostEnvironment;
+use lazaret_runtime::display::escape_line;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status: 0 reset (or nothing to reset); 3 the Domain is running; 1 a \
+                  refusal or an error (nothing was reset); 2 bad usage."
+)]
+pub struct ResetCommand {
+    /// The profile whose Domain to reset, for the workspace.
+    #[arg(value_name = "PROFILE")]
+    profile: String,
+    /// The persistent path whose State Anchor to reset (for example /usr).
+    #[arg(value_name = "PATH", required_unless_present = "all")]
+    path: Option<String>,
+    /// Reset every State Anchor of the Domain.
+    #[arg(long, conflicts_with = "path")]
+    all: bool,
+    /// Do not ask; the safety checks still apply.
+    #[arg(long)]
+    yes: bool,
+    /// Agent Workspace directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
+    /// else ~/.config/lazaret/config.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
+    /// Print the result as JSON (the question, if asked, goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Why a reset did not happen; one variant per refusal.
+#[derive(Debug, thiserror::Error)]
+pub enum ResetRefusal {
+    #[error(transparent)]
+    Locate(#[from] StateError),
+    #[error("{path} is not a persistent path of profile {profile:?} (its persistent paths: {configured}) and no State Anchor of it is on disk; name one of them or --all")]
+    NotPersistent {
+        path: String,
+        profile: String,
+        configured: String,
+    },
+    #[error("stdin is not a terminal, so the reset cannot be confirmed: pass --yes to reset without the question")]
+    NotConfirmable,
+    #[error("reading the answer: {0}")]
+    Answer(#[source] std::io::Error),
+    #[error("not confirmed: nothing was reset")]
+    Declined,
+    #[error("the Domain is running: its Host Coordinator has held {lock} for the last {:?}. End every terminal of the Domain, then reset", LOCK_PATIENCE)]
+    Active { lock: PathBuf },
+    #[error("the Domain's lock {0}")]
+    Lock(#[source] DomainLockError),
+    #[error("cannot read the current boot ID: {0}")]
+    BootId(#[source] std::io::Error),
+    #[error("the Domain Store: {0}")]
+    Store(#[from] StoreError),
+    #[error("generation {generation} of the Domain was not released (a crash): start the Domain once so it is recovered ({relaunch}), then reset")]
+    Unrecovered { generation: u64, relaunch: String },
+    #[error("the Storage Catalog: {0}")]
+    Catalog(#[source] CatalogError),
+    #[error("the Storage Catalog still records a lease of generation {generation} of this Domain on a prepared lower: its release did not finish; start the Domain once so it is recovered, then reset")]
+    LeaseHeld { generation: u64 },
+    #[error(transparent)]
+    Reset(#[from] ResetError),
+    #[error("cannot find the lazaret executable for the removal worker: {0}")]
+    Executable(#[source] std::io::Error),
+}
+
+impl ResetRefusal {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Self::Active { .. } => 3,
+            _ => 1,
+        }
+    }
+}
+
+pub fn run(command: ResetCommand) -> ExitCode {
+    match reset(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {
+        Ok(text) => {
+            let printed = if command.json {
+                crate::report::print_json(&text)
+            } else {
+                crate::report::print_text(&text)
+            };
+            if let Err(e) = printed {
+                errln!("lazaret state reset: writing stdout: {e}");
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            errln!("lazaret state reset: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// The selected anchors: the scope and the persistent paths it covers.
+fn scope_of(
+    command: &ResetCommand,
+    persistent: &[String],
+    on_disk: &[AnchorUsage],
+) -> Result<(ResetScope, Vec<String>), ResetRefusal> {
+    let Some(path) = &command.path else {
+        let mut paths: Vec<String> = persistent.to_vec();
+        for a in on_disk {
+            if !paths.contains(&a.path) {
+                paths.push(a.path.clone());
+            }
+        }
+        return Ok((ResetScope::All, paths));
+    };
+    // Spec 3.9: a configured persistent path, never a host path; an anchor
+    // an earlier configuration left on disk may be named too.
+    if persistent.contains(path) || on_disk.iter().any(|a| &a.path == path) {
+        return Ok((ResetScope::Anchor(anchor_name(path)), vec![path.clone()]));
+    }
+    Err(ResetRefusal::NotPersistent {
+        path: path.clone(),
+        profile: command.profile.clone(),
+        configured: if persistent.is_empty() {
+            "none".to_owned()
+        } else {
+            persistent.join(", ")
+        },
+    })
+}
+
+/// DX-6: the resolved Domain and the exact scope, before anything happens.
+fn preview(target: &Target, paths: &[String], on_disk: &[AnchorUsage]) -> String {
+    let mut text = String::new();
+    if let Some(l) = &target.located {
+        text.push_str(&format!(
+            "Domain {} (profile {}, workspace {})\n",
+            l.domain_id,
+            escape_line(&l.profile),
+            escape_line(&l.workspace.display().to_string())
+        ));
+    }
+    text.push_str(&format!(
+        "State Anchors in {}:\n",
+        escape_line(&target.domain_root.display().to_string())
+    ));
+    for path in paths {
+        let held = match on_disk.iter().find(|a| &a.path == path) {
+            Some(a) => format!(
+                "{} files, {} directories, {} deleted image paths, {} bytes",
+                a.files, a.directories, a.deleted, a.bytes
+            ),
+            None => "nothing changed".to_owned(),
+        };
+        text.push_str(&format!(
+            "  {}: discard what the agent changed ({held})\n",
+            escape_line(path)
+        ));
+    }
+    text.push_str("The image, the workspace and every other persistent path stay as they are.\n");
+    text
+}
+
+fn confirm(command: &ResetCommand) -> Result<(), ResetRefusal> {
+    if command.yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(ResetRefusal::NotConfirmable);
+    }
+    let answer = prompt("Reset? [y/N] ").map_err(ResetRefusal::Answer)?;
+    match answer.trim() {
+        "y" | "Y" | "yes" => Ok(()),
+        _ => Err(ResetRefusal::Declined),
+    }
+}
+
+/// SR-14: under the lock, nothing may be using the state.
+fn check_inactive<P: ProcessSys>(
+    target: &Target,
+    location: &DomainLocation,
+    lock: &DomainLock,
+    relaunch: &str,
+    procs: &P,
+) -> Result<(), ResetRefusal> {
+    let boot = procs.boot_id().map_err(ResetRefusal::BootId)?;
+    let document = DomainStore::open(lock, &target.store, boot)?.document()?;
+    if let Some(g) = document
+        .generations
+        .iter()
+        .find(|g| g.generation.durable_decision.as_str() != "Vacant")
+    {
+        return Err(ResetRefusal::Unrecovered {
+            generation: g.generation.generation_id.0,
+            relaunch: relaunch.to_owned(),
+        });
+    }
+    let leases = StorageCatalog::at(&location.storage_root)
+        .leases()
+        .map_err(ResetRefusal::Catalog)?;
+    if let Some(lease) = leases.iter().find(|l| l.domain.0 == location.domain_id.0) {
+        return Err(ResetRefusal::LeaseHeld {
+            generation: lease.generation.0,
+        });
+    }
+    Ok(())
+}
+
+/// How long a reset waits for a Host Coordinator that holds the lock: one
+/// whose last terminal just ended is still tearing the Domain down.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The Domain's lock, waiting up to [`LOCK_PATIENCE`] for its holder.
+fn acquire_patiently(path: &std::path::Path) -> Result<DomainLock, ResetRefusal> {
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        match DomainLock::try_acquire(path) {
+            Ok(lock) => return Ok(lock),
+            Err(DomainLockError::Held { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(DomainLockError::Held { .. }) => {
+                return Err(ResetRefusal::Active {
+                    lock: path.to_owned(),
+                })
+            }
+            Err(e) => return Err(ResetRefusal::Lock(e)),
+        }
+    }
+}
+
+/// A name unique to this reset inside the discard directory.
+fn reset_tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}-{}", std::process::id())
+}
+
+fn reset<P: ProcessSys>(
+    command: &ResetCommand,
+    sys: &dyn ConfinedSys,
+    env: &dyn HostEnvironment,
+    procs: &P,
+) -> Result<String, ResetRefusal> {
+    let target = located_target(
+        &command.profile,
+        command.workspace.as_deref(),
+        command.config.as_deref(),
+        sys,
+        env,
+    )?;
+    let Some(location) = &target.located else {
+        return Err(ResetRefusal::Locate(StateError::NoTarget));
+    };
+    let persistent = location.persistent_dirs.clone();
+    let on_disk = anchors_usage(&uppers_dir(&target.domain_root)).unwrap_or_default();
+    let (scope, paths) = scope_of(command, &persistent, &on_disk)?;
+    let shown = preview(&target, &paths, &on_disk);
+    if command.json {
+        crate::report::eprint_text(&shown);
+    } else {
+        crate::report::print_text(&shown).map_err(ResetRefusal::Answer)?;
+    }
+    confirm(command)?;
+    let workspace = location.workspace.display().to_string();
+    let mut options: Vec<(&str, &str)> = vec![("--workspace", &workspace)];
+    if let Some(c) = &command.config {
+        options.push(("--config", c));
+    }
+    let relaunch = command_line(Some(&command.profile), None, &options);
+    let discarded = if std::fs::symlink_metadata(&target.store).is_ok_and(|m| m.is_file()) {
+        let lock = acquire_patiently(&target.lock)?;
+        check_inactive(&target, location, &lock, &relaunch, procs)?;
+        let discarded = discard_anchor_state(&target.domain_root, &scope, &reset_tag())?;
+        let program = std::env::current_exe().map_err(ResetRefusal::Executable)?;
+        run_removal_worker(&program, &target.domain_root)?;
+        drop(lock);
+        discarded
+    } else {
+        // No Domain Store: the Domain never ran, so there is no anchor.
+        Vec::new()
+    };
+    let done = if discarded.is_empty() {
+        "Nothing to reset: the selected State Anchors hold nothing.\n".to_owned()
+    } else {
+        format!(
+            "Reset {}; the next launch starts {} from the image.\n",
+            paths.join(", "),
+            if paths.len() == 1 { "it" } else { "them" }
+        )
+    };
+    if command.json {
+        let value = serde_json::json!({
+            "domain_id": location.domain_id.to_string(),
+            "domain_root": target.domain_root.display().to_string(),
+            "scope": match &scope {
+                ResetScope::All => "all".to_owned(),
+                ResetScope::Anchor(_) => paths.join(""),
+            },
+            "paths": paths,
+            "reset": !discarded.is_empty(),
+        });
+        let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        text.push('\n');
+        return Ok(text);
+    }
+    Ok(done)
+}
