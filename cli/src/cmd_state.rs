@@ -17,6 +17,7 @@
 //! Exit status: 0 the store was read, 3 the Domain is live (store not
 //! readable from here), 4 no Domain exists there, 1 any error, 2 bad usage.
 mod evidence;
+pub mod list;
 mod live;
 mod ownership;
 mod render;
@@ -83,6 +84,9 @@ pub enum StateAction {
     /// the Domain and scope first and asks unless --yes; refused while the
     /// Domain runs.
     Reset(reset::ResetCommand),
+    /// Every Domain under the Storage Root: its ID, profile, workspace,
+    /// whether it runs, when it was last used, what its anchors hold.
+    List(list::ListCommand),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -184,6 +188,7 @@ impl Report {
 pub fn run(command: StateCommand) -> ExitCode {
     let command = match command.action {
         Some(StateAction::Reset(reset)) => return reset::run(reset),
+        Some(StateAction::List(list)) => return list::run(list),
         None => command,
     };
     match inspect(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {

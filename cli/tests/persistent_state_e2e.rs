@@ -29,6 +29,38 @@ r build dpkg-deb --root-owner-group --build /tmp/pkg /tmp/probe.deb
 r install dpkg -i /tmp/probe.deb
 "#;
 
+/// Starts a session that keeps the Domain running until
+/// [`release_the_session`]; returns once it runs.
+fn hold_a_session(env: &Env) -> std::process::Child {
+    let child = env
+        .command(&[
+            "default",
+            "--",
+            "sh",
+            "-c",
+            "touch /workspace/up; while [ ! -e /workspace/release ]; do sleep 0.05; done",
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !env.workspace.join("up").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child
+}
+
+/// Ends the session [`hold_a_session`] started.
+fn release_the_session(env: &Env, mut session: std::process::Child) {
+    std::fs::write(env.workspace.join("release"), b"").unwrap();
+    assert!(session.wait().unwrap().success());
+    let _ = std::fs::remove_file(env.workspace.join("release"));
+    let _ = std::fs::remove_file(env.workspace.join("up"));
+}
+
 /// The host files under the scenario's storage root whose path ends with
 /// `tail`.
 fn stored(env: &Env, tail: &str) -> Vec<PathBuf> {
@@ -455,24 +487,7 @@ printf '#!/bin/sh\necho lz-tool-ran\n' > /usr/local/bin/lz-tool && chmod 0755 /u
         "{}",
         text(&out.stderr)
     );
-    let mut running = env
-        .command(&[
-            "default",
-            "--",
-            "sh",
-            "-c",
-            "touch /workspace/up; while [ ! -e /workspace/release ]; do sleep 0.05; done",
-        ])
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !env.workspace.join("up").exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the session never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let running = hold_a_session(&env);
     let out = env.run(&["state", "reset", "default", "/usr", "--yes"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(
@@ -480,8 +495,7 @@ printf '#!/bin/sh\necho lz-tool-ran\n' > /usr/local/bin/lz-tool && chmod 0755 /u
         "{}",
         text(&out.stderr)
     );
-    std::fs::write(env.workspace.join("release"), b"").unwrap();
-    assert!(running.wait().unwrap().success());
+    release_the_session(&env, running);
     env.assert_nothing_running();
     assert!(tool.is_file(), "a refused reset changed the anchor");
 
@@ -523,5 +537,60 @@ r image test -x /usr/bin/dpkg
     let results = guest_results(&text(&out.stdout));
     assert_succeeded(&results, &["image"]);
     assert_failed(&results, &["tool", "marker", "note", "listed"]);
+    env.assert_nothing_left();
+}
+
+/// Spec 3.9, FR-11, DX-6: `lazaret state list` shows the Domain with its
+/// profile, workspace and what its anchors hold: inactive from its store,
+/// running (with the same profile and workspace) while a session runs,
+/// without opening the store the Host Coordinator holds.
+#[test]
+fn state_list_shows_each_domain_running_or_inactive() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-list", &default_image());
+    let list = || {
+        let out = env.run(&["state", "list", "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let domains = json["domains"].as_array().unwrap().clone();
+        assert_eq!(domains.len(), 1, "{json}");
+        domains[0].clone()
+    };
+    let out = env.run(&["state", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("0 Domains under "),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = env.run(&["default", "--", "sh", "-c", "echo listed > /root/lz-listed"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_running();
+    let workspace = std::fs::canonicalize(&env.workspace)
+        .unwrap()
+        .display()
+        .to_string();
+    let inactive = list();
+    assert_eq!(inactive["state"], "inactive", "{inactive}");
+    assert_eq!(inactive["profile"], "default", "{inactive}");
+    assert_eq!(inactive["workspace"], workspace.as_str(), "{inactive}");
+    assert!(
+        inactive["anchor_files"].as_u64().unwrap() >= 1,
+        "{inactive}"
+    );
+    assert!(inactive["last_used_unix"].as_u64().is_some(), "{inactive}");
+    let domain = support::domain_root(&env.home);
+    assert_eq!(
+        inactive["domain_id"],
+        domain.file_name().unwrap().to_str().unwrap(),
+        "{inactive}"
+    );
+
+    let running = hold_a_session(&env);
+    let live = list();
+    release_the_session(&env, running);
+    assert_eq!(live["state"], "running", "{live}");
+    assert_eq!(live["profile"], "default", "{live}");
+    assert_eq!(live["workspace"], workspace.as_str(), "{live}");
     env.assert_nothing_left();
 }

@@ -166,6 +166,11 @@ impl TrustedHostConfigV1 {
         })
     }
 
+    /// `storage.data_root`, the Storage Root of every profile.
+    pub fn data_root(&self) -> Option<&HostPathDecl> {
+        self.data_root.as_ref().map(|(_, p)| p)
+    }
+
     /// Profile names in sorted order (declaration order never selects one).
     pub fn profile_names(&self) -> impl Iterator<Item = &ProfileName> {
         self.profiles.keys()
