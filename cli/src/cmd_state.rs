@@ -17,6 +17,7 @@
 //! Exit status: 0 the store was read, 3 the Domain is live (store not
 //! readable from here), 4 no Domain exists there, 1 any error, 2 bad usage.
 mod evidence;
+pub mod inspect;
 pub mod list;
 mod live;
 mod ownership;
@@ -87,6 +88,9 @@ pub enum StateAction {
     /// Every Domain under the Storage Root: its ID, profile, workspace,
     /// whether it runs, when it was last used, what its anchors hold.
     List(list::ListCommand),
+    /// Per persistent path, what the agent added, changed, deleted or
+    /// replaced against the image, with sizes (never contents).
+    Inspect(inspect::InspectCommand),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +193,7 @@ pub fn run(command: StateCommand) -> ExitCode {
     let command = match command.action {
         Some(StateAction::Reset(reset)) => return reset::run(reset),
         Some(StateAction::List(list)) => return list::run(list),
+        Some(StateAction::Inspect(inspect)) => return inspect::run(inspect),
         None => command,
     };
     match inspect(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {
@@ -360,6 +365,13 @@ fn check_owner(
         }
     }
     Ok(())
+}
+
+/// Whether `path` names a State Anchor of the Domain: a configured
+/// persistent path, or one whose upper an earlier configuration left on
+/// disk (spec 3.9: never a host path).
+fn known_anchor(path: &str, persistent: &[String], on_disk: &[AnchorUsage]) -> bool {
+    persistent.iter().any(|p| p == path) || on_disk.iter().any(|a| a.path == path)
 }
 
 /// Becomes the lock holder and reads one validated snapshot, or says why

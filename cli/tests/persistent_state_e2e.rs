@@ -85,6 +85,7 @@ printf '#!/bin/sh\necho lz-tool-ran\n' > /usr/local/bin/lz-tool
 r tool chmod 0755 /usr/local/bin/lz-tool
 {PROBE_PACKAGE}r note sh -c 'echo kept > /root/lz-note'
 r etc sh -c 'echo "lz-edited" >> /etc/debian_version'
+r deleted rm /etc/issue
 r outside sh -c 'echo gone > /srv/lz-outside'
 "#
     );
@@ -93,7 +94,9 @@ r outside sh -c 'echo gone > /srv/lz-outside'
     let results = guest_results(&text(&out.stdout));
     assert_succeeded(
         &results,
-        &["tool", "build", "install", "note", "etc", "outside"],
+        &[
+            "tool", "build", "install", "note", "etc", "deleted", "outside",
+        ],
     );
     // The Domain tore down with its last session: the next run is a new
     // generation with new anchors over the same uppers.
@@ -138,6 +141,49 @@ r tmp test -e /tmp/probe.deb
     assert_eq!(usr["complete"], true, "{usr}");
     let root = anchor_figures(&env, "/root");
     assert!(root["files"].as_u64().unwrap() >= 1, "{root}");
+    // FR-11, DX-6: `lazaret state inspect` names each path against the
+    // image the anchors were mounted over, with sizes, never contents.
+    let out = env.run(&["state", "inspect", "default", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        json["lower"].as_str().unwrap().ends_with("/rootfs"),
+        "{json}"
+    );
+    let change = |anchor: &str, path: &str| {
+        json["anchors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["path"] == anchor)
+            .and_then(|a| {
+                a["changes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["path"] == path)
+                    .cloned()
+            })
+            .unwrap_or_else(|| panic!("{path} not in {anchor}: {json}"))
+    };
+    let tool = change("/usr", "/usr/local/bin/lz-tool");
+    assert_eq!(
+        (&tool["change"], &tool["kind"]),
+        (&"added".into(), &"file".into())
+    );
+    assert_eq!(tool["bytes"], "#!/bin/sh\necho lz-tool-ran\n".len(), "{tool}");
+    assert_eq!(change("/usr", "/usr/share/lz-probe")["change"], "added");
+    assert_eq!(change("/etc", "/etc/debian_version")["change"], "changed");
+    assert_eq!(change("/etc", "/etc/issue")["change"], "deleted");
+    assert_eq!(change("/root", "/root/lz-note")["change"], "added");
+    assert!(!text(&out.stdout).contains("lz-tool-ran"), "contents shown");
+    let out = env.run(&["state", "inspect", "default", "/etc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("/etc: ") && shown.contains("deleted") && !shown.contains("/usr/local"),
+        "{shown}"
+    );
 }
 
 /// `lazaret state default --json`'s figures for the anchor of `path`.

@@ -351,6 +351,7 @@ pub fn wait_namespace_left<S: AnchorSys>(
     }
 }
 
+pub mod changes;
 pub mod destinations;
 pub mod real;
 pub mod reset;
@@ -360,6 +361,31 @@ pub mod usage;
 /// (docs/persistent-state.md "Where it lives on the host").
 pub fn uppers_dir(storage_domain_root: &Path) -> PathBuf {
     storage_domain_root.join("anchors").join("upper")
+}
+
+/// The file beside the uppers naming the prepared lower the anchors were
+/// last mounted over (its artifact ID): what `lazaret state inspect`
+/// compares an upper with. Metadata for inspection only; no decision reads
+/// it.
+pub const LOWER_RECORD: &str = "lower";
+
+/// Records `artifact_id` (64 hex digits) as the anchors' lower: written
+/// beside, then renamed over, so a reader sees the old or the new one.
+pub fn record_lower(storage_domain_root: &Path, artifact_id: &str) -> io::Result<()> {
+    let dir = storage_domain_root.join("anchors");
+    let staged = dir.join(format!(".{LOWER_RECORD}.new"));
+    std::fs::write(&staged, artifact_id.as_bytes())?;
+    std::fs::rename(&staged, dir.join(LOWER_RECORD))
+}
+
+/// The recorded lower's root file system (`<storage root>/prepared/<artifact
+/// ID>/rootfs`), when one is recorded and well formed.
+pub fn recorded_lower(storage_root: &Path, storage_domain_root: &Path) -> Option<PathBuf> {
+    let text =
+        std::fs::read_to_string(storage_domain_root.join("anchors").join(LOWER_RECORD)).ok()?;
+    let id = text.trim();
+    let well_formed = id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    well_formed.then(|| storage_root.join("prepared").join(id).join("rootfs"))
 }
 
 /// The Domain's anchor work directories, beside the uppers.

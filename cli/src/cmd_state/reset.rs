@@ -16,7 +16,7 @@
 //!
 //! Exit status: 0 reset (or nothing to reset), 3 the Domain is running,
 //! 1 any other refusal or error, 2 bad usage.
-use super::{command_line, located_target, StateError, Target};
+use super::{command_line, known_anchor, located_target, StateError, Target};
 use crate::report::{errln, prompt};
 use clap::Args;
 use lazaret_effects::config_resolve::DomainLocation;
@@ -152,7 +152,7 @@ fn scope_of(
     };
     // Spec 3.9: a configured persistent path, never a host path; an anchor
     // an earlier configuration left on disk may be named too.
-    if persistent.contains(path) || on_disk.iter().any(|a| &a.path == path) {
+    if known_anchor(path, persistent, on_disk) {
         return Ok((ResetScope::Anchor(anchor_name(path)), vec![path.clone()]));
     }
     Err(ResetRefusal::NotPersistent {

@@ -207,6 +207,14 @@ pub(super) fn record_state_anchor_intent(
     l: &mut Launching,
 ) -> Result<(), CoordinatorError> {
     anchor_directories(paths)?;
+    // For `lazaret state inspect` only: the lower these anchors go over.
+    let artifact = &l.prepared.lower.record.artifact_id;
+    crate::state_anchor::record_lower(&paths.storage, artifact).map_err(|source| {
+        CoordinatorError::Io {
+            path: paths.anchors().join(crate::state_anchor::LOWER_RECORD),
+            source,
+        }
+    })?;
     let generation = hc.id;
     record_intent(hc, generation, Roles::StateAnchor)?;
     channel::send(
