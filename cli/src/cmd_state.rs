@@ -17,12 +17,14 @@
 //! Exit status: 0 the store was read, 3 the Domain is live (store not
 //! readable from here), 4 no Domain exists there, 1 any error, 2 bad usage.
 mod evidence;
+mod exclusive;
 pub mod inspect;
 pub mod list;
 mod live;
 mod ownership;
 mod render;
 pub mod reset;
+pub mod verify;
 
 use crate::report::errln;
 use clap::{Args, Subcommand};
@@ -91,6 +93,9 @@ pub enum StateAction {
     /// Per persistent path, what the agent added, changed, deleted or
     /// replaced against the image, with sizes (never contents).
     Inspect(inspect::InspectCommand),
+    /// Check the structure of an inactive Domain's State Anchors under its
+    /// lock, changing nothing.
+    Verify(verify::VerifyCommand),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -189,27 +194,38 @@ impl Report {
     }
 }
 
+/// Prints a report (JSON or text) and returns `code`, or a failure when
+/// stdout cannot take it.
+fn emit(command: &str, text: &str, as_json: bool, code: ExitCode) -> ExitCode {
+    let printed = if as_json {
+        crate::report::print_json(text)
+    } else {
+        crate::report::print_text(text)
+    };
+    match printed {
+        Ok(()) => code,
+        Err(e) => {
+            errln!("{command}: writing stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 pub fn run(command: StateCommand) -> ExitCode {
     let command = match command.action {
         Some(StateAction::Reset(reset)) => return reset::run(reset),
         Some(StateAction::List(list)) => return list::run(list),
         Some(StateAction::Inspect(inspect)) => return inspect::run(inspect),
+        Some(StateAction::Verify(verify)) => return verify::run(verify),
         None => command,
     };
     match inspect(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {
-        Ok(report) => {
-            let text = render::render(&report, command.json);
-            let printed = if command.json {
-                crate::report::print_json(&text)
-            } else {
-                crate::report::print_text(&text)
-            };
-            if let Err(e) = printed {
-                errln!("lazaret state: writing stdout: {e}");
-                return ExitCode::FAILURE;
-            }
-            ExitCode::from(report.exit_code())
-        }
+        Ok(report) => emit(
+            "lazaret state",
+            &render::render(&report, command.json),
+            command.json,
+            ExitCode::from(report.exit_code()),
+        ),
         Err(e) => {
             errln!("lazaret state: {e}");
             ExitCode::FAILURE
@@ -365,6 +381,61 @@ fn check_owner(
         }
     }
     Ok(())
+}
+
+/// The Domain a maintenance action works on, located exactly as a launch
+/// locates it.
+#[derive(Debug, Args)]
+pub struct DomainSelection {
+    /// The profile whose Domain to use, for the workspace.
+    #[arg(value_name = "PROFILE")]
+    profile: String,
+    /// Agent Workspace directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
+    /// else ~/.config/lazaret/config.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
+}
+
+impl DomainSelection {
+    /// The located Domain: its paths and its location.
+    fn locate(
+        &self,
+        sys: &dyn ConfinedSys,
+        env: &dyn HostEnvironment,
+    ) -> Result<(Target, DomainLocation), StateError> {
+        let mut target = located_target(
+            &self.profile,
+            self.workspace.as_deref(),
+            self.config.as_deref(),
+            sys,
+            env,
+        )?;
+        let location = target.located.take().ok_or(StateError::NoTarget)?;
+        Ok((target, location))
+    }
+
+    /// The command that starts (and so recovers) the Domain, quoted.
+    fn relaunch(&self, location: &DomainLocation) -> String {
+        let workspace = location.workspace.display().to_string();
+        let mut options: Vec<(&str, &str)> = vec![("--workspace", &workspace)];
+        if let Some(c) = &self.config {
+            options.push(("--config", c));
+        }
+        command_line(Some(&self.profile), None, &options)
+    }
+}
+
+/// `Domain <ID> (profile P, workspace W)` and a newline.
+fn domain_header(location: &DomainLocation) -> String {
+    format!(
+        "Domain {} (profile {}, workspace {})\n",
+        location.domain_id,
+        lazaret_runtime::display::escape_line(&location.profile),
+        lazaret_runtime::display::escape_line(&location.workspace.display().to_string())
+    )
 }
 
 /// Whether `path` names a State Anchor of the Domain: a configured

@@ -171,7 +171,11 @@ r tmp test -e /tmp/probe.deb
         (&tool["change"], &tool["kind"]),
         (&"added".into(), &"file".into())
     );
-    assert_eq!(tool["bytes"], "#!/bin/sh\necho lz-tool-ran\n".len(), "{tool}");
+    assert_eq!(
+        tool["bytes"],
+        "#!/bin/sh\necho lz-tool-ran\n".len(),
+        "{tool}"
+    );
     assert_eq!(change("/usr", "/usr/share/lz-probe")["change"], "added");
     assert_eq!(change("/etc", "/etc/debian_version")["change"], "changed");
     assert_eq!(change("/etc", "/etc/issue")["change"], "deleted");
@@ -638,5 +642,69 @@ fn state_list_shows_each_domain_running_or_inactive() {
     assert_eq!(live["state"], "running", "{live}");
     assert_eq!(live["profile"], "default", "{live}");
     assert_eq!(live["workspace"], workspace.as_str(), "{live}");
+    env.assert_nothing_left();
+}
+
+/// Spec 3.9, FR-11: `lazaret state verify` judges an inactive Domain under
+/// its lock: sound after a launch, a device node planted in an upper is a
+/// finding (exit 5) that verification leaves in place, and a running
+/// Domain is refused (exit 3).
+#[test]
+fn state_verify_finds_a_planted_device_and_refuses_a_running_domain() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-verify", &default_image());
+    let out = env.run(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /usr/local/lz && echo x > /usr/local/lz/f",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_running();
+    let out = env.run(&["state", "verify", "default"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).contains("sound"), "{}", text(&out.stdout));
+
+    let device = support::domain_root(&env.home).join("anchors/upper/usr/local/lz/null");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &device,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        rustix::fs::makedev(1, 3),
+    )
+    .unwrap();
+    let out = env.run(&["state", "verify", "default", "--json"]);
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["sound"], false, "{json}");
+    let findings = json["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{json}");
+    assert!(
+        findings[0].as_str().unwrap().contains("local/lz/null"),
+        "{json}"
+    );
+    assert!(
+        device.symlink_metadata().is_ok(),
+        "verify removed the device"
+    );
+    std::fs::remove_file(&device).unwrap();
+
+    let running = hold_a_session(&env);
+    let out = env.run(&["state", "verify", "default"]);
+    release_the_session(&env, running);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is running"),
+        "{}",
+        text(&out.stderr)
+    );
     env.assert_nothing_left();
 }

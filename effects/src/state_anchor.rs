@@ -356,6 +356,7 @@ pub mod destinations;
 pub mod real;
 pub mod reset;
 pub mod usage;
+pub mod verify;
 
 /// The Domain's anchor uppers, beneath its storage domain root
 /// (docs/persistent-state.md "Where it lives on the host").

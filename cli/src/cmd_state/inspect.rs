@@ -8,7 +8,7 @@
 //! path, and a running Domain's store is its coordinator's alone (FR-17).
 //! Without a recorded lower that still exists, entries are `written` (added
 //! or changed). Only reads; works whether or not the Domain runs.
-use super::{known_anchor, located_target, StateError};
+use super::{known_anchor, DomainSelection, StateError};
 use crate::report::errln;
 use clap::Args;
 use lazaret_effects::config_resolve::DomainLocation;
@@ -28,19 +28,11 @@ use std::process::ExitCode;
 #[derive(Debug, Args)]
 #[command(after_help = "Exit status: 0 shown; 1 an error; 2 bad usage.")]
 pub struct InspectCommand {
-    /// The profile whose Domain to inspect, for the workspace.
-    #[arg(value_name = "PROFILE")]
-    profile: String,
+    #[command(flatten)]
+    domain: DomainSelection,
     /// Only the State Anchor of this persistent path (for example /usr).
     #[arg(value_name = "PATH")]
     path: Option<String>,
-    /// Agent Workspace directory (default: the current directory).
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
-    /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
-    /// else ~/.config/lazaret/config.toml).
-    #[arg(long, value_name = "FILE")]
-    config: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -60,18 +52,12 @@ pub enum InspectError {
 
 pub fn run(command: InspectCommand) -> ExitCode {
     match inspect(&command, &RealSys, &ProcessEnvironment) {
-        Ok(text) => {
-            let printed = if command.json {
-                crate::report::print_json(&text)
-            } else {
-                crate::report::print_text(&text)
-            };
-            if let Err(e) = printed {
-                errln!("lazaret state inspect: writing stdout: {e}");
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
-        }
+        Ok(text) => super::emit(
+            "lazaret state inspect",
+            &text,
+            command.json,
+            ExitCode::SUCCESS,
+        ),
         Err(e) => {
             errln!("lazaret state inspect: {e}");
             ExitCode::FAILURE
@@ -84,14 +70,8 @@ fn inspect(
     sys: &dyn ConfinedSys,
     env: &dyn HostEnvironment,
 ) -> Result<String, InspectError> {
-    let target = located_target(
-        &command.profile,
-        command.workspace.as_deref(),
-        command.config.as_deref(),
-        sys,
-        env,
-    )?;
-    let location = target.located.as_ref().ok_or(StateError::NoTarget)?;
+    let (target, location) = command.domain.locate(sys, env)?;
+    let location = &location;
     let uppers = uppers_dir(&target.domain_root);
     let on_disk = anchors_usage(&uppers)?;
     let paths: Vec<String> = match &command.path {
@@ -99,7 +79,7 @@ fn inspect(
             if !known_anchor(path, &location.persistent_dirs, &on_disk) {
                 return Err(InspectError::NotPersistent {
                     path: path.clone(),
-                    profile: command.profile.clone(),
+                    profile: command.domain.profile.clone(),
                 });
             }
             vec![path.clone()]
@@ -175,12 +155,7 @@ fn render_text(
     lower: Option<&PathBuf>,
     anchors: &[(String, AnchorChanges)],
 ) -> String {
-    let mut text = format!(
-        "Domain {} (profile {}, workspace {})\n",
-        location.domain_id,
-        escape_line(&location.profile),
-        escape_line(&location.workspace.display().to_string())
-    );
+    let mut text = super::domain_header(location);
     match lower {
         Some(path) => text.push_str(&format!(
             "Compared with the prepared lower {}\n",

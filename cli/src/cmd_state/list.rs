@@ -93,18 +93,7 @@ struct Listed {
 
 pub fn run(command: ListCommand) -> ExitCode {
     match list(&command, &ProcessEnvironment, &RealProcessSys) {
-        Ok(text) => {
-            let printed = if command.json {
-                crate::report::print_json(&text)
-            } else {
-                crate::report::print_text(&text)
-            };
-            if let Err(e) = printed {
-                errln!("lazaret state list: writing stdout: {e}");
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
-        }
+        Ok(text) => super::emit("lazaret state list", &text, command.json, ExitCode::SUCCESS),
         Err(e) => {
             errln!("lazaret state list: {e}");
             ExitCode::FAILURE

@@ -7,22 +7,19 @@
 //! persistent path (or one whose anchor is still on disk from an earlier
 //! configuration) can be named, never a host path. The resolved Domain and
 //! the exact scope are shown first and, without `--yes`, confirmed on a
-//! terminal. Then, under the Domain's lifecycle lock: the Domain Store must
-//! show every generation released (none for recovery to finish) and the
-//! Storage Catalog no lease of this Domain, so no session, sandbox, helper
-//! or anchor mount can be using the state; `--yes` never skips these
-//! checks. The reset itself is `state_anchor::reset`: one rename decides
+//! terminal. Then the Domain is held inactive (`exclusive`: its lock, every
+//! generation released, no catalog lease), so nothing can be using the
+//! state; `--yes` never skips these checks. The reset itself is `state_anchor::reset`: one rename decides
 //! it, and a removal worker in the Domain's user namespace frees the space.
 //!
 //! Exit status: 0 reset (or nothing to reset), 3 the Domain is running,
 //! 1 any other refusal or error, 2 bad usage.
-use super::{command_line, known_anchor, located_target, StateError, Target};
+use super::exclusive::{hold_inactive, NotInactive};
+use super::{known_anchor, DomainSelection, StateError, Target};
 use crate::report::{errln, prompt};
 use clap::Args;
 use lazaret_effects::config_resolve::DomainLocation;
 use lazaret_effects::confined::{ConfinedSys, RealSys};
-use lazaret_effects::domain_lock::{DomainLock, DomainLockError};
-use lazaret_effects::domain_store::{DomainStore, StoreError};
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::process_identity::real::RealProcessSys;
 use lazaret_effects::process_identity::ProcessSys;
@@ -31,11 +28,9 @@ use lazaret_effects::state_anchor::reset::{
 };
 use lazaret_effects::state_anchor::usage::{anchors_usage, AnchorUsage};
 use lazaret_effects::state_anchor::{anchor_name, uppers_dir};
-use lazaret_effects::storage_catalog::{CatalogError, StorageCatalog};
 use lazaret_runtime::config::HostEnvironment;
 use lazaret_runtime::display::escape_line;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
@@ -44,9 +39,8 @@ use std::process::ExitCode;
                   refusal or an error (nothing was reset); 2 bad usage."
 )]
 pub struct ResetCommand {
-    /// The profile whose Domain to reset, for the workspace.
-    #[arg(value_name = "PROFILE")]
-    profile: String,
+    #[command(flatten)]
+    domain: DomainSelection,
     /// The persistent path whose State Anchor to reset (for example /usr).
     #[arg(value_name = "PATH", required_unless_present = "all")]
     path: Option<String>,
@@ -56,13 +50,6 @@ pub struct ResetCommand {
     /// Do not ask; the safety checks still apply.
     #[arg(long)]
     yes: bool,
-    /// Agent Workspace directory (default: the current directory).
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
-    /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
-    /// else ~/.config/lazaret/config.toml).
-    #[arg(long, value_name = "FILE")]
-    config: Option<String>,
     /// Print the result as JSON (the question, if asked, goes to stderr).
     #[arg(long)]
     json: bool,
@@ -85,20 +72,8 @@ pub enum ResetRefusal {
     Answer(#[source] std::io::Error),
     #[error("not confirmed: nothing was reset")]
     Declined,
-    #[error("the Domain is running: its Host Coordinator has held {lock} for the last {:?}. End every terminal of the Domain, then reset", LOCK_PATIENCE)]
-    Active { lock: PathBuf },
-    #[error("the Domain's lock {0}")]
-    Lock(#[source] DomainLockError),
-    #[error("cannot read the current boot ID: {0}")]
-    BootId(#[source] std::io::Error),
-    #[error("the Domain Store: {0}")]
-    Store(#[from] StoreError),
-    #[error("generation {generation} of the Domain was not released (a crash): start the Domain once so it is recovered ({relaunch}), then reset")]
-    Unrecovered { generation: u64, relaunch: String },
-    #[error("the Storage Catalog: {0}")]
-    Catalog(#[source] CatalogError),
-    #[error("the Storage Catalog still records a lease of generation {generation} of this Domain on a prepared lower: its release did not finish; start the Domain once so it is recovered, then reset")]
-    LeaseHeld { generation: u64 },
+    #[error(transparent)]
+    NotInactive(#[from] NotInactive),
     #[error(transparent)]
     Reset(#[from] ResetError),
     #[error("cannot find the lazaret executable for the removal worker: {0}")]
@@ -108,7 +83,7 @@ pub enum ResetRefusal {
 impl ResetRefusal {
     fn exit_code(&self) -> u8 {
         match self {
-            Self::Active { .. } => 3,
+            Self::NotInactive(e) => e.exit_code(),
             _ => 1,
         }
     }
@@ -116,18 +91,12 @@ impl ResetRefusal {
 
 pub fn run(command: ResetCommand) -> ExitCode {
     match reset(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {
-        Ok(text) => {
-            let printed = if command.json {
-                crate::report::print_json(&text)
-            } else {
-                crate::report::print_text(&text)
-            };
-            if let Err(e) = printed {
-                errln!("lazaret state reset: writing stdout: {e}");
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
-        }
+        Ok(text) => super::emit(
+            "lazaret state reset",
+            &text,
+            command.json,
+            ExitCode::SUCCESS,
+        ),
         Err(e) => {
             errln!("lazaret state reset: {e}");
             ExitCode::from(e.exit_code())
@@ -157,7 +126,7 @@ fn scope_of(
     }
     Err(ResetRefusal::NotPersistent {
         path: path.clone(),
-        profile: command.profile.clone(),
+        profile: command.domain.profile.clone(),
         configured: if persistent.is_empty() {
             "none".to_owned()
         } else {
@@ -167,16 +136,13 @@ fn scope_of(
 }
 
 /// DX-6: the resolved Domain and the exact scope, before anything happens.
-fn preview(target: &Target, paths: &[String], on_disk: &[AnchorUsage]) -> String {
-    let mut text = String::new();
-    if let Some(l) = &target.located {
-        text.push_str(&format!(
-            "Domain {} (profile {}, workspace {})\n",
-            l.domain_id,
-            escape_line(&l.profile),
-            escape_line(&l.workspace.display().to_string())
-        ));
-    }
+fn preview(
+    target: &Target,
+    location: &DomainLocation,
+    paths: &[String],
+    on_disk: &[AnchorUsage],
+) -> String {
+    let mut text = super::domain_header(location);
     text.push_str(&format!(
         "State Anchors in {}:\n",
         escape_line(&target.domain_root.display().to_string())
@@ -212,60 +178,6 @@ fn confirm(command: &ResetCommand) -> Result<(), ResetRefusal> {
     }
 }
 
-/// SR-14: under the lock, nothing may be using the state.
-fn check_inactive<P: ProcessSys>(
-    target: &Target,
-    location: &DomainLocation,
-    lock: &DomainLock,
-    relaunch: &str,
-    procs: &P,
-) -> Result<(), ResetRefusal> {
-    let boot = procs.boot_id().map_err(ResetRefusal::BootId)?;
-    let document = DomainStore::open(lock, &target.store, boot)?.document()?;
-    if let Some(g) = document
-        .generations
-        .iter()
-        .find(|g| g.generation.durable_decision.as_str() != "Vacant")
-    {
-        return Err(ResetRefusal::Unrecovered {
-            generation: g.generation.generation_id.0,
-            relaunch: relaunch.to_owned(),
-        });
-    }
-    let leases = StorageCatalog::at(&location.storage_root)
-        .leases()
-        .map_err(ResetRefusal::Catalog)?;
-    if let Some(lease) = leases.iter().find(|l| l.domain.0 == location.domain_id.0) {
-        return Err(ResetRefusal::LeaseHeld {
-            generation: lease.generation.0,
-        });
-    }
-    Ok(())
-}
-
-/// How long a reset waits for a Host Coordinator that holds the lock: one
-/// whose last terminal just ended is still tearing the Domain down.
-const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The Domain's lock, waiting up to [`LOCK_PATIENCE`] for its holder.
-fn acquire_patiently(path: &std::path::Path) -> Result<DomainLock, ResetRefusal> {
-    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
-    loop {
-        match DomainLock::try_acquire(path) {
-            Ok(lock) => return Ok(lock),
-            Err(DomainLockError::Held { .. }) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            Err(DomainLockError::Held { .. }) => {
-                return Err(ResetRefusal::Active {
-                    lock: path.to_owned(),
-                })
-            }
-            Err(e) => return Err(ResetRefusal::Lock(e)),
-        }
-    }
-}
-
 /// A name unique to this reset inside the discard directory.
 fn reset_tag() -> String {
     let nanos = std::time::SystemTime::now()
@@ -280,35 +192,21 @@ fn reset<P: ProcessSys>(
     env: &dyn HostEnvironment,
     procs: &P,
 ) -> Result<String, ResetRefusal> {
-    let target = located_target(
-        &command.profile,
-        command.workspace.as_deref(),
-        command.config.as_deref(),
-        sys,
-        env,
-    )?;
-    let Some(location) = &target.located else {
-        return Err(ResetRefusal::Locate(StateError::NoTarget));
-    };
+    let (target, location) = command.domain.locate(sys, env)?;
+    let location = &location;
     let persistent = location.persistent_dirs.clone();
     let on_disk = anchors_usage(&uppers_dir(&target.domain_root)).unwrap_or_default();
     let (scope, paths) = scope_of(command, &persistent, &on_disk)?;
-    let shown = preview(&target, &paths, &on_disk);
+    let shown = preview(&target, location, &paths, &on_disk);
     if command.json {
         crate::report::eprint_text(&shown);
     } else {
         crate::report::print_text(&shown).map_err(ResetRefusal::Answer)?;
     }
     confirm(command)?;
-    let workspace = location.workspace.display().to_string();
-    let mut options: Vec<(&str, &str)> = vec![("--workspace", &workspace)];
-    if let Some(c) = &command.config {
-        options.push(("--config", c));
-    }
-    let relaunch = command_line(Some(&command.profile), None, &options);
+    let relaunch = command.domain.relaunch(location);
     let discarded = if std::fs::symlink_metadata(&target.store).is_ok_and(|m| m.is_file()) {
-        let lock = acquire_patiently(&target.lock)?;
-        check_inactive(&target, location, &lock, &relaunch, procs)?;
+        let lock = hold_inactive(&target, location, &relaunch, procs)?;
         let discarded = discard_anchor_state(&target.domain_root, &scope, &reset_tag())?;
         let program = std::env::current_exe().map_err(ResetRefusal::Executable)?;
         run_removal_worker(&program, &target.domain_root)?;
