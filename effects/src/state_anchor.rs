@@ -78,6 +78,10 @@ pub trait AnchorSys {
     /// The processes, among those the caller may inspect, whose mount
     /// namespace is `ns` (at most `limit` of them).
     fn processes_in(&self, ns: &MountNamespaceIdentity, limit: usize) -> io::Result<Vec<u32>>;
+    /// Whether the mount namespace with ID `ns.id` still exists, by its
+    /// ID and not by the processes in it; `None` when this kernel cannot
+    /// answer.
+    fn namespace_exists(&self, ns: &MountNamespaceIdentity) -> io::Result<Option<bool>>;
 }
 
 /// Errors of mounting, unmounting and proving State Anchors absent; one
@@ -131,12 +135,14 @@ pub enum AnchorError {
     Path { path: PathBuf, source: ValueError },
     #[error("cannot look for processes in mount namespace {namespace}: {source}")]
     Scan { namespace: u64, source: io::Error },
-    #[error("processes {pids:?} are still in the State Anchors' mount namespace {namespace} after {waited:?}")]
+    #[error("the State Anchors' mount namespace {namespace} is still in use after {waited:?} (processes the scan sees: {pids:?}; none means a process that cannot be inspected, an open descriptor or a bind mount of it)")]
     NamespaceInUse {
         namespace: u64,
         pids: Vec<u32>,
         waited: Duration,
     },
+    #[error("cannot ask whether mount namespace {namespace} still exists: {source}")]
+    Exists { namespace: u64, source: io::Error },
 }
 
 /// The name of a persistent path's directories under the Domain's anchors
@@ -318,10 +324,14 @@ const REPORTED_PIDS: usize = 16;
 /// The Host Coordinator's independent absence proof of a generation's
 /// State Anchors: their mount namespace, which only the Runtime Supervisor
 /// and what it started (runsc, the helper) and the sessions' exec clients
-/// enter, has no process left in it. Polls every `poll` until `timeout`
-/// (the exec clients end shortly after the sandbox they served). Processes
-/// the caller may not inspect (another user's) are not seen; none of the
-/// generation's host processes is another user's.
+/// enter, has no process left in it, and the namespace itself is gone.
+/// Polls every `poll` until `timeout` (the exec clients end shortly after
+/// the sandbox they served).
+///
+/// The process scan alone cannot see a process the caller may not inspect
+/// (a non-dumpable one), nor a descriptor or bind mount that keeps the
+/// namespace alive; the namespace's own existence, asked by its ID, covers
+/// all of them. Where the kernel cannot answer that, the scan decides.
 pub fn wait_namespace_left<S: AnchorSys>(
     sys: &S,
     ns: &MountNamespaceIdentity,
@@ -336,7 +346,17 @@ pub fn wait_namespace_left<S: AnchorSys>(
                 namespace: ns.id,
                 source,
             })?;
-        if pids.is_empty() {
+        let exists = if pids.is_empty() {
+            sys.namespace_exists(ns)
+                .map_err(|source| AnchorError::Exists {
+                    namespace: ns.id,
+                    source,
+                })?
+                .unwrap_or(false)
+        } else {
+            true
+        };
+        if !exists {
             return Ok(());
         }
         let waited = started.elapsed();

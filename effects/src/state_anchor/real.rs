@@ -64,6 +64,61 @@ fn namespace_at(path: &Path) -> io::Result<MountNamespaceIdentity> {
     })
 }
 
+/// `listmount(2)`; a namespace by its ID since Linux 6.11.
+const SYS_LISTMOUNT: libc::c_long = 458;
+/// `LSMT_ROOT`: list from the namespace's root.
+const LSMT_ROOT: u64 = u64::MAX;
+/// `MNT_ID_REQ_SIZE_VER1`: the request with `mnt_ns_id`.
+const MNT_ID_REQ_SIZE_VER1: u32 = 32;
+
+/// `struct mnt_id_req`, version 1.
+#[repr(C)]
+struct MntIdReq {
+    size: u32,
+    spare: u32,
+    mnt_id: u64,
+    param: u64,
+    mnt_ns_id: u64,
+}
+
+/// Whether mount namespace `id` exists: `listmount` of its root answers
+/// ENOENT once the namespace is freed (the kernel frees it when its last
+/// process, descriptor and bind mount are gone) and for a namespace the
+/// caller holds no CAP_SYS_ADMIN over. The generation's namespace is owned
+/// by the Domain's user namespace, whose owner the Host Coordinator's user
+/// is, so it is the first. `None` where the kernel has no such call.
+fn mount_namespace_exists(id: u64) -> io::Result<Option<bool>> {
+    let req = MntIdReq {
+        size: MNT_ID_REQ_SIZE_VER1,
+        spare: 0,
+        mnt_id: LSMT_ROOT,
+        param: 0,
+        mnt_ns_id: id,
+    };
+    let mut ids = [0u64; 1];
+    // SAFETY: listmount reads `req.size` bytes of `req` and writes at most
+    // `nr_mnt_ids` (1) u64 into `ids`; both outlive the call, and the
+    // flags are 0.
+    let listed = unsafe {
+        libc::syscall(
+            SYS_LISTMOUNT,
+            std::ptr::from_ref(&req),
+            ids.as_mut_ptr(),
+            ids.len(),
+            0u32,
+        )
+    };
+    if listed >= 0 {
+        return Ok(Some(true));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => Ok(Some(false)),
+        Some(libc::ENOSYS | libc::EINVAL) => Ok(None),
+        _ => Err(e),
+    }
+}
+
 /// A process that vanished or that the caller may not inspect.
 fn not_seen(e: &io::Error) -> bool {
     matches!(
@@ -186,5 +241,66 @@ impl AnchorSys for RealAnchorSys {
             }
         }
         Ok(found)
+    }
+
+    fn namespace_exists(&self, ns: &MountNamespaceIdentity) -> io::Result<Option<bool>> {
+        mount_namespace_exists(ns.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail by panicking
+    use super::*;
+    use std::path::PathBuf;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// The kernel answers by the namespace's ID: a mount namespace exists
+    /// while a process is in it and is gone once that process is; the
+    /// test's own namespace exists.
+    #[test]
+    fn a_mount_namespace_exists_until_its_last_process_is_gone() {
+        let own = namespace_at(Path::new("/proc/thread-self/ns/mnt")).unwrap();
+        assert_eq!(mount_namespace_exists(own.id).unwrap(), Some(true));
+        // A new user and mount namespace whose only process waits on stdin.
+        let mut child = Command::new("unshare")
+            .args([
+                "--user",
+                "--map-root-user",
+                "--mount",
+                "--",
+                "sh",
+                "-c",
+                "read x; exit 0",
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let at = PathBuf::from(format!("/proc/{}/ns/mnt", child.id()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let ns = loop {
+            let seen = namespace_at(&at).unwrap();
+            if seen.id != own.id {
+                break seen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "unshare never entered its namespace"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(mount_namespace_exists(ns.id).unwrap(), Some(true));
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while mount_namespace_exists(ns.id).unwrap() != Some(false) {
+            assert!(
+                Instant::now() < deadline,
+                "namespace {} outlived its process",
+                ns.id
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }

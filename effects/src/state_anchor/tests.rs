@@ -22,6 +22,8 @@ struct Fake {
     namespace: Option<MountNamespaceIdentity>,
     /// What successive process scans find.
     scans: RefCell<VecDeque<Vec<u32>>>,
+    /// What successive existence checks answer (then: gone).
+    exists: RefCell<VecDeque<Option<bool>>>,
     next_id: RefCell<u64>,
 }
 
@@ -113,6 +115,10 @@ impl AnchorSys for Fake {
         let mut found = self.scans.borrow_mut().pop_front().unwrap_or_default();
         found.truncate(limit);
         Ok(found)
+    }
+    fn namespace_exists(&self, ns: &MountNamespaceIdentity) -> io::Result<Option<bool>> {
+        assert_eq!(*ns, NS);
+        Ok(self.exists.borrow_mut().pop_front().unwrap_or(Some(false)))
     }
 }
 
@@ -352,6 +358,43 @@ fn the_namespace_is_left_once_no_process_is_in_it() {
         .extend([vec![41, 42], vec![42], vec![]]);
     wait_namespace_left(&sys, &NS, Duration::from_secs(5), Duration::from_millis(1)).unwrap();
     assert!(sys.scans.borrow().is_empty());
+}
+
+/// No process the scan can see, but the namespace still exists (a
+/// non-dumpable process, a descriptor): not yet left. Where the kernel
+/// cannot answer, the scan decides.
+#[test]
+fn a_namespace_with_no_visible_process_is_left_only_once_it_is_gone() {
+    let sys = Fake::default();
+    sys.exists
+        .borrow_mut()
+        .extend([Some(true), Some(true), Some(false)]);
+    wait_namespace_left(&sys, &NS, Duration::from_secs(5), Duration::from_millis(1)).unwrap();
+    assert!(sys.exists.borrow().is_empty());
+    let held = Fake::default();
+    held.exists
+        .borrow_mut()
+        .extend(std::iter::repeat_n(Some(true), 1000));
+    let err = wait_namespace_left(
+        &held,
+        &NS,
+        Duration::from_millis(20),
+        Duration::from_millis(5),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, AnchorError::NamespaceInUse { ref pids, .. } if pids.is_empty()),
+        "{err}"
+    );
+    let unanswerable = Fake::default();
+    unanswerable.exists.borrow_mut().push_back(None);
+    wait_namespace_left(
+        &unanswerable,
+        &NS,
+        Duration::from_millis(20),
+        Duration::from_millis(5),
+    )
+    .unwrap();
 }
 
 #[test]
