@@ -62,6 +62,10 @@ pub trait AnchorSys {
     /// A kernel overlayfs (`userxattr`, `nosuid`, `nodev`) of `lower` under
     /// `upper` (work directory `work`) attached at `target`; returns the new
     /// mount's identity.
+    /// The directory at `path` inside the image `rootfs`, every symlink on
+    /// the way resolved as if `rootfs` were `/` (never out of it), as a
+    /// canonical host path.
+    fn lower_in(&self, rootfs: &Path, path: &str) -> io::Result<PathBuf>;
     fn mount_overlay(
         &self,
         lower: &Path,
@@ -201,7 +205,24 @@ fn own_directory<S: AnchorSys>(
 /// new upper takes the lower's mode and owner (the anchor root shows the
 /// upper's).
 fn mount_one<S: AnchorSys>(sys: &S, plan: &AnchorPlan) -> Result<AnchorMount, AnchorError> {
-    let lower = PathBuf::from(&plan.lower);
+    let rootfs = PathBuf::from(&plan.rootfs);
+    let lower = match sys.lower_in(&rootfs, &plan.path) {
+        Ok(lower) => lower,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(AnchorError::LowerNotDirectory {
+                path: plan.path.clone(),
+                lower: rootfs.join(plan.path.trim_start_matches('/')),
+                found: "absent",
+            })
+        }
+        Err(source) => {
+            return Err(AnchorError::Inspect {
+                what: "lower",
+                path: rootfs.join(plan.path.trim_start_matches('/')),
+                source,
+            })
+        }
+    };
     let attrs = match inspect(sys, "lower", &lower)? {
         Entry::Directory { mode, uid, gid } => (mode & 0o7777, uid, gid),
         Entry::Absent => {

@@ -3,11 +3,11 @@
 //! with `STATX_MNT_ID_UNIQUE` for mount identity, `NS_GET_MNTNS_ID` for the
 //! namespace's identity, and `/proc` for the processes in a namespace.
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::path::Path;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 
 use lazaret_runtime::records::participant::{MountIdentity, MountNamespaceIdentity};
-use rustix::fs::{AtFlags, FileType, Mode, StatxFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, StatxFlags, CWD};
 use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, UnmountFlags};
 
 use super::{AnchorSys, Entry};
@@ -159,6 +159,34 @@ impl AnchorSys for RealAnchorSys {
         Ok(())
     }
 
+    fn lower_in(&self, rootfs: &Path, path: &str) -> io::Result<PathBuf> {
+        let root = rustix::fs::openat(
+            CWD,
+            rootfs,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let fd = rustix::fs::openat2(
+            &root,
+            path.trim_start_matches('/'),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV,
+        )?;
+        let at = |fd: &OwnedFd| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        let (root_path, resolved) = (at(&root)?, at(&fd)?);
+        // Defence in depth: RESOLVE_IN_ROOT keeps the walk inside.
+        if !resolved.starts_with(&root_path) {
+            return Err(io::Error::other(format!(
+                "{} resolved to {} outside {}",
+                path,
+                resolved.display(),
+                root_path.display()
+            )));
+        }
+        Ok(resolved)
+    }
+
     fn mount_overlay(
         &self,
         lower: &Path,
@@ -252,7 +280,6 @@ impl AnchorSys for RealAnchorSys {
 mod tests {
     #![allow(clippy::unwrap_used)] // tests fail by panicking
     use super::*;
-    use std::path::PathBuf;
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
@@ -302,5 +329,37 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+}
+
+#[cfg(test)]
+mod lower_tests {
+    #![allow(clippy::unwrap_used)] // tests fail by panicking
+    use super::*;
+
+    /// An image's own symlinks resolve inside the image: an absolute
+    /// `/opt -> /etc` and a `../..` escape both stay in the prepared lower,
+    /// so a persistent path never puts a host directory under an anchor.
+    #[test]
+    fn an_image_symlink_on_the_way_to_a_lower_stays_inside_the_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let rootfs = dir.path().join("rootfs");
+        std::fs::create_dir_all(rootfs.join("etc/tools")).unwrap();
+        std::fs::create_dir_all(rootfs.join("usr/lib")).unwrap();
+        std::os::unix::fs::symlink("/etc", rootfs.join("opt")).unwrap();
+        std::os::unix::fs::symlink("../../../..", rootfs.join("usr/up")).unwrap();
+        let root = std::fs::canonicalize(&rootfs).unwrap();
+        let sys = RealAnchorSys;
+        assert_eq!(
+            sys.lower_in(&rootfs, "/opt/tools").unwrap(),
+            root.join("etc/tools")
+        );
+        assert_eq!(
+            sys.lower_in(&rootfs, "/usr/lib").unwrap(),
+            root.join("usr/lib")
+        );
+        assert_eq!(sys.lower_in(&rootfs, "/usr/up").unwrap(), root);
+        let missing = sys.lower_in(&rootfs, "/srv/none").unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
     }
 }

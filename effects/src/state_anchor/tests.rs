@@ -107,6 +107,10 @@ impl AnchorSys for Fake {
         self.mounts.borrow_mut().remove(target);
         Ok(())
     }
+    fn lower_in(&self, rootfs: &Path, path: &str) -> io::Result<PathBuf> {
+        // A read: not a recorded call. The fake image has no symlinks.
+        Ok(rootfs.join(path.trim_start_matches('/')))
+    }
     fn mount_namespace(&self) -> io::Result<MountNamespaceIdentity> {
         Ok(self.namespace.unwrap_or(NS))
     }
@@ -126,7 +130,7 @@ fn plan(path: &str) -> AnchorPlan {
     let name = anchor_name(path);
     AnchorPlan {
         path: path.to_owned(),
-        lower: format!("/lower{path}"),
+        rootfs: "/lower".to_owned(),
         upper: format!("/domain/anchors/upper/{name}"),
         work: format!("/domain/anchors/work/{name}"),
         mountpoint: format!("/gen/anchors/{name}"),

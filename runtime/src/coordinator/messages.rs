@@ -168,14 +168,17 @@ pub struct ObjectId {
 }
 
 /// One State Anchor to mount (spec 3.6): a kernel overlayfs whose lower is
-/// the prepared lower's subtree at `path`, whose upper and work directories
-/// are the Domain's, mounted at `mountpoint` in RS's mount namespace and
-/// bound at `path` in the sandbox. Every field but `path` is a host path.
+/// the prepared lower's subtree at `path` (resolved inside `rootfs`, so an
+/// image symlink never leads out of the image), whose upper and work
+/// directories are the Domain's, mounted at `mountpoint` in RS's mount
+/// namespace and bound at `path` in the sandbox. Every field but `path` is
+/// a host path.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnchorPlan {
     /// The persistent path in the sandbox (`/usr`).
     pub path: String,
-    pub lower: String,
+    /// The prepared lower's root file system.
+    pub rootfs: String,
     pub upper: String,
     pub work: String,
     pub mountpoint: String,

@@ -46,7 +46,7 @@ pub(super) fn anchor_plans(
             let name = anchor_name(path);
             AnchorPlan {
                 path: path.clone(),
-                lower: text(rootfs.join(path.trim_start_matches('/'))),
+                rootfs: text(rootfs.to_owned()),
                 upper: text(paths.anchor_uppers().join(&name)),
                 work: text(paths.anchor_work().join(&name)),
                 mountpoint: text(generation_dir.join(MOUNT_POINTS_DIR).join(&name)),
@@ -317,7 +317,7 @@ mod tests {
             plans[1],
             AnchorPlan {
                 path: "/usr/local".to_owned(),
-                lower: "/data/prepared/ab/rootfs/usr/local".to_owned(),
+                rootfs: "/data/prepared/ab/rootfs".to_owned(),
                 upper: "/data/d/anchors/upper/usr%2Flocal".to_owned(),
                 work: "/data/d/anchors/work/usr%2Flocal".to_owned(),
                 mountpoint: "/run/d/gen-3/anchors/usr%2Flocal".to_owned(),
