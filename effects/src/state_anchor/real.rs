@@ -146,17 +146,38 @@ impl AnchorSys for RealAnchorSys {
         }
     }
 
+    /// Made under a staging name beside `path`, given its owner and mode,
+    /// then renamed into place: a crash never leaves `path` with the wrong
+    /// owner or mode (an upper's root is what the sandbox sees at the
+    /// persistent path). The staging name (`%staged-<name>`) decodes to no
+    /// persistent path, so a leftover is no anchor; the next creation
+    /// removes it first.
     fn create_directory(&self, path: &Path, mode: u32, uid: u32, gid: u32) -> io::Result<()> {
-        rustix::fs::mkdir(path, Mode::from_raw_mode(0o700))?;
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        let mut staged_name = std::ffi::OsString::from("%staged-");
+        staged_name.push(name);
+        let staged = parent.join(staged_name);
+        match rustix::fs::rmdir(&staged) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+        rustix::fs::mkdir(&staged, Mode::from_raw_mode(0o700))?;
         rustix::fs::chownat(
             CWD,
-            path,
+            &staged,
             Some(rustix::fs::Uid::from_raw(uid)),
             Some(rustix::fs::Gid::from_raw(gid)),
             AtFlags::SYMLINK_NOFOLLOW,
         )?;
-        rustix::fs::chmod(path, Mode::from_raw_mode(mode))?;
-        Ok(())
+        rustix::fs::chmod(&staged, Mode::from_raw_mode(mode))?;
+        let placed =
+            rustix::fs::renameat_with(CWD, &staged, CWD, path, rustix::fs::RenameFlags::NOREPLACE);
+        if placed.is_err() {
+            let _ = rustix::fs::rmdir(&staged);
+        }
+        placed.map_err(Into::into)
     }
 
     fn lower_in(&self, rootfs: &Path, path: &str) -> io::Result<PathBuf> {
@@ -361,5 +382,36 @@ mod lower_tests {
         assert_eq!(sys.lower_in(&rootfs, "/usr/up").unwrap(), root);
         let missing = sys.lower_in(&rootfs, "/srv/none").unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// A directory appears only with its final owner and mode; what a
+    /// crashed creation left under the staging name goes first.
+    #[test]
+    fn a_directory_is_created_whole_under_a_staging_name() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let (uid, gid) = (
+            rustix::process::getuid().as_raw(),
+            rustix::process::getgid().as_raw(),
+        );
+        std::fs::create_dir(dir.path().join("%staged-usr")).unwrap();
+        let usr = dir.path().join("usr");
+        RealAnchorSys
+            .create_directory(&usr, 0o755, uid, gid)
+            .unwrap();
+        let meta = std::fs::metadata(&usr).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o755);
+        assert_eq!((meta.uid(), meta.gid()), (uid, gid));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["usr"]);
+        // The staging name is no anchor's.
+        assert_eq!(super::super::usage::anchor_path("%staged-usr"), None);
+        // An existing directory is never replaced.
+        assert!(RealAnchorSys
+            .create_directory(&usr, 0o700, uid, gid)
+            .is_err());
     }
 }
