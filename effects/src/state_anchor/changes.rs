@@ -154,18 +154,46 @@ pub fn anchor_changes(
             source: e.into(),
         }
     })?;
-    let compared = lower.is_some();
-    let mut out = AnchorChanges {
-        complete: true,
-        ..AnchorChanges::default()
+    let mut walk = Walk {
+        compared: lower.is_some(),
+        out: AnchorChanges {
+            complete: true,
+            ..AnchorChanges::default()
+        },
     };
-    // (upper directory, its lower counterpart, its sandbox path, depth,
-    // whether everything below is new)
-    let mut pending: Vec<(OwnedFd, Option<OwnedFd>, String, usize, bool)> =
-        vec![(top, lower, anchor_path.to_owned(), 0, false)];
-    while let Some((dir, lower, at, depth, all_new)) = pending.pop() {
+    walk.directory(&top, lower.as_ref(), anchor_path, 0, false)?;
+    Ok(walk.out)
+}
+
+/// One walk: whether there is a lower, and what was found.
+struct Walk {
+    compared: bool,
+    out: AnchorChanges,
+}
+
+fn size(st: &rustix::fs::Stat) -> u64 {
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => u64::try_from(st.st_size).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+impl Walk {
+    /// The entries of the upper directory `dir` (sandbox path `at`),
+    /// against its lower counterpart; `all_new` when nothing below can be
+    /// in the image. One descriptor per level of the current path (two
+    /// with the lower), whatever the tree's width. Returns false once a
+    /// bound stopped the walk.
+    fn directory(
+        &mut self,
+        dir: &OwnedFd,
+        lower: Option<&OwnedFd>,
+        at: &str,
+        depth: usize,
+        all_new: bool,
+    ) -> Result<bool, ChangesError> {
         let read = |e: rustix::io::Errno| ChangesError::Read {
-            path: at.clone(),
+            path: at.to_owned(),
             source: e.into(),
         };
         let mut names: Vec<Vec<u8>> = Vec::new();
@@ -177,40 +205,34 @@ pub fn anchor_changes(
             }
         }
         names.sort();
-        // Reverse, so the stack walks in name order.
-        let mut children = Vec::new();
+        let new_or_written = if self.compared {
+            Change::Added
+        } else {
+            Change::Written
+        };
         for name in names {
-            if out.entries.len() >= MAX_LISTED {
-                out.complete = false;
-                return Ok(out);
+            if self.out.entries.len() >= MAX_LISTED {
+                self.out.complete = false;
+                return Ok(false);
             }
             let name = OsStr::from_bytes(&name);
             let path = format!("{}/{}", at.trim_end_matches('/'), name.to_string_lossy());
-            let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => st,
                 // Removed meanwhile (a running sandbox).
                 Err(rustix::io::Errno::NOENT) => continue,
                 Err(e) => return Err(read(e)),
             };
             let kind = FileType::from_raw_mode(st.st_mode);
-            let in_lower = match (&lower, all_new) {
+            let in_lower = match (lower, all_new) {
                 (Some(l), false) => rustix::fs::statat(l, name, AtFlags::SYMLINK_NOFOLLOW).ok(),
                 _ => None,
-            };
-            let size = |st: &rustix::fs::Stat| match FileType::from_raw_mode(st.st_mode) {
-                FileType::RegularFile => u64::try_from(st.st_size).unwrap_or(0),
-                _ => 0,
-            };
-            let new_or_written = if compared {
-                Change::Added
-            } else {
-                Change::Written
             };
             if kind == FileType::CharacterDevice && st.st_rdev == 0 {
                 let (kind, bytes) = in_lower.as_ref().map_or((EntryKind::Other, 0), |l| {
                     (EntryKind::of(FileType::from_raw_mode(l.st_mode)), size(l))
                 });
-                out.entries.push(ChangedPath {
+                self.out.entries.push(ChangedPath {
                     path,
                     change: Change::Deleted,
                     kind,
@@ -224,7 +246,7 @@ pub fn anchor_changes(
                 } else {
                     new_or_written
                 };
-                out.entries.push(ChangedPath {
+                self.out.entries.push(ChangedPath {
                     path,
                     change,
                     kind: EntryKind::of(kind),
@@ -232,10 +254,10 @@ pub fn anchor_changes(
                 });
                 continue;
             }
-            let child = match rustix::fs::openat(&dir, name, dir_flags(), Mode::empty()) {
+            let child = match rustix::fs::openat(dir, name, dir_flags(), Mode::empty()) {
                 Ok(fd) => fd,
                 Err(rustix::io::Errno::ACCESS) => {
-                    out.unread.push(path);
+                    self.out.unread.push(path);
                     continue;
                 }
                 Err(rustix::io::Errno::NOENT) => continue,
@@ -244,7 +266,7 @@ pub fn anchor_changes(
             let lower_is_dir = in_lower
                 .as_ref()
                 .is_some_and(|l| FileType::from_raw_mode(l.st_mode) == FileType::Directory);
-            let change = if !compared && !all_new {
+            let change = if !self.compared && !all_new {
                 None
             } else if all_new || !lower_is_dir {
                 Some(new_or_written)
@@ -254,7 +276,7 @@ pub fn anchor_changes(
                 None
             };
             if let Some(change) = change {
-                out.entries.push(ChangedPath {
+                self.out.entries.push(ChangedPath {
                     path: path.clone(),
                     change,
                     kind: EntryKind::Directory,
@@ -262,20 +284,20 @@ pub fn anchor_changes(
                 });
             }
             if depth + 1 >= MAX_DEPTH {
-                out.complete = false;
+                self.out.complete = false;
                 continue;
             }
-            let child_lower = match (&lower, change) {
+            let child_lower = match (lower, change) {
                 (Some(l), None) => rustix::fs::openat(l, name, dir_flags(), Mode::empty()).ok(),
                 _ => None,
             };
             let below_new = all_new || change.is_some();
-            children.push((child, child_lower, path, depth + 1, below_new));
+            if !self.directory(&child, child_lower.as_ref(), &path, depth + 1, below_new)? {
+                return Ok(false);
+            }
         }
-        children.reverse();
-        pending.extend(children);
+        Ok(true)
     }
-    Ok(out)
 }
 
 #[cfg(test)]

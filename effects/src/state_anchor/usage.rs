@@ -6,6 +6,7 @@
 //! (a sandbox can put one anywhere in its upper), and is bounded.
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, CWD};
@@ -117,58 +118,77 @@ pub fn anchors_usage(uppers: &Path) -> Result<Vec<AnchorUsage>, UsageError> {
             complete: true,
             ..AnchorUsage::default()
         };
-        count(fd, &mut usage, &mut budget).map_err(read_err(&upper))?;
+        count(&fd, 0, &mut usage, &mut budget).map_err(read_err(&upper))?;
         out.push(usage);
     }
     Ok(out)
 }
 
-/// Depth-first count below `top`, with an explicit stack of open
-/// directories (at most [`MAX_DEPTH`]).
-fn count(top: OwnedFd, usage: &mut AnchorUsage, budget: &mut u64) -> Result<(), rustix::io::Errno> {
-    let mut pending: Vec<(OwnedFd, usize)> = vec![(top, 0)];
-    while let Some((dir, depth)) = pending.pop() {
-        for entry in rustix::fs::Dir::read_from(&dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            if name.to_bytes() == b"." || name.to_bytes() == b".." {
-                continue;
-            }
-            if *budget == 0 {
-                usage.complete = false;
+/// Depth-first count below `dir`. One descriptor per level of the current
+/// path (at most [`MAX_DEPTH`]), whatever the width of the tree: the
+/// subdirectories of a level are kept by name and opened one at a time.
+fn count(
+    dir: &OwnedFd,
+    depth: usize,
+    usage: &mut AnchorUsage,
+    budget: &mut u64,
+) -> Result<(), rustix::io::Errno> {
+    let mut subdirs: Vec<std::ffi::OsString> = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        if *budget == 0 {
+            usage.complete = false;
+            return Ok(());
+        }
+        *budget -= 1;
+        let st = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            // Removed meanwhile (a running sandbox): not counted.
+            Err(rustix::io::Errno::NOENT) => continue,
+            // A directory readable but not searchable: its entries are
+            // named but not looked at.
+            Err(rustix::io::Errno::ACCESS) => {
+                usage.unreadable += 1;
                 return Ok(());
             }
-            *budget -= 1;
-            let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                // Removed meanwhile (a running sandbox): not counted.
-                Err(rustix::io::Errno::NOENT) => continue,
-                Err(e) => return Err(e),
-            };
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::RegularFile => {
-                    usage.files += 1;
-                    usage.bytes = usage
-                        .bytes
-                        .saturating_add(u64::try_from(st.st_size).unwrap_or(0));
-                }
-                FileType::Symlink => usage.symlinks += 1,
-                FileType::CharacterDevice if st.st_rdev == 0 => usage.deleted += 1,
-                FileType::Directory => {
-                    usage.directories += 1;
-                    if depth + 1 >= MAX_DEPTH {
-                        usage.complete = false;
-                        continue;
-                    }
-                    match rustix::fs::openat(dir.as_fd(), name, dir_flags(), Mode::empty()) {
-                        Ok(child) => pending.push((child, depth + 1)),
-                        Err(rustix::io::Errno::ACCESS) => usage.unreadable += 1,
-                        Err(rustix::io::Errno::NOENT) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                _ => usage.files += 1,
+            Err(e) => return Err(e),
+        };
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {
+                usage.files += 1;
+                usage.bytes = usage
+                    .bytes
+                    .saturating_add(u64::try_from(st.st_size).unwrap_or(0));
             }
+            FileType::Symlink => usage.symlinks += 1,
+            FileType::CharacterDevice if st.st_rdev == 0 => usage.deleted += 1,
+            FileType::Directory => {
+                usage.directories += 1;
+                if depth + 1 >= MAX_DEPTH {
+                    usage.complete = false;
+                } else {
+                    subdirs.push(std::ffi::OsStr::from_bytes(name.to_bytes()).to_owned());
+                }
+            }
+            _ => usage.files += 1,
+        }
+    }
+    for name in subdirs {
+        match rustix::fs::openat(dir.as_fd(), &name, dir_flags(), Mode::empty()) {
+            Ok(child) => count(&child, depth + 1, usage, budget)?,
+            Err(rustix::io::Errno::ACCESS) => usage.unreadable += 1,
+            // Removed, or replaced by something else, meanwhile.
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+            }
+            Err(e) => return Err(e),
+        }
+        if *budget == 0 {
+            usage.complete = false;
+            return Ok(());
         }
     }
     Ok(())
@@ -224,5 +244,40 @@ mod tests {
         assert!(anchors_usage(&dir.path().join("anchors/upper"))
             .unwrap()
             .is_empty());
+    }
+
+    /// A wide upper (more sibling directories than descriptors) is walked
+    /// whole by the count, the verification and the inspection: each holds
+    /// one descriptor per level, not one per pending directory.
+    #[test]
+    fn a_tree_wider_than_the_descriptor_limit_is_walked_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let domain = dir.path().join("domain");
+        let usr = domain.join("anchors/upper/usr");
+        for i in 0..300 {
+            let d = usr.join(format!("lib/pkg{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("f"), b"x").unwrap();
+        }
+        // This test runs in a process of its own (nextest): the lower
+        // limit is its alone.
+        let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+        rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(64),
+                maximum: hard,
+            },
+        )
+        .unwrap();
+        let usage = anchors_usage(&domain.join("anchors/upper")).unwrap();
+        assert_eq!((usage[0].files, usage[0].directories), (300, 301));
+        assert!(usage[0].complete);
+        let uid = rustix::process::getuid().as_raw();
+        let v = crate::state_anchor::verify::verify_anchors(dir.path(), &domain, uid, "");
+        assert_eq!(v.entries, 601);
+        let changes = crate::state_anchor::changes::anchor_changes("/usr", &usr, None).unwrap();
+        assert_eq!(changes.entries.len(), 300);
+        assert!(changes.complete);
     }
 }

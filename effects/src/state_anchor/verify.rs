@@ -153,49 +153,60 @@ fn names(dir: &OwnedFd) -> io::Result<Vec<std::ffi::OsString>> {
     Ok(out)
 }
 
-/// Walks one upper for device nodes; bounded by `budget`.
-fn walk_upper(top: OwnedFd, at: &Path, budget: &mut u64, v: &mut Verification) {
-    let mut pending: Vec<(OwnedFd, PathBuf, usize)> = vec![(top, at.to_owned(), 0)];
-    while let Some((dir, path, depth)) = pending.pop() {
-        let listed = match names(&dir) {
-            Ok(n) => n,
-            Err(e) => {
-                v.findings.push(Finding::Unread {
-                    path,
-                    problem: e.to_string(),
-                });
-                continue;
-            }
+/// Walks one upper for device nodes; bounded by `budget`, with one
+/// descriptor per level of the current path whatever the tree's width.
+/// Returns false once a bound stopped it.
+fn walk_upper(
+    dir: &OwnedFd,
+    path: &Path,
+    depth: usize,
+    budget: &mut u64,
+    v: &mut Verification,
+) -> bool {
+    let listed = match names(dir) {
+        Ok(n) => n,
+        Err(e) => {
+            v.findings.push(Finding::Unread {
+                path: path.to_owned(),
+                problem: e.to_string(),
+            });
+            return true;
+        }
+    };
+    for name in listed {
+        let child = path.join(&name);
+        if *budget == 0 || depth + 1 >= MAX_DEPTH {
+            v.findings.push(Finding::TooLarge {
+                path: path.to_owned(),
+            });
+            return false;
+        }
+        *budget -= 1;
+        v.entries += 1;
+        let Ok(st) = rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
         };
-        for name in listed {
-            let child = path.join(&name);
-            if *budget == 0 || depth + 1 >= MAX_DEPTH {
-                v.findings.push(Finding::TooLarge { path });
-                return;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::CharacterDevice if st.st_rdev == 0 => {}
+            FileType::CharacterDevice | FileType::BlockDevice => {
+                v.findings.push(Finding::Device { path: child });
             }
-            *budget -= 1;
-            v.entries += 1;
-            let Ok(st) = rustix::fs::statat(&dir, &name, AtFlags::SYMLINK_NOFOLLOW) else {
-                continue;
-            };
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::CharacterDevice if st.st_rdev == 0 => {}
-                FileType::CharacterDevice | FileType::BlockDevice => {
-                    v.findings.push(Finding::Device { path: child });
-                }
-                FileType::Directory => {
-                    match rustix::fs::openat(&dir, &name, dir_flags(), Mode::empty()) {
-                        Ok(fd) => pending.push((fd, child, depth + 1)),
-                        Err(e) => v.findings.push(Finding::Unread {
-                            path: child,
-                            problem: io::Error::from(e).to_string(),
-                        }),
+            FileType::Directory => match rustix::fs::openat(dir, &name, dir_flags(), Mode::empty())
+            {
+                Ok(fd) => {
+                    if !walk_upper(&fd, &child, depth + 1, budget, v) {
+                        return false;
                     }
                 }
-                _ => {}
-            }
+                Err(e) => v.findings.push(Finding::Unread {
+                    path: child,
+                    problem: io::Error::from(e).to_string(),
+                }),
+            },
+            _ => {}
         }
     }
+    true
 }
 
 /// Verifies the anchors of the Domain at `storage_domain_root` (the
@@ -267,7 +278,9 @@ pub fn verify_anchors(
         match rustix::fs::openat(&uppers, &name, dir_flags(), Mode::empty()) {
             Ok(fd) => {
                 v.anchors.push(anchor);
-                walk_upper(fd, &path, &mut budget, &mut v);
+                if !walk_upper(&fd, &path, 0, &mut budget, &mut v) {
+                    break;
+                }
             }
             Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
                 v.findings.push(Finding::NotDirectory { path });
