@@ -792,8 +792,9 @@ const LOOK: [&str; 5] = [
     "cat /usr/local/lz/f 2>/dev/null || echo none; cat /root/lz-root",
 ];
 
-/// One crash point of a reset (OR-5): the killed reset leaves the `/usr`
-/// anchor either as it was or gone (the next launch starts it empty), never
+/// One crash point of a reset (OR-5): the killed reset (or the reset whose
+/// killed removal worker it reports as a warning) leaves the `/usr` anchor
+/// either as it was or gone (the next launch starts it empty), never
 /// partial, and `/root` untouched; the next launch works and shows exactly
 /// that; a reset run again then finishes and leaves no discarded state.
 fn crash_reset(env: &Env, point: &Point) -> Result<(), String> {
@@ -815,7 +816,11 @@ fn crash_reset(env: &Env, point: &Point) -> Result<(), String> {
     )?;
     let in_worker = point.spec.starts_with("state:discard:");
     let killed = crashed.status.signal() == Some(9) || crashed.status.code() == Some(128 + 9);
-    let reported = crashed.status.code() == Some(1) && crashed.stderr.contains("removal worker");
+    // The rename decided the reset: a killed removal worker leaves a
+    // warning and space for the next reset, and the reset still counts.
+    let reported = crashed.status.code() == Some(0)
+        && crashed.stderr.contains("was not reclaimed")
+        && crashed.stderr.contains("removal worker");
     if !(killed || in_worker && reported) {
         return Err(format!(
             "the reset was not killed at {}: {:?} {}",

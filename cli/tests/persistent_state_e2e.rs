@@ -450,6 +450,7 @@ r ro-remove rm /root/datasets/input.txt
 r rw-write sh -c 'echo lz-out > /var/cache/agent/out'
 r rw-chown chown 1234:1234 /var/cache/agent/out
 r file-write sh -c 'echo new > /etc/agent/token'
+r file-chown chown 1234:1234 /etc/agent/token
 r busy grep -qx agent /root/busy
 "#;
     let out = env.run(&["default", "--", "sh", "-c", work]);
@@ -463,6 +464,7 @@ r busy grep -qx agent /root/busy
             "rw-write",
             "rw-chown",
             "file-write",
+            "file-chown",
             "busy",
         ],
     );
@@ -486,6 +488,11 @@ r busy grep -qx agent /root/busy
         "the sandbox's chown was not given back"
     );
     assert_eq!(std::fs::read_to_string(&token).unwrap(), "new\n");
+    assert_eq!(
+        std::fs::metadata(&token).unwrap().uid(),
+        test_uid,
+        "the sandbox's chown of the file volume was not given back"
+    );
     // The mount points were made in the anchors' uppers, not the lower.
     let domain = support::domain_root(&env.home);
     assert!(domain.join("anchors/upper/root/datasets").is_dir());

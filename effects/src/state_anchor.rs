@@ -62,8 +62,8 @@ pub trait AnchorSys {
     /// A kernel overlayfs (`userxattr`, `nosuid`, `nodev`) of `lower` under
     /// `upper` (work directory `work`) attached at `target`; returns the new
     /// mount's identity.
-    /// The directory at `path` inside the image `rootfs`, every symlink on
-    /// the way resolved as if `rootfs` were `/` (never out of it), as a
+    /// The directory at `path` inside the image `rootfs`, reached without
+    /// any symlink (ELOOP otherwise) and without leaving it, as a
     /// canonical host path.
     fn lower_in(&self, rootfs: &Path, path: &str) -> io::Result<PathBuf>;
     fn mount_overlay(
@@ -213,6 +213,15 @@ fn mount_one<S: AnchorSys>(sys: &S, plan: &AnchorPlan) -> Result<AnchorMount, An
                 path: plan.path.clone(),
                 lower: rootfs.join(plan.path.trim_start_matches('/')),
                 found: "absent",
+            })
+        }
+        // Bound at its literal path while its lower would be another path
+        // of the image (or the host's): refused (docs/persistent-state.md).
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            return Err(AnchorError::LowerNotDirectory {
+                path: plan.path.clone(),
+                lower: rootfs.join(plan.path.trim_start_matches('/')),
+                found: "reached through a symbolic link of the image",
             })
         }
         Err(source) => {

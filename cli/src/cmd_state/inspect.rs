@@ -101,7 +101,19 @@ fn inspect(
         let upper = uppers.join(anchor_name(&path));
         let changes = if upper.is_dir() {
             let lower_fd = lower.as_ref().and_then(|r| open_lower(r, &path));
-            anchor_changes(&path, &upper, lower_fd)?
+            match anchor_changes(&path, &upper, lower_fd) {
+                // Another sandbox user's private directory at the root.
+                Err(ChangesError::OpenUpper { source, .. })
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    AnchorChanges {
+                        unread: vec![path.clone()],
+                        complete: false,
+                        ..AnchorChanges::default()
+                    }
+                }
+                other => other?,
+            }
         } else {
             AnchorChanges {
                 complete: true,

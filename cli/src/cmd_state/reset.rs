@@ -26,7 +26,7 @@ use lazaret_effects::process_identity::ProcessSys;
 use lazaret_effects::state_anchor::reset::{
     discard_anchor_state, run_removal_worker, ResetError, ResetScope,
 };
-use lazaret_effects::state_anchor::usage::{anchors_usage, AnchorUsage};
+use lazaret_effects::state_anchor::usage::{anchors_usage, AnchorUsage, UsageError};
 use lazaret_effects::state_anchor::{anchor_name, uppers_dir};
 use lazaret_runtime::config::HostEnvironment;
 use lazaret_runtime::display::escape_line;
@@ -76,6 +76,8 @@ pub enum ResetRefusal {
     NotInactive(#[from] NotInactive),
     #[error(transparent)]
     Reset(#[from] ResetError),
+    #[error("the State Anchors cannot be listed for the preview: {0}")]
+    Usage(#[from] UsageError),
     #[error("cannot find the lazaret executable for the removal worker: {0}")]
     Executable(#[source] std::io::Error),
 }
@@ -149,6 +151,9 @@ fn preview(
     ));
     for path in paths {
         let held = match on_disk.iter().find(|a| &a.path == path) {
+            Some(a) if a.unreadable > 0 && !a.complete && a.files == 0 => {
+                "not readable by you (another sandbox user's private directory); it is discarded whole".to_owned()
+            }
             Some(a) => format!(
                 "{} files, {} directories, {} deleted image paths, {} bytes",
                 a.files, a.directories, a.deleted, a.bytes
@@ -195,7 +200,8 @@ fn reset<P: ProcessSys>(
     let (target, location) = command.domain.locate(sys, env)?;
     let location = &location;
     let persistent = location.persistent_dirs.clone();
-    let on_disk = anchors_usage(&uppers_dir(&target.domain_root)).unwrap_or_default();
+    // The preview must name every anchor --all discards (DX-6).
+    let on_disk = anchors_usage(&uppers_dir(&target.domain_root))?;
     let (scope, paths) = scope_of(command, &persistent, &on_disk)?;
     let shown = preview(&target, location, &paths, &on_disk);
     if command.json {
@@ -205,16 +211,26 @@ fn reset<P: ProcessSys>(
     }
     confirm(command)?;
     let relaunch = command.domain.relaunch(location);
-    let discarded = if std::fs::symlink_metadata(&target.store).is_ok_and(|m| m.is_file()) {
+    let (discarded, reclaimed) = if std::fs::symlink_metadata(&target.store)
+        .is_ok_and(|m| m.is_file())
+    {
         let lock = hold_inactive(&target, location, &relaunch, procs)?;
         let discarded = discard_anchor_state(&target.domain_root, &scope, &reset_tag())?;
-        let program = std::env::current_exe().map_err(ResetRefusal::Executable)?;
-        run_removal_worker(&program, &target.domain_root)?;
+        // The rename decided the reset: a removal that fails now only
+        // leaves space to reclaim, which the next reset does first.
+        let removed = std::env::current_exe()
+            .map_err(ResetRefusal::Executable)
+            .and_then(|program| {
+                run_removal_worker(&program, &target.domain_root).map_err(ResetRefusal::from)
+            });
         drop(lock);
-        discarded
+        if let Err(e) = &removed {
+            errln!("lazaret state reset: warning: the reset is done, but its space was not reclaimed ({e}); the next `lazaret state reset` reclaims it");
+        }
+        (discarded, removed.is_ok())
     } else {
         // No Domain Store: the Domain never ran, so there is no anchor.
-        Vec::new()
+        (Vec::new(), true)
     };
     let done = if discarded.is_empty() {
         "Nothing to reset: the selected State Anchors hold nothing.\n".to_owned()
@@ -235,6 +251,7 @@ fn reset<P: ProcessSys>(
             },
             "paths": paths,
             "reset": !discarded.is_empty(),
+            "reclaimed": reclaimed,
         });
         let mut text = serde_json::to_string_pretty(&value).unwrap_or_default();
         text.push('\n');

@@ -554,10 +554,34 @@ fn wait_exit(handle: &ProcessHandle, timeout: Duration) -> io::Result<Option<Chi
 }
 
 /// Gives the entries of the workspace and of each read-write directory
-/// volume back to namespace 0:0, the developer.
-fn restore_owners(dirs: &[OwnedFd]) {
-    for dir in dirs {
-        restore_workspace_owner(dir);
+/// volume, and each read-write file volume itself, back to namespace 0:0,
+/// the developer.
+fn restore_owners(owned: &[(OwnedFd, VolumeSourceKind)]) {
+    for (fd, kind) in owned {
+        match kind {
+            VolumeSourceKind::Directory => restore_workspace_owner(fd),
+            VolumeSourceKind::File => restore_file_owner(fd),
+        }
+    }
+}
+
+/// A read-write file volume the sandbox re-owned goes back to 0:0 (the
+/// kernel clears its set-ID bits with the `chown`). A failure is logged.
+fn restore_file_owner(file: &OwnedFd) {
+    let restored = rustix::fs::statat(file, "", rustix::fs::AtFlags::EMPTY_PATH).and_then(|st| {
+        if (st.st_uid, st.st_gid) == (0, 0) {
+            return Ok(());
+        }
+        rustix::fs::chownat(
+            file,
+            "",
+            Some(rustix::fs::Uid::ROOT),
+            Some(rustix::fs::Gid::ROOT),
+            rustix::fs::AtFlags::EMPTY_PATH,
+        )
+    });
+    if let Err(e) = restored {
+        tracing::warn!(error = %e, "file volume ownership not restored");
     }
 }
 
@@ -994,16 +1018,17 @@ fn run_sandbox<N: NamespaceSys>(
     let workspace_fd = check_workspace(&RealSys, &workspace, plan.workspace_object)?;
     let volume_fds = check_volumes(&RealSys, &plan.volumes)?;
     // What the sandbox writes as another user is given back to the
-    // developer: the workspace and every read-write directory volume.
-    let owned: Vec<OwnedFd> = std::iter::once(workspace_fd)
-        .chain(
-            plan.volumes
-                .iter()
-                .zip(volume_fds)
-                .filter(|(v, _)| !v.read_only && v.kind == VolumeSourceKind::Directory)
-                .map(|(_, fd)| fd),
-        )
-        .collect();
+    // developer: the workspace and every read-write volume.
+    let owned: Vec<(OwnedFd, VolumeSourceKind)> =
+        std::iter::once((workspace_fd, VolumeSourceKind::Directory))
+            .chain(
+                plan.volumes
+                    .iter()
+                    .zip(volume_fds)
+                    .filter(|(v, _)| !v.read_only)
+                    .map(|(v, fd)| (fd, v.kind)),
+            )
+            .collect();
     // A generation that did not finish its ownership restore (a crash, a
     // reboot) left the marker: restore before this sandbox starts.
     let marker = PathBuf::from(&plan.owner_restore_marker);

@@ -37,8 +37,8 @@ use crate::userns::{plan_maps, spawn_in_user_namespace, Identity, RealHost, User
 /// it is removed.
 pub const DISCARD_DIR: &str = "discard";
 /// The deepest directory the removal enters (each level holds a
-/// descriptor).
-pub const MAX_DEPTH: usize = 512;
+/// descriptor); deeper ones are moved up first.
+pub const MAX_DEPTH: usize = 128;
 /// The most entries one removal looks at.
 pub const MAX_ENTRIES: u64 = 50_000_000;
 /// Names read from a directory before they are removed.
@@ -76,6 +76,8 @@ pub enum ResetError {
         to: PathBuf,
         source: io::Error,
     },
+    #[error("cannot write {path}'s entries to disk: {source}")]
+    Sync { path: PathBuf, source: io::Error },
     #[error("the discard directory {path} is no longer the directory the reset made (expected device {device} inode {inode})")]
     Changed {
         path: PathBuf,
@@ -90,8 +92,6 @@ pub enum ResetError {
     },
     #[error("{path} is on another file system (a mount inside discarded state); nothing beneath it was removed")]
     MountCrossing { path: PathBuf },
-    #[error("{path} is deeper than {MAX_DEPTH} directories; removal stopped")]
-    TooDeep { path: PathBuf },
     #[error("more than {MAX_ENTRIES} entries under {path}; removal stopped")]
     TooMany { path: PathBuf },
     #[error("the removal worker's user namespace: {0}")]
@@ -241,6 +241,24 @@ pub fn discard_anchor_state(
         }
         crash_point!(State, "reset", &format!("after-{kind}"), "DiscardUpper");
     }
+    // OR-5 across a power loss too: both directories' entries are on disk
+    // before anything is removed.
+    for (dir, at) in [(&discard, &discard_path), (&anchors, &anchors_path)] {
+        rustix::fs::fsync(dir).map_err(|e| ResetError::Sync {
+            path: at.clone(),
+            source: e.into(),
+        })?;
+    }
+    if let ResetScope::Anchor(_) = scope {
+        for kind in ["upper", "work"] {
+            if let Some(fd) = open_child(&anchors, kind, "anchors directory", &anchors_path)? {
+                rustix::fs::fsync(&fd).map_err(|e| ResetError::Sync {
+                    path: anchors_path.join(kind),
+                    source: e.into(),
+                })?;
+            }
+        }
+    }
     Ok(moved)
 }
 
@@ -288,7 +306,7 @@ pub fn remove_discarded(path: &Path, device: u64, inode: u64) -> Result<u64, Res
         });
     }
     let mut walk = Walk::default();
-    remove_children(&dir, path, st.st_dev, 0, &mut walk)?;
+    remove_children(&dir, &dir, path, st.st_dev, 0, &mut walk)?;
     Ok(walk.removed)
 }
 
@@ -321,20 +339,23 @@ struct Walk {
     seen: u64,
     /// Entries removed.
     removed: u64,
+    /// Subtrees moved up to the discard directory (names them).
+    hoisted: u64,
 }
 
+/// Removes what `dir` holds; `top` is the discard directory. A directory
+/// at the depth bound is not entered but moved up into `top`, whose loop
+/// reads it again: any depth the agent made is removed with at most
+/// [`MAX_DEPTH`] descriptors open.
 fn remove_children(
+    top: &OwnedFd,
     dir: &OwnedFd,
     at: &Path,
     device: u64,
     depth: usize,
     walk: &mut Walk,
 ) -> Result<(), ResetError> {
-    if depth > MAX_DEPTH {
-        return Err(ResetError::TooDeep {
-            path: at.to_owned(),
-        });
-    }
+    debug_assert!(depth < MAX_DEPTH);
     loop {
         let names = read_names(dir, at)?;
         if names.is_empty() {
@@ -362,9 +383,13 @@ fn remove_children(
                 if st.st_dev != device {
                     return Err(ResetError::MountCrossing { path });
                 }
+                if depth + 1 == MAX_DEPTH {
+                    hoist(top, dir, &name, &path, walk)?;
+                    continue;
+                }
                 let child = rustix::fs::openat(dir, name.as_os_str(), dir_flags(), Mode::empty())
                     .map_err(step("open", &path))?;
-                remove_children(&child, &path, device, depth + 1, walk)?;
+                remove_children(top, &child, &path, device, depth + 1, walk)?;
                 drop(child);
                 rustix::fs::unlinkat(dir, name.as_os_str(), AtFlags::REMOVEDIR)
                     .map_err(step("remove the directory", &path))?;
@@ -378,6 +403,43 @@ fn remove_children(
             }
         }
     }
+}
+
+/// Moves the directory `name` of `dir` up into the discard directory `top`
+/// under a name of its own.
+fn hoist(
+    top: &OwnedFd,
+    dir: &OwnedFd,
+    name: &OsStr,
+    path: &Path,
+    walk: &mut Walk,
+) -> Result<(), ResetError> {
+    for _ in 0..BATCH {
+        walk.hoisted += 1;
+        let target = format!("deep-{}-{}", std::process::id(), walk.hoisted);
+        match rustix::fs::renameat_with(
+            dir,
+            name,
+            top,
+            target.as_str(),
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => {
+                return Err(ResetError::Remove {
+                    step: "move up",
+                    path: path.to_owned(),
+                    source: e.into(),
+                })
+            }
+        }
+    }
+    Err(ResetError::Remove {
+        step: "move up",
+        path: path.to_owned(),
+        source: io::ErrorKind::AlreadyExists.into(),
+    })
 }
 
 /// Removes the (emptied) discard directory itself; one still holding
@@ -517,6 +579,23 @@ mod tests {
             Err(ResetError::Open { .. })
         ));
         assert!(outside.join("keep/file").is_file());
+    }
+
+    /// A chain deeper than the bound (the agent may make one) is removed
+    /// whole: its deep part is moved up and removed from there.
+    #[test]
+    fn a_chain_deeper_than_the_bound_is_removed() {
+        let (_dir, root) = domain();
+        let mut deep = root.join("anchors/upper/root");
+        for _ in 0..MAX_DEPTH + 40 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("f"), b"x").unwrap();
+        discard_anchor_state(&root, &ResetScope::All, "t").unwrap();
+        let (device, inode) = discard_identity(&root).unwrap().unwrap();
+        remove_discarded(&discard_path(&root), device, inode).unwrap();
+        assert!(discard_entries(&root).is_empty());
     }
 
     /// What an interrupted removal left is removed by the next one, with

@@ -15,7 +15,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, CWD};
 /// figures are marked incomplete.
 pub const MAX_ENTRIES: u64 = 10_000_000;
 /// The deepest directory level one walk enters.
-pub const MAX_DEPTH: usize = 512;
+pub const MAX_DEPTH: usize = 256;
 
 /// One anchor's upper, counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -110,6 +110,18 @@ pub fn anchors_usage(uppers: &Path) -> Result<Vec<AnchorUsage>, UsageError> {
             Ok(fd) => fd,
             // Not a directory (or a symlink put there): not an upper.
             Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => continue,
+            // An upper whose root another sandbox user owns privately (its
+            // image directory's owner and mode): named, not counted.
+            Err(rustix::io::Errno::ACCESS) => {
+                out.push(AnchorUsage {
+                    path,
+                    upper,
+                    unreadable: 1,
+                    complete: false,
+                    ..AnchorUsage::default()
+                });
+                continue;
+            }
             Err(e) => return Err(read_err(&upper)(e)),
         };
         let mut usage = AnchorUsage {

@@ -7,7 +7,9 @@
 //! Checked: the `anchors`, `upper` and `work` directories are directories
 //! (never symlinks) of the developer with mode 0700; each upper is a
 //! directory whose name decodes to a persistent path; no anchor directory
-//! is a mount point or has one beneath it; no interrupted reset left
+//! is a mount point or has one beneath it in the caller's mount table (the
+//! anchor mounts live only in a stopped RS's namespace, whose absence the
+//! caller's inactive hold already established); no interrupted reset left
 //! discarded state; the recorded lower is well formed and still exists; and
 //! inside the uppers there is no device node but whiteouts (character
 //! device 0:0). The walk is descriptor-relative, never follows a symlink
@@ -25,7 +27,7 @@ use super::LOWER_RECORD;
 /// The most entries one verification looks at.
 pub const MAX_ENTRIES: u64 = 10_000_000;
 /// The deepest directory walked.
-pub const MAX_DEPTH: usize = 512;
+pub const MAX_DEPTH: usize = 256;
 
 /// One structural problem.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -81,12 +83,35 @@ fn dir_flags() -> OFlags {
 }
 
 /// Mount points at or beneath `dir`, from `/proc/self/mountinfo` text
-/// (field 5 is the mount point, octal-escaped).
+/// (field 5 is the mount point, with space, tab, newline and backslash as
+/// three-digit octal escapes).
 pub fn mounts_beneath(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let unescape = |field: &str| {
+        let bytes = field.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let octal = bytes
+                .get(i + 1..i + 4)
+                .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
+            match octal {
+                Some(d) => {
+                    out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                    i += 4;
+                }
+                None => {
+                    out.push(bytes[i]);
+                    i += 1;
+                }
+            }
+        }
+        PathBuf::from(std::ffi::OsString::from_vec(out))
+    };
     mountinfo
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
-        .map(|m| PathBuf::from(m.replace("\\040", " ").replace("\\011", "\t")))
+        .map(unescape)
         .filter(|m| m.starts_with(dir))
         .collect()
 }
@@ -368,6 +393,16 @@ mod tests {
             .symlink_metadata()
             .unwrap()
             .is_symlink());
+    }
+
+    #[test]
+    fn mount_points_are_unescaped_before_they_are_compared() {
+        let info =
+            "36 25 0:32 / /d/a\\040b\\134c rw - tmpfs t rw\n37 25 0:33 / /other rw - tmpfs t rw\n";
+        assert_eq!(
+            mounts_beneath(info, Path::new("/d")),
+            [PathBuf::from("/d/a b\\c")]
+        );
     }
 
     #[test]
