@@ -33,6 +33,12 @@ pub enum NotInactive {
     Store(#[from] StoreError),
     #[error("generation {generation} of the Domain was not released (a crash): start the Domain once so it is recovered ({relaunch}), then try again")]
     Unrecovered { generation: u64, relaunch: String },
+    #[error("the Domain Store {store} records Domain {recorded}, not the located Domain {expected}; nothing was changed: inspect it with `lazaret state --domain-root`")]
+    OtherDomain {
+        store: PathBuf,
+        recorded: String,
+        expected: String,
+    },
     #[error("the Storage Catalog: {0}")]
     Catalog(#[source] CatalogError),
     #[error("the Storage Catalog still records a lease of generation {generation} of this Domain on a prepared lower: its release did not finish; start the Domain once so it is recovered, then try again")]
@@ -80,6 +86,25 @@ pub fn hold_inactive<P: ProcessSys>(
     let lock = acquire_patiently(&target.lock)?;
     let boot = procs.boot_id().map_err(NotInactive::BootId)?;
     let document = DomainStore::open(&lock, &target.store, boot)?.document()?;
+    // SR-11: the store at the located root must be this very Domain's.
+    if let Some(domain) = &document.domain {
+        let workspace = location.workspace.as_os_str().as_encoded_bytes();
+        if domain.domain_id.0 != location.domain_id.0
+            || domain.profile_name.as_str() != location.profile
+            || domain.canonical_workspace.as_bytes() != workspace
+        {
+            return Err(NotInactive::OtherDomain {
+                store: target.store.clone(),
+                recorded: format!(
+                    "{} (profile {:?}, workspace {})",
+                    domain.domain_id,
+                    domain.profile_name.as_str(),
+                    domain.canonical_workspace
+                ),
+                expected: location.domain_id.to_string(),
+            });
+        }
+    }
     if let Some(g) = document
         .generations
         .iter()
@@ -99,4 +124,122 @@ pub fn hold_inactive<P: ProcessSys>(
         });
     }
     Ok(lock)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+    use super::*;
+    use lazaret_effects::domain_root::DomainRootLayout;
+    use lazaret_effects::domain_store::StoreOp;
+    use lazaret_effects::process_identity::real::RealProcessSys;
+    use lazaret_effects::storage_catalog::ArtifactLease;
+    use lazaret_runtime::config::KeyPath;
+    use lazaret_runtime::config::{DomainIdV1, ProfileName as ConfigProfileName};
+    use lazaret_runtime::records::domain::{Domain, Generation};
+    use lazaret_runtime::records::ids::*;
+
+    /// A Domain whose store holds generation 1 with `decision`, recorded
+    /// for `workspace`; the located Domain is for `/home/dev/p`.
+    fn domain(dir: &Path, decision: &str, workspace: &str) -> (Target, DomainLocation) {
+        let profile = ConfigProfileName::parse(&KeyPath::root(), "dev").unwrap();
+        let id = DomainIdV1::compute(&profile, b"/home/dev/p").unwrap();
+        let root = dir.join("domains").join(id.to_string());
+        std::fs::create_dir_all(&root).unwrap();
+        let layout = DomainRootLayout::new(&root);
+        let lock = DomainLock::try_acquire(&layout.lock_path()).unwrap();
+        let boot = RealProcessSys.boot_id().unwrap();
+        let store = DomainStore::create(&lock, &layout.store_path(), boot).unwrap();
+        let domain_id = DomainId(id.0);
+        store
+            .apply(&[
+                StoreOp::PutDomain(Domain {
+                    domain_id,
+                    profile_name: ProfileName::new("dev").unwrap(),
+                    canonical_workspace: HostPath::new(workspace).unwrap(),
+                }),
+                StoreOp::InsertGeneration(Generation {
+                    domain_id,
+                    generation_id: GenerationId(1),
+                    configuration_fingerprint: ConfigurationFingerprint([2; 32]),
+                    coordinator_id: CoordinatorId([3; 16]),
+                    network_sidecar_id: NetworkSidecarId([4; 16]),
+                    sandbox_id: SandboxId([5; 16]),
+                    durable_decision: ModelValue::new(decision).unwrap(),
+                }),
+            ])
+            .unwrap();
+        drop(store);
+        drop(lock);
+        let target = Target {
+            located: None,
+            domain_root: root.clone(),
+            lock: layout.lock_path(),
+            store: layout.store_path(),
+            runtime: None,
+        };
+        let location = DomainLocation {
+            profile: "dev".to_owned(),
+            config_file: dir.join("config.toml"),
+            workspace: PathBuf::from("/home/dev/p"),
+            domain_id: id,
+            storage_root: dir.to_owned(),
+            storage_domain_root: root,
+            runtime_domain_root: dir.join("run"),
+            persistent_dirs: Vec::new(),
+        };
+        (target, location)
+    }
+
+    #[test]
+    fn an_unreleased_generation_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let (target, location) = domain(dir.path(), "Published", "/home/dev/p");
+        let refused = hold_inactive(&target, &location, "`lazaret dev`", &RealProcessSys)
+            .expect_err("a live generation was accepted");
+        assert!(
+            matches!(refused, NotInactive::Unrecovered { generation: 1, .. }),
+            "{refused}"
+        );
+        assert_eq!(refused.exit_code(), 1);
+    }
+
+    #[test]
+    fn a_store_of_another_domain_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let (target, location) = domain(dir.path(), "Vacant", "/home/dev/other");
+        let refused = hold_inactive(&target, &location, "`lazaret dev`", &RealProcessSys)
+            .expect_err("another Domain's store was accepted");
+        assert!(
+            matches!(refused, NotInactive::OtherDomain { .. }),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_lease_left_in_the_catalog_refuses_and_a_clean_domain_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let (target, location) = domain(dir.path(), "Vacant", "/home/dev/p");
+        let held = hold_inactive(&target, &location, "`lazaret dev`", &RealProcessSys).unwrap();
+        // Held: nobody else gets the lock meanwhile.
+        assert!(matches!(
+            DomainLock::try_acquire(&target.lock),
+            Err(DomainLockError::Held { .. })
+        ));
+        drop(held);
+        let catalog = StorageCatalog::at(&location.storage_root);
+        catalog
+            .insert_lease(&ArtifactLease {
+                artifact: PreparedArtifactId([9; 32]),
+                domain: DomainId(location.domain_id.0),
+                generation: GenerationId(1),
+            })
+            .unwrap();
+        let refused = hold_inactive(&target, &location, "`lazaret dev`", &RealProcessSys)
+            .expect_err("a held lease was accepted");
+        assert!(
+            matches!(refused, NotInactive::LeaseHeld { generation: 1 }),
+            "{refused}"
+        );
+    }
 }

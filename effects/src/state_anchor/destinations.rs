@@ -39,6 +39,8 @@ pub enum DestinationError {
     Open { path: PathBuf, source: io::Error },
     #[error("{path} in the State Anchor leads to a protected mount destination but is not a directory (a symlink or file was put there); remove it from the anchor (its upper) and launch again")]
     NotDirectory { path: PathBuf },
+    #[error("{path} in the State Anchor is a symbolic link or a file on the way to a volume's mount point; nothing was removed: launch without that volume, move the entry away inside the sandbox, and launch again")]
+    VolumePathBlocked { path: PathBuf },
     #[error("{path} in the State Anchor is {found} where a volume of kind {wanted} is mounted; nothing was removed: launch without that volume, move the entry away inside the sandbox, and launch again")]
     Occupied {
         path: PathBuf,
@@ -154,7 +156,10 @@ fn restore_one(
                     .map_err(step("open", at.clone()))?
             }
             Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
-                return Err(DestinationError::NotDirectory { path: at })
+                return Err(match on_mismatch {
+                    OnMismatch::Replace => DestinationError::NotDirectory { path: at },
+                    OnMismatch::Refuse => DestinationError::VolumePathBlocked { path: at },
+                })
             }
             Err(e) => return Err(step("open", at)(e)),
         };
@@ -332,6 +337,13 @@ mod tests {
                     ..
                 }
             ),
+            "{err}"
+        );
+        // A symlink on the way to one refuses with the volume's own advice.
+        let err = make_volume_mount_point(&anchor, Path::new("link/data"), Destination::Directory)
+            .unwrap_err();
+        assert!(
+            matches!(err, DestinationError::VolumePathBlocked { .. }),
             "{err}"
         );
         assert!(std::fs::symlink_metadata(anchor.join("link"))
