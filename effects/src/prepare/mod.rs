@@ -88,6 +88,14 @@ pub enum PrepareError {
     /// The preparer could not be run.
     #[error("cannot run the preparer {program}: {detail}")]
     Spawn { program: String, detail: String },
+    /// The image has a symlink (or a file) where Lazaret needs a directory
+    /// of its own on the way to a mount point.
+    #[error("image {manifest}: {link} is a symbolic link or a file on the way to Lazaret's mount point {path}; the image is refused (expected a directory there)")]
+    SymlinkedMountPath {
+        manifest: String,
+        path: String,
+        link: String,
+    },
     /// The preparer failed.
     #[error("{program} failed ({status}) preparing {manifest}: {stderr}")]
     Failed {
@@ -358,6 +366,35 @@ fn stage_tree(
     // The bundle's fixed mount points: runsc would otherwise create them in
     // this tree on every launch (it does so even with an in-memory overlay).
     // Created inside the namespace: the image may own `/` by a nonzero id.
+    // `mkdir`, `rm` and `touch` follow symlinks, and the image's are not
+    // Lazaret's: a path with one on the way is refused (a product mount
+    // point) or not made (a default persistent path, which a profile using
+    // it then refuses at launch), so nothing is created outside this tree.
+    let rootfs = stage.join("rootfs");
+    let manifest = record.manifest_digest.as_str();
+    // A directory mount point whole; a file's directories (`rm -f` removes
+    // a symlink at the file itself, it does not follow it).
+    let points = lazaret_runtime::bundle::MOUNT_POINTS
+        .iter()
+        .map(|p| (p, true));
+    let files = lazaret_runtime::bundle::MOUNT_FILES
+        .iter()
+        .map(|f| (f, false));
+    for (path, whole) in points.chain(files) {
+        if let Some(link) = symlink_on_the_way(&rootfs, path, whole)? {
+            return Err(PrepareError::SymlinkedMountPath {
+                manifest: manifest.to_owned(),
+                path: (*path).to_owned(),
+                link,
+            });
+        }
+    }
+    let mut defaults = Vec::new();
+    for p in lazaret_runtime::config::DEFAULT_PERSISTENT_DIRS {
+        if symlink_on_the_way(&rootfs, p, true)?.is_none() {
+            defaults.push(p);
+        }
+    }
     let mut mkdir: Vec<OsString> = vec!["-p".into(), "--".into()];
     mkdir.extend(
         lazaret_runtime::bundle::MOUNT_POINTS
@@ -365,7 +402,8 @@ fn stage_tree(
             // The default persistent paths (spec 3.2): each State Anchor's
             // lower and the bind destination runsc would otherwise create
             // in this tree.
-            .chain(lazaret_runtime::config::DEFAULT_PERSISTENT_DIRS.iter())
+            .copied()
+            .chain(defaults)
             .map(|p| format!("rootfs/{}", p.trim_start_matches('/')).into()),
     );
     let run = host.run_in_userns("mkdir", &mkdir, stage)?;
@@ -408,6 +446,37 @@ fn stage_tree(
         .map_err(|e| io_err("encode", &rec)(io::Error::other(e)))?;
     fs::write(&rec, text).map_err(io_err("write", &rec))?;
     Ok(())
+}
+
+/// The first component of `path` inside `rootfs` that exists and is not a
+/// directory (a symlink, or a file where a directory belongs), looked at
+/// without following anything; its last component too when `whole`. What
+/// does not exist yet is made fresh, so the walk stops there.
+fn symlink_on_the_way(
+    rootfs: &Path,
+    path: &str,
+    whole: bool,
+) -> Result<Option<String>, PrepareError> {
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let checked = if whole {
+        components.len()
+    } else {
+        components.len().saturating_sub(1)
+    };
+    let mut at = rootfs.to_owned();
+    let mut shown = String::new();
+    for c in &components[..checked] {
+        at.push(c);
+        shown.push('/');
+        shown.push_str(c);
+        match fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Ok(Some(shown)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("inspect", &at)(e)),
+        }
+    }
+    Ok(None)
 }
 
 /// Removes a staging directory whose tree may be owned by subordinate ids.

@@ -8,6 +8,8 @@ use oci_spec::image::{ImageConfiguration, ImageManifest};
 struct FakeHost {
     calls: Vec<String>,
     fail_unpack: bool,
+    /// A symlink the "image" holds: `rootfs/<name>` -> target.
+    link: Option<(String, PathBuf)>,
 }
 
 impl PrepareHost for FakeHost {
@@ -46,6 +48,10 @@ impl PrepareHost for FakeHost {
                 );
                 fs::create_dir_all(cwd.join("rootfs")).map_err(io_err("create", cwd))?;
                 fs::write(cwd.join("rootfs/unpacked"), "x").map_err(io_err("write", cwd))?;
+                if let Some((name, target)) = &self.link {
+                    std::os::unix::fs::symlink(target, cwd.join("rootfs").join(name))
+                        .map_err(io_err("link", cwd))?;
+                }
                 Ok(ok)
             }
             "mkdir" => {
@@ -179,6 +185,48 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
     let other =
         prepare(&mut host, dir.path(), &store, &img, &maps(200000)).map_err(|e| e.to_string())?;
     assert_ne!(other.record.artifact_id, first.record.artifact_id);
+    Ok(())
+}
+
+/// An image symlink on the way to a product mount point refuses the image
+/// before anything follows it; one at a default persistent path is left as
+/// it is (not made): nothing is ever created outside the tree.
+#[test]
+fn an_image_symlink_is_never_followed_out_of_the_tree() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = BlobStore::open(&dir.path().join("store")).map_err(|e| e.to_string())?;
+    let outside = dir.path().join("outside");
+    fs::create_dir_all(&outside).map_err(|e| e.to_string())?;
+    let mut host = FakeHost {
+        link: Some(("etc".to_owned(), outside.clone())),
+        ..Default::default()
+    };
+    let msg = prepare(&mut host, dir.path(), &store, &image()?, &maps(100000))
+        .map(|_| ())
+        .err()
+        .map(|e| e.to_string())
+        .ok_or("an image with /etc -> outside was prepared")?;
+    assert!(msg.contains("/etc is a symbolic link"), "{msg}");
+    assert!(
+        !host.calls.iter().any(|c| c.starts_with("mkdir")),
+        "{:?}",
+        host.calls
+    );
+    let mut host = FakeHost {
+        link: Some(("opt".to_owned(), outside.join("opt"))),
+        ..Default::default()
+    };
+    let lower = prepare(&mut host, dir.path(), &store, &image()?, &maps(100000))
+        .map_err(|e| e.to_string())?;
+    assert!(lower.rootfs.join("opt").is_symlink());
+    assert!(host
+        .calls
+        .iter()
+        .any(|c| c.starts_with("mkdir") && !c.contains("rootfs/opt")));
+    assert_eq!(
+        fs::read_dir(&outside).map_err(|e| e.to_string())?.count(),
+        0
+    );
     Ok(())
 }
 
