@@ -325,6 +325,18 @@ fn explicit_target(root: &Path) -> Result<Target, StateError> {
 
 /// The explicit checks of `--domain-root` (PROFILE, `--workspace`), or,
 /// for a located Domain, that the store records that very Domain (SR-11).
+/// Whether a Domain Store's Domain record is the located Domain's (SR-11:
+/// its ID, profile and canonical workspace).
+fn records_location(
+    domain: &lazaret_runtime::records::domain::Domain,
+    location: &DomainLocation,
+) -> bool {
+    domain.domain_id.0 == location.domain_id.0
+        && domain.profile_name.as_str() == location.profile
+        && domain.canonical_workspace.as_bytes()
+            == location.workspace.as_os_str().as_encoded_bytes()
+}
+
 fn check_owner(
     command: &StateCommand,
     target: &Target,
@@ -334,11 +346,7 @@ fn check_owner(
         return Ok(());
     };
     if let Some(location) = &target.located {
-        let workspace = location.workspace.as_os_str().as_encoded_bytes();
-        if domain.domain_id.0 == location.domain_id.0
-            && domain.profile_name.as_str() == location.profile
-            && domain.canonical_workspace.as_bytes() == workspace
-        {
+        if records_location(domain, location) {
             return Ok(());
         }
         return Err(StateError::OtherDomain {

@@ -88,11 +88,7 @@ pub fn hold_inactive<P: ProcessSys>(
     let document = DomainStore::open(&lock, &target.store, boot)?.document()?;
     // SR-11: the store at the located root must be this very Domain's.
     if let Some(domain) = &document.domain {
-        let workspace = location.workspace.as_os_str().as_encoded_bytes();
-        if domain.domain_id.0 != location.domain_id.0
-            || domain.profile_name.as_str() != location.profile
-            || domain.canonical_workspace.as_bytes() != workspace
-        {
+        if !super::records_location(domain, location) {
             return Err(NotInactive::OtherDomain {
                 store: target.store.clone(),
                 recorded: format!(
