@@ -450,7 +450,7 @@ fn a_flooding_session_does_not_stall_another_sessions_echo() {
     );
     let idle = round_trips(&quiet, "idle", 5);
 
-    let flood = "echo flood-starts; yes flood-line-of-text | head -c 2000000000; echo flood-done";
+    let flood = "echo flood-starts; yes flood-line-of-text | head -c 200000000000; echo flood-done";
     let flooder = domain.tmux(
         "flooder",
         &domain.pane(
