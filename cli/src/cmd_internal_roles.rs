@@ -1,7 +1,8 @@
 //! The hidden role subcommands of the process chain: `__coordinator` (the
 //! Host Coordinator), `__supervisor` (the Runtime Supervisor) and `__enter`
 //! (what an exec client runs as before it becomes `runsc exec`), and the
-//! removal worker of `lazaret state reset` (`__discard`).
+//! removal worker of `lazaret state reset` and `lazaret state gc`
+//! (`__remove-tree`).
 use crate::report::errln;
 use clap::Args;
 use lazaret_effects::coordinator::enter::{run_enter, EnterArgs, EnterError};
@@ -216,23 +217,22 @@ mod tests {
 }
 
 #[derive(Debug, Args)]
-pub struct DiscardCommand {
-    /// The Domain's discard directory.
+pub struct RemoveTreeCommand {
+    /// The directory to empty (reached without a symbolic link).
     #[arg(long)]
     dir: PathBuf,
-    /// Its device and inode as the reset opened it.
+    /// Its device and inode as the caller recorded them.
     #[arg(long)]
     device: u64,
     #[arg(long)]
     inode: u64,
 }
 
-/// Runs as root of the Domain's user namespace: removes what a reset moved
-/// into the discard directory (`state_anchor::reset::remove_discarded`).
-pub fn discard(args: DiscardCommand) -> ExitCode {
+/// Runs as root of the developer's user namespace: empties a directory
+/// (`tree_removal::remove_contents`).
+pub fn remove_tree(args: RemoveTreeCommand) -> ExitCode {
     init_diagnostics();
-    match lazaret_effects::state_anchor::reset::remove_discarded(&args.dir, args.device, args.inode)
-    {
+    match lazaret_effects::tree_removal::remove_contents(&args.dir, args.device, args.inode) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("{e}");

@@ -66,9 +66,9 @@ enum Command {
     /// Internal: an exec client entering the supervisor's namespaces.
     #[command(name = lazaret_effects::coordinator::ENTER_SUBCOMMAND, hide = true)]
     InternalEnter(cmd_internal_roles::EnterCommand),
-    /// Internal: the removal worker of `lazaret state reset`.
-    #[command(name = lazaret_effects::state_anchor::reset::DISCARD_SUBCOMMAND, hide = true)]
-    InternalDiscard(cmd_internal_roles::DiscardCommand),
+    /// Internal: the removal worker of `lazaret state reset` and `gc`.
+    #[command(name = lazaret_effects::tree_removal::REMOVE_SUBCOMMAND, hide = true)]
+    InternalRemoveTree(cmd_internal_roles::RemoveTreeCommand),
     /// `lazaret <profile> ...`
     #[command(external_subcommand)]
     Profile(Vec<OsString>),
@@ -116,7 +116,7 @@ fn main() -> ExitCode {
         Command::InternalCoordinator(args) => return cmd_internal_roles::coordinator(args),
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
-        Command::InternalDiscard(args) => return cmd_internal_roles::discard(args),
+        Command::InternalRemoveTree(args) => return cmd_internal_roles::remove_tree(args),
         Command::Doctor(args) => {
             return match &args.network {
                 Some(profile) => cmd_doctor::network(

@@ -11,7 +11,7 @@
 //! descriptor-relative from the Domain root, which is opened without
 //! following a symlink; nothing is followed below it (SR-14).
 //!
-//! What was discarded is then removed by [`remove_discarded`], which runs
+//! What was discarded is then removed by [`crate::tree_removal`], which runs
 //! as root of a verified user namespace with the Domain's maps (an upper
 //! holds files owned by subordinate IDs the developer cannot remove): a
 //! bounded walk that never follows a symlink and never crosses a mount. A
@@ -20,34 +20,18 @@
 //!
 //! The caller holds the Domain's lifecycle lock and has established that
 //! no generation is live (the CLI's `lazaret state reset`).
-use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, CWD};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, CWD};
 
-use crate::broker::exclusion::spawn_exclusion;
-use crate::broker::transient::{Limits, Transient, TransientError};
 use crate::crash_point::crash_point;
-use crate::userns::{plan_maps, spawn_in_user_namespace, Identity, RealHost, UsernsError};
+use crate::tree_removal::{self, RemovalError};
 
 /// The directory beside `upper` and `work` that holds discarded state until
 /// it is removed.
 pub const DISCARD_DIR: &str = "discard";
-/// The deepest directory the removal enters (each level holds a
-/// descriptor); deeper ones are moved up first.
-pub const MAX_DEPTH: usize = 128;
-/// The most entries one removal looks at.
-pub const MAX_ENTRIES: u64 = 50_000_000;
-/// Names read from a directory before they are removed.
-const BATCH: usize = 1024;
-/// The hidden subcommand of the removal worker.
-pub const DISCARD_SUBCOMMAND: &str = "__discard";
-/// How long the removal worker may run: far above what removing millions
-/// of files takes on a slow disk.
-const WORKER_LIMIT: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 
 /// What to reset.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,65 +62,27 @@ pub enum ResetError {
     },
     #[error("cannot write {path}'s entries to disk: {source}")]
     Sync { path: PathBuf, source: io::Error },
-    #[error("the discard directory {path} is no longer the directory the reset made (expected device {device} inode {inode})")]
-    Changed {
-        path: PathBuf,
-        device: u64,
-        inode: u64,
-    },
-    #[error("cannot {step} {path}: {source}")]
-    Remove {
-        step: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
-    #[error("{path} is on another file system (a mount inside discarded state); nothing beneath it was removed")]
-    MountCrossing { path: PathBuf },
-    #[error("more than {MAX_ENTRIES} entries under {path}; removal stopped")]
-    TooMany { path: PathBuf },
-    #[error("the removal worker's user namespace: {0}")]
-    Userns(#[source] UsernsError),
-    #[error("the removal worker: {0}")]
-    Worker(#[source] TransientError),
-    #[error("the removal worker failed ({status}): {stderr}")]
-    WorkerFailed { status: String, stderr: String },
+    #[error("cannot remove the discarded state: {0}")]
+    Removal(#[source] RemovalError),
+    #[error("cannot remove the emptied discard directory {path}: {source}")]
+    RemoveDiscard { path: PathBuf, source: io::Error },
 }
 
-/// Runs `program __discard` as root of a verified user namespace with the
-/// developer's subordinate maps (the Domain's), which removes everything in
-/// the discard directory of `storage_domain_root`, then removes the emptied
-/// directory. Nothing to do when there is no discard directory.
+/// Runs the removal worker ([`crate::tree_removal`]) on the discard
+/// directory of `storage_domain_root`, then removes the emptied directory.
+/// Nothing to do when there is no discard directory.
 pub fn run_removal_worker(program: &Path, storage_domain_root: &Path) -> Result<(), ResetError> {
     let Some((device, inode)) = discard_identity(storage_domain_root)? else {
         return Ok(());
     };
-    let me = Identity::current(&mut RealHost).map_err(ResetError::Userns)?;
-    let maps = plan_maps(&mut RealHost, &me).map_err(ResetError::Userns)?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.arg(DISCARD_SUBCOMMAND)
-        .arg("--dir")
-        .arg(discard_path(storage_domain_root))
-        .arg("--device")
-        .arg(device.to_string())
-        .arg("--inode")
-        .arg(inode.to_string())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    // The worker's spawn and its map helpers form one section.
-    let spawning = spawn_exclusion();
-    let child = spawn_in_user_namespace(cmd, &mut RealHost, &maps);
-    drop(spawning);
-    let child = child.map_err(ResetError::Userns)?;
-    let out = Transient::adopt(child, DISCARD_SUBCOMMAND.to_owned())
-        .and_then(|worker| worker.finish(b"", Limits::of(WORKER_LIMIT)))
-        .map_err(ResetError::Worker)?;
-    if !out.status.success() {
-        return Err(ResetError::WorkerFailed {
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
+    tree_removal::run_worker(
+        program,
+        &discard_path(storage_domain_root),
+        device,
+        inode,
+        None,
+    )
+    .map_err(ResetError::Removal)?;
     remove_discard_dir(storage_domain_root)
 }
 
@@ -287,161 +233,6 @@ pub fn discard_path(storage_domain_root: &Path) -> PathBuf {
     storage_domain_root.join("anchors").join(DISCARD_DIR)
 }
 
-/// Removes everything inside the discard directory `path`, which must be
-/// the directory `(device, inode)` reached without a symbolic link. Run
-/// as root of the Domain's user namespace; the directory itself stays (its
-/// owner, the developer, removes it).
-pub fn remove_discarded(path: &Path, device: u64, inode: u64) -> Result<u64, ResetError> {
-    let dir = open_dir_strict("discard directory", path)?;
-    let st = rustix::fs::fstat(&dir).map_err(|e| ResetError::Open {
-        what: "discard directory",
-        path: path.to_owned(),
-        source: e.into(),
-    })?;
-    if (st.st_dev, st.st_ino) != (device, inode) {
-        return Err(ResetError::Changed {
-            path: path.to_owned(),
-            device,
-            inode,
-        });
-    }
-    let mut walk = Walk::default();
-    remove_children(&dir, &dir, path, st.st_dev, 0, &mut walk)?;
-    Ok(walk.removed)
-}
-
-/// Up to [`BATCH`] names of `dir` other than `.` and `..`.
-fn read_names(dir: &OwnedFd, at: &Path) -> Result<Vec<OsString>, ResetError> {
-    let step = |e: rustix::io::Errno| ResetError::Remove {
-        step: "read the directory",
-        path: at.to_owned(),
-        source: e.into(),
-    };
-    let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(dir.as_fd()).map_err(step)? {
-        let entry = entry.map_err(step)?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        names.push(OsStr::from_bytes(name).to_owned());
-        if names.len() == BATCH {
-            break;
-        }
-    }
-    Ok(names)
-}
-
-/// The counts of one removal.
-#[derive(Default)]
-struct Walk {
-    /// Entries looked at (bounded by [`MAX_ENTRIES`]).
-    seen: u64,
-    /// Entries removed.
-    removed: u64,
-    /// Subtrees moved up to the discard directory (names them).
-    hoisted: u64,
-}
-
-/// Removes what `dir` holds; `top` is the discard directory. A directory
-/// at the depth bound is not entered but moved up into `top`, whose loop
-/// reads it again: any depth the agent made is removed with at most
-/// [`MAX_DEPTH`] descriptors open.
-fn remove_children(
-    top: &OwnedFd,
-    dir: &OwnedFd,
-    at: &Path,
-    device: u64,
-    depth: usize,
-    walk: &mut Walk,
-) -> Result<(), ResetError> {
-    debug_assert!(depth < MAX_DEPTH);
-    loop {
-        let names = read_names(dir, at)?;
-        if names.is_empty() {
-            return Ok(());
-        }
-        for name in names {
-            walk.seen += 1;
-            if walk.seen > MAX_ENTRIES {
-                return Err(ResetError::TooMany {
-                    path: at.to_owned(),
-                });
-            }
-            let path = at.join(&name);
-            let step = |step: &'static str, path: &Path| {
-                let path = path.to_owned();
-                move |e: rustix::io::Errno| ResetError::Remove {
-                    step,
-                    path,
-                    source: e.into(),
-                }
-            };
-            let st = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(step("inspect", &path))?;
-            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                if st.st_dev != device {
-                    return Err(ResetError::MountCrossing { path });
-                }
-                if depth + 1 == MAX_DEPTH {
-                    hoist(top, dir, &name, &path, walk)?;
-                    continue;
-                }
-                let child = rustix::fs::openat(dir, name.as_os_str(), dir_flags(), Mode::empty())
-                    .map_err(step("open", &path))?;
-                remove_children(top, &child, &path, device, depth + 1, walk)?;
-                drop(child);
-                rustix::fs::unlinkat(dir, name.as_os_str(), AtFlags::REMOVEDIR)
-                    .map_err(step("remove the directory", &path))?;
-            } else {
-                rustix::fs::unlinkat(dir, name.as_os_str(), AtFlags::empty())
-                    .map_err(step("remove", &path))?;
-            }
-            walk.removed += 1;
-            if walk.removed == 1 {
-                crash_point!(State, "discard", "after-first", "RemoveDiscarded");
-            }
-        }
-    }
-}
-
-/// Moves the directory `name` of `dir` up into the discard directory `top`
-/// under a name of its own.
-fn hoist(
-    top: &OwnedFd,
-    dir: &OwnedFd,
-    name: &OsStr,
-    path: &Path,
-    walk: &mut Walk,
-) -> Result<(), ResetError> {
-    for _ in 0..BATCH {
-        walk.hoisted += 1;
-        let target = format!("deep-{}-{}", std::process::id(), walk.hoisted);
-        match rustix::fs::renameat_with(
-            dir,
-            name,
-            top,
-            target.as_str(),
-            rustix::fs::RenameFlags::NOREPLACE,
-        ) {
-            Ok(()) => return Ok(()),
-            Err(rustix::io::Errno::EXIST) => {}
-            Err(e) => {
-                return Err(ResetError::Remove {
-                    step: "move up",
-                    path: path.to_owned(),
-                    source: e.into(),
-                })
-            }
-        }
-    }
-    Err(ResetError::Remove {
-        step: "move up",
-        path: path.to_owned(),
-        source: io::ErrorKind::AlreadyExists.into(),
-    })
-}
-
 /// Removes the (emptied) discard directory itself; one still holding
 /// something stays for the next reset.
 pub fn remove_discard_dir(storage_domain_root: &Path) -> Result<(), ResetError> {
@@ -453,8 +244,7 @@ pub fn remove_discard_dir(storage_domain_root: &Path) -> Result<(), ResetError> 
     };
     match rustix::fs::unlinkat(&anchors, DISCARD_DIR, AtFlags::REMOVEDIR) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
-        Err(e) => Err(ResetError::Remove {
-            step: "remove the directory",
+        Err(e) => Err(ResetError::RemoveDiscard {
             path: anchors_path.join(DISCARD_DIR),
             source: e.into(),
         }),
@@ -515,7 +305,7 @@ mod tests {
         assert!(again.is_empty());
         let (device, inode) = discard_identity(&root).unwrap().unwrap();
         assert_eq!(
-            remove_discarded(&discard_path(&root), device, inode).unwrap(),
+            tree_removal::remove_contents(&discard_path(&root), device, inode).unwrap(),
             6
         );
         remove_discard_dir(&root).unwrap();
@@ -561,22 +351,22 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("anchors/upper/root/out")).unwrap();
         discard_anchor_state(&root, &ResetScope::All, "t").unwrap();
         let (device, inode) = discard_identity(&root).unwrap().unwrap();
-        remove_discarded(&discard_path(&root), device, inode).unwrap();
+        tree_removal::remove_contents(&discard_path(&root), device, inode).unwrap();
         assert_eq!(std::fs::read(outside.join("keep/file")).unwrap(), b"host");
         // The worker refuses a discard directory that was replaced.
         let discard = discard_path(&root);
         std::fs::remove_dir(&discard).unwrap();
         std::fs::create_dir(&discard).unwrap();
         assert!(matches!(
-            remove_discarded(&discard, device, inode),
-            Err(ResetError::Changed { .. })
+            tree_removal::remove_contents(&discard, device, inode),
+            Err(RemovalError::Changed { .. })
         ));
         std::fs::remove_dir(&discard).unwrap();
         std::os::unix::fs::symlink(&outside, &discard).unwrap();
         let st = std::fs::metadata(&outside).unwrap();
         assert!(matches!(
-            remove_discarded(&discard, st.dev(), st.ino()),
-            Err(ResetError::Open { .. })
+            tree_removal::remove_contents(&discard, st.dev(), st.ino()),
+            Err(RemovalError::Open { .. })
         ));
         assert!(outside.join("keep/file").is_file());
     }
@@ -587,14 +377,14 @@ mod tests {
     fn a_chain_deeper_than_the_bound_is_removed() {
         let (_dir, root) = domain();
         let mut deep = root.join("anchors/upper/root");
-        for _ in 0..MAX_DEPTH + 40 {
+        for _ in 0..tree_removal::MAX_DEPTH + 40 {
             deep.push("d");
         }
         std::fs::create_dir_all(&deep).unwrap();
         std::fs::write(deep.join("f"), b"x").unwrap();
         discard_anchor_state(&root, &ResetScope::All, "t").unwrap();
         let (device, inode) = discard_identity(&root).unwrap().unwrap();
-        remove_discarded(&discard_path(&root), device, inode).unwrap();
+        tree_removal::remove_contents(&discard_path(&root), device, inode).unwrap();
         assert!(discard_entries(&root).is_empty());
     }
 
@@ -607,7 +397,7 @@ mod tests {
         discard_anchor_state(&root, &ResetScope::Anchor("usr".to_owned()), "t2").unwrap();
         assert_eq!(discard_entries(&root).len(), 4);
         let (device, inode) = discard_identity(&root).unwrap().unwrap();
-        remove_discarded(&discard_path(&root), device, inode).unwrap();
+        tree_removal::remove_contents(&discard_path(&root), device, inode).unwrap();
         assert!(discard_entries(&root).is_empty());
     }
 }
