@@ -220,6 +220,23 @@ ForgetPrepareOperation(a) ==
     /\ UNCHANGED <<artifact, lease, gen, pl, plArt, sa, refused, hc, rs,
                    anchorReq, mount, hcLosses, workerCrashes, leaseLost>>
 
+\* Catalog txn: an Intent operation whose worker is gone is forgotten when
+\* nothing is at its stage path, or only the stage it created before it
+\* could record it Owned: the worker writes into its stage only after
+\* RecordStageOwned, so that stage is empty, and the recovery removes it with
+\* rmdir, which removes nothing else. A foreign tree is retained. The update
+\* records what the removal physically took, as RecoverAbandonedStage does.
+ForgetAbandonedIntent(a) ==
+    /\ prep[a] = "Intent"
+    /\ worker[a] = "Dead"
+    /\ stage[a] \in {"Absent", "Own"}
+    /\ prep' = [prep EXCEPT ![a] = "None"]
+    /\ worker' = [worker EXCEPT ![a] = "Idle"]
+    /\ stage' = [stage EXCEPT ![a] = IF stage[a] = "Foreign"
+                                      THEN "ForeignRemoved" ELSE "Absent"]
+    /\ UNCHANGED <<artifact, lease, gen, pl, plArt, sa, refused, hc, rs,
+                   anchorReq, mount, hcLosses, workerCrashes, leaseLost>>
+
 \* =====================================================================
 \* Reclamation (OR-7)
 \* =====================================================================
@@ -528,6 +545,7 @@ Next ==
     \/ \E a \in Artifacts : ForeignTreeAppears(a)
     \/ \E a \in Artifacts : RecoverAbandonedStage(a)
     \/ \E a \in Artifacts : ForgetPrepareOperation(a)
+    \/ \E a \in Artifacts : ForgetAbandonedIntent(a)
     \/ \E a \in Artifacts : BeginReclaim(a)
     \/ \E a \in Artifacts : RemoveArtifact(a)
     \/ \E d \in Domains : AcquireDomainLock(d)
@@ -818,13 +836,15 @@ Live_Spec_CoordinatorLeavesOnlyClean ==
 \* Schemas.md Storage Catalog: the operation is recorded (Intent) as its
 \* worker starts, moves to Owned only by its running worker once its stage
 \* exists, and is retired by the worker's publication ("Only an owned
-\* operation can publish") or by GC once the exact stage is removed.
+\* operation can publish"), by GC once the exact stage is removed, or, an
+\* Intent whose worker is gone, with no stage left (ForgetAbandonedIntent).
 PrepStep(a) ==
     \/ prep'[a] = prep[a]
     \/ prep[a] = "None" /\ prep'[a] = "Intent" /\ worker'[a] = "Running"
     \/ prep[a] = "Intent" /\ prep'[a] = "Owned" /\ worker[a] = "Running" /\ stage[a] = "Own"
     \/ prep[a] = "Owned" /\ prep'[a] = "None" /\ worker[a] = "Running" /\ artifact'[a] = "Available"
     \/ prep[a] = "Owned" /\ prep'[a] = "None" /\ stage[a] = "Removed"
+    \/ prep[a] = "Intent" /\ prep'[a] = "None" /\ worker[a] = "Dead" /\ stage'[a] # "Own"
 
 Live_OR7_PrepareOperationLifecycle ==
     [][\A a \in Artifacts : PrepStep(a)]_vars
