@@ -18,6 +18,7 @@
 //! readable from here), 4 no Domain exists there, 1 any error, 2 bad usage.
 mod evidence;
 mod exclusive;
+pub mod gc;
 pub mod inspect;
 pub mod list;
 mod live;
@@ -96,6 +97,10 @@ pub enum StateAction {
     /// Check the structure of an inactive Domain's State Anchors under its
     /// lock, changing nothing.
     Verify(verify::VerifyCommand),
+    /// Reclaim the prepared images no running Domain uses (their next
+    /// launch prepares them again; persistent state is kept), and recover
+    /// abandoned preparations. --dry-run shows what would go.
+    Gc(gc::GcCommand),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +222,7 @@ pub fn run(command: StateCommand) -> ExitCode {
         Some(StateAction::List(list)) => return list::run(list),
         Some(StateAction::Inspect(inspect)) => return inspect::run(inspect),
         Some(StateAction::Verify(verify)) => return verify::run(verify),
+        Some(StateAction::Gc(gc)) => return gc::run(gc),
         None => command,
     };
     match inspect(&command, &RealSys, &ProcessEnvironment, &RealProcessSys) {

@@ -694,7 +694,12 @@ fn every_crash_point_of_a_launch_recovers() {
     let out = wait_bounded(env.spawn(&LAUNCH, None, Some(&log)), CLI_LIMIT, "the CLI").unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
     env.nothing_left().unwrap();
-    let points = passed(&log_lines(&log), false, &BTreeSet::new());
+    // The preparation's points are passed only by a launch that prepares:
+    // the preparation scenario's.
+    let points: Vec<Point> = passed(&log_lines(&log), false, &BTreeSet::new())
+        .into_iter()
+        .filter(|p| !p.spec.starts_with("prepare:"))
+        .collect();
     for role in ["hc", "rs", "wrapper", "cli"] {
         assert!(
             points
@@ -892,4 +897,100 @@ fn every_crash_point_of_a_reset_leaves_the_prior_or_an_empty_anchor() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+const GC: [&str; 3] = ["state", "gc", "--json"];
+
+/// Spec 3.6, OR-7: every crash point of a preparation (its process dies
+/// after the intent, after creating the stage, after recording it Owned,
+/// with the tree built, and after the publication's rename but before its
+/// catalog commit) is recovered by the next launch, which finds the
+/// abandoned operation by its lock, removes exactly what it recorded and
+/// prepares again. After each, the catalog holds one Available artifact
+/// and no operation, and `prepared/` holds that artifact alone. Each run
+/// starts with `lazaret state gc`, which reclaims the unleased artifact so
+/// the launch prepares.
+#[test]
+fn every_crash_point_of_a_preparation_recovers() {
+    let mut env = Env::new("prepare", &default_image());
+    let log = env.fresh_log("enumerate");
+    let out = wait_bounded(env.spawn(&LAUNCH, None, Some(&log)), CLI_LIMIT, "the CLI").unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    env.nothing_left().unwrap();
+    prepared_alone(&env).unwrap();
+    let points: Vec<Point> = passed(&log_lines(&log), false, &BTreeSet::new())
+        .into_iter()
+        .filter(|p| p.spec.starts_with("prepare:"))
+        .collect();
+    let specs: Vec<&str> = points.iter().map(|p| p.spec.as_str()).collect();
+    assert_eq!(
+        specs,
+        [
+            "prepare:operation:after-intent",
+            "prepare:operation:after-stage",
+            "prepare:operation:after-owned",
+            "prepare:operation:after-tree",
+            "prepare:operation:after-rename",
+        ]
+    );
+    let mut failures = Vec::new();
+    for (i, point) in points.iter().enumerate() {
+        if let Err(e) = crash_preparation(&mut env, i, point) {
+            eprintln!("crash point {} FAILED: {e}", point.spec);
+            failures.push(format!("{}: {e}", point.spec));
+            env.reset();
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One crash run of the preparation scenario.
+fn crash_preparation(env: &mut Env, i: usize, point: &Point) -> Result<(), String> {
+    let out = wait_bounded(env.spawn(&GC, None, None), CLI_LIMIT, "gc")?;
+    let json: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|e| format!("gc: {e}: {:?} {:?}", out.stdout, out.stderr))?;
+    if json["artifacts"][0]["action"] != "reclaimed" {
+        return Err(format!("gc did not reclaim the artifact: {json}"));
+    }
+    let log = env.fresh_log(&format!("crash-{i}"));
+    let out = wait_bounded(
+        env.spawn(&LAUNCH, Some(&point.spec), Some(&log)),
+        CLI_LIMIT,
+        "the CLI",
+    )?;
+    let ended = ending(&out, "out\n", Crashes::Nothing)?;
+    let fired = wait_for_line(&log, QUIET_LIMIT, |(verb, spec, _)| {
+        verb == "fired" && *spec == point.spec
+    });
+    if !fired {
+        return Err("the crash point was never reached".into());
+    }
+    recover_and_check(env)?;
+    prepared_alone(env)?;
+    eprintln!("crash point {}: {ended:?}, recovered", point.spec);
+    Ok(())
+}
+
+/// The catalog holds one Available artifact and no prepare operation, and
+/// `prepared/` holds exactly that artifact's directory.
+fn prepared_alone(env: &Env) -> Result<(), String> {
+    let storage = env.home.join(".local/share/lazaret");
+    let catalog = lazaret_effects::storage_catalog::StorageCatalog::at(&storage);
+    let operations = catalog.prepare_operations().map_err(|e| e.to_string())?;
+    let artifacts = catalog.artifacts().map_err(|e| e.to_string())?;
+    if !operations.is_empty() || artifacts.len() != 1 {
+        return Err(format!(
+            "catalog: operations {operations:?}, artifacts {artifacts:?}"
+        ));
+    }
+    let mut names: Vec<String> = std::fs::read_dir(storage.join("prepared"))
+        .map_err(|e| e.to_string())?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    names.sort();
+    if names != [artifacts[0].prepared_artifact_id.to_string()] {
+        return Err(format!("prepared/ holds {names:?}"));
+    }
+    Ok(())
 }

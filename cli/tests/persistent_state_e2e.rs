@@ -14,7 +14,7 @@ use support::{
 };
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The guest script's result helper: `r NAME CMD...` runs CMD and prints
 /// `NAME=<status>`.
@@ -32,6 +32,11 @@ r install dpkg -i /tmp/probe.deb
 /// Starts a session that keeps the Domain running until
 /// [`release_the_session`]; returns once it runs.
 fn hold_a_session(env: &Env) -> std::process::Child {
+    hold_a_session_in(env, &env.workspace)
+}
+
+/// [`hold_a_session`] for the Domain of `workspace`.
+fn hold_a_session_in(env: &Env, workspace: &Path) -> std::process::Child {
     let child = env
         .command(&[
             "default",
@@ -40,10 +45,11 @@ fn hold_a_session(env: &Env) -> std::process::Child {
             "-c",
             "touch /workspace/up; while [ ! -e /workspace/release ]; do sleep 0.05; done",
         ])
+        .current_dir(workspace)
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !env.workspace.join("up").exists() {
+    while !workspace.join("up").exists() {
         assert!(
             std::time::Instant::now() < deadline,
             "the session never started"
@@ -54,11 +60,16 @@ fn hold_a_session(env: &Env) -> std::process::Child {
 }
 
 /// Ends the session [`hold_a_session`] started.
-fn release_the_session(env: &Env, mut session: std::process::Child) {
-    std::fs::write(env.workspace.join("release"), b"").unwrap();
+fn release_the_session(env: &Env, session: std::process::Child) {
+    release_the_session_in(&env.workspace, session);
+}
+
+/// Ends the session [`hold_a_session_in`] started.
+fn release_the_session_in(workspace: &Path, mut session: std::process::Child) {
+    std::fs::write(workspace.join("release"), b"").unwrap();
     assert!(session.wait().unwrap().success());
-    let _ = std::fs::remove_file(env.workspace.join("release"));
-    let _ = std::fs::remove_file(env.workspace.join("up"));
+    let _ = std::fs::remove_file(workspace.join("release"));
+    let _ = std::fs::remove_file(workspace.join("up"));
 }
 
 /// The host files under the scenario's storage root whose path ends with
@@ -713,5 +724,94 @@ fn state_verify_finds_a_planted_device_and_refuses_a_running_domain() {
         "{}",
         text(&out.stderr)
     );
+    env.assert_nothing_left();
+}
+
+/// Spec 3.9, OR-7: `lazaret state gc` reclaims a prepared lower only after
+/// the last lease of every Domain sharing it is gone. Two Domains (two
+/// workspaces, one image) share one artifact; while either runs it is
+/// kept, a dry run changes nothing, and once both stopped it is reclaimed
+/// through the catalog (row and exact tree). A Domain's persistent state
+/// is not touched: its next launch prepares the image again and finds
+/// what it kept.
+#[test]
+fn gc_reclaims_a_shared_prepared_lower_only_after_its_last_lease() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-gc", &default_image());
+    let second = env.home.join("ws2");
+    std::fs::create_dir_all(&second).unwrap();
+    support::chown_tree(&second);
+    let gc = |args: &[&str]| -> serde_json::Value {
+        let mut argv = vec!["state", "gc", "--json"];
+        argv.extend_from_slice(args);
+        let out = env.run(&argv);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let artifacts = |json: &serde_json::Value| json["artifacts"].as_array().unwrap().clone();
+    assert!(artifacts(&gc(&[])).is_empty());
+
+    let first = hold_a_session(&env);
+    let out = env
+        .command(&["default", "--", "sh", "-c", "echo kept > /root/lz-gc"])
+        .current_dir(&second)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let held = hold_a_session_in(&env, &second);
+    let shared = gc(&[]);
+    let rows = artifacts(&shared);
+    assert_eq!(rows.len(), 1, "one artifact for both Domains: {shared}");
+    assert_eq!(rows[0]["action"], "in-use", "{shared}");
+    assert_eq!(rows[0]["leases"], 2, "{shared}");
+    let tree = PathBuf::from(rows[0]["path"].as_str().unwrap());
+    assert!(tree.join("rootfs/usr").is_dir());
+    release_the_session(&env, first);
+    // The first Domain's teardown ends after its last client: its lease
+    // goes then.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while env.catalog_leases().len() != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            env.catalog_leases()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let one_left = gc(&[]);
+    assert_eq!(artifacts(&one_left)[0]["action"], "in-use", "{one_left}");
+    assert_eq!(artifacts(&one_left)[0]["leases"], 1, "{one_left}");
+    release_the_session_in(&second, held);
+    env.assert_nothing_running();
+
+    let dry = gc(&["--dry-run"]);
+    assert_eq!(artifacts(&dry)[0]["action"], "would-reclaim", "{dry}");
+    assert!(tree.join("rootfs/usr").is_dir());
+    let done = gc(&[]);
+    assert_eq!(artifacts(&done)[0]["action"], "reclaimed", "{done}");
+    assert!(!tree.exists(), "{} is still there", tree.display());
+    assert!(artifacts(&gc(&[])).is_empty());
+    let prepared = env.home.join(".local/share/lazaret/prepared");
+    let left: Vec<_> = std::fs::read_dir(&prepared)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // The next launch prepares the image again; the Domain kept its state.
+    let out = env
+        .command(&["default", "--", "cat", "/root/lz-gc"])
+        .current_dir(&second)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "kept");
+    assert_eq!(artifacts(&gc(&["--dry-run"])).len(), 1);
     env.assert_nothing_left();
 }

@@ -81,6 +81,9 @@ mod hook {
         Cli,
         /// `lazaret state` maintenance: a reset and its removal worker.
         State,
+        /// A preparation of the prepared lower (run by the Host
+        /// Coordinator before its first model step).
+        Prepare,
     }
 
     impl Role {
@@ -91,6 +94,7 @@ mod hook {
                 Self::Wrapper => "wrapper",
                 Self::Cli => "cli",
                 Self::State => "state",
+                Self::Prepare => "prepare",
             }
         }
     }

@@ -1,7 +1,8 @@
-//! The Storage Catalog, lease half: the host-wide redb table of
-//! generation-to-artifact leases (spec 3.6 "Durable generation document
-//! refinement" and "physical lease-acquisition refinement", FR-17, OR-6;
-//! schemas.md "Storage Catalog").
+//! The Storage Catalog: the host-wide redb tables of prepared artifacts,
+//! prepare operations and generation-to-artifact leases (spec 3.6
+//! "Prepared lower", "Durable generation document refinement" and
+//! "physical lease-acquisition refinement", FR-17, OR-6, OR-7; schemas.md
+//! "Storage Catalog").
 //!
 //! The catalog is `<storage root>/catalog/catalog.redb`, beside its host-wide
 //! lock file `catalog.lock`. Every operation is one bounded section: an
@@ -16,22 +17,22 @@
 //! generation)`. Inserting it is model action `InsertCatalogLease` and
 //! removing it `RemoveCatalogLease` (`protocol/PreparedLower.tla`); both are
 //! idempotent so that a crash between the catalog commit and the Domain
-//! Store commit can be resumed.
+//! Store commit can be resumed. A lease is inserted only for an Available
+//! artifact. The artifact and operation rows are [`artifacts`]'.
 //!
-//! Not built yet: the PreparedArtifact and PrepareOperation rows and the
-//! prepare publication and reclamation operations the same lock covers
-//! (`prepare/` does not record its artifacts here yet). So `insert_lease`
-//! cannot yet refuse an artifact that is not Available (the model's
-//! `InsertCatalogLease` guard), and no caller-supplied recheck runs under
-//! the lock before `remove_lease` (spec 3.6 release step 4).
+//! Not built yet: no caller-supplied recheck runs under the lock before
+//! `remove_lease` (spec 3.6 release step 4).
+mod artifacts;
 mod error;
 mod lock;
 mod tables;
 #[cfg(test)]
 mod tests;
 
+pub use artifacts::{PrepareIntent, Published, Reclaim};
 pub use error::CatalogError;
 
+use lazaret_runtime::records::catalog::ArtifactState;
 use lazaret_runtime::records::codec;
 use lazaret_runtime::records::domain::StoreMetadata;
 use lazaret_runtime::records::ids::{DomainId, GenerationId, PreparedArtifactId};
@@ -106,6 +107,14 @@ struct Section {
     _lock: CatalogLock,
 }
 
+/// What a write section does when there is no catalog yet.
+enum Missing<T> {
+    /// Creates and initialises it.
+    Create,
+    /// Creates nothing and answers this.
+    Return(T),
+}
+
 /// What the metadata check found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Found {
@@ -153,51 +162,49 @@ impl StorageCatalog {
     /// Inserts the exact lease in one catalog transaction (spec 3.6
     /// acquisition step 2, model `InsertCatalogLease`). Creates and
     /// initialises the catalog if needed. An equal lease already present is
-    /// `AlreadyHeld` and changes nothing.
+    /// `AlreadyHeld` and changes nothing. Only an Available artifact is
+    /// leased: a missing or Reclaiming one refuses (the model's guard
+    /// `artifact[a] = "Available"`, OR-7), so a reclamation that began
+    /// never loses its tree to a new lease.
     pub fn insert_lease(&self, lease: &ArtifactLease) -> Result<LeaseInsert, CatalogError> {
         let _span = tracing::debug_span!("InsertCatalogLease", lease = ?lease).entered();
         let path = self.path.as_path();
-        let section = self.open_or_create()?;
-        let txn = section
-            .db
-            .begin_write()
-            .map_err(CatalogError::redb(path, "begin write"))?;
-        let mut changed = false;
-        if write_metadata(&txn, path)? == Found::Fresh {
-            // The metadata commits with the first row, or not at all.
-            initialise(&txn, path)?;
-            changed = true;
-        }
-        let outcome = {
+        self.write_section(Missing::Create, |txn| {
+            let key = tables::lease_key(lease);
             let mut table = txn
                 .open_table(tables::LEASES)
                 .map_err(CatalogError::redb(path, "open leases table"))?;
-            let key = tables::lease_key(lease);
             if table
                 .get(&key)
                 .map_err(CatalogError::redb(path, "read lease"))?
                 .is_some()
             {
-                LeaseInsert::AlreadyHeld
-            } else {
-                let held = table
-                    .len()
-                    .map_err(CatalogError::redb(path, "count leases"))?;
-                if held >= u64::try_from(self.max_leases).unwrap_or(u64::MAX) {
-                    return Err(CatalogError::Full {
-                        path: path.to_owned(),
-                        max: self.max_leases,
-                    });
-                }
-                table
-                    .insert(&key, ())
-                    .map_err(CatalogError::redb(path, "insert lease"))?;
-                changed = true;
-                LeaseInsert::Inserted
+                return Ok((LeaseInsert::AlreadyHeld, false));
             }
-        };
-        finish(txn, changed, path)?;
-        Ok(outcome)
+            match artifacts::artifact_in(txn, path, &lease.artifact)? {
+                Some(row) if row.state == ArtifactState::Available => {}
+                row => {
+                    return Err(CatalogError::ArtifactNotAvailable {
+                        path: path.to_owned(),
+                        artifact: lease.artifact,
+                        state: row.map(|row| row.state),
+                    })
+                }
+            }
+            let held = table
+                .len()
+                .map_err(CatalogError::redb(path, "count leases"))?;
+            if held >= u64::try_from(self.max_leases).unwrap_or(u64::MAX) {
+                return Err(CatalogError::Full {
+                    path: path.to_owned(),
+                    max: self.max_leases,
+                });
+            }
+            table
+                .insert(&key, ())
+                .map_err(CatalogError::redb(path, "insert lease"))?;
+            Ok((LeaseInsert::Inserted, true))
+        })
     }
 
     /// Removes only the exact lease in one catalog transaction (spec 3.6
@@ -206,31 +213,19 @@ impl StorageCatalog {
     pub fn remove_lease(&self, lease: &ArtifactLease) -> Result<LeaseRemoval, CatalogError> {
         let _span = tracing::debug_span!("RemoveCatalogLease", lease = ?lease).entered();
         let path = self.path.as_path();
-        let Some(section) = self.open_existing()? else {
-            return Ok(LeaseRemoval::AlreadyAbsent);
-        };
-        let txn = section
-            .db
-            .begin_write()
-            .map_err(CatalogError::redb(path, "begin write"))?;
-        if write_metadata(&txn, path)? == Found::Fresh {
-            finish(txn, false, path)?;
-            return Ok(LeaseRemoval::AlreadyAbsent);
-        }
-        let removed = {
+        self.write_section(Missing::Return(LeaseRemoval::AlreadyAbsent), |txn| {
             let mut table = txn
                 .open_table(tables::LEASES)
                 .map_err(CatalogError::redb(path, "open leases table"))?;
             let removed = table
                 .remove(&tables::lease_key(lease))
-                .map_err(CatalogError::redb(path, "remove lease"))?;
-            removed.is_some()
-        };
-        finish(txn, removed, path)?;
-        Ok(if removed {
-            LeaseRemoval::Removed
-        } else {
-            LeaseRemoval::AlreadyAbsent
+                .map_err(CatalogError::redb(path, "remove lease"))?
+                .is_some();
+            if removed {
+                Ok((LeaseRemoval::Removed, true))
+            } else {
+                Ok((LeaseRemoval::AlreadyAbsent, false))
+            }
         })
     }
 
@@ -238,26 +233,17 @@ impl StorageCatalog {
     pub fn lease_held(&self, lease: &ArtifactLease) -> Result<bool, CatalogError> {
         let _span = tracing::debug_span!("storage_catalog_lease_held", lease = ?lease).entered();
         let path = self.path.as_path();
-        let Some(section) = self.open_existing()? else {
-            return Ok(false);
-        };
-        let txn = section
-            .db
-            .begin_read()
-            .map_err(CatalogError::redb(path, "begin read"))?;
-        if read_metadata(&txn, path)? == Found::Fresh {
-            return Ok(false);
-        }
-        let table = match txn.open_table(tables::LEASES) {
-            Ok(table) => table,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(false),
-            Err(e) => return Err(CatalogError::redb(path, "open leases table")(e)),
-        };
-        let held = table
-            .get(&tables::lease_key(lease))
-            .map_err(CatalogError::redb(path, "read lease"))?
-            .is_some();
-        Ok(held)
+        let held = self.read_section(|txn| {
+            let Some(table) = read_table(txn, path, tables::LEASES, "open leases table")? else {
+                return Ok(false);
+            };
+            let held = table
+                .get(&tables::lease_key(lease))
+                .map_err(CatalogError::redb(path, "read lease"))?
+                .is_some();
+            Ok(held)
+        })?;
+        Ok(held == Some(true))
     }
 
     /// Every lease, sorted. Refuses a catalog holding more than
@@ -265,45 +251,102 @@ impl StorageCatalog {
     pub fn leases(&self) -> Result<Vec<ArtifactLease>, CatalogError> {
         let _span = tracing::debug_span!("storage_catalog_leases").entered();
         let path = self.path.as_path();
+        let leases = self.read_section(|txn| {
+            let Some(table) = read_table(txn, path, tables::LEASES, "open leases table")? else {
+                return Ok(Vec::new());
+            };
+            let too_many = || CatalogError::TooManyLeases {
+                path: path.to_owned(),
+                max: self.max_leases,
+            };
+            let count = table
+                .len()
+                .map_err(CatalogError::redb(path, "count leases"))?;
+            if usize::try_from(count).map_or(true, |count| count > self.max_leases) {
+                return Err(too_many());
+            }
+            let mut leases = Vec::new();
+            // Keys are in byte order, which is ArtifactLease's order.
+            for entry in table
+                .iter()
+                .map_err(CatalogError::redb(path, "list leases"))?
+            {
+                // `()` values: the row is only its key.
+                let (key, _) = entry.map_err(CatalogError::redb(path, "read lease"))?;
+                if leases.len() >= self.max_leases {
+                    return Err(too_many());
+                }
+                leases.push(tables::lease_from_key(&key.value()));
+            }
+            Ok(leases)
+        })?;
+        Ok(leases.unwrap_or_default())
+    }
+
+    /// One write section: the catalog opened under its lock, its metadata
+    /// checked, `body` run in one transaction that commits only when `body`
+    /// reports a change (with v1 metadata, when the catalog was new). A
+    /// missing or empty catalog is created, or answered without creating
+    /// anything, as `missing` says.
+    fn write_section<T>(
+        &self,
+        missing: Missing<T>,
+        body: impl FnOnce(&WriteTransaction) -> Result<(T, bool), CatalogError>,
+    ) -> Result<T, CatalogError> {
+        let path = self.path.as_path();
+        let (section, missing) = match missing {
+            Missing::Create => (self.open_or_create()?, None),
+            Missing::Return(answer) => match self.open_existing()? {
+                Some(section) => (section, Some(answer)),
+                None => return Ok(answer),
+            },
+        };
+        let txn = section
+            .db
+            .begin_write()
+            .map_err(CatalogError::redb(path, "begin write"))?;
+        let fresh = check_write_metadata(&txn, path)? == Found::Fresh;
+        if let (true, Some(answer)) = (fresh, missing) {
+            finish(txn, false, path)?;
+            return Ok(answer);
+        }
+        let (value, changed) = match body(&txn) {
+            Ok(done) => done,
+            Err(e) => {
+                // The refusal is the error to report; the abort only
+                // discards what `body` did.
+                if let Err(abort) = txn.abort() {
+                    tracing::warn!(error = %abort, "aborting a refused catalog transaction");
+                }
+                return Err(e);
+            }
+        };
+        if fresh && changed {
+            // The metadata commits with the first row, or not at all.
+            initialise(&txn, path)?;
+        }
+        finish(txn, changed, path)?;
+        Ok(value)
+    }
+
+    /// One read section; `None` when there is no catalog (or a new empty
+    /// one) to read.
+    fn read_section<T>(
+        &self,
+        body: impl FnOnce(&ReadTransaction) -> Result<T, CatalogError>,
+    ) -> Result<Option<T>, CatalogError> {
+        let path = self.path.as_path();
         let Some(section) = self.open_existing()? else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let txn = section
             .db
             .begin_read()
             .map_err(CatalogError::redb(path, "begin read"))?;
-        if read_metadata(&txn, path)? == Found::Fresh {
-            return Ok(Vec::new());
+        if check_read_metadata(&txn, path)? == Found::Fresh {
+            return Ok(None);
         }
-        let table = match txn.open_table(tables::LEASES) {
-            Ok(table) => table,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(CatalogError::redb(path, "open leases table")(e)),
-        };
-        let too_many = || CatalogError::TooManyLeases {
-            path: path.to_owned(),
-            max: self.max_leases,
-        };
-        let count = table
-            .len()
-            .map_err(CatalogError::redb(path, "count leases"))?;
-        if usize::try_from(count).map_or(true, |count| count > self.max_leases) {
-            return Err(too_many());
-        }
-        let mut leases = Vec::new();
-        // Keys are in byte order, which is ArtifactLease's order.
-        for entry in table
-            .iter()
-            .map_err(CatalogError::redb(path, "list leases"))?
-        {
-            // `()` values: the row is only its key.
-            let (key, _) = entry.map_err(CatalogError::redb(path, "read lease"))?;
-            if leases.len() >= self.max_leases {
-                return Err(too_many());
-            }
-            leases.push(tables::lease_from_key(&key.value()));
-        }
-        Ok(leases)
+        body(&txn).map(Some)
     }
 
     /// Opens the catalog under its lock, creating the directory (0700) and
@@ -423,6 +466,20 @@ fn finish(txn: WriteTransaction, changed: bool, path: &Path) -> Result<(), Catal
     }
 }
 
+/// A table of a read transaction, or `None` when no write created it yet.
+fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &ReadTransaction,
+    path: &Path,
+    table: redb::TableDefinition<'_, K, V>,
+    step: &'static str,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, CatalogError> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(CatalogError::redb(path, step)(e)),
+    }
+}
+
 /// Which tables a database holds, as far as the metadata check cares.
 struct Listing {
     metadata: bool,
@@ -466,7 +523,7 @@ impl Listing {
 
 /// The metadata check of a read section: runs before any other table is
 /// opened (schemas.md store-version paragraph).
-fn read_metadata(txn: &ReadTransaction, path: &Path) -> Result<Found, CatalogError> {
+fn check_read_metadata(txn: &ReadTransaction, path: &Path) -> Result<Found, CatalogError> {
     let listing = Listing::of(
         txn.list_tables()
             .map_err(CatalogError::redb(path, "list tables"))?,
@@ -485,7 +542,7 @@ fn read_metadata(txn: &ReadTransaction, path: &Path) -> Result<Found, CatalogErr
 
 /// The metadata check of a write section: the same, without creating the
 /// metadata table as a side effect of looking for it.
-fn write_metadata(txn: &WriteTransaction, path: &Path) -> Result<Found, CatalogError> {
+fn check_write_metadata(txn: &WriteTransaction, path: &Path) -> Result<Found, CatalogError> {
     let listing = Listing::of(
         txn.list_tables()
             .map_err(CatalogError::redb(path, "list tables"))?,

@@ -129,9 +129,10 @@ mod tests {
     use lazaret_effects::domain_root::DomainRootLayout;
     use lazaret_effects::domain_store::StoreOp;
     use lazaret_effects::process_identity::real::RealProcessSys;
-    use lazaret_effects::storage_catalog::ArtifactLease;
+    use lazaret_effects::storage_catalog::{ArtifactLease, Published};
     use lazaret_runtime::config::KeyPath;
     use lazaret_runtime::config::{DomainIdV1, ProfileName as ConfigProfileName};
+    use lazaret_runtime::records::catalog::{OperationId, PrepareOperation, PrepareStageState};
     use lazaret_runtime::records::domain::{Domain, Generation};
     use lazaret_runtime::records::ids::*;
 
@@ -224,6 +225,32 @@ mod tests {
         ));
         drop(held);
         let catalog = StorageCatalog::at(&location.storage_root);
+        // A lease names a published artifact.
+        let operation = PrepareOperation {
+            operation_id: OperationId([1; 16]),
+            expected_artifact_id: PreparedArtifactId([9; 32]),
+            source_identity: SourceIdentity::new("sha256:s").unwrap(),
+            selected_manifest_digest: SourceIdentity::new("sha256:m").unwrap(),
+            policy_id: Sha256Digest([0; 32]),
+            id_map_digest: Sha256Digest([0; 32]),
+            stage_path: HostPath::new(b"/s/prepared/.stage-01".to_vec()).unwrap(),
+            stage_state: PrepareStageState::Intent,
+            device: None,
+            inode: None,
+        };
+        catalog.record_prepare_intent(&operation).unwrap();
+        catalog
+            .record_stage_owned(operation.operation_id, 1, 2)
+            .unwrap();
+        catalog
+            .publish_artifact(operation.operation_id, |_| {
+                Ok(Published {
+                    path: HostPath::new(b"/s/prepared/09".to_vec()).unwrap(),
+                    device: 1,
+                    inode: 2,
+                })
+            })
+            .unwrap();
         catalog
             .insert_lease(&ArtifactLease {
                 artifact: PreparedArtifactId([9; 32]),

@@ -103,7 +103,10 @@ pub fn run(command: ListCommand) -> ExitCode {
 
 /// The configuration's Storage Root (the default when there is no
 /// configuration file).
-fn storage_root(config: Option<&str>, env: &dyn HostEnvironment) -> Result<PathBuf, ListError> {
+pub(super) fn storage_root(
+    config: Option<&str>,
+    env: &dyn HostEnvironment,
+) -> Result<PathBuf, ListError> {
     let path = config_source_path(config, env).map_err(ListError::Config)?;
     let document = match std::fs::read(&path) {
         Ok(bytes) => Some(decode_document(&bytes).map_err(ListError::Config)?),

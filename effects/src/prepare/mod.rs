@@ -14,27 +14,47 @@
 //! paths (the State Anchors' bind destinations), since runsc would
 //! otherwise create them inside the published tree.
 //!
-//! The tree is built in a staging directory and published by one rename; a
-//! later preparation of the same manifest with the same maps and preparer is
-//! a cache hit. A failed preparation removes its staging directory (inside
-//! the namespace, since the tree is owned by subordinate ids) and leaves
-//! nothing behind.
+//! Each preparation is a prepare operation of the Storage Catalog (spec 3.6,
+//! OR-7, schemas.md "Storage Catalog"; [`operation`]): its intent is
+//! recorded before the stage `prepared/.stage-<operation>` is created, the
+//! stage is recorded as Owned with its device and inode, the tree is built
+//! inside it, and publication renames it to `prepared/<artifact id>` under
+//! the catalog lock in the transaction that inserts the Available artifact.
+//! A later preparation of the same manifest with the same maps and preparer
+//! is a cache hit on that row. A failed preparation removes its exact stage
+//! through the removal worker and forgets its operation; one whose process
+//! died is recovered by the next preparation of the same artifact, or by
+//! `lazaret state gc`, once its operation lock shows no process of it is
+//! left.
+mod operation;
+
+pub use operation::{recover, PreparedDir, Recovery, PREPARED_DIR};
 
 use crate::broker::transient::{self, Limits, Transient};
-use crate::image::store::{BlobStore, Sha256};
+use crate::crash_point::crash_point;
+use crate::image::store::BlobStore;
 use crate::image::ResolvedImage;
+use crate::storage_catalog::{CatalogError, PrepareIntent, StorageCatalog};
+use crate::tree_removal::{self, RemovalError};
 use crate::userns::{spawn_in_user_namespace, MapKind, NamespaceMaps, RealHost};
+use lazaret_runtime::records::catalog::{
+    ArtifactState, OperationId, PrepareOperation, PrepareStageState, PreparedArtifact,
+};
+use lazaret_runtime::records::ids::{HostPath, PreparedArtifactId, Sha256Digest, SourceIdentity};
+use operation::OperationLock;
 use serde::{Deserialize, Serialize};
+use sha2::Digest;
 use std::ffi::OsString;
 use std::fs;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Version of the preparation recipe; part of the artifact identity.
 const RECIPE: &str =
-    "lazaret-prepared-lower v5: umoci raw unpack in verified userns, bundle mount points with the init and network directories and the default persistent paths, resolv.conf a regular file";
+    "lazaret-prepared-lower v6: umoci raw unpack in verified userns, bundle mount points with the init and network directories and the default persistent paths, resolv.conf a regular file, published through the Storage Catalog";
 /// The tag of the private one-manifest layout umoci reads.
 /// How long `umoci --version` may take.
 const VERSION_LIMIT: Duration = Duration::from_secs(30);
@@ -43,6 +63,14 @@ const VERSION_LIMIT: Duration = Duration::from_secs(30);
 /// the minutes a multi-gigabyte image takes on a slow disk.
 const WORKER_LIMIT: Duration = Duration::from_secs(30 * 60);
 const PRIVATE_TAG: &str = "lazaret";
+/// How often a preparation waiting for another one of the same artifact
+/// looks again.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+/// How long it waits in all: another preparation's workers are each bounded
+/// by [`WORKER_LIMIT`].
+const WAIT_LIMIT: Duration = Duration::from_secs(2 * 30 * 60);
+/// How many times one preparation starts over after waiting or recovering.
+const MAX_ATTEMPTS: usize = 4;
 
 /// The metadata stored next to a prepared rootfs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,8 +132,32 @@ pub enum PrepareError {
         status: String,
         stderr: String,
     },
+    /// A Storage Catalog step failed.
+    #[error(transparent)]
+    Catalog(CatalogError),
+    /// The artifact is being reclaimed by `lazaret state gc`.
+    #[error("prepared artifact {artifact} is being reclaimed by `lazaret state gc`; launch again when it has finished")]
+    Reclaiming { artifact: String },
+    /// An abandoned preparation of the same artifact holds a tree Lazaret
+    /// cannot prove it created.
+    #[error("an interrupted preparation of this image left {stage}, which is retained ({reason}); check it, remove it, then run `lazaret state gc`")]
+    Retained {
+        stage: PathBuf,
+        reason: &'static str,
+    },
+    /// Another preparation of the same artifact did not finish in time.
+    #[error(
+        "another preparation of prepared artifact {artifact} is still running after {waited:?}"
+    )]
+    StillPreparing { artifact: String, waited: Duration },
+    /// Preparation kept finding the artifact's slot taken.
+    #[error("prepared artifact {artifact}: gave up after {MAX_ATTEMPTS} attempts to record a preparation")]
+    Contended { artifact: String },
+    /// Removing a stage failed.
+    #[error("cannot remove the stage {path}: {source}")]
+    Removal { path: PathBuf, source: RemovalError },
     /// A published artifact's record is unreadable or belongs to another artifact.
-    #[error("{path} does not hold prepared artifact {expected}: {detail}; remove {dir} to prepare it again")]
+    #[error("{path} does not hold prepared artifact {expected}: {detail}; `lazaret state gc` reclaims the artifact so that the next launch prepares it again (a directory at {dir} that Lazaret did not record is left for you to remove)")]
     BadRecord {
         path: PathBuf,
         dir: PathBuf,
@@ -130,25 +182,41 @@ pub trait PrepareHost {
     /// The preparer's version string (part of the artifact identity).
     fn preparer_version(&mut self) -> Result<String, PrepareError>;
     /// Runs `program args` as root of a fresh verified user namespace with
-    /// the preparation maps, in `cwd`.
+    /// the preparation maps, in `cwd`. The worker inherits `hold` (its
+    /// operation's lock) for its whole life.
     fn run_in_userns(
         &mut self,
         program: &str,
         args: &[OsString],
         cwd: &Path,
+        hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError>;
+    /// Empties the directory `dir` if it is still `(device, inode)`, as
+    /// root of the same namespace (the tree is owned by subordinate IDs);
+    /// the worker inherits `hold` (a preparation's operation lock).
+    fn remove_tree(
+        &mut self,
+        dir: &Path,
+        device: u64,
+        inode: u64,
+        hold: Option<BorrowedFd<'_>>,
+    ) -> Result<(), PrepareError>;
 }
 
-/// The real host: umoci and rm from `PATH`, namespaces via [`crate::userns`].
+/// The real host: umoci, mkdir, rm and touch from `PATH`, namespaces via
+/// [`crate::userns`], removal through `program`'s removal worker
+/// ([`tree_removal`]).
 #[derive(Debug)]
 pub struct RealPrepareHost {
     maps: NamespaceMaps,
+    program: PathBuf,
 }
 
 impl RealPrepareHost {
-    /// A host whose workers run under `maps`.
-    pub fn new(maps: NamespaceMaps) -> Self {
-        RealPrepareHost { maps }
+    /// A host whose workers run under `maps`; `program` is the lazaret
+    /// executable, whose hidden `__remove-tree` removes trees.
+    pub fn new(maps: NamespaceMaps, program: PathBuf) -> Self {
+        RealPrepareHost { maps, program }
     }
 }
 
@@ -171,6 +239,7 @@ impl PrepareHost for RealPrepareHost {
         program: &str,
         args: &[OsString],
         cwd: &Path,
+        hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError> {
         let mut cmd = Command::new(program);
         cmd.args(args)
@@ -180,7 +249,12 @@ impl PrepareHost for RealPrepareHost {
             .stderr(Stdio::piped());
         // The worker's spawn and its map helpers form one section.
         let spawning = crate::broker::exclusion::spawn_exclusion();
+        let inherited = tree_removal::inheritable(hold).map_err(|e| PrepareError::Spawn {
+            program: program.into(),
+            detail: format!("cannot pass the operation lock: {e}"),
+        })?;
         let child = spawn_in_user_namespace(cmd, &mut RealHost, &self.maps);
+        drop(inherited);
         drop(spawning);
         let child = child.map_err(|e| PrepareError::Spawn {
             program: program.into(),
@@ -196,6 +270,21 @@ impl PrepareHost for RealPrepareHost {
             success: out.status.success(),
             status: out.status.to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+
+    fn remove_tree(
+        &mut self,
+        dir: &Path,
+        device: u64,
+        inode: u64,
+        hold: Option<BorrowedFd<'_>>,
+    ) -> Result<(), PrepareError> {
+        tree_removal::run_worker(&self.program, dir, device, inode, hold).map_err(|source| {
+            PrepareError::Removal {
+                path: dir.to_owned(),
+                source,
+            }
         })
     }
 }
@@ -216,6 +305,76 @@ fn io_err<'p>(step: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> P
     }
 }
 
+/// The identity of one preparation: what the artifact ID is computed from,
+/// and the catalog's view of it.
+struct ArtifactIdentity {
+    record: ArtifactRecord,
+    id: PreparedArtifactId,
+    policy_id: Sha256Digest,
+    id_map_digest: Sha256Digest,
+}
+
+fn sha256(text: &str) -> [u8; 32] {
+    sha2::Sha256::digest(text.as_bytes()).into()
+}
+
+impl ArtifactIdentity {
+    fn of(preparer: String, image: &ResolvedImage, maps: &NamespaceMaps) -> Self {
+        let (uid_map, gid_map) = (map_text(maps, MapKind::Uid), map_text(maps, MapKind::Gid));
+        let policy = format!("{RECIPE}\npreparer {preparer}\n");
+        let id_maps = format!("uid_map {uid_map}\ngid_map {gid_map}\n");
+        let identity = format!("{policy}manifest {}\n{id_maps}", image.manifest_digest);
+        let id = sha256(&identity);
+        ArtifactIdentity {
+            record: ArtifactRecord {
+                artifact_id: hex::encode(id),
+                manifest_digest: image.manifest_digest.to_string(),
+                source_reference: image.reference.to_string(),
+                preparer,
+                uid_map,
+                gid_map,
+            },
+            id: PreparedArtifactId(id),
+            policy_id: Sha256Digest(sha256(&policy)),
+            id_map_digest: Sha256Digest(sha256(&id_maps)),
+        }
+    }
+
+    /// A new operation of this artifact, as its intent records it.
+    fn operation(&self, dir: &PreparedDir) -> Result<PrepareOperation, PrepareError> {
+        let mut random = [0u8; 16];
+        let urandom = Path::new("/dev/urandom");
+        io::Read::read_exact(
+            &mut fs::File::open(urandom).map_err(io_err("open", urandom))?,
+            &mut random,
+        )
+        .map_err(io_err("read", urandom))?;
+        let operation_id = OperationId(random);
+        let stage = dir.stage_path(operation_id);
+        let value =
+            |what: &'static str, e: lazaret_runtime::records::ids::ValueError| PrepareError::Io {
+                step: what,
+                path: stage.clone(),
+                source: io::Error::other(e.to_string()),
+            };
+        let digest = SourceIdentity::new(self.record.manifest_digest.clone())
+            .map_err(|e| value("record the manifest digest of", e))?;
+        Ok(PrepareOperation {
+            operation_id,
+            expected_artifact_id: self.id,
+            source_identity: digest.clone(),
+            selected_manifest_digest: digest,
+            policy_id: self.policy_id,
+            id_map_digest: self.id_map_digest,
+            stage_path: HostPath::new(stage.as_os_str().as_encoded_bytes().to_vec())
+                .map_err(|e| value("record the path of", e))?,
+            stage_state: PrepareStageState::Intent,
+            device: None,
+            inode: None,
+        })
+    }
+}
+
 /// Prepares (or finds) the lower for `image` under `storage_root`.
 pub fn prepare(
     host: &mut dyn PrepareHost,
@@ -226,61 +385,175 @@ pub fn prepare(
 ) -> Result<PreparedLower, PrepareError> {
     let _span = tracing::info_span!("PrepareLower", manifest = %image.manifest_digest).entered();
     let preparer = host.preparer_version()?;
-    let (uid_map, gid_map) = (map_text(maps, MapKind::Uid), map_text(maps, MapKind::Gid));
-    let identity = format!(
-        "{RECIPE}\npreparer {preparer}\nmanifest {}\nuid_map {uid_map}\ngid_map {gid_map}\n",
-        image.manifest_digest
-    );
-    let record = ArtifactRecord {
-        artifact_id: Sha256::of(identity.as_bytes()).hex().to_owned(),
-        manifest_digest: image.manifest_digest.to_string(),
-        source_reference: image.reference.to_string(),
-        preparer,
-        uid_map,
-        gid_map,
-    };
-    let prepared = storage_root.join("prepared");
-    fs::create_dir_all(&prepared).map_err(io_err("create", &prepared))?;
-    let dir = prepared.join(&record.artifact_id);
-    if let Some(hit) = published(&dir, &record)? {
-        return Ok(hit);
-    }
-
-    let stage = prepared.join(format!(
-        ".staging-{}-{}",
-        record.artifact_id,
-        std::process::id()
-    ));
-    let outcome = stage_tree(host, store, image, &record, &stage);
-    let outcome = outcome.and_then(|()| match fs::rename(&stage, &dir) {
-        Ok(()) => Ok(false),
-        // Another preparer published the same artifact first.
-        Err(e) if published(&dir, &record).ok().flatten().is_some() => {
-            tracing::debug!(error = %e, "lost the publication race");
-            Ok(true)
+    let identity = ArtifactIdentity::of(preparer, image, maps);
+    let catalog = StorageCatalog::at(storage_root);
+    let dir = PreparedDir::open(storage_root)?;
+    for _ in 0..MAX_ATTEMPTS {
+        if let Some(row) = catalog
+            .artifact(&identity.id)
+            .map_err(PrepareError::Catalog)?
+        {
+            return cache_hit(&dir, &row, &identity.record);
         }
-        Err(e) => Err(io_err("publish", &dir)(e)),
-    });
-    match outcome {
-        Ok(lost_race) => {
-            if lost_race {
-                remove_stage(host, &prepared, &stage)?;
+        let op = identity.operation(&dir)?;
+        let lock = OperationLock::create(&dir, op.operation_id)?;
+        let intent = catalog.record_prepare_intent(&op);
+        let occupied = match intent {
+            Ok(PrepareIntent::Recorded) => {
+                crash_point!(Prepare, "operation", "after-intent", "RecordPrepareIntent");
+                return run_operation(host, &catalog, &dir, store, image, &identity, &op, lock);
             }
+            Ok(PrepareIntent::Published(row) | PrepareIntent::Reclaiming(row)) => {
+                lock.release(&dir)?;
+                return cache_hit(&dir, &row, &identity.record);
+            }
+            Ok(PrepareIntent::Occupied(other)) => other,
+            Err(e) => {
+                lock.release(&dir)?;
+                return Err(PrepareError::Catalog(e));
+            }
+        };
+        lock.release(&dir)?;
+        wait_or_recover(
+            host,
+            &catalog,
+            &dir,
+            &identity.record,
+            occupied.operation_id,
+        )?;
+    }
+    Err(PrepareError::Contended {
+        artifact: identity.record.artifact_id,
+    })
+}
+
+/// Another operation holds the artifact's slot: waits while a process of
+/// it lives, recovers it once none does.
+fn wait_or_recover(
+    host: &mut dyn PrepareHost,
+    catalog: &StorageCatalog,
+    dir: &PreparedDir,
+    record: &ArtifactRecord,
+    other: OperationId,
+) -> Result<(), PrepareError> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        match recover(host, catalog, dir, other)? {
+            Recovery::Recovered => return Ok(()),
+            Recovery::Retained { stage, reason } => {
+                return Err(PrepareError::Retained { stage, reason })
+            }
+            Recovery::Live => {}
+        }
+        if started.elapsed() >= WAIT_LIMIT {
+            return Err(PrepareError::StillPreparing {
+                artifact: record.artifact_id.clone(),
+                waited: WAIT_LIMIT,
+            });
+        }
+        if !said {
+            tracing::info!(operation = %other, "waiting for another preparation of the same image");
+            said = true;
+        }
+        std::thread::sleep(WAIT_POLL);
+    }
+}
+
+/// The recorded operation, from its stage to publication. Whatever fails
+/// on the way removes the exact stage and forgets the operation, so the
+/// catalog and the prepared directory are as before; the first error is
+/// the one reported.
+#[allow(clippy::too_many_arguments)] // the operation's inputs, each distinct
+fn run_operation(
+    host: &mut dyn PrepareHost,
+    catalog: &StorageCatalog,
+    dir: &PreparedDir,
+    store: &BlobStore,
+    image: &ResolvedImage,
+    identity: &ArtifactIdentity,
+    op: &PrepareOperation,
+    lock: OperationLock,
+) -> Result<PreparedLower, PrepareError> {
+    let stage = dir.stage_path(op.operation_id);
+    let built = dir
+        .create_stage(op.operation_id)
+        .and_then(|(device, inode)| {
+            crash_point!(Prepare, "operation", "after-stage", "CreateStage");
+            let owned = catalog
+                .record_stage_owned(op.operation_id, device, inode)
+                .map_err(PrepareError::Catalog)?;
+            crash_point!(Prepare, "operation", "after-owned", "RecordStageOwned");
+            stage_tree(host, store, image, &identity.record, &stage, lock.hold())?;
+            crash_point!(Prepare, "operation", "after-tree", "PublishArtifact");
+            catalog
+                .publish_artifact(op.operation_id, |owned| dir.publish(owned))
+                .map_err(PrepareError::Catalog)
+                .inspect_err(|_| tracing::debug!(operation = ?owned, "publication failed"))
+        });
+    match built {
+        Ok(row) => {
+            lock.release(dir)?;
             Ok(PreparedLower {
-                rootfs: dir.join("rootfs"),
-                dir,
-                record,
-                cache_hit: lost_race,
+                rootfs: PathBuf::from(row.path.to_string()).join("rootfs"),
+                dir: PathBuf::from(row.path.to_string()),
+                record: identity.record.clone(),
+                cache_hit: false,
             })
         }
         Err(e) => {
-            // Leave nothing behind; the original error is the one to report.
-            if let Err(cleanup) = remove_stage(host, &prepared, &stage) {
-                tracing::warn!(error = %cleanup, "could not remove the staging directory");
+            // Leave nothing behind, by the same recovery any later
+            // preparation or `lazaret state gc` would do, under the lock
+            // this operation holds; the original error is the one to report.
+            match operation::recover_held(host, catalog, dir, op.operation_id, &lock) {
+                Ok(Recovery::Recovered) => {
+                    if let Err(release) = lock.release(dir) {
+                        tracing::warn!(error = %release, "could not remove the operation lock");
+                    }
+                }
+                Ok(left) => tracing::warn!(?left, "the failed preparation's stage was retained"),
+                Err(cleanup) => {
+                    tracing::warn!(error = %cleanup, "could not remove the failed preparation's stage");
+                }
             }
             Err(e)
         }
     }
+}
+
+/// A published artifact: the catalog row's directory, still the recorded
+/// one, holding this artifact's record.
+fn cache_hit(
+    dir: &PreparedDir,
+    row: &PreparedArtifact,
+    record: &ArtifactRecord,
+) -> Result<PreparedLower, PrepareError> {
+    if row.state == ArtifactState::Reclaiming {
+        return Err(PrepareError::Reclaiming {
+            artifact: record.artifact_id.clone(),
+        });
+    }
+    let path = dir.path().join(&record.artifact_id);
+    let recorded = PathBuf::from(row.path.to_string());
+    let bad = |detail: String| PrepareError::BadRecord {
+        path: path.clone(),
+        dir: path.clone(),
+        expected: record.artifact_id.clone(),
+        detail,
+    };
+    if recorded != path {
+        return Err(bad(format!(
+            "the Storage Catalog records it at {}",
+            recorded.display()
+        )));
+    }
+    if dir.identity_of(&record.artifact_id)? != Some((row.device, row.inode)) {
+        return Err(bad(format!(
+            "it is not the directory the Storage Catalog recorded (device {} inode {})",
+            row.device, row.inode
+        )));
+    }
+    published(&path, record)?.ok_or_else(|| bad("it has no artifact.json".to_owned()))
 }
 
 /// The published artifact at `dir`, if there is one.
@@ -312,15 +585,15 @@ fn published(dir: &Path, record: &ArtifactRecord) -> Result<Option<PreparedLower
     }))
 }
 
-/// Builds the complete artifact directory at `stage`.
+/// Builds the complete artifact directory at `stage` (which exists, empty).
 fn stage_tree(
     host: &mut dyn PrepareHost,
     store: &BlobStore,
     image: &ResolvedImage,
     record: &ArtifactRecord,
     stage: &Path,
+    hold: BorrowedFd<'_>,
 ) -> Result<(), PrepareError> {
-    fs::create_dir(stage).map_err(io_err("create", stage))?;
     // A private layout naming exactly the resolved manifest, over the store's
     // verified blobs.
     let layout = stage.join("image");
@@ -354,7 +627,7 @@ fn stage_tree(
         format!("image:{PRIVATE_TAG}").into(),
         "rootfs".into(),
     ];
-    let run = host.run_in_userns("umoci", &args, stage)?;
+    let run = host.run_in_userns("umoci", &args, stage, hold)?;
     if !run.success {
         return Err(PrepareError::Failed {
             program: "umoci raw unpack".into(),
@@ -406,7 +679,7 @@ fn stage_tree(
             .chain(defaults)
             .map(|p| format!("rootfs/{}", p.trim_start_matches('/')).into()),
     );
-    let run = host.run_in_userns("mkdir", &mkdir, stage)?;
+    let run = host.run_in_userns("mkdir", &mkdir, stage, hold)?;
     if !run.success {
         return Err(PrepareError::Failed {
             program: "mkdir (bundle mount points)".into(),
@@ -424,7 +697,7 @@ fn stage_tree(
             ("rm", vec!["-f".into(), "--".into(), at.clone()]),
             ("touch", vec!["--".into(), at.clone()]),
         ] {
-            let run = host.run_in_userns(program, &args, stage)?;
+            let run = host.run_in_userns(program, &args, stage, hold)?;
             if !run.success {
                 return Err(PrepareError::Failed {
                     program: format!("{program} (bundle file mount point {file})"),
@@ -477,33 +750,6 @@ fn symlink_on_the_way(
         }
     }
     Ok(None)
-}
-
-/// Removes a staging directory whose tree may be owned by subordinate ids.
-fn remove_stage(
-    host: &mut dyn PrepareHost,
-    prepared: &Path,
-    stage: &Path,
-) -> Result<(), PrepareError> {
-    if fs::symlink_metadata(stage).is_err() {
-        return Ok(());
-    }
-    let args: Vec<OsString> = vec![
-        "-rf".into(),
-        "--one-file-system".into(),
-        "--".into(),
-        stage.as_os_str().to_owned(),
-    ];
-    let run = host.run_in_userns("rm", &args, prepared)?;
-    if !run.success || fs::symlink_metadata(stage).is_ok() {
-        return Err(PrepareError::Failed {
-            program: "rm -rf".into(),
-            manifest: stage.display().to_string(),
-            status: run.status,
-            stderr: run.stderr,
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

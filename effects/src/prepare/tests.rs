@@ -1,5 +1,6 @@
 use super::*;
 use crate::image::reference::ImageRef;
+use crate::image::store::Sha256;
 use crate::userns::{Identity, SubordinateRange};
 use oci_spec::image::{ImageConfiguration, ImageManifest};
 
@@ -17,11 +18,28 @@ impl PrepareHost for FakeHost {
         self.calls.push("version".into());
         Ok("umoci version fake".into())
     }
+    fn remove_tree(
+        &mut self,
+        dir: &Path,
+        device: u64,
+        inode: u64,
+        _hold: Option<BorrowedFd<'_>>,
+    ) -> Result<(), PrepareError> {
+        self.calls.push(format!("remove-tree {}", dir.display()));
+        // The real walker, as the worker runs it (the test owns the tree).
+        tree_removal::remove_contents(dir, device, inode)
+            .map(drop)
+            .map_err(|source| PrepareError::Removal {
+                path: dir.to_owned(),
+                source,
+            })
+    }
     fn run_in_userns(
         &mut self,
         program: &str,
         args: &[OsString],
         cwd: &Path,
+        _hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError> {
         let argv: Vec<String> = args
             .iter()
@@ -73,11 +91,6 @@ impl PrepareHost for FakeHost {
             "touch" => {
                 let target = cwd.join(&argv[1]);
                 fs::write(&target, "").map_err(io_err("touch", &target))?;
-                Ok(ok)
-            }
-            "rm" => {
-                let target = PathBuf::from(&argv[3]);
-                fs::remove_dir_all(&target).map_err(io_err("remove", &target))?;
                 Ok(ok)
             }
             _ => Ok(WorkerRun {
@@ -169,6 +182,25 @@ fn prepares_once_then_hits_the_cache() -> Result<(), String> {
     );
     // The protected resolv.conf's mount point is a regular file.
     assert!(first.rootfs.join("etc/resolv.conf").is_file());
+    // Published through the catalog: one Available row naming the exact
+    // directory, no operation left, no stage or lock beside it.
+    let catalog = StorageCatalog::at(dir.path());
+    let rows = catalog.artifacts().map_err(|e| e.to_string())?;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, ArtifactState::Available);
+    assert_eq!(PathBuf::from(rows[0].path.to_string()), first.dir);
+    assert_eq!(
+        hex::encode(rows[0].prepared_artifact_id.0),
+        first.record.artifact_id
+    );
+    assert_eq!(
+        catalog.prepare_operations().map_err(|e| e.to_string())?,
+        vec![]
+    );
+    assert_eq!(
+        entries(&dir.path().join("prepared"))?,
+        vec![first.record.artifact_id.clone()]
+    );
 
     let second =
         prepare(&mut host, dir.path(), &store, &img, &maps(100000)).map_err(|e| e.to_string())?;
@@ -247,17 +279,23 @@ fn a_failed_unpack_leaves_nothing_behind() -> Result<(), String> {
         "{msg}"
     );
     assert!(msg.ends_with(": boom"), "{msg}");
-    let left: Vec<_> = fs::read_dir(dir.path().join("prepared"))
-        .map_err(|e| e.to_string())?
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    // The exact stage went through the removal worker, the operation was
+    // forgotten and its lock removed.
+    assert_eq!(entries(&dir.path().join("prepared"))?, Vec::<String>::new());
     assert!(
-        host.calls
-            .last()
-            .is_some_and(|c| c.starts_with("rm -rf --one-file-system -- ")),
+        host.calls.last().is_some_and(|c| c.starts_with(&format!(
+            "remove-tree {}/prepared/.stage-",
+            dir.path().display()
+        ))),
         "{:?}",
         host.calls
     );
+    let catalog = StorageCatalog::at(dir.path());
+    assert_eq!(
+        catalog.prepare_operations().map_err(|e| e.to_string())?,
+        vec![]
+    );
+    assert_eq!(catalog.artifacts().map_err(|e| e.to_string())?, vec![]);
     Ok(())
 }
 
@@ -275,8 +313,147 @@ fn a_foreign_record_is_refused_with_the_fix() -> Result<(), String> {
         .err()
         .unwrap_or_default();
     assert!(
-        msg.contains("remove") && msg.contains("to prepare it again"),
+        msg.contains("`lazaret state gc` reclaims the artifact"),
         "{msg}"
+    );
+    Ok(())
+}
+
+/// The names in `dir`, sorted.
+fn entries(dir: &Path) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| e.to_string())? {
+        names.push(
+            entry
+                .map_err(|e| e.to_string())?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// An operation of `img` left as a preparer that died would leave it:
+/// intent recorded, the stage created (and recorded Owned when `owned`),
+/// a file in it, the lock file present but held by no process.
+fn abandoned(root: &Path, img: &ResolvedImage, owned: bool) -> Result<PathBuf, String> {
+    let e = |e: PrepareError| e.to_string();
+    let identity = ArtifactIdentity::of("umoci version fake".into(), img, &maps(100000));
+    let dir = PreparedDir::open(root).map_err(e)?;
+    let op = identity.operation(&dir).map_err(e)?;
+    let lock = OperationLock::create(&dir, op.operation_id).map_err(e)?;
+    let catalog = StorageCatalog::at(root);
+    assert_eq!(
+        catalog
+            .record_prepare_intent(&op)
+            .map_err(|e| e.to_string())?,
+        PrepareIntent::Recorded
+    );
+    let (device, inode) = dir.create_stage(op.operation_id).map_err(e)?;
+    if owned {
+        catalog
+            .record_stage_owned(op.operation_id, device, inode)
+            .map_err(|e| e.to_string())?;
+    }
+    let stage = dir.stage_path(op.operation_id);
+    fs::create_dir(stage.join("rootfs")).map_err(|e| e.to_string())?;
+    fs::write(stage.join("rootfs/half"), "x").map_err(|e| e.to_string())?;
+    // The preparer dies: its lock is released, its file stays.
+    drop(lock);
+    Ok(stage)
+}
+
+/// OR-7: an Owned operation whose process is gone is recovered by the next
+/// preparation of the same artifact (its exact stage removed through the
+/// worker), which then prepares it.
+#[test]
+fn an_abandoned_owned_stage_is_removed_by_the_next_preparation() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = BlobStore::open(&dir.path().join("store")).map_err(|e| e.to_string())?;
+    let img = image()?;
+    let stage = abandoned(dir.path(), &img, true)?;
+    let mut host = FakeHost::default();
+    let lower =
+        prepare(&mut host, dir.path(), &store, &img, &maps(100000)).map_err(|e| e.to_string())?;
+    assert!(!lower.cache_hit);
+    assert!(
+        host.calls
+            .contains(&format!("remove-tree {}", stage.display())),
+        "{:?}",
+        host.calls
+    );
+    assert!(!stage.exists());
+    assert_eq!(
+        entries(&dir.path().join("prepared"))?,
+        vec![lower.record.artifact_id]
+    );
+    Ok(())
+}
+
+/// An Intent operation whose stage holds something was interrupted before
+/// it recorded the stage as its own: it is retained, nothing is deleted,
+/// and the error says what to do. An empty one is removed and forgotten.
+#[test]
+fn an_unrecorded_stage_is_retained_unless_empty() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = BlobStore::open(&dir.path().join("store")).map_err(|e| e.to_string())?;
+    let img = image()?;
+    let stage = abandoned(dir.path(), &img, false)?;
+    let mut host = FakeHost::default();
+    let msg = prepare(&mut host, dir.path(), &store, &img, &maps(100000))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+        .err()
+        .unwrap_or_default();
+    assert!(
+        msg.contains(&stage.display().to_string()) && msg.contains("lazaret state gc"),
+        "{msg}"
+    );
+    assert!(stage.join("rootfs/half").is_file());
+    assert!(!host.calls.iter().any(|c| c.starts_with("remove-tree")));
+    // Emptied by hand: the next preparation forgets it and prepares.
+    fs::remove_dir_all(stage.join("rootfs")).map_err(|e| e.to_string())?;
+    let lower =
+        prepare(&mut host, dir.path(), &store, &img, &maps(100000)).map_err(|e| e.to_string())?;
+    assert!(!lower.cache_hit && !stage.exists());
+    Ok(())
+}
+
+/// While a process of the operation holds its lock, recovery leaves it.
+#[test]
+fn a_live_operation_is_never_recovered() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let img = image()?;
+    let e = |e: PrepareError| e.to_string();
+    let identity = ArtifactIdentity::of("umoci version fake".into(), &img, &maps(100000));
+    let prepared = PreparedDir::open(dir.path()).map_err(e)?;
+    let op = identity.operation(&prepared).map_err(e)?;
+    let lock = OperationLock::create(&prepared, op.operation_id).map_err(e)?;
+    let catalog = StorageCatalog::at(dir.path());
+    catalog
+        .record_prepare_intent(&op)
+        .map_err(|e| e.to_string())?;
+    let (device, inode) = prepared.create_stage(op.operation_id).map_err(e)?;
+    catalog
+        .record_stage_owned(op.operation_id, device, inode)
+        .map_err(|e| e.to_string())?;
+    let mut host = FakeHost::default();
+    assert_eq!(
+        recover(&mut host, &catalog, &prepared, op.operation_id).map_err(e)?,
+        Recovery::Live
+    );
+    assert!(prepared.stage_path(op.operation_id).is_dir());
+    drop(lock);
+    assert_eq!(
+        recover(&mut host, &catalog, &prepared, op.operation_id).map_err(e)?,
+        Recovery::Recovered
+    );
+    assert!(!prepared.stage_path(op.operation_id).exists());
+    assert_eq!(
+        catalog.prepare_operations().map_err(|e| e.to_string())?,
+        vec![]
     );
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Storage Catalog errors: one variant per failing step, each naming the
 //! path it concerns.
+use lazaret_runtime::records::catalog::{ArtifactState, OperationId, OperationShapeError};
 use lazaret_runtime::records::codec::CodecError;
+use lazaret_runtime::records::ids::PreparedArtifactId;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,6 +58,71 @@ pub enum CatalogError {
     Full { path: PathBuf, max: usize },
     #[error("Storage Catalog {path} holds more than {max} leases; refusing to list them")]
     TooManyLeases { path: PathBuf, max: usize },
+    #[error("Storage Catalog {path}: prepared artifact {artifact} is {}; only an Available artifact is leased (launch again to prepare it anew)", availability(.state))]
+    ArtifactNotAvailable {
+        path: PathBuf,
+        artifact: PreparedArtifactId,
+        state: Option<ArtifactState>,
+    },
+    #[error("Storage Catalog {path}: prepared artifact {artifact} is already recorded ({state:?}); refusing to publish over it")]
+    ArtifactExists {
+        path: PathBuf,
+        artifact: PreparedArtifactId,
+        state: ArtifactState,
+    },
+    #[error("Storage Catalog {path}: prepared artifact {artifact} is not being reclaimed; refusing to remove its row")]
+    NotReclaiming {
+        path: PathBuf,
+        artifact: PreparedArtifactId,
+    },
+    #[error("Storage Catalog {path}: a new prepare operation {operation} must be recorded as Intent with no device or inode")]
+    OperationNotIntent {
+        path: PathBuf,
+        operation: OperationId,
+    },
+    #[error("Storage Catalog {path}: prepare operation {operation} is not recorded")]
+    OperationMissing {
+        path: PathBuf,
+        operation: OperationId,
+    },
+    #[error("Storage Catalog {path}: prepare operation {operation} is not Owned; only an Owned operation publishes")]
+    OperationNotOwned {
+        path: PathBuf,
+        operation: OperationId,
+    },
+    #[error("Storage Catalog {path}: prepare operation {operation} is no longer the row this step expected")]
+    OperationChanged {
+        path: PathBuf,
+        operation: OperationId,
+    },
+    #[error("Storage Catalog {path}: {source}")]
+    OperationShape {
+        path: PathBuf,
+        source: OperationShapeError,
+    },
+    #[error("Storage Catalog {path}: a row is malformed: {source}")]
+    RowMalformed { path: PathBuf, source: CodecError },
+    #[error("Storage Catalog {path}: a {table} row does not match its key")]
+    RowKeyMismatch { path: PathBuf, table: &'static str },
+    #[error("cannot encode a Storage Catalog {path} row: {source}")]
+    EncodeRow { path: PathBuf, source: CodecError },
+    #[error("Storage Catalog {path} holds more than {max} {table} rows; refusing")]
+    TooManyRows {
+        path: PathBuf,
+        table: &'static str,
+        max: usize,
+    },
+    #[error("cannot publish the prepared stage at {path}: {source}")]
+    Publish { path: PathBuf, source: io::Error },
+}
+
+/// How an artifact that cannot be leased stands.
+fn availability(state: &Option<ArtifactState>) -> &'static str {
+    match state {
+        None => "not published",
+        Some(ArtifactState::Reclaiming) => "being reclaimed",
+        Some(ArtifactState::Available) => "Available",
+    }
 }
 
 impl CatalogError {

@@ -56,3 +56,23 @@ pub fn lease_from_key(key: &LeaseKey) -> ArtifactLease {
         generation: GenerationId(u64::from_be_bytes(generation)),
     }
 }
+
+/// schemas.md "Storage Catalog" `PreparedArtifact`: prepared-artifact ID ->
+/// postcard row.
+pub const ARTIFACTS: TableDefinition<'_, [u8; ARTIFACT_LEN], &[u8]> =
+    TableDefinition::new("prepared_artifacts");
+
+/// schemas.md "Storage Catalog" `PrepareOperation`: operation ID -> postcard
+/// row.
+pub const OPERATIONS: TableDefinition<'_, [u8; 16], &[u8]> =
+    TableDefinition::new("prepare_operations");
+
+/// The first and last lease keys of one artifact: its leases are exactly
+/// the keys between them.
+pub fn artifact_lease_range(artifact: &PreparedArtifactId) -> (LeaseKey, LeaseKey) {
+    let mut low = [0u8; LEASE_KEY_LEN];
+    let mut high = [0xffu8; LEASE_KEY_LEN];
+    low[..ARTIFACT_LEN].copy_from_slice(&artifact.0);
+    high[..ARTIFACT_LEN].copy_from_slice(&artifact.0);
+    (low, high)
+}

@@ -1,5 +1,9 @@
 use super::*;
+use lazaret_runtime::records::catalog::{
+    OperationId, PrepareOperation, PrepareStageState, PreparedArtifact,
+};
 use lazaret_runtime::records::domain::DOMAIN_STORE_SCHEMA_ID;
+use lazaret_runtime::records::ids::{HostPath, Sha256Digest, SourceIdentity};
 use redb::TableDefinition;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Barrier};
@@ -11,6 +15,43 @@ fn lease(artifact: u8, domain: u8, generation: u64) -> ArtifactLease {
         domain: DomainId([domain; 32]),
         generation: GenerationId(generation),
     }
+}
+
+/// A prepare operation for artifact `[artifact; 32]`.
+pub(super) fn operation(id: u8, artifact: u8) -> PrepareOperation {
+    PrepareOperation {
+        operation_id: OperationId([id; 16]),
+        expected_artifact_id: PreparedArtifactId([artifact; 32]),
+        source_identity: SourceIdentity::new("sha256:source").unwrap(),
+        selected_manifest_digest: SourceIdentity::new("sha256:manifest").unwrap(),
+        policy_id: Sha256Digest([5; 32]),
+        id_map_digest: Sha256Digest([6; 32]),
+        stage_path: HostPath::new(format!("/s/prepared/.stage-{id}").into_bytes()).unwrap(),
+        stage_state: PrepareStageState::Intent,
+        device: None,
+        inode: None,
+    }
+}
+
+/// Publishes artifact `[artifact; 32]` through the prepare-operation steps.
+pub(super) fn available(catalog: &StorageCatalog, artifact: u8) -> PreparedArtifact {
+    let op = operation(artifact, artifact);
+    assert_eq!(
+        catalog.record_prepare_intent(&op).unwrap(),
+        PrepareIntent::Recorded
+    );
+    catalog
+        .record_stage_owned(op.operation_id, 1, 100 + u64::from(artifact))
+        .unwrap();
+    catalog
+        .publish_artifact(op.operation_id, |_| {
+            Ok(Published {
+                path: HostPath::new(format!("/s/prepared/{artifact}").into_bytes()).unwrap(),
+                device: 1,
+                inode: 100 + u64::from(artifact),
+            })
+        })
+        .unwrap()
 }
 
 /// The metadata row as stored, read with redb directly.
@@ -44,6 +85,7 @@ fn at_does_no_io_and_names_the_layout() {
 fn an_inserted_lease_is_held_and_only_that_one() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
+    available(&catalog, 1);
     let held = lease(1, 2, 3);
     assert!(!catalog.lease_held(&held).unwrap());
     assert_eq!(catalog.insert_lease(&held).unwrap(), LeaseInsert::Inserted);
@@ -55,6 +97,7 @@ fn an_inserted_lease_is_held_and_only_that_one() {
 fn inserting_the_same_lease_again_is_already_held() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
+    available(&catalog, 1);
     let held = lease(1, 2, 3);
     assert_eq!(catalog.insert_lease(&held).unwrap(), LeaseInsert::Inserted);
     assert_eq!(
@@ -68,6 +111,7 @@ fn inserting_the_same_lease_again_is_already_held() {
 fn removing_the_exact_lease_then_again_is_already_absent() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
+    available(&catalog, 1);
     let held = lease(1, 2, 3);
     catalog.insert_lease(&held).unwrap();
     assert_eq!(catalog.remove_lease(&held).unwrap(), LeaseRemoval::Removed);
@@ -83,6 +127,7 @@ fn removing_the_exact_lease_then_again_is_already_absent() {
 fn removing_a_lease_that_differs_in_one_field_leaves_the_row() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
+    available(&catalog, 1);
     let held = lease(1, 2, 3);
     catalog.insert_lease(&held).unwrap();
     for other in [lease(9, 2, 3), lease(1, 9, 3), lease(1, 2, 9)] {
@@ -100,6 +145,9 @@ fn removing_a_lease_that_differs_in_one_field_leaves_the_row() {
 fn leases_are_listed_sorted_field_by_field() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
+    for artifact in 0..=2 {
+        available(&catalog, artifact);
+    }
     // Generation 256 after 2 (a little-endian key would put it first),
     // the artifact before the Domain, the Domain before the generation.
     let inserted = [
@@ -173,6 +221,13 @@ fn reads_on_a_missing_catalog_create_nothing() {
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(std::fs::metadata(catalog.path()).unwrap().len(), 0);
+    // A lease of an artifact never published refuses and writes no row.
+    assert!(matches!(
+        catalog.insert_lease(&l),
+        Err(CatalogError::ArtifactNotAvailable { state: None, .. })
+    ));
+    assert_eq!(raw_metadata(catalog.path()), None);
+    available(&catalog, 1);
     assert_eq!(catalog.insert_lease(&l).unwrap(), LeaseInsert::Inserted);
     assert_eq!(
         raw_metadata(catalog.path()).unwrap().schema_id,
@@ -181,7 +236,7 @@ fn reads_on_a_missing_catalog_create_nothing() {
 }
 
 #[test]
-fn a_new_database_without_tables_is_initialised_by_the_first_insert() {
+fn a_new_database_without_tables_is_initialised_by_the_first_write() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
     std::fs::create_dir(dir.path().join(CATALOG_DIR)).unwrap();
@@ -195,15 +250,17 @@ fn a_new_database_without_tables_is_initialised_by_the_first_insert() {
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(raw_metadata(catalog.path()), None);
-    assert_eq!(catalog.insert_lease(&l).unwrap(), LeaseInsert::Inserted);
+    available(&catalog, 1);
     assert!(raw_metadata(catalog.path()).is_some());
+    assert_eq!(catalog.insert_lease(&l).unwrap(), LeaseInsert::Inserted);
     assert_eq!(catalog.leases().unwrap(), vec![l]);
 }
 
 #[test]
-fn the_first_insert_creates_a_private_directory_and_v1_metadata_and_closes() {
+fn the_first_write_creates_a_private_directory_and_v1_metadata_and_closes() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
+    available(&catalog, 1);
     catalog.insert_lease(&lease(1, 2, 3)).unwrap();
     let mode = std::fs::metadata(dir.path().join(CATALOG_DIR))
         .unwrap()
@@ -413,6 +470,7 @@ fn the_lock_wait_is_bounded() {
     let wait = Duration::from_millis(100);
     let catalog = StorageCatalog::at(dir.path()).with_lock_wait(wait);
     let l = lease(1, 2, 3);
+    available(&catalog, 1);
     catalog.insert_lease(&l).unwrap();
     // Another open file description holds the lock, as another coordinator would.
     let holder = File::open(catalog.lock_path()).unwrap();
@@ -445,6 +503,7 @@ fn concurrent_inserts_from_two_threads_all_land() {
     let root = dir.path().to_owned();
     let per_thread = 16u64;
     let barrier = Arc::new(Barrier::new(2));
+    available(&StorageCatalog::at(&root), 7);
     let threads: Vec<_> = [1u8, 2u8]
         .into_iter()
         .map(|domain| {
@@ -477,6 +536,7 @@ fn concurrent_inserts_from_two_threads_all_land() {
 fn the_lease_count_is_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path()).with_max_leases(3);
+    available(&catalog, 1);
     for g in 0..3 {
         catalog.insert_lease(&lease(1, 2, g)).unwrap();
     }

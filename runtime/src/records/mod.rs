@@ -1,6 +1,7 @@
 //! Durable and protocol record shapes (schemas.md "Domain Store", "Host process
-//! identity and staged ownership", "Participant ownership", "Session terminal
+//! identity and staged ownership", "Participant ownership", "Storage Catalog", "Session terminal
 //! ownership") and their postcard codecs.
+pub mod catalog;
 pub mod codec;
 pub mod domain;
 pub mod ids;

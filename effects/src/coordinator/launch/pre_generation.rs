@@ -3,6 +3,7 @@
 //! user's subordinate ID maps, and the workspace still the object the
 //! configuration loaded. None of it is a model step: a failure here
 //! leaves no generation to release.
+use std::path::PathBuf;
 use std::time::Instant;
 
 use lazaret_runtime::config::{VolumeAccess, VolumeKind};
@@ -55,8 +56,14 @@ pub(super) fn prepare_launch(
     let started = Instant::now();
     let me = Identity::current(&mut RealHost).map_err(CoordinatorError::Userns)?;
     let maps = plan_maps(&mut RealHost, &me).map_err(CoordinatorError::Userns)?;
+    // The removal worker of a failed or abandoned preparation is this
+    // executable's `__remove-tree`.
+    let program = std::env::current_exe().map_err(|source| CoordinatorError::Io {
+        path: PathBuf::from("/proc/self/exe"),
+        source,
+    })?;
     let lower = prepare(
-        &mut RealPrepareHost::new(maps.clone()),
+        &mut RealPrepareHost::new(maps.clone(), program),
         &launch.storage_root,
         &blobs,
         &image,

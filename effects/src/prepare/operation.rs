@@ -1,0 +1,415 @@
+//! One prepare operation on the Storage Catalog (spec 3.6 "Prepared
+//! lower", OR-7; schemas.md "Storage Catalog"; `protocol/PreparedLower.tla`
+//! actions `RecordPrepareIntent`, `CreateStage`, `RecordStageOwned`,
+//! `PublishArtifact`, `RecoverAbandonedStage`, `ForgetPrepareOperation`).
+//!
+//! Everything happens beneath `<storage root>/prepared`, opened once without
+//! following a symbolic link: the stage `.stage-<operation>` is created
+//! there exclusively, published by a `RENAME_NOREPLACE` to `<artifact id>`,
+//! and removed only by the removal worker from its recorded device and
+//! inode. Nothing is removed by a path string.
+//!
+//! Whether an operation's worker is gone is proved by its lock,
+//! `.stage-<operation>.lock`: the preparer takes it before the intent is
+//! recorded, every worker it spawns inherits it, and it is released only
+//! after the operation is retired. A lock that can be taken therefore
+//! means no process of that operation is left, so its tree cannot change
+//! any more; recovery holds the lock while it acts.
+use super::{PrepareError, PrepareHost};
+use crate::crash_point::crash_point;
+use crate::storage_catalog::{CatalogError, StorageCatalog};
+use lazaret_runtime::records::catalog::{OperationId, PrepareOperation, PrepareStageState};
+use lazaret_runtime::records::ids::HostPath;
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, ResolveFlags, CWD};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// The directory of prepared artifacts under the Storage Root.
+pub const PREPARED_DIR: &str = "prepared";
+/// A stage's name is this followed by its operation ID.
+const STAGE_PREFIX: &str = ".stage-";
+/// An operation's lock is its stage's name followed by this.
+const LOCK_SUFFIX: &str = ".lock";
+
+/// `<storage root>/prepared`, open.
+#[derive(Debug)]
+pub struct PreparedDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// What recovery did with an operation whose worker is gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// Its exact stage (if any was left) was removed and the operation
+    /// forgotten: the artifact may be prepared again.
+    Recovered,
+    /// A process of the operation still holds its lock.
+    Live,
+    /// Retained fail-closed (OR-7): a tree Lazaret cannot prove it created
+    /// is at the stage path; nothing was deleted.
+    Retained {
+        stage: PathBuf,
+        reason: &'static str,
+    },
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+impl PreparedDir {
+    /// Opens (creating it 0700 when missing) `<storage_root>/prepared`,
+    /// reached without a symbolic link.
+    pub fn open(storage_root: &Path) -> Result<Self, PrepareError> {
+        let path = storage_root.join(PREPARED_DIR);
+        match rustix::fs::mkdir(&path, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(io_error("create", &path, e)),
+        }
+        let fd = rustix::fs::openat2(
+            CWD,
+            &path,
+            dir_flags(),
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| io_error("open (without following a symbolic link)", &path, e))?;
+        Ok(Self { fd, path })
+    }
+
+    /// Opens `<storage_root>/prepared` if it exists; creates nothing.
+    pub fn open_existing(storage_root: &Path) -> Result<Option<Self>, PrepareError> {
+        let path = storage_root.join(PREPARED_DIR);
+        match rustix::fs::openat2(
+            CWD,
+            &path,
+            dir_flags(),
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ) {
+            Ok(fd) => Ok(Some(Self { fd, path })),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_error(
+                "open (without following a symbolic link)",
+                &path,
+                e,
+            )),
+        }
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The stage path of `operation`.
+    pub fn stage_path(&self, operation: OperationId) -> PathBuf {
+        self.path.join(stage_name(operation))
+    }
+
+    /// The `(device, inode)` of the directory `name` here, not followed;
+    /// `None` when nothing is there (anything but a directory has an
+    /// identity no operation recorded).
+    pub fn identity_of(&self, name: &str) -> Result<Option<(u64, u64)>, PrepareError> {
+        match rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() => {
+                Ok(Some((st.st_dev, st.st_ino)))
+            }
+            // Anything else is not a tree this operation made.
+            Ok(_) => Ok(Some((u64::MAX, u64::MAX))),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_error("inspect", &self.path.join(name), e)),
+        }
+    }
+
+    /// Model `CreateStage`: the stage directory, created exclusively (it
+    /// fails when any entry holds the name); returns its identity.
+    pub fn create_stage(&self, operation: OperationId) -> Result<(u64, u64), PrepareError> {
+        let _span = tracing::debug_span!("CreateStage", %operation).entered();
+        let name = stage_name(operation);
+        let path = self.path.join(&name);
+        rustix::fs::mkdirat(&self.fd, name.as_str(), Mode::from_raw_mode(0o700))
+            .map_err(|e| io_error("create the stage", &path, e))?;
+        let stage = rustix::fs::openat(&self.fd, name.as_str(), dir_flags(), Mode::empty())
+            .map_err(|e| io_error("open the stage", &path, e))?;
+        let st = rustix::fs::fstat(&stage).map_err(|e| io_error("inspect", &path, e))?;
+        Ok((st.st_dev, st.st_ino))
+    }
+
+    /// The publication step of `PublishArtifact`, run under the catalog
+    /// lock: the stage, still the recorded directory, is renamed to the
+    /// artifact's name without replacing anything.
+    pub fn publish(
+        &self,
+        op: &PrepareOperation,
+    ) -> Result<crate::storage_catalog::Published, CatalogError> {
+        let stage = stage_name(op.operation_id);
+        let artifact = op.expected_artifact_id.to_string();
+        let stage_path = self.path.join(&stage);
+        let failed = |path: &Path| {
+            let path = path.to_owned();
+            move |e: rustix::io::Errno| CatalogError::Publish {
+                path,
+                source: e.into(),
+            }
+        };
+        let recorded = match op.evidence() {
+            Ok(Some(evidence)) => evidence,
+            _ => {
+                return Err(CatalogError::OperationNotOwned {
+                    path: stage_path,
+                    operation: op.operation_id,
+                })
+            }
+        };
+        let found = self
+            .identity_of(&stage)
+            .map_err(|e| CatalogError::Publish {
+                path: stage_path.clone(),
+                source: io::Error::other(e.to_string()),
+            })?;
+        if found != Some(recorded) {
+            return Err(CatalogError::Publish {
+                path: stage_path,
+                source: io::Error::other(
+                    "the stage is no longer the directory this operation created",
+                ),
+            });
+        }
+        rustix::fs::renameat_with(
+            &self.fd,
+            stage.as_str(),
+            &self.fd,
+            artifact.as_str(),
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(failed(&self.path.join(&artifact)))?;
+        rustix::fs::fsync(&self.fd).map_err(failed(&self.path))?;
+        // Renamed, not yet committed: recovery finds the tree at the
+        // artifact's name by the operation's recorded identity.
+        crash_point!(Prepare, "operation", "after-rename", "PublishArtifact");
+        let path = self.path.join(&artifact);
+        let host_path =
+            HostPath::new(path.as_os_str().as_encoded_bytes().to_vec()).map_err(|e| {
+                CatalogError::Publish {
+                    path: path.clone(),
+                    source: io::Error::other(e.to_string()),
+                }
+            })?;
+        Ok(crate::storage_catalog::Published {
+            path: host_path,
+            device: recorded.0,
+            inode: recorded.1,
+        })
+    }
+
+    /// Removes the directory `name` here if it is still `(device, inode)`:
+    /// its contents through the removal worker, then the emptied directory
+    /// itself (the developer's). `hold` is a preparation's operation lock,
+    /// which the worker inherits. Returns whether there was anything to remove.
+    pub fn remove_exact(
+        &self,
+        host: &mut dyn PrepareHost,
+        name: &str,
+        evidence: (u64, u64),
+        hold: Option<BorrowedFd<'_>>,
+    ) -> Result<bool, PrepareError> {
+        let path = self.path.join(name);
+        if self.identity_of(name)? != Some(evidence) {
+            return Ok(false);
+        }
+        host.remove_tree(&path, evidence.0, evidence.1, hold)?;
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
+            .map_err(|e| io_error("remove the emptied directory", &path, e))?;
+        Ok(true)
+    }
+}
+
+impl PreparedDir {
+    /// Removes the directory `name` here only if it is empty (`rmdir`
+    /// cannot remove anything else); whether it did.
+    fn remove_empty(&self, name: &str) -> Result<bool, PrepareError> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
+            Ok(()) => Ok(true),
+            Err(
+                rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST | rustix::io::Errno::NOTDIR,
+            ) => Ok(false),
+            Err(e) => Err(io_error("remove the empty stage", &self.path.join(name), e)),
+        }
+    }
+}
+
+/// `.stage-<operation>`.
+fn stage_name(operation: OperationId) -> String {
+    format!("{STAGE_PREFIX}{operation}")
+}
+
+fn io_error(step: &'static str, path: &Path, e: rustix::io::Errno) -> PrepareError {
+    PrepareError::Io {
+        step,
+        path: path.to_owned(),
+        source: e.into(),
+    }
+}
+
+/// The liveness lock of one operation (see the module comment).
+#[derive(Debug)]
+pub struct OperationLock {
+    fd: OwnedFd,
+    name: String,
+    path: PathBuf,
+}
+
+impl OperationLock {
+    /// A new operation's lock: created exclusively and taken, before its
+    /// intent is recorded.
+    pub fn create(dir: &PreparedDir, operation: OperationId) -> Result<Self, PrepareError> {
+        let name = format!("{}{LOCK_SUFFIX}", stage_name(operation));
+        let path = dir.path.join(&name);
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            name.as_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_error("create the operation lock", &path, e))?;
+        rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
+            .map_err(|e| io_error("lock", &path, e))?;
+        Ok(Self { fd, name, path })
+    }
+
+    /// Takes an existing operation's lock if no process of it holds it
+    /// (creating the file when it is missing, as after a power loss);
+    /// `None` while one does.
+    pub fn take(dir: &PreparedDir, operation: OperationId) -> Result<Option<Self>, PrepareError> {
+        let name = format!("{}{LOCK_SUFFIX}", stage_name(operation));
+        let path = dir.path.join(&name);
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            name.as_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_error("open the operation lock", &path, e))?;
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(Self { fd, name, path })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(io_error("lock", &path, e)),
+        }
+    }
+
+    /// The descriptor workers inherit.
+    pub fn hold(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Removes the lock file, then releases the lock, once the operation is
+    /// retired (published, or forgotten) or was never recorded.
+    pub fn release(self, dir: &PreparedDir) -> Result<(), PrepareError> {
+        match rustix::fs::unlinkat(&dir.fd, self.name.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(io_error("remove the operation lock", &self.path, e)),
+        }
+    }
+}
+
+/// Recovers an operation found in the catalog (OR-7): when its lock can be
+/// taken, its worker is gone, so
+/// - an Owned operation: the exact stage (by its recorded device and
+///   inode) is removed (`RecoverAbandonedStage`), and so is a tree at the
+///   artifact's name with that identity (a publication whose catalog
+///   commit was lost), then the operation is forgotten
+///   (`ForgetPrepareOperation`);
+/// - an Intent operation is forgotten (`ForgetAbandonedIntent`) when
+///   nothing is at its stage path, or only an empty directory (the stage
+///   it created before a crash kept it from recording it as Owned; its
+///   worker starts only after that, so nothing was written into it, and
+///   `rmdir` removes nothing else);
+/// - anything else at the stage path is retained and reported.
+///
+/// The row is read again under the operation's lock, so an operation that
+/// finished meanwhile is left alone.
+pub fn recover(
+    host: &mut dyn PrepareHost,
+    catalog: &StorageCatalog,
+    dir: &PreparedDir,
+    operation: OperationId,
+) -> Result<Recovery, PrepareError> {
+    let Some(lock) = OperationLock::take(dir, operation)? else {
+        return Ok(Recovery::Live);
+    };
+    let outcome = recover_held(host, catalog, dir, operation, &lock)?;
+    if outcome == Recovery::Recovered {
+        lock.release(dir)?;
+    }
+    Ok(outcome)
+}
+
+/// [`recover`] by the holder of the operation's lock (the operation's own
+/// preparer cleaning up after a failure, or a recovery that took it).
+pub(super) fn recover_held(
+    host: &mut dyn PrepareHost,
+    catalog: &StorageCatalog,
+    dir: &PreparedDir,
+    operation: OperationId,
+    lock: &OperationLock,
+) -> Result<Recovery, PrepareError> {
+    let current = catalog
+        .prepare_operations()
+        .map_err(PrepareError::Catalog)?
+        .into_iter()
+        .find(|op| op.operation_id == operation);
+    match current {
+        None => Ok(Recovery::Recovered),
+        Some(op) => recover_row(host, catalog, dir, &op, lock),
+    }
+}
+
+fn recover_row(
+    host: &mut dyn PrepareHost,
+    catalog: &StorageCatalog,
+    dir: &PreparedDir,
+    op: &PrepareOperation,
+    lock: &OperationLock,
+) -> Result<Recovery, PrepareError> {
+    let stage = stage_name(op.operation_id);
+    let stage_path = dir.path.join(&stage);
+    let found = dir.identity_of(&stage)?;
+    match (op.stage_state, op.evidence()) {
+        (PrepareStageState::Owned, Ok(Some(evidence))) => {
+            if found.is_some() && found != Some(evidence) {
+                return Ok(Recovery::Retained {
+                    stage: stage_path,
+                    reason: "it is not the directory the operation recorded",
+                });
+            }
+            let _span = tracing::info_span!("RecoverAbandonedStage", operation = %op.operation_id)
+                .entered();
+            dir.remove_exact(host, &stage, evidence, Some(lock.hold()))?;
+            dir.remove_exact(
+                host,
+                &op.expected_artifact_id.to_string(),
+                evidence,
+                Some(lock.hold()),
+            )?;
+            catalog
+                .forget_prepare_operation(op)
+                .map_err(PrepareError::Catalog)?;
+            Ok(Recovery::Recovered)
+        }
+        (PrepareStageState::Intent, Ok(None)) if found.is_none() || dir.remove_empty(&stage)? => {
+            let _span = tracing::info_span!("ForgetAbandonedIntent", operation = %op.operation_id)
+                .entered();
+            catalog
+                .forget_prepare_operation(op)
+                .map_err(PrepareError::Catalog)?;
+            Ok(Recovery::Recovered)
+        }
+        _ => Ok(Recovery::Retained {
+            stage: stage_path,
+            reason: "the operation was interrupted before it recorded the stage as its own",
+        }),
+    }
+}

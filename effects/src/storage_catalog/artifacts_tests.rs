@@ -1,0 +1,229 @@
+#![allow(clippy::unwrap_used)] // tests fail by panicking
+use super::super::tests::{available, operation};
+use super::*;
+use crate::storage_catalog::{ArtifactLease, LeaseInsert};
+use lazaret_runtime::records::ids::{DomainId, GenerationId};
+
+fn lease(artifact: u8, domain: u8, generation: u64) -> ArtifactLease {
+    ArtifactLease {
+        artifact: PreparedArtifactId([artifact; 32]),
+        domain: DomainId([domain; 32]),
+        generation: GenerationId(generation),
+    }
+}
+
+fn placed(inode: u64) -> Published {
+    Published {
+        path: HostPath::new(b"/s/prepared/a".to_vec()).unwrap(),
+        device: 1,
+        inode,
+    }
+}
+
+/// RecordPrepareIntent -> RecordStageOwned -> PublishArtifact, and what
+/// each step refuses on the way (schemas.md "Storage Catalog" paragraph).
+#[test]
+fn an_operation_publishes_only_from_owned_and_holds_the_artifacts_one_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path());
+    let first = operation(1, 9);
+    assert_eq!(
+        catalog.record_prepare_intent(&first).unwrap(),
+        PrepareIntent::Recorded
+    );
+    // A second operation for the same artifact finds the first.
+    assert_eq!(
+        catalog.record_prepare_intent(&operation(2, 9)).unwrap(),
+        PrepareIntent::Occupied(first.clone())
+    );
+    // Only an Owned operation publishes; the publication step never runs.
+    let mut ran = false;
+    let err = catalog
+        .publish_artifact(first.operation_id, |_| {
+            ran = true;
+            Ok(placed(10))
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, CatalogError::OperationNotOwned { .. }),
+        "{err}"
+    );
+    assert!(!ran);
+    let owned = catalog
+        .record_stage_owned(first.operation_id, 1, 10)
+        .unwrap();
+    assert_eq!(owned.evidence(), Ok(Some((1, 10))));
+    // Repeating it with the same evidence is a resumed step; other
+    // evidence is refused.
+    assert_eq!(
+        catalog
+            .record_stage_owned(first.operation_id, 1, 10)
+            .unwrap(),
+        owned
+    );
+    assert!(matches!(
+        catalog.record_stage_owned(first.operation_id, 1, 11),
+        Err(CatalogError::OperationChanged { .. })
+    ));
+    // A failed publication step leaves the Owned operation and no row.
+    let err = catalog
+        .publish_artifact(first.operation_id, |op| {
+            Err(CatalogError::Publish {
+                path: op.stage_path.to_string().into(),
+                source: std::io::ErrorKind::AlreadyExists.into(),
+            })
+        })
+        .unwrap_err();
+    assert!(matches!(err, CatalogError::Publish { .. }), "{err}");
+    assert_eq!(catalog.prepare_operations().unwrap(), vec![owned.clone()]);
+    assert_eq!(catalog.artifact(&first.expected_artifact_id).unwrap(), None);
+    let row = catalog
+        .publish_artifact(first.operation_id, |op| {
+            assert_eq!(op, &owned);
+            Ok(placed(10))
+        })
+        .unwrap();
+    assert_eq!(row.state, ArtifactState::Available);
+    assert_eq!((row.device, row.inode), (1, 10));
+    assert_eq!(row.policy_id, first.policy_id);
+    assert_eq!(catalog.prepare_operations().unwrap(), vec![]);
+    assert_eq!(catalog.artifacts().unwrap(), vec![row.clone()]);
+    // The artifact is published: a new operation is not recorded.
+    assert_eq!(
+        catalog.record_prepare_intent(&operation(3, 9)).unwrap(),
+        PrepareIntent::Published(row)
+    );
+    assert_eq!(catalog.prepare_operations().unwrap(), vec![]);
+    // A new operation must be an Intent without evidence.
+    let mut shaped = operation(4, 8);
+    shaped.device = Some(1);
+    assert!(matches!(
+        catalog.record_prepare_intent(&shaped),
+        Err(CatalogError::OperationNotIntent { .. })
+    ));
+}
+
+/// OR-7: a shared artifact is reclaimed only after the last lease of any
+/// Domain is gone; once Reclaiming, it is never leased or prepared over.
+#[test]
+fn a_shared_artifact_is_reclaimed_only_after_its_last_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path());
+    let row = available(&catalog, 3);
+    let id = row.prepared_artifact_id;
+    let (first, second) = (lease(3, 1, 1), lease(3, 2, 5));
+    assert_eq!(catalog.insert_lease(&first).unwrap(), LeaseInsert::Inserted);
+    assert_eq!(
+        catalog.insert_lease(&second).unwrap(),
+        LeaseInsert::Inserted
+    );
+    // Another artifact's lease does not count.
+    available(&catalog, 4);
+    catalog.insert_lease(&lease(4, 1, 1)).unwrap();
+    assert_eq!(
+        catalog.begin_reclaim(&id).unwrap(),
+        Reclaim::Leased { leases: 2 }
+    );
+    catalog.remove_lease(&first).unwrap();
+    assert_eq!(
+        catalog.begin_reclaim(&id).unwrap(),
+        Reclaim::Leased { leases: 1 }
+    );
+    assert_eq!(catalog.artifact(&id).unwrap(), Some(row.clone()));
+    catalog.remove_lease(&second).unwrap();
+    let reclaiming = PreparedArtifact {
+        state: ArtifactState::Reclaiming,
+        ..row
+    };
+    assert_eq!(
+        catalog.begin_reclaim(&id).unwrap(),
+        Reclaim::Started(reclaiming.clone())
+    );
+    assert_eq!(
+        catalog.begin_reclaim(&id).unwrap(),
+        Reclaim::Resumed(reclaiming.clone())
+    );
+    let err = catalog.insert_lease(&first).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CatalogError::ArtifactNotAvailable {
+                state: Some(ArtifactState::Reclaiming),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("being reclaimed"), "{err}");
+    assert_eq!(
+        catalog.record_prepare_intent(&operation(9, 3)).unwrap(),
+        PrepareIntent::Reclaiming(reclaiming)
+    );
+    assert!(catalog.remove_artifact(&id).unwrap());
+    assert!(!catalog.remove_artifact(&id).unwrap());
+    assert_eq!(catalog.artifact(&id).unwrap(), None);
+    assert_eq!(catalog.begin_reclaim(&id).unwrap(), Reclaim::Absent);
+    // Gone: it may be prepared again.
+    assert_eq!(
+        catalog.record_prepare_intent(&operation(9, 3)).unwrap(),
+        PrepareIntent::Recorded
+    );
+}
+
+#[test]
+fn an_available_artifacts_row_is_never_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path());
+    let row = available(&catalog, 3);
+    assert!(matches!(
+        catalog.remove_artifact(&row.prepared_artifact_id),
+        Err(CatalogError::NotReclaiming { .. })
+    ));
+    assert_eq!(catalog.artifacts().unwrap(), vec![row]);
+}
+
+/// ForgetPrepareOperation removes only the exact row it was given.
+#[test]
+fn forgetting_an_operation_needs_its_exact_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path());
+    assert!(!catalog.forget_prepare_operation(&operation(1, 1)).unwrap());
+    let intent = operation(1, 1);
+    catalog.record_prepare_intent(&intent).unwrap();
+    let owned = catalog
+        .record_stage_owned(intent.operation_id, 1, 7)
+        .unwrap();
+    // The Intent row it saw is no longer there.
+    assert!(matches!(
+        catalog.forget_prepare_operation(&intent),
+        Err(CatalogError::OperationChanged { .. })
+    ));
+    assert!(catalog.forget_prepare_operation(&owned).unwrap());
+    assert!(!catalog.forget_prepare_operation(&owned).unwrap());
+    assert_eq!(catalog.prepare_operations().unwrap(), vec![]);
+}
+
+/// A row whose evidence contradicts its stage state (written by something
+/// else) refuses to be read.
+#[test]
+fn an_operation_row_with_half_its_evidence_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path());
+    catalog.record_prepare_intent(&operation(1, 1)).unwrap();
+    {
+        let mut forged = operation(1, 1);
+        forged.device = Some(3);
+        let db = redb::Database::open(catalog.path()).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(tables::OPERATIONS)
+            .unwrap()
+            .insert(
+                &forged.operation_id.0,
+                codec::encode("op", &forged).unwrap().as_slice(),
+            )
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let err = catalog.prepare_operations().unwrap_err();
+    assert!(matches!(err, CatalogError::OperationShape { .. }), "{err}");
+}
