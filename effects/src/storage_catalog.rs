@@ -29,7 +29,7 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
-pub use artifacts::{PrepareIntent, Published, Reclaim};
+pub use artifacts::{PrepareIntent, Published, Reclaim, MAX_OPERATIONS};
 pub use error::CatalogError;
 
 use lazaret_runtime::records::catalog::ArtifactState;

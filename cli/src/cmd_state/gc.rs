@@ -32,7 +32,7 @@ use lazaret_runtime::config::HostEnvironment;
 use lazaret_runtime::display::escape_line;
 use lazaret_runtime::records::catalog::{ArtifactState, PreparedArtifact};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Args)]
@@ -94,6 +94,8 @@ struct Report {
     dry_run: bool,
     artifacts: Vec<(PreparedArtifact, Fate)>,
     operations: Vec<(String, String, OperationFate)>,
+    /// Operation lock files no operation named, removed.
+    orphan_locks: usize,
 }
 
 pub fn run(command: GcCommand) -> ExitCode {
@@ -120,6 +122,7 @@ fn gc(command: &GcCommand, env: &dyn HostEnvironment) -> Result<Report, GcError>
         dry_run: command.dry_run,
         artifacts: Vec::new(),
         operations: Vec::new(),
+        orphan_locks: 0,
     };
     let catalog = StorageCatalog::at(&storage);
     let Some(dir) = PreparedDir::open_existing(&storage)? else {
@@ -133,7 +136,12 @@ fn gc(command: &GcCommand, env: &dyn HostEnvironment) -> Result<Report, GcError>
         let program = std::env::current_exe().map_err(GcError::Executable)?;
         Some(RealPrepareHost::new(maps, program))
     };
-    for op in catalog.prepare_operations()? {
+    let operations = catalog.prepare_operations()?;
+    if !command.dry_run {
+        let recorded: Vec<_> = operations.iter().map(|op| op.operation_id).collect();
+        report.orphan_locks = dir.remove_orphan_locks(&recorded)?;
+    }
+    for op in operations {
         let fate = match host.as_mut() {
             None => OperationFate::Found,
             Some(host) => match recover(host, &catalog, &dir, op.operation_id)? {
@@ -176,12 +184,9 @@ fn reclaim(
         Reclaim::Leased { leases } => return Ok(Fate::InUse(leases)),
         Reclaim::Absent => return Ok(Fate::Reclaimed),
     };
+    // Its name beneath the opened `prepared/` and the recorded device and
+    // inode identify the tree; the recorded path is only a lookup hint.
     let name = row.prepared_artifact_id.to_string();
-    if Path::new(&row.path.to_string()) != dir.path().join(&name) {
-        return Ok(Fate::Retained(
-            "the catalog records it outside the prepared directory",
-        ));
-    }
     dir.remove_exact(host, &name, (row.device, row.inode), None)?;
     if dir.identity_of(&name)?.is_some() {
         return Ok(Fate::Retained(
@@ -243,6 +248,12 @@ fn render_text(report: &Report) -> String {
         .iter()
         .filter(|(_, f)| *f == Fate::Reclaimed)
         .count();
+    if report.orphan_locks > 0 {
+        out.push_str(&format!(
+            "Removed {} operation lock file(s) no preparation named.\n",
+            report.orphan_locks
+        ));
+    }
     if report.dry_run {
         out.push_str("Dry run: nothing was changed.\n");
     } else {
@@ -300,6 +311,7 @@ fn render_json(report: &Report) -> String {
         "dry_run": report.dry_run,
         "artifacts": artifacts,
         "operations": operations,
+        "orphan_locks_removed": report.orphan_locks,
     })
     .to_string();
     text.push('\n');

@@ -152,7 +152,7 @@ impl Transient {
             .flatten()
         {
             rustix::fs::fcntl_setfl(fd, rustix::fs::OFlags::NONBLOCK)
-                .map_err(|e| self.io("make its pipes non-blocking", e.into()))?;
+                .map_err(|e| self.failed("make its pipes non-blocking", e.into()))?;
         }
         if input.is_empty() {
             self.stdin = None;
@@ -174,7 +174,7 @@ impl Transient {
             });
             match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(self.io("poll its pipes", e.into())),
+                Err(e) => return Err(self.failed("poll its pipes", e.into())),
             }
             drop(fds);
             if let Some(fd) = &self.stdin {
@@ -182,7 +182,7 @@ impl Transient {
                     Ok(n) => written += n,
                     // A child that stopped reading: its output tells why.
                     Err(e) if e.kind() == io::ErrorKind::BrokenPipe => written = input.len(),
-                    Err(e) => return Err(self.io("write its standard input", e)),
+                    Err(e) => return Err(self.failed("write its standard input", e)),
                 }
                 if written == input.len() {
                     self.stdin = None;
@@ -190,14 +190,14 @@ impl Transient {
             }
             if let Some(fd) = &self.stdout {
                 if !drain(fd, &mut out, limits.output)
-                    .map_err(|e| self.io("read its standard output", e))?
+                    .map_err(|e| self.failed("read its standard output", e))?
                 {
                     self.stdout = None;
                 }
             }
             if let Some(fd) = &self.stderr {
                 if !drain(fd, &mut err, limits.output)
-                    .map_err(|e| self.io("read its standard error", e))?
+                    .map_err(|e| self.failed("read its standard error", e))?
                 {
                     self.stderr = None;
                 }
@@ -226,7 +226,7 @@ impl Transient {
         loop {
             let state = RealProcessSys
                 .waitid(&self.pidfd, WaitMode::Poll)
-                .map_err(|e| self.io("wait for its exit", e))?;
+                .map_err(|e| self.failed("wait for its exit", e))?;
             if let ChildState::Exited { code, signal } = state {
                 return Ok(exit_status(code, signal));
             }
@@ -240,9 +240,24 @@ impl Transient {
             let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
             match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(self.io("poll its pidfd", e.into())),
+                Err(e) => return Err(self.failed("poll its pidfd", e.into())),
             }
         }
+    }
+
+    /// A step of [`Transient::finish`] failed: the child is killed and
+    /// reaped through its pidfd before the error is returned, so no
+    /// transient child outlives a failed run (a caller may then remove
+    /// what the child was writing).
+    fn failed(&self, step: &'static str, source: io::Error) -> TransientError {
+        let reaped =
+            rustix::process::pidfd_send_signal(self.pidfd.as_fd(), rustix_signal(Signal::Kill))
+                .map_err(io::Error::from)
+                .and_then(|()| RealProcessSys.waitid(&self.pidfd, WaitMode::Block));
+        if let Err(e) = reaped {
+            tracing::warn!(program = %self.program, error = %e, "could not kill and reap the child after a failure");
+        }
+        self.io(step, source)
     }
 
     /// SIGKILL through the pidfd and a blocking reap through it.

@@ -404,16 +404,16 @@ pub fn prepare(
                 return run_operation(host, &catalog, &dir, store, image, &identity, &op, lock);
             }
             Ok(PrepareIntent::Published(row) | PrepareIntent::Reclaiming(row)) => {
-                lock.release(&dir)?;
+                lock.release(&dir);
                 return cache_hit(&dir, &row, &identity.record);
             }
             Ok(PrepareIntent::Occupied(other)) => other,
             Err(e) => {
-                lock.release(&dir)?;
+                lock.release(&dir);
                 return Err(PrepareError::Catalog(e));
             }
         };
-        lock.release(&dir)?;
+        lock.release(&dir);
         wait_or_recover(
             host,
             &catalog,
@@ -493,10 +493,12 @@ fn run_operation(
         });
     match built {
         Ok(row) => {
-            lock.release(dir)?;
+            lock.release(dir);
+            debug_assert_eq!(row.prepared_artifact_id, identity.id);
+            let published = dir.path().join(&identity.record.artifact_id);
             Ok(PreparedLower {
-                rootfs: PathBuf::from(row.path.to_string()).join("rootfs"),
-                dir: PathBuf::from(row.path.to_string()),
+                rootfs: published.join("rootfs"),
+                dir: published,
                 record: identity.record.clone(),
                 cache_hit: false,
             })
@@ -506,11 +508,7 @@ fn run_operation(
             // preparation or `lazaret state gc` would do, under the lock
             // this operation holds; the original error is the one to report.
             match operation::recover_held(host, catalog, dir, op.operation_id, &lock) {
-                Ok(Recovery::Recovered) => {
-                    if let Err(release) = lock.release(dir) {
-                        tracing::warn!(error = %release, "could not remove the operation lock");
-                    }
-                }
+                Ok(Recovery::Recovered) => lock.release(dir),
                 Ok(left) => tracing::warn!(?left, "the failed preparation's stage was retained"),
                 Err(cleanup) => {
                     tracing::warn!(error = %cleanup, "could not remove the failed preparation's stage");
@@ -533,20 +531,16 @@ fn cache_hit(
             artifact: record.artifact_id.clone(),
         });
     }
+    // The name beneath the opened `prepared/` and the recorded device and
+    // inode are the proof; the recorded path is only a lookup hint (spec
+    // 3.6), so a moved Storage Root still finds its artifacts.
     let path = dir.path().join(&record.artifact_id);
-    let recorded = PathBuf::from(row.path.to_string());
     let bad = |detail: String| PrepareError::BadRecord {
         path: path.clone(),
         dir: path.clone(),
         expected: record.artifact_id.clone(),
         detail,
     };
-    if recorded != path {
-        return Err(bad(format!(
-            "the Storage Catalog records it at {}",
-            recorded.display()
-        )));
-    }
     if dir.identity_of(&record.artifact_id)? != Some((row.device, row.inode)) {
         return Err(bad(format!(
             "it is not the directory the Storage Catalog recorded (device {} inode {})",

@@ -31,6 +31,8 @@ pub const PREPARED_DIR: &str = "prepared";
 const STAGE_PREFIX: &str = ".stage-";
 /// An operation's lock is its stage's name followed by this.
 const LOCK_SUFFIX: &str = ".lock";
+/// The most entries of `prepared/` one search for orphan locks reads.
+const MAX_SCANNED: usize = 1 << 17;
 
 /// `<storage root>/prepared`, open.
 #[derive(Debug)]
@@ -164,12 +166,13 @@ impl PreparedDir {
                 })
             }
         };
-        let found = self
-            .identity_of(&stage)
-            .map_err(|e| CatalogError::Publish {
-                path: stage_path.clone(),
-                source: io::Error::other(e.to_string()),
-            })?;
+        let found = match rustix::fs::statat(&self.fd, stage.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir() => {
+                Some((st.st_dev, st.st_ino))
+            }
+            Ok(_) => None,
+            Err(e) => return Err(failed(&stage_path)(e)),
+        };
         if found != Some(recorded) {
             return Err(CatalogError::Publish {
                 path: stage_path,
@@ -223,6 +226,9 @@ impl PreparedDir {
         host.remove_tree(&path, evidence.0, evidence.1, hold)?;
         rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
             .map_err(|e| io_error("remove the emptied directory", &path, e))?;
+        // On disk before the catalog forgets it: a directory that came back
+        // after a power loss would block its name with no row naming it.
+        rustix::fs::fsync(&self.fd).map_err(|e| io_error("sync", &self.path, e))?;
         Ok(true)
     }
 }
@@ -232,13 +238,69 @@ impl PreparedDir {
     /// cannot remove anything else); whether it did.
     fn remove_empty(&self, name: &str) -> Result<bool, PrepareError> {
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                rustix::fs::fsync(&self.fd).map_err(|e| io_error("sync", &self.path, e))?;
+                Ok(true)
+            }
             Err(
                 rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST | rustix::io::Errno::NOTDIR,
             ) => Ok(false),
             Err(e) => Err(io_error("remove the empty stage", &self.path.join(name), e)),
         }
     }
+}
+
+impl PreparedDir {
+    /// Removes the operation lock files that no recorded operation names
+    /// and no process holds (left by a preparer that died before its
+    /// intent was recorded, or could not remove its file); returns how
+    /// many. `recorded` is every operation the catalog holds.
+    pub fn remove_orphan_locks(&self, recorded: &[OperationId]) -> Result<usize, PrepareError> {
+        let mut removed = 0;
+        let mut names = Vec::new();
+        let mut seen = 0usize;
+        let entries =
+            rustix::fs::Dir::read_from(&self.fd).map_err(|e| io_error("read", &self.path, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error("read", &self.path, e))?;
+            seen += 1;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name
+                .strip_prefix(STAGE_PREFIX)
+                .and_then(|n| n.strip_suffix(LOCK_SUFFIX))
+                .and_then(parse_operation)
+            {
+                names.push(id);
+            }
+            // Bounded: a directory holding more is not Lazaret's doing,
+            // and the rest waits for the next run.
+            if names.len() >= crate::storage_catalog::MAX_OPERATIONS || seen >= MAX_SCANNED {
+                break;
+            }
+        }
+        for id in names {
+            if recorded.contains(&id) {
+                continue;
+            }
+            if let Taken::Free(lock) = OperationLock::take(self, id)? {
+                lock.release(self);
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// An operation ID from its 32 hex digits.
+fn parse_operation(hex: &str) -> Option<OperationId> {
+    let mut id = [0u8; 16];
+    if hex.len() != 32 {
+        return None;
+    }
+    for (i, byte) in id.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(OperationId(id))
 }
 
 /// `.stage-<operation>`.
@@ -252,6 +314,18 @@ fn io_error(step: &'static str, path: &Path, e: rustix::io::Errno) -> PrepareErr
         path: path.to_owned(),
         source: e.into(),
     }
+}
+
+/// What [`OperationLock::take`] found.
+#[derive(Debug)]
+pub enum Taken {
+    /// No process of the operation holds it: taken.
+    Free(OperationLock),
+    /// A process of the operation holds it.
+    Held,
+    /// No lock file: something removed it, so nothing proves the operation
+    /// is over.
+    Missing,
 }
 
 /// The liveness lock of one operation (see the module comment).
@@ -277,25 +351,29 @@ impl OperationLock {
         .map_err(|e| io_error("create the operation lock", &path, e))?;
         rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
             .map_err(|e| io_error("lock", &path, e))?;
+        // On disk before the intent that names it: a recorded operation
+        // always has its lock file, even after a power loss.
+        rustix::fs::fsync(&dir.fd).map_err(|e| io_error("sync", &dir.path, e))?;
         Ok(Self { fd, name, path })
     }
 
-    /// Takes an existing operation's lock if no process of it holds it
-    /// (creating the file when it is missing, as after a power loss);
-    /// `None` while one does.
-    pub fn take(dir: &PreparedDir, operation: OperationId) -> Result<Option<Self>, PrepareError> {
+    /// Takes an existing operation's lock if no process of it holds it.
+    pub fn take(dir: &PreparedDir, operation: OperationId) -> Result<Taken, PrepareError> {
         let name = format!("{}{LOCK_SUFFIX}", stage_name(operation));
         let path = dir.path.join(&name);
-        let fd = rustix::fs::openat(
+        let fd = match rustix::fs::openat(
             &dir.fd,
             name.as_str(),
-            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| io_error("open the operation lock", &path, e))?;
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(Taken::Missing),
+            Err(e) => return Err(io_error("open the operation lock", &path, e)),
+        };
         match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(Some(Self { fd, name, path })),
-            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Ok(()) => Ok(Taken::Free(Self { fd, name, path })),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(Taken::Held),
             Err(e) => Err(io_error("lock", &path, e)),
         }
     }
@@ -306,11 +384,15 @@ impl OperationLock {
     }
 
     /// Removes the lock file, then releases the lock, once the operation is
-    /// retired (published, or forgotten) or was never recorded.
-    pub fn release(self, dir: &PreparedDir) -> Result<(), PrepareError> {
+    /// retired (published, or forgotten) or was never recorded. A file that
+    /// cannot be removed is only logged: the operation is over either way,
+    /// and `lazaret state gc` removes lock files no operation names.
+    pub fn release(self, dir: &PreparedDir) {
         match rustix::fs::unlinkat(&dir.fd, self.name.as_str(), AtFlags::empty()) {
-            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
-            Err(e) => Err(io_error("remove the operation lock", &self.path, e)),
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "could not remove an operation lock file");
+            }
         }
     }
 }
@@ -337,12 +419,24 @@ pub fn recover(
     dir: &PreparedDir,
     operation: OperationId,
 ) -> Result<Recovery, PrepareError> {
-    let Some(lock) = OperationLock::take(dir, operation)? else {
-        return Ok(Recovery::Live);
+    let lock = match OperationLock::take(dir, operation)? {
+        Taken::Free(lock) => lock,
+        Taken::Held => return Ok(Recovery::Live),
+        // Retired meanwhile (its preparer removes the file after the
+        // row), or the file was removed by something else.
+        Taken::Missing if recorded(catalog, operation)?.is_none() => {
+            return Ok(Recovery::Recovered)
+        }
+        Taken::Missing => {
+            return Ok(Recovery::Retained {
+                stage: dir.stage_path(operation),
+                reason: "its operation lock file is missing, so nothing proves its process is gone",
+            })
+        }
     };
     let outcome = recover_held(host, catalog, dir, operation, &lock)?;
     if outcome == Recovery::Recovered {
-        lock.release(dir)?;
+        lock.release(dir);
     }
     Ok(outcome)
 }
@@ -356,15 +450,22 @@ pub(super) fn recover_held(
     operation: OperationId,
     lock: &OperationLock,
 ) -> Result<Recovery, PrepareError> {
-    let current = catalog
-        .prepare_operations()
-        .map_err(PrepareError::Catalog)?
-        .into_iter()
-        .find(|op| op.operation_id == operation);
-    match current {
+    match recorded(catalog, operation)? {
         None => Ok(Recovery::Recovered),
         Some(op) => recover_row(host, catalog, dir, &op, lock),
     }
+}
+
+/// The operation's row, if the catalog still holds it.
+fn recorded(
+    catalog: &StorageCatalog,
+    operation: OperationId,
+) -> Result<Option<PrepareOperation>, PrepareError> {
+    Ok(catalog
+        .prepare_operations()
+        .map_err(PrepareError::Catalog)?
+        .into_iter()
+        .find(|op| op.operation_id == operation))
 }
 
 fn recover_row(

@@ -457,3 +457,55 @@ fn a_live_operation_is_never_recovered() -> Result<(), String> {
     );
     Ok(())
 }
+
+/// A worker inherits its operation's lock: while it runs the operation is
+/// live, even after the preparer let go of its own descriptor (a preparer
+/// killed while umoci still writes the stage); once the worker is gone,
+/// recovery may act. Lock files no operation names are removed by
+/// `remove_orphan_locks`, unless held.
+#[test]
+fn a_worker_keeps_its_operation_live() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let img = image()?;
+    let e = |e: PrepareError| e.to_string();
+    let identity = ArtifactIdentity::of("umoci version fake".into(), &img, &maps(100000));
+    let prepared = PreparedDir::open(dir.path()).map_err(e)?;
+    let op = identity.operation(&prepared).map_err(e)?;
+    let lock = OperationLock::create(&prepared, op.operation_id).map_err(e)?;
+    let catalog = StorageCatalog::at(dir.path());
+    catalog
+        .record_prepare_intent(&op)
+        .map_err(|e| e.to_string())?;
+    // Spawned as RealPrepareHost spawns its workers: with an inheritable
+    // copy of the lock open during the spawn only.
+    let inherited = tree_removal::inheritable(lock.hold()).map_err(|e| e.to_string())?;
+    // `cat` runs until its standard input closes.
+    let mut worker = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    drop(inherited);
+    drop(lock);
+    let mut host = FakeHost::default();
+    let live = recover(&mut host, &catalog, &prepared, op.operation_id).map_err(e);
+    let orphans = prepared.remove_orphan_locks(&[]).map_err(e);
+    drop(worker.stdin.take());
+    worker.wait().map_err(|e| e.to_string())?;
+    assert_eq!(live?, Recovery::Live);
+    assert_eq!(orphans?, 0, "a held lock is never removed");
+    assert_eq!(
+        recover(&mut host, &catalog, &prepared, op.operation_id).map_err(e)?,
+        Recovery::Recovered
+    );
+    assert_eq!(
+        catalog.prepare_operations().map_err(|e| e.to_string())?,
+        vec![]
+    );
+    // A lock file left without a row goes with the next search.
+    let other = identity.operation(&prepared).map_err(e)?;
+    drop(OperationLock::create(&prepared, other.operation_id).map_err(e)?);
+    assert_eq!(prepared.remove_orphan_locks(&[]).map_err(e)?, 1);
+    assert_eq!(entries(prepared.path())?, Vec::<String>::new());
+    Ok(())
+}
