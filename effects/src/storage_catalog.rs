@@ -20,8 +20,8 @@
 //! Store commit can be resumed. A lease is inserted only for an Available
 //! artifact. The artifact and operation rows are [`artifacts`]'.
 //!
-//! Not built yet: no caller-supplied recheck runs under the lock before
-//! `remove_lease` (spec 3.6 release step 4).
+//! Removing a lease rechecks, under the lock, the Domain's matching release
+//! intent (spec 3.6 release step 4).
 mod artifacts;
 mod error;
 mod lock;
@@ -208,12 +208,26 @@ impl StorageCatalog {
     }
 
     /// Removes only the exact lease in one catalog transaction (spec 3.6
-    /// release step 4, model `RemoveCatalogLease`, FR-17). A missing
-    /// catalog or lease is `AlreadyAbsent`; nothing is created.
-    pub fn remove_lease(&self, lease: &ArtifactLease) -> Result<LeaseRemoval, CatalogError> {
+    /// release step 4, model `RemoveCatalogLease`, FR-17). Under the
+    /// catalog lock, before the row is touched, `release_intended` rechecks
+    /// that the Domain records the matching release intent; when it does
+    /// not, nothing is removed. A missing catalog or lease is
+    /// `AlreadyAbsent`; nothing is created.
+    pub fn remove_lease(
+        &self,
+        lease: &ArtifactLease,
+        release_intended: impl FnOnce() -> bool,
+    ) -> Result<LeaseRemoval, CatalogError> {
         let _span = tracing::debug_span!("RemoveCatalogLease", lease = ?lease).entered();
         let path = self.path.as_path();
         self.write_section(Missing::Return(LeaseRemoval::AlreadyAbsent), |txn| {
+            if !release_intended() {
+                return Err(CatalogError::ReleaseNotIntended {
+                    path: path.to_owned(),
+                    artifact: lease.artifact,
+                    generation: lease.generation.0,
+                });
+            }
             let mut table = txn
                 .open_table(tables::LEASES)
                 .map_err(CatalogError::redb(path, "open leases table"))?;

@@ -25,7 +25,9 @@ use crate::process_identity::real::RealProcessSys;
 use crate::state_anchor::{real::RealAnchorSys, wait_namespace_left};
 use crate::storage_catalog::ArtifactLease;
 use lazaret_runtime::coordinator::host_model::ProcessView;
-use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
+use lazaret_runtime::records::participant::{
+    LeaseState, Participant, ParticipantOwnership, ParticipantRole, ParticipantState,
+};
 
 /// BeginTeardown: the last session has left; publication is withdrawn (the
 /// socket file goes, so nobody new joins), then the generation is released.
@@ -199,13 +201,30 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
             })?
             .generation
             .domain_id;
+        // Release step 4: under the catalog lock, the Domain Store still
+        // records this artifact's prepared-lower release intent.
+        let (store, generation) = (hc.store, hc.id);
+        let release_intended = || {
+            matches!(
+                store.participant(generation, ParticipantRole::PreparedLower),
+                Ok(Some(Participant {
+                    state: ParticipantState::ReleaseIntent,
+                    ownership: Some(ParticipantOwnership::PreparedLower(p)),
+                    ..
+                })) if p.prepared_artifact_id == Some(artifact)
+                    && p.lease_state == Some(LeaseState::ReleaseIntent)
+            )
+        };
         let removed = hc
             .catalog
-            .remove_lease(&ArtifactLease {
-                artifact,
-                domain,
-                generation: hc.id,
-            })
+            .remove_lease(
+                &ArtifactLease {
+                    artifact,
+                    domain,
+                    generation: hc.id,
+                },
+                release_intended,
+            )
             .map_err(CoordinatorError::Catalog)?;
         tracing::debug!(?removed, "prepared-lower lease");
         crash_point!(Hc, "catalog-lease", "after-remove", "CleanParticipant");

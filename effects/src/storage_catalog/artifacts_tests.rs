@@ -124,13 +124,13 @@ fn a_shared_artifact_is_reclaimed_only_after_its_last_lease() {
         catalog.begin_reclaim(&id).unwrap(),
         Reclaim::Leased { leases: 2 }
     );
-    catalog.remove_lease(&first).unwrap();
+    catalog.remove_lease(&first, || true).unwrap();
     assert_eq!(
         catalog.begin_reclaim(&id).unwrap(),
         Reclaim::Leased { leases: 1 }
     );
     assert_eq!(catalog.artifact(&id).unwrap(), Some(row.clone()));
-    catalog.remove_lease(&second).unwrap();
+    catalog.remove_lease(&second, || true).unwrap();
     let reclaiming = PreparedArtifact {
         state: ArtifactState::Reclaiming,
         ..row

@@ -114,13 +114,47 @@ fn removing_the_exact_lease_then_again_is_already_absent() {
     available(&catalog, 1);
     let held = lease(1, 2, 3);
     catalog.insert_lease(&held).unwrap();
-    assert_eq!(catalog.remove_lease(&held).unwrap(), LeaseRemoval::Removed);
+    assert_eq!(
+        catalog.remove_lease(&held, || true).unwrap(),
+        LeaseRemoval::Removed
+    );
     assert!(!catalog.lease_held(&held).unwrap());
     assert_eq!(
-        catalog.remove_lease(&held).unwrap(),
+        catalog.remove_lease(&held, || true).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(catalog.leases().unwrap(), vec![]);
+}
+
+/// Spec 3.6 release step 4: the Domain's release intent is rechecked under
+/// the catalog lock; without it the lease stays.
+#[test]
+fn a_lease_is_removed_only_with_the_domains_release_intent() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path());
+    available(&catalog, 1);
+    let held = lease(1, 2, 3);
+    catalog.insert_lease(&held).unwrap();
+    let err = catalog.remove_lease(&held, || false).unwrap_err();
+    assert!(
+        matches!(err, CatalogError::ReleaseNotIntended { generation: 3, .. }),
+        "{err}"
+    );
+    assert!(catalog.lease_held(&held).unwrap());
+    // The recheck runs under the catalog lock: another section would wait.
+    let mut locked_meanwhile = None;
+    catalog
+        .remove_lease(&held, || {
+            let other = StorageCatalog::at(dir.path()).with_lock_wait(Duration::from_millis(50));
+            locked_meanwhile = Some(matches!(
+                other.leases(),
+                Err(CatalogError::LockTimeout { .. })
+            ));
+            true
+        })
+        .unwrap();
+    assert_eq!(locked_meanwhile, Some(true));
+    assert!(!catalog.lease_held(&held).unwrap());
 }
 
 #[test]
@@ -132,7 +166,7 @@ fn removing_a_lease_that_differs_in_one_field_leaves_the_row() {
     catalog.insert_lease(&held).unwrap();
     for other in [lease(9, 2, 3), lease(1, 9, 3), lease(1, 2, 9)] {
         assert_eq!(
-            catalog.remove_lease(&other).unwrap(),
+            catalog.remove_lease(&other, || true).unwrap(),
             LeaseRemoval::AlreadyAbsent,
             "{other:?}"
         );
@@ -198,7 +232,7 @@ fn reads_on_a_missing_catalog_create_nothing() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l).unwrap(),
+        catalog.remove_lease(&l, || true).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert!(!dir.path().join(CATALOG_DIR).exists());
@@ -207,7 +241,7 @@ fn reads_on_a_missing_catalog_create_nothing() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l).unwrap(),
+        catalog.remove_lease(&l, || true).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert!(!catalog.path().exists());
@@ -217,7 +251,7 @@ fn reads_on_a_missing_catalog_create_nothing() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l).unwrap(),
+        catalog.remove_lease(&l, || true).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(std::fs::metadata(catalog.path()).unwrap().len(), 0);
@@ -246,7 +280,7 @@ fn a_new_database_without_tables_is_initialised_by_the_first_write() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l).unwrap(),
+        catalog.remove_lease(&l, || true).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(raw_metadata(catalog.path()), None);
@@ -314,7 +348,7 @@ fn a_catalog_directory_that_is_a_symlink_or_a_file_refuses() {
     let catalog = StorageCatalog::at(&filed);
     for err in [
         catalog.insert_lease(&l).unwrap_err(),
-        catalog.remove_lease(&l).unwrap_err(),
+        catalog.remove_lease(&l, || true).unwrap_err(),
     ] {
         assert!(matches!(err, CatalogError::DirNotDirectory { .. }), "{err}");
         assert!(err.to_string().contains("filed/catalog"), "{err}");
@@ -370,7 +404,7 @@ fn every_error(catalog: &StorageCatalog) -> Vec<(&'static str, CatalogError)> {
     let l = lease(1, 2, 3);
     vec![
         ("insert", catalog.insert_lease(&l).unwrap_err()),
-        ("remove", catalog.remove_lease(&l).unwrap_err()),
+        ("remove", catalog.remove_lease(&l, || true).unwrap_err()),
         ("held", catalog.lease_held(&l).unwrap_err()),
         ("leases", catalog.leases().unwrap_err()),
     ]
@@ -476,7 +510,7 @@ fn the_lock_wait_is_bounded() {
     let holder = File::open(catalog.lock_path()).unwrap();
     rustix::fs::flock(&holder, rustix::fs::FlockOperation::LockExclusive).unwrap();
     let started = Instant::now();
-    let err = catalog.remove_lease(&l).unwrap_err();
+    let err = catalog.remove_lease(&l, || true).unwrap_err();
     let elapsed = started.elapsed();
     match &err {
         CatalogError::LockTimeout { path, waited } => {
