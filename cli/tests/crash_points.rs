@@ -942,6 +942,27 @@ fn every_crash_point_of_a_preparation_recovers() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Each recovery was a run of the PreparedLower model (its traces
+    // replayed with every other trace): an Intent left with nothing or an
+    // empty stage is forgotten, an Owned one's exact stage removed first.
+    let mut taken = BTreeSet::new();
+    let storage = env.home.join(".local/share/lazaret/catalog/traces");
+    for t in runtime_files(&storage) {
+        let text = std::fs::read_to_string(&t).unwrap();
+        taken.extend(text.lines().map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["action"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        }));
+    }
+    for step in [
+        "ForgetAbandonedIntent",
+        "RecoverAbandonedStage",
+        "ForgetPrepareOperation",
+    ] {
+        assert!(taken.contains(step), "no recovery took {step}: {taken:?}");
+    }
 }
 
 /// One crash run of the preparation scenario.

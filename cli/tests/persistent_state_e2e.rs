@@ -9,8 +9,8 @@
 
 mod support;
 use support::{
-    assert_failed, assert_succeeded, default_image, guest_results, runtime_files, text, Env,
-    ONE_AT_A_TIME,
+    actions_of, assert_failed, assert_succeeded, default_image, guest_results, runtime_files, text,
+    Env, ONE_AT_A_TIME,
 };
 
 use std::os::unix::fs::MetadataExt;
@@ -814,4 +814,25 @@ fn gc_reclaims_a_shared_prepared_lower_only_after_its_last_lease() {
     assert_eq!(text(&out.stdout).trim(), "kept");
     assert_eq!(artifacts(&gc(&["--dry-run"])).len(), 1);
     env.assert_nothing_left();
+    // Every catalog decision above was a step of the PreparedLower model,
+    // traced per operation; `assert_nothing_left` replayed every trace.
+    let mut taken = std::collections::BTreeSet::new();
+    for t in env.catalog_traces() {
+        taken.extend(actions_of(&std::fs::read_to_string(&t).unwrap()));
+    }
+    for step in [
+        "RecordPrepareIntent",
+        "CreateStage",
+        "RecordStageOwned",
+        "PublishArtifact",
+        "InsertCatalogLease",
+        "RemoveCatalogLease",
+        "BeginReclaim",
+        "RemoveArtifact",
+    ] {
+        assert!(
+            taken.contains(step),
+            "no catalog trace took {step}: {taken:?}"
+        );
+    }
 }

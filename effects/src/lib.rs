@@ -23,6 +23,7 @@ pub mod runsc_exec;
 pub mod state_anchor;
 pub mod storage_catalog;
 pub mod terminal_mode;
+pub mod trace_log;
 pub mod tree_removal;
 pub mod userns;
 pub mod workspace_owner;

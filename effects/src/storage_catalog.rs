@@ -25,13 +25,16 @@
 mod artifacts;
 mod error;
 mod lock;
+mod run;
 mod tables;
 #[cfg(test)]
 mod tests;
 
 pub use artifacts::{PrepareIntent, Published, Reclaim, MAX_OPERATIONS};
 pub use error::CatalogError;
+pub use run::{CatalogRun, KEPT_CATALOG_TRACES, TRACES_DIR};
 
+use lazaret_runtime::catalog_model::{ActingDomain, DomainRecord, Step};
 use lazaret_runtime::records::catalog::ArtifactState;
 use lazaret_runtime::records::codec;
 use lazaret_runtime::records::domain::StoreMetadata;
@@ -160,37 +163,44 @@ impl StorageCatalog {
     }
 
     /// Inserts the exact lease in one catalog transaction (spec 3.6
-    /// acquisition step 2, model `InsertCatalogLease`). Creates and
-    /// initialises the catalog if needed. An equal lease already present is
-    /// `AlreadyHeld` and changes nothing. Only an Available artifact is
-    /// leased: a missing or Reclaiming one refuses (the model's guard
-    /// `artifact[a] = "Available"`, OR-7), so a reclamation that began
-    /// never loses its tree to a new lease.
-    pub fn insert_lease(&self, lease: &ArtifactLease) -> Result<LeaseInsert, CatalogError> {
+    /// acquisition step 2, model `InsertCatalogLease`, traced as a
+    /// one-step operation) for a Domain whose Host Coordinator knows it as
+    /// `record`. Creates and initialises the catalog if needed. An equal
+    /// lease already present is `AlreadyHeld` and changes nothing. Only an
+    /// Available artifact is leased: a missing or Reclaiming one refuses
+    /// (the model's guard `artifact[a] = "Available"`, OR-7), so a
+    /// reclamation that began never loses its tree to a new lease.
+    pub fn insert_lease(
+        &self,
+        lease: &ArtifactLease,
+        record: DomainRecord,
+    ) -> Result<LeaseInsert, CatalogError> {
         let _span = tracing::debug_span!("InsertCatalogLease", lease = ?lease).entered();
         let path = self.path.as_path();
-        self.write_section(Missing::Create, |txn| {
-            let key = tables::lease_key(lease);
-            let mut table = txn
-                .open_table(tables::LEASES)
-                .map_err(CatalogError::redb(path, "open leases table"))?;
-            if table
-                .get(&key)
-                .map_err(CatalogError::redb(path, "read lease"))?
-                .is_some()
-            {
-                return Ok((LeaseInsert::AlreadyHeld, false));
+        let mut run = self.run(lease.artifact).acting_for(ActingDomain {
+            domain: lease.domain,
+            generation: lease.generation,
+            record,
+        });
+        let (inserted, after) = self.write_section(Missing::Create, |txn| {
+            let rows = artifacts::rows_in(txn, path, &lease.artifact)?;
+            run.observe(&rows)?;
+            if rows.leases.contains(&(lease.domain, lease.generation)) {
+                return Ok(((LeaseInsert::AlreadyHeld, None), false));
             }
-            match artifacts::artifact_in(txn, path, &lease.artifact)? {
-                Some(row) if row.state == ArtifactState::Available => {}
-                row => {
+            if !run.enabled(Step::InsertCatalogLease)? {
+                if rows.artifact != Some(ArtifactState::Available) {
                     return Err(CatalogError::ArtifactNotAvailable {
                         path: path.to_owned(),
                         artifact: lease.artifact,
-                        state: row.map(|row| row.state),
-                    })
+                        state: rows.artifact,
+                    });
                 }
+                run.check(Step::InsertCatalogLease)?;
             }
+            let mut table = txn
+                .open_table(tables::LEASES)
+                .map_err(CatalogError::redb(path, "open leases table"))?;
             let held = table
                 .len()
                 .map_err(CatalogError::redb(path, "count leases"))?;
@@ -201,46 +211,84 @@ impl StorageCatalog {
                 });
             }
             table
-                .insert(&key, ())
+                .insert(&tables::lease_key(lease), ())
                 .map_err(CatalogError::redb(path, "insert lease"))?;
-            Ok((LeaseInsert::Inserted, true))
-        })
+            drop(table);
+            let after = artifacts::rows_in(txn, path, &lease.artifact)?;
+            Ok(((LeaseInsert::Inserted, Some(after)), true))
+        })?;
+        if let Some(after) = after {
+            run.take(Step::InsertCatalogLease, Some(&after), None)?;
+        }
+        Ok(inserted)
     }
 
     /// Removes only the exact lease in one catalog transaction (spec 3.6
-    /// release step 4, model `RemoveCatalogLease`, FR-17). Under the
-    /// catalog lock, before the row is touched, `release_intended` rechecks
-    /// that the Domain records the matching release intent; when it does
-    /// not, nothing is removed. A missing catalog or lease is
-    /// `AlreadyAbsent`; nothing is created.
+    /// release step 4, model `RemoveCatalogLease`, FR-17, traced as a
+    /// one-step operation). Under the catalog lock, before the row is
+    /// touched, `record` reads what the Domain records now (`None`: it
+    /// cannot be read); the model removes the lease only for the matching
+    /// release intent, and nothing is removed otherwise. A missing catalog or lease is `AlreadyAbsent`;
+    /// nothing is created.
     pub fn remove_lease(
         &self,
         lease: &ArtifactLease,
-        release_intended: impl FnOnce() -> bool,
+        record: impl FnOnce() -> Option<DomainRecord>,
     ) -> Result<LeaseRemoval, CatalogError> {
         let _span = tracing::debug_span!("RemoveCatalogLease", lease = ?lease).entered();
         let path = self.path.as_path();
-        self.write_section(Missing::Return(LeaseRemoval::AlreadyAbsent), |txn| {
-            if !release_intended() {
-                return Err(CatalogError::ReleaseNotIntended {
+        let mut run = self.run(lease.artifact);
+        let (removed, after) = self.write_section(
+            Missing::Return((LeaseRemoval::AlreadyAbsent, None)),
+            |txn| {
+                let rows = artifacts::rows_in(txn, path, &lease.artifact)?;
+                if !rows.leases.contains(&(lease.domain, lease.generation)) {
+                    return Ok(((LeaseRemoval::AlreadyAbsent, None), false));
+                }
+                let refused = || CatalogError::ReleaseNotIntended {
                     path: path.to_owned(),
                     artifact: lease.artifact,
                     generation: lease.generation.0,
+                };
+                run = self.run(lease.artifact).acting_for(ActingDomain {
+                    domain: lease.domain,
+                    generation: lease.generation,
+                    record: record().ok_or_else(refused)?,
                 });
-            }
-            let mut table = txn
-                .open_table(tables::LEASES)
-                .map_err(CatalogError::redb(path, "open leases table"))?;
-            let removed = table
-                .remove(&tables::lease_key(lease))
-                .map_err(CatalogError::redb(path, "remove lease"))?
-                .is_some();
-            if removed {
-                Ok((LeaseRemoval::Removed, true))
-            } else {
-                Ok((LeaseRemoval::AlreadyAbsent, false))
-            }
-        })
+                match run.observe(&rows) {
+                    Err(CatalogError::Model { source, .. }) => {
+                        tracing::warn!(error = %source, "the Domain's record does not explain its lease");
+                        return Err(refused());
+                    }
+                    other => other?,
+                }
+                if !run.enabled(Step::RemoveCatalogLease)? {
+                    return Err(refused());
+                }
+                txn.open_table(tables::LEASES)
+                    .map_err(CatalogError::redb(path, "open leases table"))?
+                    .remove(&tables::lease_key(lease))
+                    .map_err(CatalogError::redb(path, "remove lease"))?;
+                let after = artifacts::rows_in(txn, path, &lease.artifact)?;
+                Ok(((LeaseRemoval::Removed, Some(after)), true))
+            },
+        )?;
+        if let Some(after) = after {
+            run.take(Step::RemoveCatalogLease, Some(&after), None)?;
+        }
+        Ok(removed)
+    }
+
+    /// Starts `run`'s model from its artifact's rows without a step: a
+    /// recovery reads them before its first (physical) step. Creates
+    /// nothing; a missing catalog holds no rows.
+    pub fn observe(&self, run: &mut CatalogRun) -> Result<(), CatalogError> {
+        let path = self.path.as_path();
+        let artifact = run.artifact();
+        let rows = self.write_section(Missing::Return(None), |txn| {
+            Ok((Some(artifacts::rows_in(txn, path, &artifact)?), false))
+        })?;
+        run.observe(&rows.unwrap_or_default())
     }
 
     /// Whether the exact lease is present. A missing catalog holds none.

@@ -1,5 +1,6 @@
 //! The sans-IO core of Lazaret. No syscalls, clocks or randomness.
 pub mod bundle;
+pub mod catalog_model;
 pub mod config;
 pub mod coordinator;
 pub mod core;

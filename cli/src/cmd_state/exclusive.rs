@@ -130,6 +130,10 @@ mod tests {
     use lazaret_effects::domain_store::StoreOp;
     use lazaret_effects::process_identity::real::RealProcessSys;
     use lazaret_effects::storage_catalog::{ArtifactLease, Published};
+    use lazaret_generated::prepared_lower::{
+        HcStates, MountStates, PlStates, RsStates, SaStates, StageStates,
+    };
+    use lazaret_runtime::catalog_model::{DomainRecord, Step};
     use lazaret_runtime::config::KeyPath;
     use lazaret_runtime::config::{DomainIdV1, ProfileName as ConfigProfileName};
     use lazaret_runtime::records::catalog::{OperationId, PrepareOperation, PrepareStageState};
@@ -238,25 +242,43 @@ mod tests {
             device: None,
             inode: None,
         };
-        catalog.record_prepare_intent(&operation).unwrap();
+        let mut run = catalog.run(operation.expected_artifact_id);
+        catalog.record_prepare_intent(&operation, &mut run).unwrap();
+        run.took(Step::CreateStage, Some(StageStates::Own)).unwrap();
         catalog
-            .record_stage_owned(operation.operation_id, 1, 2)
+            .record_stage_owned(operation.operation_id, 1, 2, &mut run)
             .unwrap();
         catalog
-            .publish_artifact(operation.operation_id, |_| {
-                Ok(Published {
-                    path: HostPath::new(b"/s/prepared/09".to_vec()).unwrap(),
-                    device: 1,
-                    inode: 2,
-                })
-            })
+            .publish_artifact(
+                operation.operation_id,
+                |_| {
+                    Ok(Published {
+                        path: HostPath::new(b"/s/prepared/09".to_vec()).unwrap(),
+                        device: 1,
+                        inode: 2,
+                    })
+                },
+                &mut run,
+            )
             .unwrap();
+        // The Domain's generation 1 records its prepared-lower intent.
+        let intent = DomainRecord {
+            hc: HcStates::Running,
+            rs: RsStates::Running,
+            pl: PlStates::Intent,
+            names_artifact: true,
+            sa: SaStates::None,
+            mount: MountStates::Absent,
+        };
         catalog
-            .insert_lease(&ArtifactLease {
-                artifact: PreparedArtifactId([9; 32]),
-                domain: DomainId(location.domain_id.0),
-                generation: GenerationId(1),
-            })
+            .insert_lease(
+                &ArtifactLease {
+                    artifact: PreparedArtifactId([9; 32]),
+                    domain: DomainId(location.domain_id.0),
+                    generation: GenerationId(1),
+                },
+                intent,
+            )
             .unwrap();
         let refused = hold_inactive(&target, &location, "`lazaret dev`", &RealProcessSys)
             .expect_err("a held lease was accepted");

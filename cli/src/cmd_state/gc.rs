@@ -28,6 +28,7 @@ use lazaret_effects::prepare::{recover, PrepareError, PreparedDir, RealPrepareHo
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::storage_catalog::{CatalogError, Reclaim, StorageCatalog};
 use lazaret_effects::userns::{plan_maps, Identity, RealHost, UsernsError};
+use lazaret_runtime::catalog_model::Step;
 use lazaret_runtime::config::HostEnvironment;
 use lazaret_runtime::display::escape_line;
 use lazaret_runtime::records::catalog::{ArtifactState, PreparedArtifact};
@@ -172,18 +173,23 @@ fn gc(command: &GcCommand, env: &dyn HostEnvironment) -> Result<Report, GcError>
     Ok(report)
 }
 
-/// `BeginReclaim`, the exact tree's removal, `RemoveArtifact`.
+/// `BeginReclaim`, then `RemoveArtifact`: the exact tree's removal and
+/// the row's, one run of the PreparedLower model.
 fn reclaim(
     host: &mut RealPrepareHost,
     catalog: &StorageCatalog,
     dir: &PreparedDir,
     row: &PreparedArtifact,
 ) -> Result<Fate, GcError> {
-    let row = match catalog.begin_reclaim(&row.prepared_artifact_id)? {
+    let mut run = catalog.run(row.prepared_artifact_id);
+    let row = match catalog.begin_reclaim(&mut run)? {
         Reclaim::Started(row) | Reclaim::Resumed(row) => row,
         Reclaim::Leased { leases } => return Ok(Fate::InUse(leases)),
         Reclaim::Absent => return Ok(Fate::Reclaimed),
     };
+    // The model's RemoveArtifact removes the tree and then the row: it is
+    // checked before the tree goes.
+    run.check(Step::RemoveArtifact)?;
     // Its name beneath the opened `prepared/` and the recorded device and
     // inode identify the tree; the recorded path is only a lookup hint.
     let name = row.prepared_artifact_id.to_string();
@@ -193,7 +199,7 @@ fn reclaim(
             "its directory is not the one the catalog recorded",
         ));
     }
-    catalog.remove_artifact(&row.prepared_artifact_id)?;
+    catalog.remove_artifact(&mut run)?;
     Ok(Fate::Reclaimed)
 }
 

@@ -355,6 +355,20 @@ impl Env {
         self.kept_traces("lost-")
     }
 
+    /// The traces of Storage Catalog operations (PreparedLower model runs,
+    /// `<storage root>/catalog/traces/`), oldest first.
+    pub fn catalog_traces(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = runtime_files(&self.home)
+            .into_iter()
+            .filter(|p| {
+                p.parent().is_some_and(|d| d.ends_with("catalog/traces"))
+                    && p.extension().is_some_and(|e| e == "jsonl")
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     fn kept_traces(&self, prefix: &str) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = runtime_files(&self.home)
             .into_iter()
@@ -446,7 +460,11 @@ impl Env {
         if self.traced {
             self.assert_store_clean();
         }
-        for t in traces.into_iter().chain(self.loser_traces()) {
+        for t in traces
+            .into_iter()
+            .chain(self.loser_traces())
+            .chain(self.catalog_traces())
+        {
             assert_replays(&t);
         }
     }

@@ -5,18 +5,18 @@
 //! directory; at exit the file moves under the Domain's storage root, which
 //! keeps the newest [`KEPT_TRACES`].
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::crash_point::crash_point;
+use crate::trace_log::{prune_oldest, TraceLog};
 use lazaret_generated::lazaret::{Action, CoordinatorsId, State};
 use lazaret_runtime::coordinator::host_model::{
     DurableView, HostModel, HostModelError, ProcessView,
 };
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::records::ids::CoordinatorId;
-use lazaret_runtime::trace::TraceLine;
 
 /// Traces kept under a Domain's storage root.
 pub const KEPT_TRACES: usize = 32;
@@ -77,10 +77,7 @@ impl HcModel {
         let file = OpenOptions::new().append(true).open(&path).map_err(io)?;
         Ok(Self {
             model,
-            log: TraceLog {
-                path,
-                file: Some(file),
-            },
+            log: TraceLog::continue_in(path, file),
             crash_points: true,
         })
     }
@@ -128,12 +125,12 @@ impl HcModel {
     /// Closes a lock-race loser's trace and removes the oldest loser traces
     /// beyond [`KEPT_LOSER_TRACES`] (losers prune only losers' traces).
     pub fn keep_loser(self) {
-        let own = self.log.path.clone();
+        let own = self.log.path().to_owned();
         let Some(dir) = own.parent().map(Path::to_owned) else {
             return;
         };
         drop(self);
-        if let Err(e) = prune_losers(&dir, KEPT_LOSER_TRACES, &own) {
+        if let Err(e) = prune_oldest(&dir, "lost-", KEPT_LOSER_TRACES, &own) {
             tracing::warn!(archive = %dir.display(), error = %e, "cannot prune the lock-race losers' traces");
         }
     }
@@ -199,57 +196,10 @@ impl HcModel {
     /// Closes the trace and moves it under `archive`, keeping the newest
     /// [`KEPT_TRACES`] there.
     pub fn archive(self, archive: &Path) {
-        self.log.archive(archive);
-    }
-}
-
-/// An append-only JSON-lines file. A failed write is reported once and
-/// leaves the trace incomplete (replay then stops at the gap); the Domain
-/// keeps serving.
-#[derive(Debug)]
-struct TraceLog {
-    path: PathBuf,
-    file: Option<File>,
-}
-
-impl TraceLog {
-    fn create(path: PathBuf, header: &TraceLine) -> Self {
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path);
-        let mut log = Self {
-            file: match file {
-                Ok(f) => Some(f),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot create the trace file; this run is not traced");
-                    None
-                }
-            },
-            path,
-        };
-        log.append(header);
-        log
-    }
-
-    fn append(&mut self, line: &TraceLine) {
-        let Some(file) = self.file.as_mut() else {
-            return;
-        };
-        let mut text = line.to_json();
-        text.push('\n');
-        if let Err(e) = file.write_all(text.as_bytes()) {
-            tracing::warn!(path = %self.path.display(), error = %e, "trace write failed; the trace ends here");
-            self.file = None;
-        }
-    }
-
-    fn archive(mut self, dir: &Path) {
-        self.file = None;
-        if let Err(e) = move_and_prune(&self.path, dir) {
-            tracing::warn!(path = %self.path.display(), archive = %dir.display(), error = %e, "cannot keep the trace");
-            let _ = std::fs::remove_file(&self.path);
+        let path = self.log.close();
+        if let Err(e) = move_and_prune(&path, archive) {
+            tracing::warn!(path = %path.display(), archive = %archive.display(), error = %e, "cannot keep the trace");
+            let _ = std::fs::remove_file(&path);
         }
     }
 }
@@ -313,32 +263,6 @@ fn prune(dir: &Path, keep: usize) -> io::Result<()> {
     let excess = traces.len().saturating_sub(keep);
     for (_, path) in traces.into_iter().take(excess) {
         std::fs::remove_file(path)?;
-    }
-    Ok(())
-}
-
-/// Keeps the `keep` newest lock-race losers' traces (their names sort by
-/// wall-clock time) and always `own`, the one just written, even if a clock
-/// stepped back makes it sort oldest. Another loser may prune at the same
-/// moment: a trace already gone is not an error.
-fn prune_losers(dir: &Path, keep: usize, own: &Path) -> io::Result<()> {
-    let mut losers: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("lost-") && name.ends_with(".jsonl")
-        })
-        .map(|e| e.path())
-        .filter(|p| p != own)
-        .collect();
-    losers.sort();
-    let excess = (losers.len() + 1).saturating_sub(keep);
-    for path in losers.into_iter().take(excess) {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
     }
     Ok(())
 }
@@ -481,7 +405,7 @@ mod tests {
             let name = format!("lost-{:020}-hc-{i:08x}.jsonl", 1_000 + i);
             std::fs::write(dir.path().join(name), "x")?;
         }
-        prune_losers(dir.path(), KEPT_LOSER_TRACES, &own)?;
+        prune_oldest(dir.path(), "lost-", KEPT_LOSER_TRACES, &own)?;
         assert!(own.exists());
         assert_eq!(std::fs::read_dir(dir.path())?.count(), KEPT_LOSER_TRACES);
         assert!(!dir

@@ -7,6 +7,7 @@
 //! Lazaret model (`lazaret_runtime::coordinator::host_model`), checked before
 //! this module carries it out and traced after.
 mod absence;
+mod catalog_record;
 pub mod channel;
 pub mod client;
 mod election;

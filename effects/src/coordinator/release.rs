@@ -15,6 +15,7 @@ use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::ownership::AbsenceProof;
 
 use super::absence::wait_absent;
+use super::catalog_record::domain_record;
 use super::channel;
 use super::host::{CoordinatorError, Hc};
 use super::launch::{decision_value, participant_role, reap_supervisor, LaunchedGeneration};
@@ -25,9 +26,7 @@ use crate::process_identity::real::RealProcessSys;
 use crate::state_anchor::{real::RealAnchorSys, wait_namespace_left};
 use crate::storage_catalog::ArtifactLease;
 use lazaret_runtime::coordinator::host_model::ProcessView;
-use lazaret_runtime::records::participant::{
-    LeaseState, Participant, ParticipantOwnership, ParticipantRole, ParticipantState,
-};
+use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
 
 /// BeginTeardown: the last session has left; publication is withdrawn (the
 /// socket file goes, so nobody new joins), then the generation is released.
@@ -201,19 +200,17 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
             })?
             .generation
             .domain_id;
-        // Release step 4: under the catalog lock, the Domain Store still
-        // records this artifact's prepared-lower release intent.
+        // Release step 4: under the catalog lock, what the Domain Store
+        // records now is the model's view of the Domain; the model removes
+        // the lease only for this artifact's prepared-lower release intent.
         let (store, generation) = (hc.store, hc.id);
-        let release_intended = || {
-            matches!(
-                store.participant(generation, ParticipantRole::PreparedLower),
-                Ok(Some(Participant {
-                    state: ParticipantState::ReleaseIntent,
-                    ownership: Some(ParticipantOwnership::PreparedLower(p)),
-                    ..
-                })) if p.prepared_artifact_id == Some(artifact)
-                    && p.lease_state == Some(LeaseState::ReleaseIntent)
-            )
+        let (state, me) = (hc.model.state(), hc.model.me());
+        let record = || match domain_record(store, generation, artifact, state, me) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the Domain's release intent");
+                None
+            }
         };
         let removed = hc
             .catalog
@@ -223,7 +220,7 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
                     domain,
                     generation: hc.id,
                 },
-                release_intended,
+                record,
             )
             .map_err(CoordinatorError::Catalog)?;
         tracing::debug!(?removed, "prepared-lower lease");

@@ -34,9 +34,11 @@ use crate::broker::transient::{self, Limits, Transient};
 use crate::crash_point::crash_point;
 use crate::image::store::BlobStore;
 use crate::image::ResolvedImage;
-use crate::storage_catalog::{CatalogError, PrepareIntent, StorageCatalog};
+use crate::storage_catalog::{CatalogError, CatalogRun, PrepareIntent, StorageCatalog};
 use crate::tree_removal::{self, RemovalError};
 use crate::userns::{spawn_in_user_namespace, MapKind, NamespaceMaps, RealHost};
+use lazaret_generated::prepared_lower::StageStates;
+use lazaret_runtime::catalog_model::Step;
 use lazaret_runtime::records::catalog::{
     ArtifactState, OperationId, PrepareOperation, PrepareStageState, PreparedArtifact,
 };
@@ -397,11 +399,18 @@ pub fn prepare(
         }
         let op = identity.operation(&dir)?;
         let lock = OperationLock::create(&dir, op.operation_id)?;
-        let intent = catalog.record_prepare_intent(&op);
+        let mut run = catalog.run(identity.id);
+        let intent = catalog.record_prepare_intent(&op, &mut run);
         let occupied = match intent {
             Ok(PrepareIntent::Recorded) => {
                 crash_point!(Prepare, "operation", "after-intent", "RecordPrepareIntent");
-                return run_operation(host, &catalog, &dir, store, image, &identity, &op, lock);
+                let operation = Operation {
+                    catalog: &catalog,
+                    dir: &dir,
+                    op: &op,
+                    run,
+                };
+                return operation.run(host, store, image, &identity, lock);
             }
             Ok(PrepareIntent::Published(row) | PrepareIntent::Reclaiming(row)) => {
                 lock.release(&dir);
@@ -460,62 +469,102 @@ fn wait_or_recover(
     }
 }
 
-/// The recorded operation, from its stage to publication. Whatever fails
-/// on the way removes the exact stage and forgets the operation, so the
-/// catalog and the prepared directory are as before; the first error is
-/// the one reported.
-#[allow(clippy::too_many_arguments)] // the operation's inputs, each distinct
-fn run_operation(
-    host: &mut dyn PrepareHost,
-    catalog: &StorageCatalog,
-    dir: &PreparedDir,
-    store: &BlobStore,
-    image: &ResolvedImage,
-    identity: &ArtifactIdentity,
-    op: &PrepareOperation,
-    lock: OperationLock,
-) -> Result<PreparedLower, PrepareError> {
-    let stage = dir.stage_path(op.operation_id);
-    let built = dir
-        .create_stage(op.operation_id)
-        .and_then(|(device, inode)| {
-            crash_point!(Prepare, "operation", "after-stage", "CreateStage");
-            let owned = catalog
-                .record_stage_owned(op.operation_id, device, inode)
-                .map_err(PrepareError::Catalog)?;
-            crash_point!(Prepare, "operation", "after-owned", "RecordStageOwned");
-            stage_tree(host, store, image, &identity.record, &stage, lock.hold())?;
-            crash_point!(Prepare, "operation", "after-tree", "PublishArtifact");
-            catalog
-                .publish_artifact(op.operation_id, |owned| dir.publish(owned))
-                .map_err(PrepareError::Catalog)
-                .inspect_err(|_| tracing::debug!(operation = ?owned, "publication failed"))
-        });
-    match built {
-        Ok(row) => {
-            lock.release(dir);
-            debug_assert_eq!(row.prepared_artifact_id, identity.id);
-            let published = dir.path().join(&identity.record.artifact_id);
-            Ok(PreparedLower {
-                rootfs: published.join("rootfs"),
-                dir: published,
-                record: identity.record.clone(),
-                cache_hit: false,
-            })
-        }
-        Err(e) => {
-            // Leave nothing behind, by the same recovery any later
-            // preparation or `lazaret state gc` would do, under the lock
-            // this operation holds; the original error is the one to report.
-            match operation::recover_held(host, catalog, dir, op.operation_id, &lock) {
-                Ok(Recovery::Recovered) => lock.release(dir),
-                Ok(left) => tracing::warn!(?left, "the failed preparation's stage was retained"),
-                Err(cleanup) => {
-                    tracing::warn!(error = %cleanup, "could not remove the failed preparation's stage");
-                }
+/// A recorded prepare operation and its run of the PreparedLower model.
+struct Operation<'a> {
+    catalog: &'a StorageCatalog,
+    dir: &'a PreparedDir,
+    op: &'a PrepareOperation,
+    run: CatalogRun,
+}
+
+impl Operation<'_> {
+    /// The recorded operation, from its stage to publication. Whatever
+    /// fails on the way ends the operation's worker (`PrepareWorkerCrash`)
+    /// and recovers it as any later preparation or `lazaret state gc`
+    /// would, so the catalog and the prepared directory are as before; the
+    /// first error is the one reported.
+    fn run(
+        mut self,
+        host: &mut dyn PrepareHost,
+        store: &BlobStore,
+        image: &ResolvedImage,
+        identity: &ArtifactIdentity,
+        lock: OperationLock,
+    ) -> Result<PreparedLower, PrepareError> {
+        match self.build(host, store, image, identity, &lock) {
+            Ok(row) => {
+                lock.release(self.dir);
+                debug_assert_eq!(row.prepared_artifact_id, identity.id);
+                let published = self.dir.path().join(&identity.record.artifact_id);
+                Ok(PreparedLower {
+                    rootfs: published.join("rootfs"),
+                    dir: published,
+                    record: identity.record.clone(),
+                    cache_hit: false,
+                })
             }
-            Err(e)
+            Err(e) => {
+                // Leave nothing behind, under the lock this operation holds;
+                // the original error is the one to report.
+                let ended =
+                    self.run
+                        .enabled(Step::PrepareWorkerCrash)
+                        .and_then(|ended| match ended {
+                            true => self.run.took(Step::PrepareWorkerCrash, None),
+                            false => Ok(()),
+                        });
+                if let Err(model) = ended {
+                    tracing::warn!(error = %model, "the failed preparation's end is not a model step");
+                }
+                let recovered = operation::recover_held(
+                    host,
+                    self.catalog,
+                    self.dir,
+                    self.op.operation_id,
+                    &lock,
+                );
+                match recovered {
+                    Ok(Recovery::Recovered) => lock.release(self.dir),
+                    Ok(left) => {
+                        tracing::warn!(?left, "the failed preparation's stage was retained")
+                    }
+                    Err(cleanup) => {
+                        tracing::warn!(error = %cleanup, "could not remove the failed preparation's stage");
+                    }
+                }
+                Err(e)
+            }
         }
+    }
+
+    /// `CreateStage`, `RecordStageOwned`, the tree, `PublishArtifact`.
+    fn build(
+        &mut self,
+        host: &mut dyn PrepareHost,
+        store: &BlobStore,
+        image: &ResolvedImage,
+        identity: &ArtifactIdentity,
+        lock: &OperationLock,
+    ) -> Result<PreparedArtifact, PrepareError> {
+        let (catalog, dir, op) = (self.catalog, self.dir, self.op);
+        let stage = dir.stage_path(op.operation_id);
+        self.run
+            .check(Step::CreateStage)
+            .map_err(PrepareError::Catalog)?;
+        let (device, inode) = dir.create_stage(op.operation_id)?;
+        self.run
+            .took(Step::CreateStage, Some(StageStates::Own))
+            .map_err(PrepareError::Catalog)?;
+        crash_point!(Prepare, "operation", "after-stage", "CreateStage");
+        catalog
+            .record_stage_owned(op.operation_id, device, inode, &mut self.run)
+            .map_err(PrepareError::Catalog)?;
+        crash_point!(Prepare, "operation", "after-owned", "RecordStageOwned");
+        stage_tree(host, store, image, &identity.record, &stage, lock.hold())?;
+        crash_point!(Prepare, "operation", "after-tree", "PublishArtifact");
+        catalog
+            .publish_artifact(op.operation_id, |owned| dir.publish(owned), &mut self.run)
+            .map_err(PrepareError::Catalog)
     }
 }
 

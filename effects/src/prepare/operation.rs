@@ -1,7 +1,9 @@
 //! One prepare operation on the Storage Catalog (spec 3.6 "Prepared
 //! lower", OR-7; schemas.md "Storage Catalog"; `protocol/PreparedLower.tla`
 //! actions `RecordPrepareIntent`, `CreateStage`, `RecordStageOwned`,
-//! `PublishArtifact`, `RecoverAbandonedStage`, `ForgetPrepareOperation`).
+//! `PublishArtifact`, `PrepareWorkerCrash`, `RecoverAbandonedStage`,
+//! `ForgetPrepareOperation`, `ForgetAbandonedIntent`, each a step of the
+//! operation's run of the PreparedLower model, checked before its effect).
 //!
 //! Everything happens beneath `<storage root>/prepared`, opened once without
 //! following a symbolic link: the stage `.stage-<operation>` is created
@@ -18,6 +20,8 @@
 use super::{PrepareError, PrepareHost};
 use crate::crash_point::crash_point;
 use crate::storage_catalog::{CatalogError, StorageCatalog};
+use lazaret_generated::prepared_lower::{StageStates, WorkerStates};
+use lazaret_runtime::catalog_model::Step;
 use lazaret_runtime::records::catalog::{OperationId, PrepareOperation, PrepareStageState};
 use lazaret_runtime::records::ids::HostPath;
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, ResolveFlags, CWD};
@@ -477,40 +481,84 @@ fn recover_row(
 ) -> Result<Recovery, PrepareError> {
     let stage = stage_name(op.operation_id);
     let stage_path = dir.path.join(&stage);
+    let artifact = op.expected_artifact_id.to_string();
     let found = dir.identity_of(&stage)?;
-    match (op.stage_state, op.evidence()) {
-        (PrepareStageState::Owned, Ok(Some(evidence))) => {
-            if found.is_some() && found != Some(evidence) {
-                return Ok(Recovery::Retained {
-                    stage: stage_path,
-                    reason: "it is not the directory the operation recorded",
-                });
+    let catalog_err = PrepareError::Catalog;
+    // The worker is gone (its lock was taken); what is at the stage path
+    // is the model's `stage`.
+    let observed = match (op.stage_state, op.evidence()) {
+        (PrepareStageState::Owned, Ok(Some(evidence))) => match found {
+            Some(f) if f == evidence => StageStates::Own,
+            Some(_) => StageStates::Foreign,
+            // Renamed to the artifact's name, the catalog commit lost: the
+            // same tree (the rename is below the model's abstraction).
+            None if dir.identity_of(&artifact)? == Some(evidence) => StageStates::Own,
+            // Nothing of the operation is left: its exact stage is absent.
+            None => StageStates::Removed,
+        },
+        (PrepareStageState::Intent, Ok(None)) => match found {
+            None => StageStates::Absent,
+            // The stage it created before it could record it Owned, if
+            // `rmdir` (the step's effect) proves it empty.
+            Some(_) => StageStates::Own,
+        },
+        _ => StageStates::Foreign,
+    };
+    let mut run = catalog
+        .run(op.expected_artifact_id)
+        .knowing(WorkerStates::Dead, observed);
+    catalog.observe(&mut run).map_err(catalog_err)?;
+    let retained = Recovery::Retained {
+        stage: stage_path,
+        reason: match op.stage_state {
+            PrepareStageState::Owned => "it is not the directory the operation recorded",
+            PrepareStageState::Intent => {
+                "the operation was interrupted before it recorded the stage as its own"
             }
-            let _span = tracing::info_span!("RecoverAbandonedStage", operation = %op.operation_id)
-                .entered();
-            dir.remove_exact(host, &stage, evidence, Some(lock.hold()))?;
-            dir.remove_exact(
-                host,
-                &op.expected_artifact_id.to_string(),
-                evidence,
-                Some(lock.hold()),
-            )?;
-            catalog
-                .forget_prepare_operation(op)
-                .map_err(PrepareError::Catalog)?;
-            Ok(Recovery::Recovered)
-        }
-        (PrepareStageState::Intent, Ok(None)) if found.is_none() || dir.remove_empty(&stage)? => {
-            let _span = tracing::info_span!("ForgetAbandonedIntent", operation = %op.operation_id)
-                .entered();
-            catalog
-                .forget_prepare_operation(op)
-                .map_err(PrepareError::Catalog)?;
-            Ok(Recovery::Recovered)
-        }
-        _ => Ok(Recovery::Retained {
-            stage: stage_path,
-            reason: "the operation was interrupted before it recorded the stage as its own",
-        }),
+        },
+    };
+    if run
+        .enabled(Step::RecoverAbandonedStage)
+        .map_err(catalog_err)?
+    {
+        let _span =
+            tracing::info_span!("RecoverAbandonedStage", operation = %op.operation_id).entered();
+        let evidence = (op.device.unwrap_or(u64::MAX), op.inode.unwrap_or(u64::MAX));
+        dir.remove_exact(host, &stage, evidence, Some(lock.hold()))?;
+        dir.remove_exact(host, &artifact, evidence, Some(lock.hold()))?;
+        let gone = dir.identity_of(&stage)?.is_none();
+        run.took(
+            Step::RecoverAbandonedStage,
+            Some(if gone {
+                StageStates::Removed
+            } else {
+                StageStates::Own
+            }),
+        )
+        .map_err(catalog_err)?;
     }
+    if run
+        .enabled(Step::ForgetPrepareOperation)
+        .map_err(catalog_err)?
+    {
+        catalog
+            .forget_prepare_operation(op, &mut run)
+            .map_err(catalog_err)?;
+        return Ok(Recovery::Recovered);
+    }
+    if run
+        .enabled(Step::ForgetAbandonedIntent)
+        .map_err(catalog_err)?
+    {
+        let _span =
+            tracing::info_span!("ForgetAbandonedIntent", operation = %op.operation_id).entered();
+        if found.is_some() && !dir.remove_empty(&stage)? {
+            return Ok(retained);
+        }
+        catalog
+            .forget_prepare_operation(op, &mut run)
+            .map_err(catalog_err)?;
+        return Ok(Recovery::Recovered);
+    }
+    Ok(retained)
 }

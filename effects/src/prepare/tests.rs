@@ -335,31 +335,45 @@ fn entries(dir: &Path) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-/// An operation of `img` left as a preparer that died would leave it:
-/// intent recorded, the stage created (and recorded Owned when `owned`),
-/// a file in it, the lock file present but held by no process.
-fn abandoned(root: &Path, img: &ResolvedImage, owned: bool) -> Result<PathBuf, String> {
+/// An operation of `img` as its preparer has it: intent recorded, the
+/// stage created (and recorded Owned when `owned`), a file in it, the lock
+/// file held by the returned lock.
+fn begun(
+    root: &Path,
+    img: &ResolvedImage,
+    owned: bool,
+) -> Result<(OperationLock, PathBuf, OperationId), String> {
     let e = |e: PrepareError| e.to_string();
     let identity = ArtifactIdentity::of("umoci version fake".into(), img, &maps(100000));
     let dir = PreparedDir::open(root).map_err(e)?;
     let op = identity.operation(&dir).map_err(e)?;
     let lock = OperationLock::create(&dir, op.operation_id).map_err(e)?;
     let catalog = StorageCatalog::at(root);
+    let mut run = catalog.run(identity.id);
     assert_eq!(
         catalog
-            .record_prepare_intent(&op)
+            .record_prepare_intent(&op, &mut run)
             .map_err(|e| e.to_string())?,
         PrepareIntent::Recorded
     );
     let (device, inode) = dir.create_stage(op.operation_id).map_err(e)?;
+    run.took(Step::CreateStage, Some(StageStates::Own))
+        .map_err(|e| e.to_string())?;
     if owned {
         catalog
-            .record_stage_owned(op.operation_id, device, inode)
+            .record_stage_owned(op.operation_id, device, inode, &mut run)
             .map_err(|e| e.to_string())?;
     }
     let stage = dir.stage_path(op.operation_id);
     fs::create_dir(stage.join("rootfs")).map_err(|e| e.to_string())?;
     fs::write(stage.join("rootfs/half"), "x").map_err(|e| e.to_string())?;
+    Ok((lock, stage, op.operation_id))
+}
+
+/// An operation of `img` left as a preparer that died would leave it: as
+/// [`begun`], the lock file present but held by no process.
+fn abandoned(root: &Path, img: &ResolvedImage, owned: bool) -> Result<PathBuf, String> {
+    let (lock, stage, _) = begun(root, img, owned)?;
     // The preparer dies: its lock is released, its file stays.
     drop(lock);
     Ok(stage)
@@ -427,30 +441,21 @@ fn a_live_operation_is_never_recovered() -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let img = image()?;
     let e = |e: PrepareError| e.to_string();
-    let identity = ArtifactIdentity::of("umoci version fake".into(), &img, &maps(100000));
+    let (lock, _, operation) = begun(dir.path(), &img, true)?;
     let prepared = PreparedDir::open(dir.path()).map_err(e)?;
-    let op = identity.operation(&prepared).map_err(e)?;
-    let lock = OperationLock::create(&prepared, op.operation_id).map_err(e)?;
     let catalog = StorageCatalog::at(dir.path());
-    catalog
-        .record_prepare_intent(&op)
-        .map_err(|e| e.to_string())?;
-    let (device, inode) = prepared.create_stage(op.operation_id).map_err(e)?;
-    catalog
-        .record_stage_owned(op.operation_id, device, inode)
-        .map_err(|e| e.to_string())?;
     let mut host = FakeHost::default();
     assert_eq!(
-        recover(&mut host, &catalog, &prepared, op.operation_id).map_err(e)?,
+        recover(&mut host, &catalog, &prepared, operation).map_err(e)?,
         Recovery::Live
     );
-    assert!(prepared.stage_path(op.operation_id).is_dir());
+    assert!(prepared.stage_path(operation).is_dir());
     drop(lock);
     assert_eq!(
-        recover(&mut host, &catalog, &prepared, op.operation_id).map_err(e)?,
+        recover(&mut host, &catalog, &prepared, operation).map_err(e)?,
         Recovery::Recovered
     );
-    assert!(!prepared.stage_path(op.operation_id).exists());
+    assert!(!prepared.stage_path(operation).exists());
     assert_eq!(
         catalog.prepare_operations().map_err(|e| e.to_string())?,
         vec![]
@@ -474,7 +479,7 @@ fn a_worker_keeps_its_operation_live() -> Result<(), String> {
     let lock = OperationLock::create(&prepared, op.operation_id).map_err(e)?;
     let catalog = StorageCatalog::at(dir.path());
     catalog
-        .record_prepare_intent(&op)
+        .record_prepare_intent(&op, &mut catalog.run(identity.id))
         .map_err(|e| e.to_string())?;
     // Spawned as RealPrepareHost spawns its workers: with an inheritable
     // copy of the lock open during the spawn only.

@@ -4,8 +4,12 @@
 //! and inode; `PreparedArtifact` rows, inserted Available by publication
 //! and moved to Reclaiming only when no lease names them. Every function
 //! is one catalog-lock section and one transaction, named after the
-//! `protocol/PreparedLower.tla` action it performs.
-use super::{read_table, tables, CatalogError, Missing, StorageCatalog};
+//! `protocol/PreparedLower.tla` action it performs and taken as that step
+//! of the operation's [`CatalogRun`]: the rows the section reads are the
+//! model's state, the model decides, and the rows read back after the
+//! write are the step's observation.
+use super::{read_table, tables, CatalogError, CatalogRun, Missing, StorageCatalog};
+use lazaret_runtime::catalog_model::{ArtifactRows, Step, MAX_HOLDERS};
 use lazaret_runtime::records::catalog::{
     ArtifactState, OperationId, PrepareOperation, PrepareStageState, PreparedArtifact,
 };
@@ -122,11 +126,13 @@ impl StorageCatalog {
     }
 
     /// Model `RecordPrepareIntent`: records `op` (stage state Intent, no
-    /// device or inode) before its stage is created, unless the artifact
-    /// is already published or another operation holds its slot.
+    /// device or inode) before its stage is created, when the model
+    /// enables it; otherwise the rows say why: the artifact is already
+    /// published, being reclaimed, or another operation holds its slot.
     pub fn record_prepare_intent(
         &self,
         op: &PrepareOperation,
+        run: &mut CatalogRun,
     ) -> Result<PrepareIntent, CatalogError> {
         let _span =
             tracing::debug_span!("RecordPrepareIntent", operation = %op.operation_id).entered();
@@ -137,27 +143,27 @@ impl StorageCatalog {
                 operation: op.operation_id,
             });
         }
-        self.write_section(Missing::Create, |txn| {
-            if let Some(row) = artifact_in(txn, path, &op.expected_artifact_id)? {
-                return Ok(match row.state {
-                    ArtifactState::Available => (PrepareIntent::Published(row), false),
-                    ArtifactState::Reclaiming => (PrepareIntent::Reclaiming(row), false),
-                });
+        let artifact = op.expected_artifact_id;
+        let (found, after) = self.write_section(Missing::Create, |txn| {
+            run.observe(&rows_in(txn, path, &artifact)?)?;
+            if !run.enabled(Step::RecordPrepareIntent)? {
+                if let Some(row) = artifact_in(txn, path, &artifact)? {
+                    return Ok(match row.state {
+                        ArtifactState::Available => ((PrepareIntent::Published(row), None), false),
+                        ArtifactState::Reclaiming => {
+                            ((PrepareIntent::Reclaiming(row), None), false)
+                        }
+                    });
+                }
+                if let Some(other) = operation_for(txn, path, &artifact)? {
+                    return Ok(((PrepareIntent::Occupied(other), None), false));
+                }
+                run.check(Step::RecordPrepareIntent)?;
             }
             let mut table = txn
                 .open_table(tables::OPERATIONS)
                 .map_err(CatalogError::redb(path, "open operations table"))?;
             let held = bounded_len(&table, path, "prepare_operations", MAX_OPERATIONS)?;
-            for entry in table
-                .iter()
-                .map_err(CatalogError::redb(path, "list operations"))?
-            {
-                let (key, value) = entry.map_err(CatalogError::redb(path, "read operation"))?;
-                let other = decode_operation(path, &key.value(), value.value())?;
-                if other.expected_artifact_id == op.expected_artifact_id {
-                    return Ok((PrepareIntent::Occupied(other), false));
-                }
-            }
             if held >= MAX_OPERATIONS {
                 return Err(CatalogError::TooManyRows {
                     path: path.to_owned(),
@@ -169,8 +175,14 @@ impl StorageCatalog {
             table
                 .insert(&op.operation_id.0, bytes.as_slice())
                 .map_err(CatalogError::redb(path, "insert operation"))?;
-            Ok((PrepareIntent::Recorded, true))
-        })
+            drop(table);
+            let after = rows_in(txn, path, &artifact)?;
+            Ok(((PrepareIntent::Recorded, Some(after)), true))
+        })?;
+        if let Some(after) = after {
+            run.take(Step::RecordPrepareIntent, Some(&after), None)?;
+        }
+        Ok(found)
     }
 
     /// Model `RecordStageOwned`: the exact operation moves from Intent to
@@ -181,43 +193,38 @@ impl StorageCatalog {
         operation: OperationId,
         device: u64,
         inode: u64,
+        run: &mut CatalogRun,
     ) -> Result<PrepareOperation, CatalogError> {
         let _span = tracing::debug_span!("RecordStageOwned", %operation).entered();
         let path = self.path.as_path();
-        let missing = || CatalogError::OperationMissing {
-            path: path.to_owned(),
-            operation,
-        };
-        self.write_section(Missing::Create, |txn| {
-            let mut table = txn
-                .open_table(tables::OPERATIONS)
-                .map_err(CatalogError::redb(path, "open operations table"))?;
-            let mut op = match table
-                .get(&operation.0)
-                .map_err(CatalogError::redb(path, "read operation"))?
-            {
-                Some(row) => decode_operation(path, &operation.0, row.value())?,
-                None => return Err(missing()),
-            };
-            match op.evidence() {
-                Ok(None) => {}
-                Ok(Some(found)) if found == (device, inode) => return Ok((op, false)),
-                _ => {
-                    return Err(CatalogError::OperationChanged {
+        let artifact = run.artifact();
+        let (op, after) = self.write_section(Missing::Create, |txn| {
+            let mut op = operation_row(txn, path, operation)?;
+            run.observe(&rows_in(txn, path, &artifact)?)?;
+            if !run.enabled(Step::RecordStageOwned)? {
+                return match op.evidence() {
+                    Ok(Some(found)) if found == (device, inode) => Ok(((op, None), false)),
+                    _ => Err(CatalogError::OperationChanged {
                         path: path.to_owned(),
                         operation,
-                    })
-                }
+                    }),
+                };
             }
             op.stage_state = PrepareStageState::Owned;
             op.device = Some(device);
             op.inode = Some(inode);
             let bytes = encode(path, "prepare operation", &op)?;
-            table
+            txn.open_table(tables::OPERATIONS)
+                .map_err(CatalogError::redb(path, "open operations table"))?
                 .insert(&operation.0, bytes.as_slice())
                 .map_err(CatalogError::redb(path, "update operation"))?;
-            Ok((op, true))
-        })
+            let after = rows_in(txn, path, &artifact)?;
+            Ok(((op, Some(after)), true))
+        })?;
+        if let Some(after) = after {
+            run.take(Step::RecordStageOwned, Some(&after), None)?;
+        }
+        Ok(op)
     }
 
     /// Model `PublishArtifact`: under the catalog lock, `publish` moves the
@@ -228,36 +235,29 @@ impl StorageCatalog {
         &self,
         operation: OperationId,
         publish: impl FnOnce(&PrepareOperation) -> Result<Published, CatalogError>,
+        run: &mut CatalogRun,
     ) -> Result<PreparedArtifact, CatalogError> {
         let _span = tracing::debug_span!("PublishArtifact", %operation).entered();
         let path = self.path.as_path();
-        self.write_section(Missing::Create, |txn| {
-            let mut ops = txn
-                .open_table(tables::OPERATIONS)
-                .map_err(CatalogError::redb(path, "open operations table"))?;
-            let op = match ops
-                .get(&operation.0)
-                .map_err(CatalogError::redb(path, "read operation"))?
-            {
-                Some(row) => decode_operation(path, &operation.0, row.value())?,
-                None => {
-                    return Err(CatalogError::OperationMissing {
+        let artifact = run.artifact();
+        let (row, after) = self.write_section(Missing::Create, |txn| {
+            let op = operation_row(txn, path, operation)?;
+            run.observe(&rows_in(txn, path, &artifact)?)?;
+            if !run.enabled(Step::PublishArtifact)? {
+                if let Some(row) = artifact_in(txn, path, &op.expected_artifact_id)? {
+                    return Err(CatalogError::ArtifactExists {
                         path: path.to_owned(),
-                        operation,
-                    })
+                        artifact: row.prepared_artifact_id,
+                        state: row.state,
+                    });
                 }
-            };
-            if !matches!(op.evidence(), Ok(Some(_))) {
+                if op.stage_state == PrepareStageState::Owned {
+                    // Owned, yet refused: the model's guard says why.
+                    run.check(Step::PublishArtifact)?;
+                }
                 return Err(CatalogError::OperationNotOwned {
                     path: path.to_owned(),
                     operation,
-                });
-            }
-            if let Some(row) = artifact_in(txn, path, &op.expected_artifact_id)? {
-                return Err(CatalogError::ArtifactExists {
-                    path: path.to_owned(),
-                    artifact: row.prepared_artifact_id,
-                    state: row.state,
                 });
             }
             let artifacts = txn
@@ -282,110 +282,201 @@ impl StorageCatalog {
                 .map_err(CatalogError::redb(path, "open artifacts table"))?
                 .insert(&row.prepared_artifact_id.0, bytes.as_slice())
                 .map_err(CatalogError::redb(path, "insert artifact"))?;
-            ops.remove(&operation.0)
+            txn.open_table(tables::OPERATIONS)
+                .map_err(CatalogError::redb(path, "open operations table"))?
+                .remove(&operation.0)
                 .map_err(CatalogError::redb(path, "retire operation"))?;
-            Ok((row, true))
-        })
+            let after = rows_in(txn, path, &artifact)?;
+            Ok(((row, after), true))
+        })?;
+        run.take(Step::PublishArtifact, Some(&after), None)?;
+        Ok(row)
     }
 
     /// Model `ForgetPrepareOperation` (an Owned operation whose exact stage
     /// is proved absent) and `ForgetAbandonedIntent` (an Intent operation
     /// whose worker is gone and whose stage path holds nothing): removes
-    /// the operation only if its row is still exactly `expected`. Returns
-    /// whether it was removed.
+    /// the operation only if its row is still exactly `expected` and the
+    /// model enables the step.
     pub fn forget_prepare_operation(
         &self,
         expected: &PrepareOperation,
-    ) -> Result<bool, CatalogError> {
+        run: &mut CatalogRun,
+    ) -> Result<(), CatalogError> {
+        let step = match expected.stage_state {
+            PrepareStageState::Owned => Step::ForgetPrepareOperation,
+            PrepareStageState::Intent => Step::ForgetAbandonedIntent,
+        };
         let _span =
-            tracing::debug_span!("ForgetPrepareOperation", operation = %expected.operation_id)
+            tracing::debug_span!("forget_prepare_operation", ?step, operation = %expected.operation_id)
                 .entered();
         let path = self.path.as_path();
-        self.write_section(Missing::Return(false), |txn| {
-            let mut table = txn
-                .open_table(tables::OPERATIONS)
-                .map_err(CatalogError::redb(path, "open operations table"))?;
-            let key = expected.operation_id.0;
-            let current = match table
-                .get(&key)
-                .map_err(CatalogError::redb(path, "read operation"))?
-            {
-                Some(row) => decode_operation(path, &key, row.value())?,
-                None => return Ok((false, false)),
-            };
+        let artifact = run.artifact();
+        let key = expected.operation_id;
+        let missing = || CatalogError::OperationMissing {
+            path: path.to_owned(),
+            operation: key,
+        };
+        let after = self.write_section(Missing::Return(None), |txn| {
+            let current = operation_row(txn, path, key)?;
             if current != *expected {
                 return Err(CatalogError::OperationChanged {
                     path: path.to_owned(),
-                    operation: expected.operation_id,
+                    operation: key,
                 });
             }
-            table
-                .remove(&key)
+            run.observe(&rows_in(txn, path, &artifact)?)?;
+            run.check(step)?;
+            txn.open_table(tables::OPERATIONS)
+                .map_err(CatalogError::redb(path, "open operations table"))?
+                .remove(&key.0)
                 .map_err(CatalogError::redb(path, "remove operation"))?;
-            Ok((true, true))
-        })
+            Ok((Some(rows_in(txn, path, &artifact)?), true))
+        })?;
+        run.take(step, Some(&after.ok_or_else(missing)?), None)
     }
 
-    /// Model `BeginReclaim` (OR-7): Available -> Reclaiming only when no
-    /// lease row names the artifact, from any Domain or generation.
-    /// Reclaiming is durable: the tree may be removed after this commits,
-    /// and no lease can be inserted for it any more.
-    pub fn begin_reclaim(&self, id: &PreparedArtifactId) -> Result<Reclaim, CatalogError> {
+    /// Model `BeginReclaim` (OR-7): Available -> Reclaiming only when the
+    /// model enables it: no lease row names the artifact, from any Domain
+    /// or generation. Reclaiming is durable: the tree may be removed after
+    /// this commits, and no lease can be inserted for it any more.
+    pub fn begin_reclaim(&self, run: &mut CatalogRun) -> Result<Reclaim, CatalogError> {
+        let id = run.artifact();
         let _span = tracing::debug_span!("BeginReclaim", artifact = %id).entered();
         let path = self.path.as_path();
-        self.write_section(Missing::Return(Reclaim::Absent), |txn| {
-            let Some(mut row) = artifact_in(txn, path, id)? else {
-                return Ok((Reclaim::Absent, false));
-            };
-            if row.state == ArtifactState::Reclaiming {
-                return Ok((Reclaim::Resumed(row), false));
-            }
-            let leases = txn
-                .open_table(tables::LEASES)
-                .map_err(CatalogError::redb(path, "open leases table"))?;
-            let (low, high) = tables::artifact_lease_range(id);
-            let mut held = 0usize;
-            for entry in leases
-                .range(low..=high)
-                .map_err(CatalogError::redb(path, "list leases"))?
-            {
-                entry.map_err(CatalogError::redb(path, "read lease"))?;
-                held += 1;
-            }
-            if held > 0 {
-                return Ok((Reclaim::Leased { leases: held }, false));
-            }
-            row.state = ArtifactState::Reclaiming;
-            let bytes = encode(path, "prepared artifact", &row)?;
-            txn.open_table(tables::ARTIFACTS)
-                .map_err(CatalogError::redb(path, "open artifacts table"))?
-                .insert(&id.0, bytes.as_slice())
-                .map_err(CatalogError::redb(path, "update artifact"))?;
-            Ok((Reclaim::Started(row), true))
-        })
+        let (reclaim, after) =
+            self.write_section(Missing::Return((Reclaim::Absent, None)), |txn| {
+                let rows = rows_in(txn, path, &id)?;
+                run.observe(&rows)?;
+                let Some(mut row) = artifact_in(txn, path, &id)? else {
+                    return Ok(((Reclaim::Absent, None), false));
+                };
+                if row.state == ArtifactState::Reclaiming {
+                    return Ok(((Reclaim::Resumed(row), None), false));
+                }
+                if !run.enabled(Step::BeginReclaim)? {
+                    let leases = rows.leases.len();
+                    return Ok(((Reclaim::Leased { leases }, None), false));
+                }
+                row.state = ArtifactState::Reclaiming;
+                let bytes = encode(path, "prepared artifact", &row)?;
+                txn.open_table(tables::ARTIFACTS)
+                    .map_err(CatalogError::redb(path, "open artifacts table"))?
+                    .insert(&id.0, bytes.as_slice())
+                    .map_err(CatalogError::redb(path, "update artifact"))?;
+                let after = rows_in(txn, path, &id)?;
+                Ok(((Reclaim::Started(row), Some(after)), true))
+            })?;
+        if let Some(after) = after {
+            run.take(Step::BeginReclaim, Some(&after), None)?;
+        }
+        Ok(reclaim)
     }
 
-    /// Model `RemoveArtifact`: after the exact tree is gone, the Reclaiming
-    /// row goes. An Available artifact refuses; a missing one is `false`.
-    pub fn remove_artifact(&self, id: &PreparedArtifactId) -> Result<bool, CatalogError> {
+    /// Model `RemoveArtifact`, its last part: after the exact tree is gone
+    /// (checked with the run before the removal began), the Reclaiming
+    /// row goes. An artifact the model does not see Reclaiming refuses.
+    pub fn remove_artifact(&self, run: &mut CatalogRun) -> Result<(), CatalogError> {
+        let id = run.artifact();
         let _span = tracing::debug_span!("RemoveArtifact", artifact = %id).entered();
         let path = self.path.as_path();
-        self.write_section(Missing::Return(false), |txn| {
-            let Some(row) = artifact_in(txn, path, id)? else {
-                return Ok((false, false));
-            };
-            if row.state != ArtifactState::Reclaiming {
-                return Err(CatalogError::NotReclaiming {
-                    path: path.to_owned(),
-                    artifact: *id,
-                });
+        let not_reclaiming = || CatalogError::NotReclaiming {
+            path: path.to_owned(),
+            artifact: id,
+        };
+        let after = self.write_section(Missing::Return(None), |txn| {
+            run.observe(&rows_in(txn, path, &id)?)?;
+            if !run.enabled(Step::RemoveArtifact)? {
+                return Err(not_reclaiming());
             }
             txn.open_table(tables::ARTIFACTS)
                 .map_err(CatalogError::redb(path, "open artifacts table"))?
                 .remove(&id.0)
                 .map_err(CatalogError::redb(path, "remove artifact"))?;
-            Ok((true, true))
-        })
+            Ok((Some(rows_in(txn, path, &id)?), true))
+        })?;
+        run.take(
+            Step::RemoveArtifact,
+            Some(&after.ok_or_else(not_reclaiming)?),
+            None,
+        )
+    }
+}
+
+/// The rows of `artifact` inside a write transaction: what a model step
+/// reads (schemas.md "Storage Catalog": its artifact row, the one prepare
+/// operation that may hold its slot, its lease rows).
+pub(super) fn rows_in(
+    txn: &WriteTransaction,
+    path: &Path,
+    artifact: &PreparedArtifactId,
+) -> Result<ArtifactRows, CatalogError> {
+    let row = artifact_in(txn, path, artifact)?;
+    let operation = operation_for(txn, path, artifact)?;
+    let table = txn
+        .open_table(tables::LEASES)
+        .map_err(CatalogError::redb(path, "open leases table"))?;
+    let (low, high) = tables::artifact_lease_range(artifact);
+    let mut leases = Vec::new();
+    for entry in table
+        .range(low..=high)
+        .map_err(CatalogError::redb(path, "list leases"))?
+    {
+        let (key, _) = entry.map_err(CatalogError::redb(path, "read lease"))?;
+        if leases.len() > MAX_HOLDERS {
+            break; // the model refuses more than MAX_HOLDERS
+        }
+        let lease = tables::lease_from_key(&key.value());
+        leases.push((lease.domain, lease.generation));
+    }
+    Ok(ArtifactRows {
+        artifact: row.map(|r| r.state),
+        operation: operation.map(|o| o.stage_state),
+        leases,
+    })
+}
+
+/// The prepare operation holding `artifact`'s slot, if any.
+fn operation_for(
+    txn: &WriteTransaction,
+    path: &Path,
+    artifact: &PreparedArtifactId,
+) -> Result<Option<PrepareOperation>, CatalogError> {
+    let table = txn
+        .open_table(tables::OPERATIONS)
+        .map_err(CatalogError::redb(path, "open operations table"))?;
+    bounded_len(&table, path, "prepare_operations", MAX_OPERATIONS)?;
+    for entry in table
+        .iter()
+        .map_err(CatalogError::redb(path, "list operations"))?
+    {
+        let (key, value) = entry.map_err(CatalogError::redb(path, "read operation"))?;
+        let op = decode_operation(path, &key.value(), value.value())?;
+        if op.expected_artifact_id == *artifact {
+            return Ok(Some(op));
+        }
+    }
+    Ok(None)
+}
+
+/// The operation's row; a missing one is an error naming it.
+fn operation_row(
+    txn: &WriteTransaction,
+    path: &Path,
+    operation: OperationId,
+) -> Result<PrepareOperation, CatalogError> {
+    let table = txn
+        .open_table(tables::OPERATIONS)
+        .map_err(CatalogError::redb(path, "open operations table"))?;
+    let row = table
+        .get(&operation.0)
+        .map_err(CatalogError::redb(path, "read operation"))?;
+    match row {
+        Some(row) => decode_operation(path, &operation.0, row.value()),
+        None => Err(CatalogError::OperationMissing {
+            path: path.to_owned(),
+            operation,
+        }),
     }
 }
 

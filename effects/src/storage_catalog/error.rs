@@ -1,5 +1,6 @@
 //! Storage Catalog errors: one variant per failing step, each naming the
 //! path it concerns.
+use lazaret_runtime::catalog_model::{CatalogModelError, Step};
 use lazaret_runtime::records::catalog::{ArtifactState, OperationId, OperationShapeError};
 use lazaret_runtime::records::codec::CodecError;
 use lazaret_runtime::records::ids::PreparedArtifactId;
@@ -120,6 +121,17 @@ pub enum CatalogError {
     },
     #[error("cannot publish the prepared stage at {path}: {source}")]
     Publish { path: PathBuf, source: io::Error },
+    /// The PreparedLower model refused the operation's step, its start
+    /// state or what the step's transaction read back.
+    #[error("Storage Catalog {path}: {source}")]
+    Model {
+        path: PathBuf,
+        source: Box<CatalogModelError>,
+    },
+    #[error(
+        "Storage Catalog {path}: {step:?} was asked before the operation read its artifact's rows"
+    )]
+    NotObserved { path: PathBuf, step: Step },
 }
 
 /// How an artifact that cannot be leased stands.

@@ -1,4 +1,7 @@
 use super::*;
+use lazaret_generated::prepared_lower::{
+    HcStates, MountStates, PlStates, RsStates, SaStates, StageStates,
+};
 use lazaret_runtime::records::catalog::{
     OperationId, PrepareOperation, PrepareStageState, PreparedArtifact,
 };
@@ -33,24 +36,71 @@ pub(super) fn operation(id: u8, artifact: u8) -> PrepareOperation {
     }
 }
 
+/// A Domain whose Host Coordinator runs, with its supervisor, and
+/// records prepared-lower intent for the artifact (acquisition step 2).
+pub(super) fn intent() -> DomainRecord {
+    DomainRecord {
+        hc: HcStates::Running,
+        rs: RsStates::Running,
+        pl: PlStates::Intent,
+        names_artifact: true,
+        sa: SaStates::None,
+        mount: MountStates::Absent,
+    }
+}
+
+/// The Domain records the prepared-lower release intent for the
+/// artifact, its anchors clean and its runtime gone (release step 4).
+pub(super) fn released() -> Option<DomainRecord> {
+    Some(DomainRecord {
+        rs: RsStates::Absent,
+        pl: PlStates::ReleaseIntent,
+        sa: SaStates::Clean,
+        ..intent()
+    })
+}
+
+/// The Domain still records the lease as held.
+fn still_held() -> Option<DomainRecord> {
+    Some(DomainRecord {
+        pl: PlStates::LeaseHeld,
+        ..intent()
+    })
+}
+
+/// The steps of a preparation up to its stage, recorded Owned with
+/// `(1, inode)`: the operation's run.
+pub(super) fn owned(catalog: &StorageCatalog, op: &PrepareOperation, inode: u64) -> CatalogRun {
+    let mut run = catalog.run(op.expected_artifact_id);
+    assert_eq!(
+        catalog.record_prepare_intent(op, &mut run).unwrap(),
+        PrepareIntent::Recorded
+    );
+    run.check(Step::CreateStage).unwrap();
+    run.took(Step::CreateStage, Some(StageStates::Own)).unwrap();
+    catalog
+        .record_stage_owned(op.operation_id, 1, inode, &mut run)
+        .unwrap();
+    run
+}
+
 /// Publishes artifact `[artifact; 32]` through the prepare-operation steps.
 pub(super) fn available(catalog: &StorageCatalog, artifact: u8) -> PreparedArtifact {
     let op = operation(artifact, artifact);
-    assert_eq!(
-        catalog.record_prepare_intent(&op).unwrap(),
-        PrepareIntent::Recorded
-    );
+    let inode = 100 + u64::from(artifact);
+    let mut run = owned(catalog, &op, inode);
     catalog
-        .record_stage_owned(op.operation_id, 1, 100 + u64::from(artifact))
-        .unwrap();
-    catalog
-        .publish_artifact(op.operation_id, |_| {
-            Ok(Published {
-                path: HostPath::new(format!("/s/prepared/{artifact}").into_bytes()).unwrap(),
-                device: 1,
-                inode: 100 + u64::from(artifact),
-            })
-        })
+        .publish_artifact(
+            op.operation_id,
+            |_| {
+                Ok(Published {
+                    path: HostPath::new(format!("/s/prepared/{artifact}").into_bytes()).unwrap(),
+                    device: 1,
+                    inode,
+                })
+            },
+            &mut run,
+        )
         .unwrap()
 }
 
@@ -88,7 +138,10 @@ fn an_inserted_lease_is_held_and_only_that_one() {
     available(&catalog, 1);
     let held = lease(1, 2, 3);
     assert!(!catalog.lease_held(&held).unwrap());
-    assert_eq!(catalog.insert_lease(&held).unwrap(), LeaseInsert::Inserted);
+    assert_eq!(
+        catalog.insert_lease(&held, intent()).unwrap(),
+        LeaseInsert::Inserted
+    );
     assert!(catalog.lease_held(&held).unwrap());
     assert!(!catalog.lease_held(&lease(1, 2, 4)).unwrap());
 }
@@ -99,9 +152,12 @@ fn inserting_the_same_lease_again_is_already_held() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    assert_eq!(catalog.insert_lease(&held).unwrap(), LeaseInsert::Inserted);
     assert_eq!(
-        catalog.insert_lease(&held).unwrap(),
+        catalog.insert_lease(&held, intent()).unwrap(),
+        LeaseInsert::Inserted
+    );
+    assert_eq!(
+        catalog.insert_lease(&held, intent()).unwrap(),
         LeaseInsert::AlreadyHeld
     );
     assert_eq!(catalog.leases().unwrap(), vec![held]);
@@ -113,14 +169,14 @@ fn removing_the_exact_lease_then_again_is_already_absent() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    catalog.insert_lease(&held).unwrap();
+    catalog.insert_lease(&held, intent()).unwrap();
     assert_eq!(
-        catalog.remove_lease(&held, || true).unwrap(),
+        catalog.remove_lease(&held, released).unwrap(),
         LeaseRemoval::Removed
     );
     assert!(!catalog.lease_held(&held).unwrap());
     assert_eq!(
-        catalog.remove_lease(&held, || true).unwrap(),
+        catalog.remove_lease(&held, released).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(catalog.leases().unwrap(), vec![]);
@@ -134,8 +190,8 @@ fn a_lease_is_removed_only_with_the_domains_release_intent() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    catalog.insert_lease(&held).unwrap();
-    let err = catalog.remove_lease(&held, || false).unwrap_err();
+    catalog.insert_lease(&held, intent()).unwrap();
+    let err = catalog.remove_lease(&held, still_held).unwrap_err();
     assert!(
         matches!(err, CatalogError::ReleaseNotIntended { generation: 3, .. }),
         "{err}"
@@ -150,7 +206,7 @@ fn a_lease_is_removed_only_with_the_domains_release_intent() {
                 other.leases(),
                 Err(CatalogError::LockTimeout { .. })
             ));
-            true
+            released()
         })
         .unwrap();
     assert_eq!(locked_meanwhile, Some(true));
@@ -163,10 +219,10 @@ fn removing_a_lease_that_differs_in_one_field_leaves_the_row() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    catalog.insert_lease(&held).unwrap();
+    catalog.insert_lease(&held, intent()).unwrap();
     for other in [lease(9, 2, 3), lease(1, 9, 3), lease(1, 2, 9)] {
         assert_eq!(
-            catalog.remove_lease(&other, || true).unwrap(),
+            catalog.remove_lease(&other, released).unwrap(),
             LeaseRemoval::AlreadyAbsent,
             "{other:?}"
         );
@@ -192,7 +248,7 @@ fn leases_are_listed_sorted_field_by_field() {
         lease(0, 9, 9),
     ];
     for l in &inserted {
-        catalog.insert_lease(l).unwrap();
+        catalog.insert_lease(l, intent()).unwrap();
     }
     assert_eq!(
         catalog.leases().unwrap(),
@@ -232,7 +288,7 @@ fn reads_on_a_missing_catalog_create_nothing() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l, || true).unwrap(),
+        catalog.remove_lease(&l, released).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert!(!dir.path().join(CATALOG_DIR).exists());
@@ -241,7 +297,7 @@ fn reads_on_a_missing_catalog_create_nothing() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l, || true).unwrap(),
+        catalog.remove_lease(&l, released).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert!(!catalog.path().exists());
@@ -251,18 +307,21 @@ fn reads_on_a_missing_catalog_create_nothing() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l, || true).unwrap(),
+        catalog.remove_lease(&l, released).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(std::fs::metadata(catalog.path()).unwrap().len(), 0);
     // A lease of an artifact never published refuses and writes no row.
     assert!(matches!(
-        catalog.insert_lease(&l),
+        catalog.insert_lease(&l, intent()),
         Err(CatalogError::ArtifactNotAvailable { state: None, .. })
     ));
     assert_eq!(raw_metadata(catalog.path()), None);
     available(&catalog, 1);
-    assert_eq!(catalog.insert_lease(&l).unwrap(), LeaseInsert::Inserted);
+    assert_eq!(
+        catalog.insert_lease(&l, intent()).unwrap(),
+        LeaseInsert::Inserted
+    );
     assert_eq!(
         raw_metadata(catalog.path()).unwrap().schema_id,
         STORAGE_CATALOG_SCHEMA_ID
@@ -280,13 +339,16 @@ fn a_new_database_without_tables_is_initialised_by_the_first_write() {
     assert!(!catalog.lease_held(&l).unwrap());
     assert_eq!(catalog.leases().unwrap(), vec![]);
     assert_eq!(
-        catalog.remove_lease(&l, || true).unwrap(),
+        catalog.remove_lease(&l, released).unwrap(),
         LeaseRemoval::AlreadyAbsent
     );
     assert_eq!(raw_metadata(catalog.path()), None);
     available(&catalog, 1);
     assert!(raw_metadata(catalog.path()).is_some());
-    assert_eq!(catalog.insert_lease(&l).unwrap(), LeaseInsert::Inserted);
+    assert_eq!(
+        catalog.insert_lease(&l, intent()).unwrap(),
+        LeaseInsert::Inserted
+    );
     assert_eq!(catalog.leases().unwrap(), vec![l]);
 }
 
@@ -295,7 +357,7 @@ fn the_first_write_creates_a_private_directory_and_v1_metadata_and_closes() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
-    catalog.insert_lease(&lease(1, 2, 3)).unwrap();
+    catalog.insert_lease(&lease(1, 2, 3), intent()).unwrap();
     let mode = std::fs::metadata(dir.path().join(CATALOG_DIR))
         .unwrap()
         .permissions()
@@ -317,7 +379,7 @@ fn the_first_write_creates_a_private_directory_and_v1_metadata_and_closes() {
 fn a_missing_storage_root_is_an_error_naming_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(&dir.path().join("absent"));
-    let err = catalog.insert_lease(&lease(1, 2, 3)).unwrap_err();
+    let err = catalog.insert_lease(&lease(1, 2, 3), intent()).unwrap_err();
     assert!(matches!(err, CatalogError::CreateDir { .. }), "{err}");
     assert!(err.to_string().contains("absent/catalog"), "{err}");
 }
@@ -333,7 +395,7 @@ fn a_catalog_directory_that_is_a_symlink_or_a_file_refuses() {
     let catalog = StorageCatalog::at(&linked);
     let l = lease(1, 2, 3);
     for err in [
-        catalog.insert_lease(&l).unwrap_err(),
+        catalog.insert_lease(&l, intent()).unwrap_err(),
         catalog.lease_held(&l).unwrap_err(),
         catalog.leases().unwrap_err(),
     ] {
@@ -347,8 +409,8 @@ fn a_catalog_directory_that_is_a_symlink_or_a_file_refuses() {
     std::fs::write(filed.join(CATALOG_DIR), b"").unwrap();
     let catalog = StorageCatalog::at(&filed);
     for err in [
-        catalog.insert_lease(&l).unwrap_err(),
-        catalog.remove_lease(&l, || true).unwrap_err(),
+        catalog.insert_lease(&l, intent()).unwrap_err(),
+        catalog.remove_lease(&l, released).unwrap_err(),
     ] {
         assert!(matches!(err, CatalogError::DirNotDirectory { .. }), "{err}");
         assert!(err.to_string().contains("filed/catalog"), "{err}");
@@ -403,8 +465,8 @@ fn metadata(id: &str, version: u32) -> Forged {
 fn every_error(catalog: &StorageCatalog) -> Vec<(&'static str, CatalogError)> {
     let l = lease(1, 2, 3);
     vec![
-        ("insert", catalog.insert_lease(&l).unwrap_err()),
-        ("remove", catalog.remove_lease(&l, || true).unwrap_err()),
+        ("insert", catalog.insert_lease(&l, intent()).unwrap_err()),
+        ("remove", catalog.remove_lease(&l, released).unwrap_err()),
         ("held", catalog.lease_held(&l).unwrap_err()),
         ("leases", catalog.leases().unwrap_err()),
     ]
@@ -505,12 +567,12 @@ fn the_lock_wait_is_bounded() {
     let catalog = StorageCatalog::at(dir.path()).with_lock_wait(wait);
     let l = lease(1, 2, 3);
     available(&catalog, 1);
-    catalog.insert_lease(&l).unwrap();
+    catalog.insert_lease(&l, intent()).unwrap();
     // Another open file description holds the lock, as another coordinator would.
     let holder = File::open(catalog.lock_path()).unwrap();
     rustix::fs::flock(&holder, rustix::fs::FlockOperation::LockExclusive).unwrap();
     let started = Instant::now();
-    let err = catalog.remove_lease(&l, || true).unwrap_err();
+    let err = catalog.remove_lease(&l, released).unwrap_err();
     let elapsed = started.elapsed();
     match &err {
         CatalogError::LockTimeout { path, waited } => {
@@ -548,7 +610,9 @@ fn concurrent_inserts_from_two_threads_all_land() {
                 barrier.wait();
                 for generation in 0..per_thread {
                     assert_eq!(
-                        catalog.insert_lease(&lease(7, domain, generation)).unwrap(),
+                        catalog
+                            .insert_lease(&lease(7, domain, generation), intent())
+                            .unwrap(),
                         LeaseInsert::Inserted
                     );
                 }
@@ -572,13 +636,13 @@ fn the_lease_count_is_bounded() {
     let catalog = StorageCatalog::at(dir.path()).with_max_leases(3);
     available(&catalog, 1);
     for g in 0..3 {
-        catalog.insert_lease(&lease(1, 2, g)).unwrap();
+        catalog.insert_lease(&lease(1, 2, g), intent()).unwrap();
     }
-    let err = catalog.insert_lease(&lease(1, 2, 3)).unwrap_err();
+    let err = catalog.insert_lease(&lease(1, 2, 3), intent()).unwrap_err();
     assert!(matches!(err, CatalogError::Full { max: 3, .. }), "{err}");
     // Re-inserting a held lease at the bound is still AlreadyHeld.
     assert_eq!(
-        catalog.insert_lease(&lease(1, 2, 0)).unwrap(),
+        catalog.insert_lease(&lease(1, 2, 0), intent()).unwrap(),
         LeaseInsert::AlreadyHeld
     );
     assert_eq!(catalog.leases().unwrap().len(), 3);

@@ -20,6 +20,7 @@ use lazaret_runtime::records::participant::{
     StateAnchorOwnership,
 };
 
+use super::super::catalog_record::domain_record;
 use super::super::channel;
 use super::super::host::{CoordinatorError, Hc};
 use super::super::paths::DomainPaths;
@@ -159,9 +160,17 @@ pub(super) fn commit_prepared_lower(
             r: Roles::PreparedLower,
         },
         |hc| {
+            let record = domain_record(
+                hc.store,
+                generation,
+                lease.artifact,
+                hc.model.state(),
+                hc.model.me(),
+            )
+            .map_err(|e| hc.store_err(e))?;
             let inserted = hc
                 .catalog
-                .insert_lease(&lease)
+                .insert_lease(&lease, record)
                 .map_err(CoordinatorError::Catalog)?;
             tracing::debug!(?inserted, "prepared-lower lease");
             crash_point!(Hc, "catalog-lease", "after-insert", "CommitParticipant");
