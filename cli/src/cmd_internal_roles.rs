@@ -2,7 +2,8 @@
 //! Host Coordinator), `__supervisor` (the Runtime Supervisor) and `__enter`
 //! (what an exec client runs as before it becomes `runsc exec`), and the
 //! removal worker of `lazaret state reset` and `lazaret state gc`
-//! (`__remove-tree`).
+//! (`__remove-tree`), and the preparation's mount-point worker
+//! (`__mount-points`).
 use crate::report::errln;
 use clap::Args;
 use lazaret_effects::coordinator::enter::{run_enter, EnterArgs, EnterError};
@@ -233,6 +234,29 @@ pub struct RemoveTreeCommand {
 pub fn remove_tree(args: RemoveTreeCommand) -> ExitCode {
     init_diagnostics();
     match lazaret_effects::tree_removal::remove_contents(&args.dir, args.device, args.inode) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            errln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct MountPointsCommand {
+    /// The tree's `rootfs`, relative to the working directory (the stage).
+    #[arg(long)]
+    rootfs: PathBuf,
+}
+
+/// Runs as root of the preparation's user namespace: makes the bundle's
+/// mount points beneath the stage's `rootfs`
+/// (`prepare::mount_points::make_mount_points`).
+pub fn mount_points(args: MountPointsCommand) -> ExitCode {
+    init_diagnostics();
+    match lazaret_effects::prepare::mount_points::make_mount_points(&args.rootfs) {
+        // A default persistent path the image links elsewhere is left as
+        // it is; a profile using it refuses at launch.
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("{e}");

@@ -69,6 +69,9 @@ enum Command {
     /// Internal: the removal worker of `lazaret state reset` and `gc`.
     #[command(name = lazaret_effects::tree_removal::REMOVE_SUBCOMMAND, hide = true)]
     InternalRemoveTree(cmd_internal_roles::RemoveTreeCommand),
+    /// Internal: the mount-point worker of a preparation.
+    #[command(name = lazaret_effects::prepare::mount_points::MOUNT_POINTS_SUBCOMMAND, hide = true)]
+    InternalMountPoints(cmd_internal_roles::MountPointsCommand),
     /// `lazaret <profile> ...`
     #[command(external_subcommand)]
     Profile(Vec<OsString>),
@@ -117,6 +120,7 @@ fn main() -> ExitCode {
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
         Command::InternalRemoveTree(args) => return cmd_internal_roles::remove_tree(args),
+        Command::InternalMountPoints(args) => return cmd_internal_roles::mount_points(args),
         Command::Doctor(args) => {
             return match &args.network {
                 Some(profile) => cmd_doctor::network(

@@ -26,6 +26,7 @@
 //! died is recovered by the next preparation of the same artifact, or by
 //! `lazaret state gc`, once its operation lock shows no process of it is
 //! left.
+pub mod mount_points;
 mod operation;
 
 pub use operation::{recover, PreparedDir, Recovery, PREPARED_DIR};
@@ -56,7 +57,7 @@ use std::time::Duration;
 
 /// Version of the preparation recipe; part of the artifact identity.
 const RECIPE: &str =
-    "lazaret-prepared-lower v6: umoci raw unpack in verified userns, bundle mount points with the init and network directories and the default persistent paths, resolv.conf a regular file, published through the Storage Catalog";
+    "lazaret-prepared-lower v7: umoci raw unpack in verified userns, bundle mount points with the init and network directories and the default persistent paths made descriptor-relatively (0755), resolv.conf an empty regular file (0644), published through the Storage Catalog";
 /// The tag of the private one-manifest layout umoci reads.
 /// How long `umoci --version` may take.
 const VERSION_LIMIT: Duration = Duration::from_secs(30);
@@ -193,6 +194,14 @@ pub trait PrepareHost {
         cwd: &Path,
         hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError>;
+    /// Makes the bundle's mount points beneath `stage`'s `rootfs`
+    /// ([`mount_points::make_mount_points`]) as root of the same
+    /// namespace; the worker inherits `hold`.
+    fn make_mount_points(
+        &mut self,
+        stage: &Path,
+        hold: BorrowedFd<'_>,
+    ) -> Result<WorkerRun, PrepareError>;
     /// Empties the directory `dir` if it is still `(device, inode)`, as
     /// root of the same namespace (the tree is owned by subordinate IDs);
     /// the worker inherits `hold` (a preparation's operation lock).
@@ -205,9 +214,9 @@ pub trait PrepareHost {
     ) -> Result<(), PrepareError>;
 }
 
-/// The real host: umoci, mkdir, rm and touch from `PATH`, namespaces via
-/// [`crate::userns`], removal through `program`'s removal worker
-/// ([`tree_removal`]).
+/// The real host: umoci from `PATH`, namespaces via [`crate::userns`],
+/// mount points and removal through `program`'s workers
+/// ([`mount_points`], [`tree_removal`]).
 #[derive(Debug)]
 pub struct RealPrepareHost {
     maps: NamespaceMaps,
@@ -216,37 +225,21 @@ pub struct RealPrepareHost {
 
 impl RealPrepareHost {
     /// A host whose workers run under `maps`; `program` is the lazaret
-    /// executable, whose hidden `__remove-tree` removes trees.
+    /// executable, whose hidden `__mount-points` and `__remove-tree` make
+    /// mount points and remove trees.
     pub fn new(maps: NamespaceMaps, program: PathBuf) -> Self {
         RealPrepareHost { maps, program }
     }
-}
 
-impl PrepareHost for RealPrepareHost {
-    fn preparer_version(&mut self) -> Result<String, PrepareError> {
-        let out = transient::output(
-            Command::new("umoci").arg("--version"),
-            b"",
-            Limits::of(VERSION_LIMIT),
-        )
-        .map_err(|e| PrepareError::Spawn {
-            program: "umoci".into(),
-            detail: format!("{e} (install it: apt-get install umoci)"),
-        })?;
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    }
-
-    fn run_in_userns(
-        &mut self,
+    /// Runs `cmd` (named `program` in errors) as root of a fresh verified
+    /// user namespace with the preparation maps; it inherits `hold`.
+    fn worker(
+        &self,
+        mut cmd: Command,
         program: &str,
-        args: &[OsString],
-        cwd: &Path,
         hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError> {
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .current_dir(cwd)
-            .stdin(Stdio::null())
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         // The worker's spawn and its map helpers form one section.
@@ -273,6 +266,44 @@ impl PrepareHost for RealPrepareHost {
             status: out.status.to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         })
+    }
+}
+
+impl PrepareHost for RealPrepareHost {
+    fn preparer_version(&mut self) -> Result<String, PrepareError> {
+        let out = transient::output(
+            Command::new("umoci").arg("--version"),
+            b"",
+            Limits::of(VERSION_LIMIT),
+        )
+        .map_err(|e| PrepareError::Spawn {
+            program: "umoci".into(),
+            detail: format!("{e} (install it: apt-get install umoci)"),
+        })?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    fn run_in_userns(
+        &mut self,
+        program: &str,
+        args: &[OsString],
+        cwd: &Path,
+        hold: BorrowedFd<'_>,
+    ) -> Result<WorkerRun, PrepareError> {
+        let mut cmd = Command::new(program);
+        cmd.args(args).current_dir(cwd);
+        self.worker(cmd, program, hold)
+    }
+
+    fn make_mount_points(
+        &mut self,
+        stage: &Path,
+        hold: BorrowedFd<'_>,
+    ) -> Result<WorkerRun, PrepareError> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args([mount_points::MOUNT_POINTS_SUBCOMMAND, "--rootfs", "rootfs"])
+            .current_dir(stage);
+        self.worker(cmd, mount_points::MOUNT_POINTS_SUBCOMMAND, hold)
     }
 
     fn remove_tree(
@@ -679,17 +710,11 @@ fn stage_tree(
             stderr: run.stderr,
         });
     }
-    // The bundle's fixed mount points: runsc would otherwise create them in
-    // this tree on every launch (it does so even with an in-memory overlay).
-    // Created inside the namespace: the image may own `/` by a nonzero id.
-    // `mkdir`, `rm` and `touch` follow symlinks, and the image's are not
-    // Lazaret's: a path with one on the way is refused (a product mount
-    // point) or not made (a default persistent path, which a profile using
-    // it then refuses at launch), so nothing is created outside this tree.
+    // The bundle's fixed mount points (`mount_points`), made by a worker
+    // in the namespace descriptor-relatively. An image symlink on the way
+    // to a product mount point refuses the image here first, naming it.
     let rootfs = stage.join("rootfs");
     let manifest = record.manifest_digest.as_str();
-    // A directory mount point whole; a file's directories (`rm -f` removes
-    // a symlink at the file itself, it does not follow it).
     let points = lazaret_runtime::bundle::MOUNT_POINTS
         .iter()
         .map(|p| (p, true));
@@ -705,51 +730,14 @@ fn stage_tree(
             });
         }
     }
-    let mut defaults = Vec::new();
-    for p in lazaret_runtime::config::DEFAULT_PERSISTENT_DIRS {
-        if symlink_on_the_way(&rootfs, p, true)?.is_none() {
-            defaults.push(p);
-        }
-    }
-    let mut mkdir: Vec<OsString> = vec!["-p".into(), "--".into()];
-    mkdir.extend(
-        lazaret_runtime::bundle::MOUNT_POINTS
-            .iter()
-            // The default persistent paths (spec 3.2): each State Anchor's
-            // lower and the bind destination runsc would otherwise create
-            // in this tree.
-            .copied()
-            .chain(defaults)
-            .map(|p| format!("rootfs/{}", p.trim_start_matches('/')).into()),
-    );
-    let run = host.run_in_userns("mkdir", &mkdir, stage, hold)?;
+    let run = host.make_mount_points(stage, hold)?;
     if !run.success {
         return Err(PrepareError::Failed {
-            program: "mkdir (bundle mount points)".into(),
+            program: "the mount-point worker".into(),
             manifest: record.manifest_digest.clone(),
             status: run.status,
             stderr: run.stderr,
         });
-    }
-    // The fixed file mount points (the protected resolv.conf, spec 3.7):
-    // whatever the image has there (a file, or a symlink a bind would
-    // follow) is replaced by an empty regular file.
-    for file in lazaret_runtime::bundle::MOUNT_FILES {
-        let at: OsString = format!("rootfs/{}", file.trim_start_matches('/')).into();
-        for (program, args) in [
-            ("rm", vec!["-f".into(), "--".into(), at.clone()]),
-            ("touch", vec!["--".into(), at.clone()]),
-        ] {
-            let run = host.run_in_userns(program, &args, stage, hold)?;
-            if !run.success {
-                return Err(PrepareError::Failed {
-                    program: format!("{program} (bundle file mount point {file})"),
-                    manifest: record.manifest_digest.clone(),
-                    status: run.status,
-                    stderr: run.stderr,
-                });
-            }
-        }
     }
     fs::remove_file(&blobs).map_err(io_err("remove", &blobs))?;
     for name in ["oci-layout", "index.json"] {
