@@ -792,6 +792,27 @@ fn gc_reclaims_a_shared_prepared_lower_only_after_its_last_lease() {
 
     let dry = gc(&["--dry-run"]);
     assert_eq!(artifacts(&dry)[0]["action"], "would-reclaim", "{dry}");
+    // The keep policy: the most recently used one, or one used within the
+    // age, is kept; its last use is the Domains' last launch over it.
+    let newest = gc(&["--keep-newest", "1"]);
+    assert_eq!(artifacts(&newest)[0]["action"], "kept", "{newest}");
+    assert_eq!(artifacts(&newest)[0]["detail"], "keep-newest", "{newest}");
+    let recent = gc(&["--older-than", "1h"]);
+    assert_eq!(artifacts(&recent)[0]["action"], "kept", "{recent}");
+    assert_eq!(artifacts(&recent)[0]["detail"], "older-than", "{recent}");
+    let used = artifacts(&recent)[0]["last_used_unix"].as_u64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(now.abs_diff(used) < 600, "last use {used}, now {now}");
+    let bad = env.run(&["state", "gc", "--older-than", "1y"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(
+        text(&bad.stderr).contains("`1y` is not an age"),
+        "{}",
+        text(&bad.stderr)
+    );
     assert!(tree.join("rootfs/usr").is_dir());
     let done = gc(&[]);
     assert_eq!(artifacts(&done)[0]["action"], "reclaimed", "{done}");

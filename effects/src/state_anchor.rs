@@ -415,9 +415,10 @@ pub fn uppers_dir(storage_domain_root: &Path) -> PathBuf {
 }
 
 /// The file beside the uppers naming the prepared lower the anchors were
-/// last mounted over (its artifact ID): what `lazaret state inspect`
-/// compares an upper with. Metadata for inspection only; no decision reads
-/// it.
+/// last mounted over (its artifact ID), rewritten at each launch: what
+/// `lazaret state inspect` compares an upper with, and (by its
+/// modification time) the artifact's last use for `lazaret state gc`'s
+/// keep policy. No safety decision reads it.
 pub const LOWER_RECORD: &str = "lower";
 
 /// Records `artifact_id` (64 hex digits) as the anchors' lower: written

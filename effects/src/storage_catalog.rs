@@ -56,6 +56,9 @@ pub const CATALOG_DIR: &str = "catalog";
 pub const CATALOG_FILE: &str = "catalog.redb";
 /// The host-wide Storage Catalog lock file inside [`CATALOG_DIR`].
 pub const CATALOG_LOCK_FILE: &str = "catalog.lock";
+/// The lock file one `lazaret state gc` holds for its whole run, inside
+/// [`CATALOG_DIR`].
+pub const GC_LOCK_FILE: &str = "gc.lock";
 /// The Storage Catalog's schema identity (schemas.md store-version paragraph).
 pub const STORAGE_CATALOG_SCHEMA_ID: &str = "lazaret-storage-catalog-v1";
 /// The only accepted Storage Catalog version.
@@ -74,6 +77,13 @@ pub struct ArtifactLease {
     pub artifact: PreparedArtifactId,
     pub domain: DomainId,
     pub generation: GenerationId,
+}
+
+/// Held by one `lazaret state gc` at a time (two reclaiming the same
+/// artifact at once would race on its tree); released on drop.
+#[derive(Debug)]
+pub struct GcLock {
+    _lock: CatalogLock,
 }
 
 /// What [`StorageCatalog::insert_lease`] did.
@@ -150,6 +160,14 @@ impl StorageCatalog {
     fn with_max_leases(mut self, max: usize) -> Self {
         self.max_leases = max;
         self
+    }
+
+    /// The exclusive lock of a `lazaret state gc` run, waited for at most
+    /// the catalog's lock wait.
+    pub fn gc_lock(&self) -> Result<GcLock, CatalogError> {
+        self.ensure_dir()?;
+        let lock = CatalogLock::acquire(&self.dir.join(GC_LOCK_FILE), self.lock_wait)?;
+        Ok(GcLock { _lock: lock })
     }
 
     /// The redb file.

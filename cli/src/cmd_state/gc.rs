@@ -1,12 +1,16 @@
-//! `lazaret state gc [--dry-run] [--config FILE] [--json]`: reclaims the
-//! prepared lowers no Domain holds (spec 3.9, OR-7, schemas.md "Storage
-//! Catalog").
+//! `lazaret state gc [--keep-newest N] [--older-than AGE] [--dry-run]
+//! [--config FILE] [--json]`: reclaims the prepared lowers no Domain holds
+//! (spec 3.9, OR-7, schemas.md "Storage Catalog").
 //!
-//! The policy: a prepared artifact is reclaimed once no lease names it —
-//! no generation of any Domain runs on it. A Domain that is not running
-//! holds none, so its next launch prepares the image again; its
-//! persistent state (the State Anchors' uppers) is not touched. An
-//! artifact shared by several Domains waits for the last lease.
+//! Only an artifact no lease names is reclaimed — no generation of any
+//! Domain runs on it. A Domain that is not running holds none, so its next
+//! launch prepares the image again; its persistent state (the State
+//! Anchors' uppers) is not touched. An artifact shared by several Domains
+//! waits for the last lease. The keep policy (`runtime::gc_policy`) then
+//! keeps the `--keep-newest` most recently used unleased artifacts and
+//! every one used within `--older-than`; an artifact's last use is the
+//! latest of its preparation and the last launch of any Domain whose State
+//! Anchors were last mounted over it (the anchors' `lower` record).
 //!
 //! Each artifact goes through the model's steps: `BeginReclaim` (under the
 //! catalog lock, Available -> Reclaiming only with no lease; from then on
@@ -20,24 +24,37 @@
 //! (`prepare::recover`); running ones are left alone; ones that left a
 //! tree Lazaret cannot prove it created are reported, not deleted.
 //!
-//! Exit status: 0 done (or nothing to do); 1 an error; 2 bad usage.
+//! One artifact whose reclamation fails is reported and the others go on.
+//! One `gc` runs at a time (`catalog/gc.lock`; a second waits up to 10 s,
+//! then fails).
+//!
+//! Exit status: 0 done (or nothing to do); 1 an error (or an artifact not
+//! reclaimed); 2 bad usage.
 use super::list::{storage_root, ListError};
 use crate::report::errln;
 use clap::Args;
 use lazaret_effects::prepare::{recover, PrepareError, PreparedDir, RealPrepareHost, Recovery};
 use lazaret_effects::process_env::ProcessEnvironment;
+use lazaret_effects::state_anchor::LOWER_RECORD;
 use lazaret_effects::storage_catalog::{CatalogError, Reclaim, StorageCatalog};
 use lazaret_effects::userns::{plan_maps, Identity, RealHost, UsernsError};
 use lazaret_runtime::catalog_model::Step;
 use lazaret_runtime::config::HostEnvironment;
 use lazaret_runtime::display::escape_line;
+use lazaret_runtime::gc_policy::{self, Policy, Verdict};
 use lazaret_runtime::records::catalog::{ArtifactState, PreparedArtifact};
 use serde_json::json;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// The most Domain directories read for last uses.
+const MAX_DOMAINS: usize = 4096;
+
 #[derive(Debug, Args)]
-#[command(after_help = "Exit status: 0 done (or nothing to reclaim); 1 an error; 2 bad usage.")]
+#[command(
+    after_help = "Exit status: 0 done (or nothing to reclaim); 1 an error (or an artifact not reclaimed); 2 bad usage."
+)]
 pub struct GcCommand {
     /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
     /// else ~/.config/lazaret/config.toml); only its storage.data_root is
@@ -47,6 +64,13 @@ pub struct GcCommand {
     /// Show what would be reclaimed; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Keep this many of the most recently used unleased artifacts.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    keep_newest: usize,
+    /// Keep every unleased artifact used within this age (30m, 12h, 14d,
+    /// 2w).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    older_than: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -66,6 +90,10 @@ pub enum GcError {
     Executable(#[source] std::io::Error),
 }
 
+fn parse_age(text: &str) -> Result<u64, gc_policy::AgeError> {
+    gc_policy::parse_age(text)
+}
+
 /// What happened to one artifact.
 #[derive(Debug, PartialEq, Eq)]
 enum Fate {
@@ -73,8 +101,12 @@ enum Fate {
     WouldReclaim,
     /// Leases name it (this many).
     InUse(usize),
+    /// Kept by the policy.
+    Kept(Verdict),
     /// Left Reclaiming: the directory is not the recorded one.
     Retained(&'static str),
+    /// Its reclamation failed; the others went on.
+    Failed(String),
 }
 
 /// What happened to one prepare operation.
@@ -93,7 +125,8 @@ enum OperationFate {
 struct Report {
     storage: PathBuf,
     dry_run: bool,
-    artifacts: Vec<(PreparedArtifact, Fate)>,
+    /// Each artifact, its last use (seconds since the epoch) and its fate.
+    artifacts: Vec<(PreparedArtifact, Option<u64>, Fate)>,
     operations: Vec<(String, String, OperationFate)>,
     /// Operation lock files no operation named, removed.
     orphan_locks: usize,
@@ -107,7 +140,16 @@ pub fn run(command: GcCommand) -> ExitCode {
             } else {
                 render_text(&report)
             };
-            super::emit("lazaret state gc", &text, command.json, ExitCode::SUCCESS)
+            let failed = report
+                .artifacts
+                .iter()
+                .any(|(_, _, f)| matches!(f, Fate::Failed(_)));
+            let code = if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+            super::emit("lazaret state gc", &text, command.json, code)
         }
         Err(e) => {
             errln!("lazaret state gc: {e}");
@@ -128,6 +170,12 @@ fn gc(command: &GcCommand, env: &dyn HostEnvironment) -> Result<Report, GcError>
     let catalog = StorageCatalog::at(&storage);
     let Some(dir) = PreparedDir::open_existing(&storage)? else {
         return Ok(report);
+    };
+    // One gc at a time: each artifact's reclamation is one run of the
+    // model, which a second reclaimer of the same tree would break.
+    let _only = match command.dry_run {
+        true => None,
+        false => Some(catalog.gc_lock()?),
     };
     let mut host = if command.dry_run {
         None
@@ -158,19 +206,82 @@ fn gc(command: &GcCommand, env: &dyn HostEnvironment) -> Result<Report, GcError>
         ));
     }
     let leases = catalog.leases()?;
-    for row in catalog.artifacts()? {
-        let leased = leases
+    let rows = catalog.artifacts()?;
+    let uses = last_uses(&storage, &rows);
+    let now = unix_seconds(std::time::SystemTime::now()).unwrap_or(0);
+    let leased = |row: &PreparedArtifact| {
+        leases
             .iter()
             .filter(|l| l.artifact == row.prepared_artifact_id)
-            .count();
+            .count()
+    };
+    // The policy's candidates: Available, unleased. A reclamation that
+    // began is resumed whatever the policy.
+    let candidates: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].state == ArtifactState::Available && leased(&rows[i]) == 0)
+        .collect();
+    let candidate_uses: Vec<u64> = candidates.iter().map(|&i| uses[i].unwrap_or(0)).collect();
+    let policy = Policy {
+        keep_newest: command.keep_newest,
+        older_than: command.older_than,
+    };
+    let mut verdicts = vec![Verdict::Reclaim; rows.len()];
+    for (&i, verdict) in candidates
+        .iter()
+        .zip(gc_policy::decide(&policy, now, &candidate_uses))
+    {
+        verdicts[i] = verdict;
+    }
+    for ((row, last_use), verdict) in rows.into_iter().zip(uses).zip(verdicts) {
+        let leases = leased(&row);
         let fate = match host.as_mut() {
-            _ if leased > 0 && row.state == ArtifactState::Available => Fate::InUse(leased),
+            _ if leases > 0 && row.state == ArtifactState::Available => Fate::InUse(leases),
+            _ if verdict != Verdict::Reclaim => Fate::Kept(verdict),
             None => Fate::WouldReclaim,
-            Some(host) => reclaim(host, &catalog, &dir, &row)?,
+            Some(host) => {
+                reclaim(host, &catalog, &dir, &row).unwrap_or_else(|e| Fate::Failed(e.to_string()))
+            }
         };
-        report.artifacts.push((row, fate));
+        report.artifacts.push((row, last_use, fate));
     }
     Ok(report)
+}
+
+/// Each artifact's last use: the latest of its preparation (its
+/// `artifact.json`, written once) and the last launch of every Domain whose
+/// anchors' `lower` record names it (rewritten at each launch). `None`
+/// when neither can be read.
+fn last_uses(storage: &Path, rows: &[PreparedArtifact]) -> Vec<Option<u64>> {
+    let modified = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(unix_seconds)
+    };
+    let mut launched: BTreeMap<String, u64> = BTreeMap::new();
+    if let Ok(domains) = std::fs::read_dir(storage.join("domains")) {
+        for domain in domains.flatten().take(MAX_DOMAINS) {
+            let record = domain.path().join("anchors").join(LOWER_RECORD);
+            let (Ok(text), Some(at)) = (std::fs::read_to_string(&record), modified(&record)) else {
+                continue;
+            };
+            let entry = launched.entry(text.trim().to_owned()).or_insert(at);
+            *entry = (*entry).max(at);
+        }
+    }
+    rows.iter()
+        .map(|row| {
+            let id = row.prepared_artifact_id.to_string();
+            let prepared = modified(&storage.join("prepared").join(&id).join("artifact.json"));
+            prepared.max(launched.get(&id).copied())
+        })
+        .collect()
+}
+
+fn unix_seconds(at: std::time::SystemTime) -> Option<u64> {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
 }
 
 /// `BeginReclaim`, then `RemoveArtifact`: the exact tree's removal and
@@ -216,12 +327,17 @@ fn render_text(report: &Report) -> String {
         out.push_str("No prepared artifact is recorded: nothing to reclaim.\n");
         return out;
     }
-    for (row, fate) in &report.artifacts {
+    for (row, _, fate) in &report.artifacts {
         let id = row.prepared_artifact_id.to_string();
         let what = match fate {
             Fate::Reclaimed => "reclaimed".to_owned(),
             Fate::WouldReclaim => "would be reclaimed (no Domain uses it)".to_owned(),
             Fate::InUse(n) => format!("kept: in use by {n} running generation(s)"),
+            Fate::Kept(Verdict::KeptNewest) => {
+                "kept: among the --keep-newest most recently used".to_owned()
+            }
+            Fate::Kept(_) => "kept: used within --older-than".to_owned(),
+            Fate::Failed(e) => format!("not reclaimed: {}", escape_line(e)),
             Fate::Retained(why) => format!(
                 "left being reclaimed: {why}; check {} and remove it, then run gc again",
                 escape_line(&row.path.to_string())
@@ -252,7 +368,7 @@ fn render_text(report: &Report) -> String {
     let reclaimed = report
         .artifacts
         .iter()
-        .filter(|(_, f)| *f == Fate::Reclaimed)
+        .filter(|(_, _, f)| *f == Fate::Reclaimed)
         .count();
     if report.orphan_locks > 0 {
         out.push_str(&format!(
@@ -274,17 +390,21 @@ fn render_json(report: &Report) -> String {
     let artifacts: Vec<_> = report
         .artifacts
         .iter()
-        .map(|(row, fate)| {
+        .map(|(row, last_use, fate)| {
             let (action, leases, detail) = match fate {
                 Fate::Reclaimed => ("reclaimed", 0, None),
                 Fate::WouldReclaim => ("would-reclaim", 0, None),
                 Fate::InUse(n) => ("in-use", *n, None),
-                Fate::Retained(why) => ("retained", 0, Some(*why)),
+                Fate::Kept(Verdict::KeptNewest) => ("kept", 0, Some("keep-newest".to_owned())),
+                Fate::Kept(_) => ("kept", 0, Some("older-than".to_owned())),
+                Fate::Retained(why) => ("retained", 0, Some((*why).to_owned())),
+                Fate::Failed(e) => ("failed", 0, Some(e.clone())),
             };
             json!({
                 "artifact_id": row.prepared_artifact_id.to_string(),
                 "manifest_digest": row.selected_manifest_digest.as_str(),
                 "path": row.path.to_string(),
+                "last_used_unix": last_use,
                 "action": action,
                 "leases": leases,
                 "detail": detail,

@@ -664,3 +664,19 @@ fn the_lease_count_is_bounded() {
     );
     assert!(catalog.lease_held(&lease(1, 2, 3)).unwrap());
 }
+
+/// One `lazaret state gc` at a time; its lock does not block the catalog.
+#[test]
+fn one_gc_runs_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path()).with_lock_wait(Duration::from_millis(50));
+    let held = catalog.gc_lock().unwrap();
+    let err = catalog.gc_lock().unwrap_err();
+    assert!(
+        matches!(&err, CatalogError::LockTimeout { path, .. } if path.ends_with(GC_LOCK_FILE)),
+        "{err}"
+    );
+    assert_eq!(catalog.leases().unwrap(), vec![]);
+    drop(held);
+    drop(catalog.gc_lock().unwrap());
+}
