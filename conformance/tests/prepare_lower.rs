@@ -34,9 +34,17 @@ fn layered_image_is_applied_with_whiteouts_opaque_dirs_links_and_owners() -> Res
     let image = resolve(&ImageRef::parse(&oci).map_err(s)?, &store, &mut |_| {}).map_err(s)?;
     let me = Identity::current(&mut RealHost).map_err(s)?;
     let maps = plan_maps(&mut RealHost, &me).map_err(s)?;
-    // Nothing is removed in this scenario: a removal would run this test
-    // binary, which has no `__remove-tree`, and fail the test.
-    let mut host = RealPrepareHost::new(maps.clone(), std::env::current_exe().map_err(s)?);
+    // The preparation's workers (`__mount-points`, `__remove-tree`) are
+    // the lazaret binary's, built beside this test binary
+    // (target/<profile>/lazaret; `cargo nextest run --workspace` builds it).
+    let lazaret = std::env::current_exe()
+        .map_err(s)?
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("lazaret"))
+        .filter(|p| p.is_file())
+        .ok_or("the lazaret binary is not built beside the tests: cargo build -p lazaret-cli")?;
+    let mut host = RealPrepareHost::new(maps.clone(), lazaret);
 
     let t = Instant::now();
     let lower = prepare(&mut host, &storage, &store, &image, &maps).map_err(s)?;

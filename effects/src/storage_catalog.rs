@@ -34,7 +34,7 @@ pub use artifacts::{PrepareIntent, Published, Reclaim, MAX_OPERATIONS};
 pub use error::CatalogError;
 pub use run::{CatalogRun, KEPT_CATALOG_TRACES, TRACES_DIR};
 
-use lazaret_runtime::catalog_model::{ActingDomain, DomainRecord, Step};
+use lazaret_runtime::catalog_model::{ActingDomain, ArtifactRows, DomainRecord, Step};
 use lazaret_runtime::records::catalog::ArtifactState;
 use lazaret_runtime::records::codec;
 use lazaret_runtime::records::domain::StoreMetadata;
@@ -298,15 +298,18 @@ impl StorageCatalog {
     }
 
     /// Starts `run`'s model from its artifact's rows without a step: a
-    /// recovery reads them before its first (physical) step. Creates
-    /// nothing; a missing catalog holds no rows.
-    pub fn observe(&self, run: &mut CatalogRun) -> Result<(), CatalogError> {
+    /// recovery reads them before its first (physical) step. Returns the
+    /// rows. Creates nothing; a missing catalog holds no rows.
+    pub fn observe(&self, run: &mut CatalogRun) -> Result<ArtifactRows, CatalogError> {
         let path = self.path.as_path();
         let artifact = run.artifact();
-        let rows = self.write_section(Missing::Return(None), |txn| {
-            Ok((Some(artifacts::rows_in(txn, path, &artifact)?), false))
-        })?;
-        run.observe(&rows.unwrap_or_default())
+        let rows = self
+            .write_section(Missing::Return(None), |txn| {
+                Ok((Some(artifacts::rows_in(txn, path, &artifact)?), false))
+            })?
+            .unwrap_or_default();
+        run.observe(&rows)?;
+        Ok(rows)
     }
 
     /// Whether the exact lease is present. A missing catalog holds none.

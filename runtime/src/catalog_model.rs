@@ -331,8 +331,11 @@ impl CatalogModel {
                 observed.insert(v.to_owned(), value.clone());
             }
         }
-        let mut line = self.core.take("effect completion", &action)?;
-        let next = Model::state_view(self.core.constants(), self.core.state());
+        // The successor, compared with what was read back before the run
+        // advances: a refused step leaves the run where it was.
+        self.core.check(&action)?;
+        let successor = Model::step(cx, self.core.state(), &action, None)?;
+        let next = Model::state_view(cx, &successor);
         for (variable, found) in &observed {
             let expected = next.get(variable).cloned().unwrap_or(Value::Null);
             if *found != expected {
@@ -345,6 +348,7 @@ impl CatalogModel {
                 });
             }
         }
+        let mut line = self.core.take("effect completion", &action)?;
         line.observed = (!observed.is_empty()).then_some(Value::Object(observed));
         Ok(line)
     }

@@ -28,8 +28,9 @@
 //! One `gc` runs at a time (`catalog/gc.lock`; a second waits up to 10 s,
 //! then fails).
 //!
-//! Exit status: 0 done (or nothing to do); 1 an error (or an artifact not
-//! reclaimed); 2 bad usage.
+//! Exit status: 0 done (or nothing to do); 1 an error, or an artifact or
+//! preparation whose reclamation or recovery failed (`failed`); 2 bad
+//! usage.
 use super::list::{storage_root, ListError};
 use crate::report::errln;
 use clap::Args;
@@ -53,7 +54,7 @@ const MAX_DOMAINS: usize = 4096;
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Exit status: 0 done (or nothing to reclaim); 1 an error (or an artifact not reclaimed); 2 bad usage."
+    after_help = "Exit status: 0 done (or nothing to reclaim); 1 an error, or an artifact or preparation that failed; 2 bad usage."
 )]
 pub struct GcCommand {
     /// Configuration file (default: $XDG_CONFIG_HOME/lazaret/config.toml,
@@ -120,6 +121,8 @@ enum OperationFate {
     },
     /// `--dry-run`: not looked at beyond its row.
     Found,
+    /// Its recovery failed; the rest went on.
+    Failed(String),
 }
 
 struct Report {
@@ -143,7 +146,11 @@ pub fn run(command: GcCommand) -> ExitCode {
             let failed = report
                 .artifacts
                 .iter()
-                .any(|(_, _, f)| matches!(f, Fate::Failed(_)));
+                .any(|(_, _, f)| matches!(f, Fate::Failed(_)))
+                || report
+                    .operations
+                    .iter()
+                    .any(|(_, _, f)| matches!(f, OperationFate::Failed(_)));
             let code = if failed {
                 ExitCode::FAILURE
             } else {
@@ -188,15 +195,22 @@ fn gc(command: &GcCommand, env: &dyn HostEnvironment) -> Result<Report, GcError>
     let operations = catalog.prepare_operations()?;
     if !command.dry_run {
         let recorded: Vec<_> = operations.iter().map(|op| op.operation_id).collect();
-        report.orphan_locks = dir.remove_orphan_locks(&recorded)?;
+        // Housekeeping: a failure is said, and reclamation goes on.
+        match dir.remove_orphan_locks(&recorded) {
+            Ok(n) => report.orphan_locks = n,
+            Err(e) => errln!("lazaret state gc: orphan operation locks left: {e}"),
+        }
     }
     for op in operations {
         let fate = match host.as_mut() {
             None => OperationFate::Found,
-            Some(host) => match recover(host, &catalog, &dir, op.operation_id)? {
-                Recovery::Recovered => OperationFate::Recovered,
-                Recovery::Live => OperationFate::Running,
-                Recovery::Retained { stage, reason } => OperationFate::Retained { stage, reason },
+            Some(host) => match recover(host, &catalog, &dir, op.operation_id) {
+                Ok(Recovery::Recovered) => OperationFate::Recovered,
+                Ok(Recovery::Live) => OperationFate::Running,
+                Ok(Recovery::Retained { stage, reason }) => {
+                    OperationFate::Retained { stage, reason }
+                }
+                Err(e) => OperationFate::Failed(e.to_string()),
             },
         };
         report.operations.push((
@@ -220,7 +234,9 @@ fn gc(command: &GcCommand, env: &dyn HostEnvironment) -> Result<Report, GcError>
     let candidates: Vec<usize> = (0..rows.len())
         .filter(|&i| rows[i].state == ArtifactState::Available && leased(&rows[i]) == 0)
         .collect();
-    let candidate_uses: Vec<u64> = candidates.iter().map(|&i| uses[i].unwrap_or(0)).collect();
+    // A last use that cannot be read counts as now: the policy errs on
+    // keeping.
+    let candidate_uses: Vec<u64> = candidates.iter().map(|&i| uses[i].unwrap_or(now)).collect();
     let policy = Policy {
         keep_newest: command.keep_newest,
         older_than: command.older_than,
@@ -332,7 +348,7 @@ fn render_text(report: &Report) -> String {
         let what = match fate {
             Fate::Reclaimed => "reclaimed".to_owned(),
             Fate::WouldReclaim => "would be reclaimed (no Domain uses it)".to_owned(),
-            Fate::InUse(n) => format!("kept: in use by {n} running generation(s)"),
+            Fate::InUse(n) => format!("kept: leased by {n} generation(s)"),
             Fate::Kept(Verdict::KeptNewest) => {
                 "kept: among the --keep-newest most recently used".to_owned()
             }
@@ -354,6 +370,7 @@ fn render_text(report: &Report) -> String {
             OperationFate::Recovered => "abandoned: its stage was removed".to_owned(),
             OperationFate::Running => "still preparing: left alone".to_owned(),
             OperationFate::Found => "recorded (gc recovers it if its process is gone)".to_owned(),
+            OperationFate::Failed(e) => format!("not recovered: {}", escape_line(e)),
             OperationFate::Retained { stage, reason } => format!(
                 "retained ({reason}): check {} and remove it, then run gc again",
                 escape_line(&stage.display().to_string())
@@ -419,9 +436,12 @@ fn render_json(report: &Report) -> String {
                 OperationFate::Recovered => ("recovered", None, None),
                 OperationFate::Running => ("running", None, None),
                 OperationFate::Found => ("found", None, None),
-                OperationFate::Retained { stage, reason } => {
-                    ("retained", Some(stage.display().to_string()), Some(*reason))
-                }
+                OperationFate::Failed(e) => ("failed", None, Some(e.clone())),
+                OperationFate::Retained { stage, reason } => (
+                    "retained",
+                    Some(stage.display().to_string()),
+                    Some((*reason).to_owned()),
+                ),
             };
             json!({
                 "operation_id": id,

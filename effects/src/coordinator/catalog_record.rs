@@ -55,8 +55,15 @@ pub(super) fn domain_record(
         SaStates::None | SaStates::Clean => MountStates::Absent,
         _ => MountStates::Mounted,
     };
+    // A coordinator recovering a generation (bootstrapping, or leading
+    // with the Recovering decision) is the model's bootstrap coordinator.
     let hc = match state.hc.get(me.index()) {
         Some(lazaret::Hc::Bootstrapping) => HcStates::Recovering,
+        Some(lazaret::Hc::Leading | lazaret::Hc::Serving)
+            if state.decision == lazaret::Decision::Recovering =>
+        {
+            HcStates::Recovering
+        }
         Some(lazaret::Hc::Leading | lazaret::Hc::Serving) => HcStates::Running,
         _ => HcStates::Absent,
     };

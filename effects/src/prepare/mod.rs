@@ -154,6 +154,11 @@ pub enum PrepareError {
     )]
     StillPreparing { artifact: String, waited: Duration },
     /// Preparation kept finding the artifact's slot taken.
+    /// A new operation's lock file was taken or removed by `lazaret state
+    /// gc` between its creation and its lock (it looked like an orphan):
+    /// the preparation starts again with a new operation.
+    #[error("the new operation lock {path} was taken by another process before it could be held")]
+    LockRaced { path: PathBuf },
     #[error("prepared artifact {artifact}: gave up after {MAX_ATTEMPTS} attempts to record a preparation")]
     Contended { artifact: String },
     /// Removing a stage failed.
@@ -429,7 +434,14 @@ pub fn prepare(
             return cache_hit(&dir, &row, &identity.record);
         }
         let op = identity.operation(&dir)?;
-        let lock = OperationLock::create(&dir, op.operation_id)?;
+        let lock = match OperationLock::create(&dir, op.operation_id) {
+            Ok(lock) => lock,
+            Err(PrepareError::LockRaced { path }) => {
+                tracing::debug!(path = %path.display(), "operation lock raced; a new operation");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let mut run = catalog.run(identity.id);
         let intent = catalog.record_prepare_intent(&op, &mut run);
         let occupied = match intent {

@@ -102,6 +102,7 @@ fn directory(root: &OwnedFd, path: &str) -> Result<OwnedFd, MountPointError> {
 /// The directory `name` in `dir`, made if missing.
 fn child(dir: &OwnedFd, name: &str, shown: &str) -> Result<OwnedFd, MountPointError> {
     // Bounded: one creation, and a second open if another made it first.
+    let mut made = false;
     for _ in 0..2 {
         let opened = rustix::fs::openat2(
             dir,
@@ -114,10 +115,23 @@ fn child(dir: &OwnedFd, name: &str, shown: &str) -> Result<OwnedFd, MountPointEr
                 | ResolveFlags::NO_XDEV,
         );
         match opened {
-            Ok(fd) => return Ok(fd),
+            Ok(fd) => {
+                if made {
+                    // The mode the recipe names, whatever the umask.
+                    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)).map_err(|e| {
+                        MountPointError::Make {
+                            step: "set the mode of",
+                            path: shown.to_owned(),
+                            source: e.into(),
+                        }
+                    })?;
+                }
+                return Ok(fd);
+            }
             Err(rustix::io::Errno::NOENT) => {
                 match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Ok(()) => made = true,
+                    Err(rustix::io::Errno::EXIST) => {}
                     Err(e) => {
                         return Err(MountPointError::Make {
                             step: "create the directory",
@@ -175,14 +189,15 @@ fn empty_file(root: &OwnedFd, path: &str) -> Result<(), MountPointError> {
         Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(make("inspect")(e)),
     }
-    rustix::fs::openat(
+    let file = rustix::fs::openat(
         dir.as_fd(),
         name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o644),
     )
-    .map(drop)
-    .map_err(make("create the empty file"))
+    .map_err(make("create the empty file"))?;
+    // The mode the recipe names, whatever the umask.
+    rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644)).map_err(make("set the mode of"))
 }
 
 #[cfg(test)]
@@ -219,6 +234,10 @@ mod tests {
         let resolv = rootfs.join("etc/resolv.conf");
         assert!(resolv.is_file());
         assert_eq!(fs::read(&resolv).unwrap(), b"");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&resolv), 0o644);
+        assert_eq!(mode(&rootfs.join("opt")), 0o755);
         // Made again over its own result, nothing changes.
         assert_eq!(made(dir.path()).unwrap(), Vec::<&str>::new());
     }

@@ -353,8 +353,21 @@ impl OperationLock {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| io_error("create the operation lock", &path, e))?;
-        rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive)
-            .map_err(|e| io_error("lock", &path, e))?;
+        // Between the creation and the lock, `remove_orphan_locks` may take
+        // the file (no operation names it yet) and unlink it: then either
+        // the lock is held, or the name is no longer this file.
+        let raced = || PrepareError::LockRaced { path: path.clone() };
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Err(raced()),
+            Err(e) => return Err(io_error("lock", &path, e)),
+        }
+        let own = rustix::fs::fstat(&fd).map_err(|e| io_error("inspect", &path, e))?;
+        match rustix::fs::statat(&dir.fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino) => {}
+            Ok(_) | Err(rustix::io::Errno::NOENT) => return Err(raced()),
+            Err(e) => return Err(io_error("inspect", &path, e)),
+        }
         // On disk before the intent that names it: a recorded operation
         // always has its lock file, even after a power loss.
         rustix::fs::fsync(&dir.fd).map_err(|e| io_error("sync", &dir.path, e))?;
@@ -507,7 +520,7 @@ fn recover_row(
     let mut run = catalog
         .run(op.expected_artifact_id)
         .knowing(WorkerStates::Dead, observed);
-    catalog.observe(&mut run).map_err(catalog_err)?;
+    let rows = catalog.observe(&mut run).map_err(catalog_err)?;
     let retained = Recovery::Retained {
         stage: stage_path,
         reason: match op.stage_state {
@@ -525,7 +538,11 @@ fn recover_row(
             tracing::info_span!("RecoverAbandonedStage", operation = %op.operation_id).entered();
         let evidence = (op.device.unwrap_or(u64::MAX), op.inode.unwrap_or(u64::MAX));
         dir.remove_exact(host, &stage, evidence, Some(lock.hold()))?;
-        dir.remove_exact(host, &artifact, evidence, Some(lock.hold()))?;
+        // A tree at the artifact's name is this stage renamed only while
+        // no artifact row claims the name.
+        if rows.artifact.is_none() {
+            dir.remove_exact(host, &artifact, evidence, Some(lock.hold()))?;
+        }
         let gone = dir.identity_of(&stage)?.is_none();
         run.took(
             Step::RecoverAbandonedStage,
