@@ -244,17 +244,25 @@ pub fn remove_tree(args: RemoveTreeCommand) -> ExitCode {
 
 #[derive(Debug, Args)]
 pub struct MountPointsCommand {
-    /// The tree's `rootfs`, relative to the working directory (the stage).
+    /// The preparation's stage (reached without a symbolic link).
     #[arg(long)]
-    rootfs: PathBuf,
+    stage: PathBuf,
+    /// Its device and inode as its operation recorded them.
+    #[arg(long)]
+    device: u64,
+    #[arg(long)]
+    inode: u64,
 }
 
 /// Runs as root of the preparation's user namespace: makes the bundle's
-/// mount points beneath the stage's `rootfs`
+/// mount points beneath the recorded stage's `rootfs`
 /// (`prepare::mount_points::make_mount_points`).
 pub fn mount_points(args: MountPointsCommand) -> ExitCode {
     init_diagnostics();
-    match lazaret_effects::prepare::mount_points::make_mount_points(&args.rootfs) {
+    match lazaret_effects::prepare::mount_points::make_mount_points(
+        &args.stage,
+        (args.device, args.inode),
+    ) {
         // A default persistent path the image links elsewhere is left as
         // it is; a profile using it refuses at launch.
         Ok(_) => ExitCode::SUCCESS,

@@ -183,7 +183,9 @@ impl StorageCatalog {
     /// Inserts the exact lease in one catalog transaction (spec 3.6
     /// acquisition step 2, model `InsertCatalogLease`, traced as a
     /// one-step operation) for a Domain whose Host Coordinator knows it as
-    /// `record`. Creates and initialises the catalog if needed. An equal
+    /// `record`, for the artifact tree it checked (`tree`: the artifact
+    /// directory's device and inode). Creates and initialises the catalog
+    /// if needed. An equal
     /// lease already present is `AlreadyHeld` and changes nothing. Only an
     /// Available artifact is leased: a missing or Reclaiming one refuses
     /// (the model's guard `artifact[a] = "Available"`, OR-7), so a
@@ -192,6 +194,7 @@ impl StorageCatalog {
         &self,
         lease: &ArtifactLease,
         record: DomainRecord,
+        tree: (u64, u64),
     ) -> Result<LeaseInsert, CatalogError> {
         let _span = tracing::debug_span!("InsertCatalogLease", lease = ?lease).entered();
         let path = self.path.as_path();
@@ -203,6 +206,16 @@ impl StorageCatalog {
         let (inserted, after) = self.write_section(Missing::Create, |txn| {
             let rows = artifacts::rows_in(txn, path, &lease.artifact)?;
             run.observe(&rows)?;
+            // The tree the launch checked is still the artifact's: one
+            // reclaimed and prepared again meanwhile is another tree.
+            if let Some(row) = artifacts::artifact_in(txn, path, &lease.artifact)? {
+                if (row.device, row.inode) != tree {
+                    return Err(CatalogError::ArtifactReplaced {
+                        path: path.to_owned(),
+                        artifact: lease.artifact,
+                    });
+                }
+            }
             if rows.leases.contains(&(lease.domain, lease.generation)) {
                 return Ok(((LeaseInsert::AlreadyHeld, None), false));
             }

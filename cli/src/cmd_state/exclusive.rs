@@ -278,6 +278,7 @@ mod tests {
                     generation: GenerationId(1),
                 },
                 intent,
+                (1, 2),
             )
             .unwrap();
         let refused = hold_inactive(&target, &location, "`lazaret dev`", &RealProcessSys)

@@ -104,6 +104,9 @@ pub struct PreparedLower {
     pub rootfs: PathBuf,
     /// Whether it was already published (nothing was unpacked).
     pub cache_hit: bool,
+    /// The artifact directory's device and inode as checked against its
+    /// Storage Catalog row.
+    pub tree: (u64, u64),
 }
 
 /// Errors of preparation; one variant per failing step.
@@ -205,6 +208,7 @@ pub trait PrepareHost {
     fn make_mount_points(
         &mut self,
         stage: &Path,
+        stage_identity: (u64, u64),
         hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError>;
     /// Empties the directory `dir` if it is still `(device, inode)`, as
@@ -303,10 +307,19 @@ impl PrepareHost for RealPrepareHost {
     fn make_mount_points(
         &mut self,
         stage: &Path,
+        (device, inode): (u64, u64),
         hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError> {
         let mut cmd = Command::new(&self.program);
-        cmd.args([mount_points::MOUNT_POINTS_SUBCOMMAND, "--rootfs", "rootfs"])
+        cmd.arg(mount_points::MOUNT_POINTS_SUBCOMMAND)
+            .arg("--stage")
+            .arg(stage)
+            .args([
+                "--device",
+                &device.to_string(),
+                "--inode",
+                &inode.to_string(),
+            ])
             .current_dir(stage);
         self.worker(cmd, mount_points::MOUNT_POINTS_SUBCOMMAND, hold)
     }
@@ -544,6 +557,7 @@ impl Operation<'_> {
                     dir: published,
                     record: identity.record.clone(),
                     cache_hit: false,
+                    tree: (row.device, row.inode),
                 })
             }
             Err(e) => {
@@ -603,7 +617,14 @@ impl Operation<'_> {
             .record_stage_owned(op.operation_id, device, inode, &mut self.run)
             .map_err(PrepareError::Catalog)?;
         crash_point!(Prepare, "operation", "after-owned", "RecordStageOwned");
-        stage_tree(host, store, image, &identity.record, &stage, lock.hold())?;
+        stage_tree(
+            host,
+            store,
+            image,
+            &identity.record,
+            (&stage, (device, inode)),
+            lock.hold(),
+        )?;
         crash_point!(Prepare, "operation", "after-tree", "PublishArtifact");
         catalog
             .publish_artifact(op.operation_id, |owned| dir.publish(owned), &mut self.run)
@@ -639,11 +660,16 @@ fn cache_hit(
             row.device, row.inode
         )));
     }
-    published(&path, record)?.ok_or_else(|| bad("it has no artifact.json".to_owned()))
+    published(&path, record, (row.device, row.inode))?
+        .ok_or_else(|| bad("it has no artifact.json".to_owned()))
 }
 
 /// The published artifact at `dir`, if there is one.
-fn published(dir: &Path, record: &ArtifactRecord) -> Result<Option<PreparedLower>, PrepareError> {
+fn published(
+    dir: &Path,
+    record: &ArtifactRecord,
+    tree: (u64, u64),
+) -> Result<Option<PreparedLower>, PrepareError> {
     let path = dir.join("artifact.json");
     let bytes = match fs::read(&path) {
         Ok(b) => b,
@@ -668,16 +694,18 @@ fn published(dir: &Path, record: &ArtifactRecord) -> Result<Option<PreparedLower
         dir: dir.to_owned(),
         record: found,
         cache_hit: true,
+        tree,
     }))
 }
 
-/// Builds the complete artifact directory at `stage` (which exists, empty).
+/// Builds the complete artifact directory at `stage` (which exists, empty,
+/// with the recorded identity `stage_identity`).
 fn stage_tree(
     host: &mut dyn PrepareHost,
     store: &BlobStore,
     image: &ResolvedImage,
     record: &ArtifactRecord,
-    stage: &Path,
+    (stage, stage_identity): (&Path, (u64, u64)),
     hold: BorrowedFd<'_>,
 ) -> Result<(), PrepareError> {
     // A private layout naming exactly the resolved manifest, over the store's
@@ -742,7 +770,7 @@ fn stage_tree(
             });
         }
     }
-    let run = host.make_mount_points(stage, hold)?;
+    let run = host.make_mount_points(stage, stage_identity, hold)?;
     if !run.success {
         return Err(PrepareError::Failed {
             program: "the mount-point worker".into(),

@@ -3,7 +3,9 @@
 //! SR-14): without them runsc would create them in the shared lower on
 //! every launch. They are made by the hidden `__mount-points` worker as
 //! root of the preparation's user namespace (the image may own `/` by a
-//! nonzero ID), descriptor-relatively beneath the tree's `rootfs`: every
+//! nonzero ID), descriptor-relatively beneath the tree's `rootfs`, from the
+//! stage opened without a symbolic link and checked against its recorded
+//! device and inode: every
 //! component is opened with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //! RESOLVE_NO_XDEV` and made with `mkdirat` where it is missing, so an
 //! image's symbolic link is never followed out of the tree and nothing is
@@ -26,6 +28,8 @@ pub enum MountPointError {
     NotADirectory { path: String },
     #[error("{path} is on another file system; no mount point is made across a mount")]
     MountCrossing { path: String },
+    #[error("the stage {path} is no longer the directory its operation recorded")]
+    StageChanged { path: String },
     #[error("{path} is a directory in the image where a file mount point belongs")]
     DirectoryAtFile { path: String },
     #[error("cannot {step} {path}: {source}")]
@@ -36,27 +40,39 @@ pub enum MountPointError {
     },
 }
 
-/// Makes, beneath the directory `rootfs` (opened relative to the current
-/// directory without following a symbolic link): every product mount
-/// point (`lazaret_runtime::bundle::MOUNT_POINTS`, a directory), every
-/// file mount point (`MOUNT_FILES`: whatever the image has there is
-/// replaced by an empty regular file), and each default persistent path
-/// the image reaches without a symbolic link (spec 3.2; one it does not is
-/// left alone, and a profile using it refuses at launch). Returns the
-/// default persistent paths left alone.
-pub fn make_mount_points(rootfs: &Path) -> Result<Vec<&'static str>, MountPointError> {
-    let shown_root = rootfs.display().to_string();
-    let root = rustix::fs::openat2(
+/// Makes, beneath the stage's `rootfs`: every product mount point
+/// (`lazaret_runtime::bundle::MOUNT_POINTS`, a directory), every file mount
+/// point (`MOUNT_FILES`: whatever the image has there is replaced by an
+/// empty regular file), and each default persistent path the image reaches
+/// without a symbolic link (spec 3.2; one it does not is left alone, and a
+/// profile using it refuses at launch). The stage is opened without
+/// following a symbolic link and must still be `stage_identity` (the
+/// device and inode its operation recorded). Returns the default
+/// persistent paths left alone.
+pub fn make_mount_points(
+    stage: &Path,
+    stage_identity: (u64, u64),
+) -> Result<Vec<&'static str>, MountPointError> {
+    let shown_stage = stage.display().to_string();
+    let stage_fd = rustix::fs::openat2(
         CWD,
-        rootfs,
+        stage,
         dir_flags(),
         Mode::empty(),
         ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )
     .map_err(|e| MountPointError::Open {
-        path: shown_root,
+        path: shown_stage.clone(),
         source: e.into(),
     })?;
+    let st = rustix::fs::fstat(&stage_fd).map_err(|e| MountPointError::Open {
+        path: shown_stage.clone(),
+        source: e.into(),
+    })?;
+    if (st.st_dev, st.st_ino) != stage_identity {
+        return Err(MountPointError::StageChanged { path: shown_stage });
+    }
+    let root = child(&stage_fd, "rootfs", "rootfs", false)?;
     for point in lazaret_runtime::bundle::MOUNT_POINTS {
         directory(&root, point)?;
     }
@@ -94,13 +110,13 @@ fn directory(root: &OwnedFd, path: &str) -> Result<OwnedFd, MountPointError> {
     for c in components(path) {
         shown.push('/');
         shown.push_str(c);
-        at = child(&at, c, &shown)?;
+        at = child(&at, c, &shown, true)?;
     }
     Ok(at)
 }
 
-/// The directory `name` in `dir`, made if missing.
-fn child(dir: &OwnedFd, name: &str, shown: &str) -> Result<OwnedFd, MountPointError> {
+/// The directory `name` in `dir`, made if missing and `create`.
+fn child(dir: &OwnedFd, name: &str, shown: &str, create: bool) -> Result<OwnedFd, MountPointError> {
     // Bounded: one creation, and a second open if another made it first.
     let mut made = false;
     for _ in 0..2 {
@@ -128,7 +144,7 @@ fn child(dir: &OwnedFd, name: &str, shown: &str) -> Result<OwnedFd, MountPointEr
                 }
                 return Ok(fd);
             }
-            Err(rustix::io::Errno::NOENT) => {
+            Err(rustix::io::Errno::NOENT) if create => {
                 match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
                     Ok(()) => made = true,
                     Err(rustix::io::Errno::EXIST) => {}
@@ -212,7 +228,9 @@ mod tests {
     }
 
     fn made(dir: &Path) -> Result<Vec<&'static str>, MountPointError> {
-        make_mount_points(&dir.join("rootfs"))
+        let st = fs::metadata(dir).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        make_mount_points(dir, (st.dev(), st.ino()))
     }
 
     #[test]
@@ -289,6 +307,15 @@ mod tests {
         fs::create_dir(dir.path().join("real")).unwrap();
         std::os::unix::fs::symlink("real", dir.path().join("rootfs")).unwrap();
         let e = made(dir.path()).unwrap_err();
-        assert!(matches!(e, MountPointError::Open { .. }), "{e}");
+        assert!(matches!(e, MountPointError::NotADirectory { .. }), "{e}");
+    }
+
+    /// A stage that is not the recorded directory is not touched.
+    #[test]
+    fn another_stage_than_the_recorded_one_refuses() {
+        let dir = tree();
+        let e = make_mount_points(dir.path(), (0, 0)).unwrap_err();
+        assert!(matches!(e, MountPointError::StageChanged { .. }), "{e}");
+        assert!(!dir.path().join("rootfs/workspace").exists());
     }
 }

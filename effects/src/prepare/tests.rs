@@ -37,11 +37,12 @@ impl PrepareHost for FakeHost {
     fn make_mount_points(
         &mut self,
         stage: &Path,
+        stage_identity: (u64, u64),
         _hold: BorrowedFd<'_>,
     ) -> Result<WorkerRun, PrepareError> {
         self.calls.push("mount-points".into());
         // The real worker's work, in this process (the test owns the tree).
-        let skipped = mount_points::make_mount_points(&stage.join("rootfs"));
+        let skipped = mount_points::make_mount_points(stage, stage_identity);
         Ok(WorkerRun {
             success: skipped.is_ok(),
             status: "exit status".into(),

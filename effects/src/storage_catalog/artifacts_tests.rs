@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used)] // tests fail by panicking
-use super::super::tests::{available, intent, operation, owned, released};
+use super::super::tests::{available, insert, operation, owned, released};
 use super::*;
 use crate::storage_catalog::{ArtifactLease, LeaseInsert, TRACES_DIR};
 use lazaret_generated::prepared_lower::{StageStates, WorkerStates};
@@ -174,17 +174,11 @@ fn a_shared_artifact_is_reclaimed_only_after_its_last_lease() {
     let row = available(&catalog, 3);
     let id = row.prepared_artifact_id;
     let (first, second) = (lease(3, 1, 1), lease(3, 2, 5));
-    assert_eq!(
-        catalog.insert_lease(&first, intent()).unwrap(),
-        LeaseInsert::Inserted
-    );
-    assert_eq!(
-        catalog.insert_lease(&second, intent()).unwrap(),
-        LeaseInsert::Inserted
-    );
+    assert_eq!(insert(&catalog, &first).unwrap(), LeaseInsert::Inserted);
+    assert_eq!(insert(&catalog, &second).unwrap(), LeaseInsert::Inserted);
     // Another artifact's lease does not count.
     available(&catalog, 4);
-    catalog.insert_lease(&lease(4, 1, 1), intent()).unwrap();
+    insert(&catalog, &lease(4, 1, 1)).unwrap();
     assert_eq!(
         catalog.begin_reclaim(&mut catalog.run(id)).unwrap(),
         Reclaim::Leased { leases: 2 }
@@ -209,7 +203,7 @@ fn a_shared_artifact_is_reclaimed_only_after_its_last_lease() {
         catalog.begin_reclaim(&mut run).unwrap(),
         Reclaim::Resumed(reclaiming.clone())
     );
-    let err = catalog.insert_lease(&first, intent()).unwrap_err();
+    let err = insert(&catalog, &first).unwrap_err();
     assert!(
         matches!(
             err,
@@ -322,4 +316,25 @@ fn an_operation_row_with_half_its_evidence_refuses() {
     }
     let err = catalog.prepare_operations().unwrap_err();
     assert!(matches!(err, CatalogError::OperationShape { .. }), "{err}");
+}
+
+/// A launch leases only the tree it checked: an artifact reclaimed and
+/// prepared again since (another device or inode) is refused.
+#[test]
+fn a_lease_names_the_tree_the_launch_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = StorageCatalog::at(dir.path());
+    available(&catalog, 3);
+    let err = catalog
+        .insert_lease(&lease(3, 1, 1), super::super::tests::intent(), (1, 999))
+        .unwrap_err();
+    assert!(
+        matches!(err, CatalogError::ArtifactReplaced { .. }),
+        "{err}"
+    );
+    assert_eq!(catalog.leases().unwrap(), vec![]);
+    assert_eq!(
+        insert(&catalog, &lease(3, 1, 1)).unwrap(),
+        LeaseInsert::Inserted
+    );
 }

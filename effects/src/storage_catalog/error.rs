@@ -65,6 +65,11 @@ pub enum CatalogError {
         artifact: PreparedArtifactId,
         state: Option<ArtifactState>,
     },
+    #[error("Storage Catalog {path}: prepared artifact {artifact} was reclaimed and prepared again since this launch checked it; launch again")]
+    ArtifactReplaced {
+        path: PathBuf,
+        artifact: PreparedArtifactId,
+    },
     #[error("Storage Catalog {path}: prepared artifact {artifact} is already recorded ({state:?}); refusing to publish over it")]
     ArtifactExists {
         path: PathBuf,

@@ -49,6 +49,16 @@ pub(super) fn intent() -> DomainRecord {
     }
 }
 
+/// Inserts `lease` for a Domain recording its intent, for the tree
+/// [`available`] published for the artifact.
+pub(super) fn insert(
+    catalog: &StorageCatalog,
+    lease: &ArtifactLease,
+) -> Result<LeaseInsert, CatalogError> {
+    let inode = 100 + u64::from(lease.artifact.0[0]);
+    catalog.insert_lease(lease, intent(), (1, inode))
+}
+
 /// The Domain records the prepared-lower release intent for the
 /// artifact, its anchors clean and its runtime gone (release step 4).
 pub(super) fn released() -> Option<DomainRecord> {
@@ -138,10 +148,7 @@ fn an_inserted_lease_is_held_and_only_that_one() {
     available(&catalog, 1);
     let held = lease(1, 2, 3);
     assert!(!catalog.lease_held(&held).unwrap());
-    assert_eq!(
-        catalog.insert_lease(&held, intent()).unwrap(),
-        LeaseInsert::Inserted
-    );
+    assert_eq!(insert(&catalog, &held).unwrap(), LeaseInsert::Inserted);
     assert!(catalog.lease_held(&held).unwrap());
     assert!(!catalog.lease_held(&lease(1, 2, 4)).unwrap());
 }
@@ -152,14 +159,8 @@ fn inserting_the_same_lease_again_is_already_held() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    assert_eq!(
-        catalog.insert_lease(&held, intent()).unwrap(),
-        LeaseInsert::Inserted
-    );
-    assert_eq!(
-        catalog.insert_lease(&held, intent()).unwrap(),
-        LeaseInsert::AlreadyHeld
-    );
+    assert_eq!(insert(&catalog, &held).unwrap(), LeaseInsert::Inserted);
+    assert_eq!(insert(&catalog, &held).unwrap(), LeaseInsert::AlreadyHeld);
     assert_eq!(catalog.leases().unwrap(), vec![held]);
 }
 
@@ -169,7 +170,7 @@ fn removing_the_exact_lease_then_again_is_already_absent() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    catalog.insert_lease(&held, intent()).unwrap();
+    insert(&catalog, &held).unwrap();
     assert_eq!(
         catalog.remove_lease(&held, released).unwrap(),
         LeaseRemoval::Removed
@@ -190,7 +191,7 @@ fn a_lease_is_removed_only_with_the_domains_release_intent() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    catalog.insert_lease(&held, intent()).unwrap();
+    insert(&catalog, &held).unwrap();
     let err = catalog.remove_lease(&held, still_held).unwrap_err();
     assert!(
         matches!(err, CatalogError::ReleaseNotIntended { generation: 3, .. }),
@@ -219,7 +220,7 @@ fn removing_a_lease_that_differs_in_one_field_leaves_the_row() {
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
     let held = lease(1, 2, 3);
-    catalog.insert_lease(&held, intent()).unwrap();
+    insert(&catalog, &held).unwrap();
     for other in [lease(9, 2, 3), lease(1, 9, 3), lease(1, 2, 9)] {
         assert_eq!(
             catalog.remove_lease(&other, released).unwrap(),
@@ -248,7 +249,7 @@ fn leases_are_listed_sorted_field_by_field() {
         lease(0, 9, 9),
     ];
     for l in &inserted {
-        catalog.insert_lease(l, intent()).unwrap();
+        insert(&catalog, l).unwrap();
     }
     assert_eq!(
         catalog.leases().unwrap(),
@@ -313,15 +314,12 @@ fn reads_on_a_missing_catalog_create_nothing() {
     assert_eq!(std::fs::metadata(catalog.path()).unwrap().len(), 0);
     // A lease of an artifact never published refuses and writes no row.
     assert!(matches!(
-        catalog.insert_lease(&l, intent()),
+        insert(&catalog, &l),
         Err(CatalogError::ArtifactNotAvailable { state: None, .. })
     ));
     assert_eq!(raw_metadata(catalog.path()), None);
     available(&catalog, 1);
-    assert_eq!(
-        catalog.insert_lease(&l, intent()).unwrap(),
-        LeaseInsert::Inserted
-    );
+    assert_eq!(insert(&catalog, &l).unwrap(), LeaseInsert::Inserted);
     assert_eq!(
         raw_metadata(catalog.path()).unwrap().schema_id,
         STORAGE_CATALOG_SCHEMA_ID
@@ -345,10 +343,7 @@ fn a_new_database_without_tables_is_initialised_by_the_first_write() {
     assert_eq!(raw_metadata(catalog.path()), None);
     available(&catalog, 1);
     assert!(raw_metadata(catalog.path()).is_some());
-    assert_eq!(
-        catalog.insert_lease(&l, intent()).unwrap(),
-        LeaseInsert::Inserted
-    );
+    assert_eq!(insert(&catalog, &l).unwrap(), LeaseInsert::Inserted);
     assert_eq!(catalog.leases().unwrap(), vec![l]);
 }
 
@@ -357,7 +352,7 @@ fn the_first_write_creates_a_private_directory_and_v1_metadata_and_closes() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(dir.path());
     available(&catalog, 1);
-    catalog.insert_lease(&lease(1, 2, 3), intent()).unwrap();
+    insert(&catalog, &lease(1, 2, 3)).unwrap();
     let mode = std::fs::metadata(dir.path().join(CATALOG_DIR))
         .unwrap()
         .permissions()
@@ -379,7 +374,7 @@ fn the_first_write_creates_a_private_directory_and_v1_metadata_and_closes() {
 fn a_missing_storage_root_is_an_error_naming_the_directory() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = StorageCatalog::at(&dir.path().join("absent"));
-    let err = catalog.insert_lease(&lease(1, 2, 3), intent()).unwrap_err();
+    let err = insert(&catalog, &lease(1, 2, 3)).unwrap_err();
     assert!(matches!(err, CatalogError::CreateDir { .. }), "{err}");
     assert!(err.to_string().contains("absent/catalog"), "{err}");
 }
@@ -395,7 +390,7 @@ fn a_catalog_directory_that_is_a_symlink_or_a_file_refuses() {
     let catalog = StorageCatalog::at(&linked);
     let l = lease(1, 2, 3);
     for err in [
-        catalog.insert_lease(&l, intent()).unwrap_err(),
+        insert(&catalog, &l).unwrap_err(),
         catalog.lease_held(&l).unwrap_err(),
         catalog.leases().unwrap_err(),
     ] {
@@ -409,7 +404,7 @@ fn a_catalog_directory_that_is_a_symlink_or_a_file_refuses() {
     std::fs::write(filed.join(CATALOG_DIR), b"").unwrap();
     let catalog = StorageCatalog::at(&filed);
     for err in [
-        catalog.insert_lease(&l, intent()).unwrap_err(),
+        insert(&catalog, &l).unwrap_err(),
         catalog.remove_lease(&l, released).unwrap_err(),
     ] {
         assert!(matches!(err, CatalogError::DirNotDirectory { .. }), "{err}");
@@ -465,7 +460,7 @@ fn metadata(id: &str, version: u32) -> Forged {
 fn every_error(catalog: &StorageCatalog) -> Vec<(&'static str, CatalogError)> {
     let l = lease(1, 2, 3);
     vec![
-        ("insert", catalog.insert_lease(&l, intent()).unwrap_err()),
+        ("insert", insert(catalog, &l).unwrap_err()),
         ("remove", catalog.remove_lease(&l, released).unwrap_err()),
         ("held", catalog.lease_held(&l).unwrap_err()),
         ("leases", catalog.leases().unwrap_err()),
@@ -567,7 +562,7 @@ fn the_lock_wait_is_bounded() {
     let catalog = StorageCatalog::at(dir.path()).with_lock_wait(wait);
     let l = lease(1, 2, 3);
     available(&catalog, 1);
-    catalog.insert_lease(&l, intent()).unwrap();
+    insert(&catalog, &l).unwrap();
     // Another open file description holds the lock, as another coordinator would.
     let holder = File::open(catalog.lock_path()).unwrap();
     rustix::fs::flock(&holder, rustix::fs::FlockOperation::LockExclusive).unwrap();
@@ -610,9 +605,7 @@ fn concurrent_inserts_from_two_threads_all_land() {
                 barrier.wait();
                 for generation in 0..per_thread {
                     assert_eq!(
-                        catalog
-                            .insert_lease(&lease(7, domain, generation), intent())
-                            .unwrap(),
+                        insert(&catalog, &lease(7, domain, generation)).unwrap(),
                         LeaseInsert::Inserted
                     );
                 }
@@ -636,13 +629,13 @@ fn the_lease_count_is_bounded() {
     let catalog = StorageCatalog::at(dir.path()).with_max_leases(3);
     available(&catalog, 1);
     for g in 0..3 {
-        catalog.insert_lease(&lease(1, 2, g), intent()).unwrap();
+        insert(&catalog, &lease(1, 2, g)).unwrap();
     }
-    let err = catalog.insert_lease(&lease(1, 2, 3), intent()).unwrap_err();
+    let err = insert(&catalog, &lease(1, 2, 3)).unwrap_err();
     assert!(matches!(err, CatalogError::Full { max: 3, .. }), "{err}");
     // Re-inserting a held lease at the bound is still AlreadyHeld.
     assert_eq!(
-        catalog.insert_lease(&lease(1, 2, 0), intent()).unwrap(),
+        insert(&catalog, &lease(1, 2, 0)).unwrap(),
         LeaseInsert::AlreadyHeld
     );
     assert_eq!(catalog.leases().unwrap().len(), 3);

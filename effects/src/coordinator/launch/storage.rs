@@ -170,7 +170,7 @@ pub(super) fn commit_prepared_lower(
             .map_err(|e| hc.store_err(e))?;
             let inserted = hc
                 .catalog
-                .insert_lease(&lease, record)
+                .insert_lease(&lease, record, l.prepared.lower.tree)
                 .map_err(CoordinatorError::Catalog)?;
             tracing::debug!(?inserted, "prepared-lower lease");
             crash_point!(Hc, "catalog-lease", "after-insert", "CommitParticipant");
