@@ -18,6 +18,7 @@ pub mod prepare;
 pub mod process_env;
 pub mod process_identity;
 pub mod pty;
+pub mod recorded_dir;
 pub mod role_argv;
 pub mod runsc_exec;
 pub mod state_anchor;

@@ -14,11 +14,12 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use crate::broker::exclusion::spawn_exclusion;
 use crate::broker::transient::{Limits, Transient, TransientError};
 use crate::crash_point::crash_point;
+use crate::recorded_dir::{open_recorded_dir, RecordedDirError};
 use crate::userns::{plan_maps, spawn_in_user_namespace, Identity, RealHost, UsernsError};
 
 /// The deepest directory the removal enters (each level holds a
@@ -121,30 +122,20 @@ pub fn run_worker(
 /// itself stays (its owner, the developer, removes it). Returns how many
 /// entries were removed.
 pub fn remove_contents(path: &Path, device: u64, inode: u64) -> Result<u64, RemovalError> {
-    let dir = rustix::fs::openat2(
-        CWD,
-        path,
-        dir_flags(),
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| RemovalError::Open {
-        path: path.to_owned(),
-        source: e.into(),
-    })?;
-    let st = rustix::fs::fstat(&dir).map_err(|e| RemovalError::Open {
-        path: path.to_owned(),
-        source: e.into(),
-    })?;
-    if (st.st_dev, st.st_ino) != (device, inode) {
-        return Err(RemovalError::Changed {
-            path: path.to_owned(),
+    let dir = open_recorded_dir(path, (device, inode)).map_err(|e| match e {
+        RecordedDirError::Open { path, source } => RemovalError::Open { path, source },
+        RecordedDirError::Changed {
+            path,
             device,
             inode,
-        });
-    }
+        } => RemovalError::Changed {
+            path,
+            device,
+            inode,
+        },
+    })?;
     let mut walk = Walk::default();
-    remove_children(&dir, &dir, path, st.st_dev, 0, &mut walk)?;
+    remove_children(&dir, &dir, path, device, 0, &mut walk)?;
     Ok(walk.removed)
 }
 

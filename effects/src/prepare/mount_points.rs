@@ -14,7 +14,9 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+
+use crate::recorded_dir::{open_recorded_dir, RecordedDirError};
 
 /// The hidden subcommand of the worker.
 pub const MOUNT_POINTS_SUBCOMMAND: &str = "__mount-points";
@@ -53,25 +55,15 @@ pub fn make_mount_points(
     stage: &Path,
     stage_identity: (u64, u64),
 ) -> Result<Vec<&'static str>, MountPointError> {
-    let shown_stage = stage.display().to_string();
-    let stage_fd = rustix::fs::openat2(
-        CWD,
-        stage,
-        dir_flags(),
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| MountPointError::Open {
-        path: shown_stage.clone(),
-        source: e.into(),
+    let stage_fd = open_recorded_dir(stage, stage_identity).map_err(|e| match e {
+        RecordedDirError::Open { path, source } => MountPointError::Open {
+            path: path.display().to_string(),
+            source,
+        },
+        RecordedDirError::Changed { path, .. } => MountPointError::StageChanged {
+            path: path.display().to_string(),
+        },
     })?;
-    let st = rustix::fs::fstat(&stage_fd).map_err(|e| MountPointError::Open {
-        path: shown_stage.clone(),
-        source: e.into(),
-    })?;
-    if (st.st_dev, st.st_ino) != stage_identity {
-        return Err(MountPointError::StageChanged { path: shown_stage });
-    }
     let root = child(&stage_fd, "rootfs", "rootfs", false)?;
     for point in lazaret_runtime::bundle::MOUNT_POINTS {
         directory(&root, point)?;
