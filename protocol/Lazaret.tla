@@ -790,12 +790,17 @@ BeginTeardown(c) ==
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
 \* Any partial or active snapshot moves to release intent, preserving every
-\* recorded identity (slots keep their phase), in release order.
+\* recorded identity (slots keep their phase), in release order.  The
+\* prepared-lower lease is released only once the runtime is absent and no
+\* State Anchor can be mounted on it (spec 3.6 unmount and lease-release
+\* step 3); with anchors, CommitAnchorCleanLeaseReleaseIntent records its
+\* intent.
 RecordReleaseIntent(c, r) ==
     /\ hc[c] \in LeaderPhases
     /\ decision \in ReleasePhases
     /\ part[r] \in LiveSnapshot
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \notin LiveSnapshot
+    /\ r # "PreparedLower" \/ (part["StateAnchor"] \in {"None", "Clean"} /\ rs = "Absent" /\ runsc = "Absent")
     /\ part' = [part EXCEPT ![r] = "ReleaseIntent"]
     /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
@@ -809,7 +814,7 @@ ShutdownRuntime(c) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "TearingDown"
     /\ rs = "Running"
-    /\ \A d \in Roles : part[d] \notin LiveSnapshot
+    /\ \A d \in Roles : d = "PreparedLower" \/ part[d] \notin LiveSnapshot
     /\ rs' = "Absent"
     /\ runsc' = "Absent"
     /\ actor' = c
@@ -822,6 +827,7 @@ CleanParticipant(c, r) ==
     /\ hc[c] \in LeaderPhases
     /\ decision \in ReleasePhases
     /\ part[r] = "ReleaseIntent"
+    /\ r # "StateAnchor"
     /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank(r) \/ part[d] \in {"None", "Clean"}
     /\ r = "Publication" \/ rs = "Absent"
     /\ r = "Publication" \/ runsc = "Absent"
@@ -829,6 +835,24 @@ CleanParticipant(c, r) ==
     /\ slot' = [ps \in ProcSlots |-> IF SlotRole(ps) = r THEN "Unassigned" ELSE slot[ps]]
     /\ actor' = c
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd,
+                   esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Spec 3.6 unmount and lease-release step 3: once the exact anchor mounts
+\* are independently observed absent, clean State Anchor state and
+\* prepared-lower release intent are committed atomically, so a mounted
+\* anchor is never unleased and a lease is never left without a release
+\* path.  The anchors have no process slot of their own.  The generation is
+\* being released (release intent exists only then) and the runtime is
+\* absent: the release order cleans the Sandbox first, and that needs RS
+\* and attached runsc absent (CleanParticipant).
+CommitAnchorCleanLeaseReleaseIntent(c) ==
+    /\ hc[c] \in LeaderPhases
+    /\ part["StateAnchor"] = "ReleaseIntent"
+    /\ \A d \in Roles : ReleaseRank(d) >= ReleaseRank("StateAnchor") \/ part[d] \in {"None", "Clean"}
+    /\ part' = [part EXCEPT !["StateAnchor"] = "Clean", !["PreparedLower"] = "ReleaseIntent"]
+    /\ actor' = c
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, slot, rs, runsc,
                    sess, sessGen, sessFp, route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
@@ -1024,6 +1048,7 @@ Next ==
     \/ \E c \in Coordinators, r \in Roles : RecordReleaseIntent(c, r)
     \/ \E c \in Coordinators : ShutdownRuntime(c)
     \/ \E c \in Coordinators, r \in Roles : CleanParticipant(c, r)
+    \/ \E c \in Coordinators : CommitAnchorCleanLeaseReleaseIntent(c)
     \/ \E c \in Coordinators, r \in Roles : CleanBareIntent(c, r)
     \/ \E c \in Coordinators : CleanSessionTerminals(c)
     \/ \E c \in Coordinators : RetireGeneration(c)
@@ -1074,6 +1099,7 @@ GenerationReleaseStep ==
         \/ RetireGeneration(c)
         \/ \E r \in Roles : RecordReleaseIntent(c, r)
         \/ \E r \in Roles : CleanParticipant(c, r)
+        \/ CommitAnchorCleanLeaseReleaseIntent(c)
         \/ \E r \in Roles : CleanBareIntent(c, r)
 
 Fairness ==
@@ -1256,7 +1282,16 @@ Inv_Spec_CleanOnlyAfterRuntimeAbsence ==
 \* Spec 3.6: a mounted (or possibly mounted) State Anchor is never unleased.
 Inv_Spec_MountedStateAnchorNeverUnleased ==
     part["StateAnchor"] \in {"Intent", "Acquiring", "Prepared", "ReleaseIntent"} =>
-        part["PreparedLower"] \in {"LeaseHeld", "ReleaseIntent"}
+        part["PreparedLower"] = "LeaseHeld"
+
+\* Spec 3.6 unmount and lease-release step 3: prepared-lower release intent
+\* only after the anchors are clean (their mounts observed absent) and the
+\* runtime that could hold them is absent.
+Inv_Spec_LeaseReleaseAfterAnchorsAbsent ==
+    part["PreparedLower"] \in {"ReleaseIntent", "Clean"} =>
+        /\ part["StateAnchor"] \in {"None", "Clean"}
+        /\ rs = "Absent"
+        /\ runsc = "Absent"
 
 \* The publication participant is committed exactly while the generation is
 \* published.
@@ -1334,6 +1369,12 @@ SlotStep(ps) ==
 \* clean; recorded evidence is never cleared by an ordinary transition.
 Live_Spec_ParticipantLifecycleOrder ==
     [][\A r \in Roles : ParticipantStep(r)]_vars
+
+\* Spec 3.6 unmount and lease-release step 3: released anchors become clean
+\* only in the transaction that records the lease's release intent.
+Live_Spec_AnchorCleanWithLeaseReleaseIntent ==
+    [][(part["StateAnchor"] = "ReleaseIntent" /\ part'["StateAnchor"] = "Clean") =>
+        (part["PreparedLower"] = "LeaseHeld" /\ part'["PreparedLower"] = "ReleaseIntent")]_vars
 
 \* Spec 3.3: Unassigned -> Staged -> Committed, cleared only by the clean
 \* transaction of its participant.

@@ -145,9 +145,7 @@ fn readiness(i: u8) -> NetworkReadinessEvidence {
 fn released(i: u8) -> StateAnchorReleaseEvidence {
     StateAnchorReleaseEvidence {
         runtime_supervisor: phase(SlotC::Committed(i)),
-        user_namespace: namespace(i),
-        mount_namespace: namespace(i + 1),
-        mount: mount(i),
+        mounts: Some(anchors(i)),
     }
 }
 

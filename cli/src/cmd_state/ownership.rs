@@ -63,9 +63,7 @@ fn anchor_mounts(m: &AnchorMounts) -> Value {
 fn released(r: &StateAnchorReleaseEvidence) -> Value {
     json!({
         "runtime_supervisor": slot_json(&r.runtime_supervisor),
-        "user_namespace": namespace(&r.user_namespace),
-        "mount_namespace": namespace(&r.mount_namespace),
-        "mount": mount(&r.mount),
+        "mounts": r.mounts.as_ref().map(anchor_mounts),
     })
 }
 

@@ -1,15 +1,18 @@
 //! Release of a generation (FR-6; spec 3.3 release, 3.6): `BeginTeardown`
 //! or `AbortGeneration`, then `RecordReleaseIntent` for every live
-//! snapshot in release order, `ShutdownRuntime`, `CleanParticipant` /
-//! `CleanBareIntent` after absence is proved, and `RetireGeneration`. The
-//! order comes from the model state: each role's durable state decides its
-//! next step, so the same routine releases a clean teardown and a failed
-//! launch.
+//! snapshot in release order but the prepared-lower lease,
+//! `ShutdownRuntime`, `CleanParticipant` / `CleanBareIntent` after absence
+//! is proved (`CommitAnchorCleanLeaseReleaseIntent` records the lease's
+//! release intent with the anchors' clean state), and `RetireGeneration`.
+//! The order comes from the model state: each role's durable state decides
+//! its next step, so the same routine releases a clean teardown and a
+//! failed launch.
 use crate::crash_point::{crash_point, fault};
 use std::path::Path;
 use std::time::Duration;
 
 use lazaret_generated::lazaret::{Action, Decision, Roles};
+use lazaret_generated::prepared_lower::MountStates;
 use lazaret_runtime::coordinator::messages::CoordinatorCommand;
 use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::ownership::AbsenceProof;
@@ -26,7 +29,9 @@ use crate::process_identity::real::RealProcessSys;
 use crate::state_anchor::{real::RealAnchorSys, wait_namespace_left};
 use crate::storage_catalog::ArtifactLease;
 use lazaret_runtime::coordinator::host_model::ProcessView;
-use lazaret_runtime::records::participant::{ParticipantOwnership, ParticipantRole};
+use lazaret_runtime::records::participant::{
+    ParticipantOwnership, ParticipantRole, StateAnchorReleaseEvidence,
+};
 
 /// BeginTeardown: the last session has left; publication is withdrawn (the
 /// socket file goes, so nobody new joins), then the generation is released.
@@ -108,10 +113,9 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
                 released_state_anchor: None,
             },
         }]),
-        Action::CleanParticipant {
-            r: Roles::StateAnchor,
-            ..
-        } => clean_state_anchor(hc),
+        Action::CommitAnchorCleanLeaseReleaseIntent { .. } => {
+            commit_anchor_clean_lease_release_intent(hc)
+        }
         Action::CleanParticipant {
             r: Roles::PreparedLower,
             ..
@@ -152,43 +156,63 @@ fn recorded(
         .and_then(|p| p.ownership))
 }
 
-/// CleanParticipant(StateAnchor), spec 3.6 release step 3: the anchors are
-/// proved absent independently of the supervisor that unmounted them (or
-/// died): no process is left in the mount namespace that held them. Then
-/// the explicit clean snapshot.
-fn clean_state_anchor(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
-    if let Some(ParticipantOwnership::StateAnchor(anchor)) =
+/// CommitAnchorCleanLeaseReleaseIntent, spec 3.6 release step 3: the
+/// anchors are proved absent independently of the supervisor that
+/// unmounted them (or died): no process is left in the mount namespace
+/// that held them. Then, in one
+/// Domain Store transaction, the anchors' explicit clean snapshot and the
+/// prepared-lower lease's release intent with what was observed absent.
+fn commit_anchor_clean_lease_release_intent(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    let Some(ParticipantOwnership::StateAnchor(anchor)) =
         recorded(hc, ParticipantRole::StateAnchor)?
-    {
-        if let Some(mounts) = &anchor.mounts {
-            wait_namespace_left(
-                &RealAnchorSys,
-                &mounts.namespace,
-                ANCHORS_LEFT,
-                Duration::from_millis(20),
-            )
-            .map_err(|source| CoordinatorError::Anchors {
-                generation: hc.id.0,
-                source,
-            })?;
-        }
+    else {
+        return Err(CoordinatorError::NoSnapshot {
+            role: "StateAnchor",
+        });
+    };
+    if let Some(mounts) = &anchor.mounts {
+        wait_namespace_left(
+            &RealAnchorSys,
+            &mounts.namespace,
+            ANCHORS_LEFT,
+            Duration::from_millis(20),
+        )
+        .map_err(|source| CoordinatorError::Anchors {
+            generation: hc.id.0,
+            source,
+        })?;
     }
-    hc.apply(&[StoreOp::Participant {
-        generation: hc.id,
-        role: ParticipantRole::StateAnchor,
-        op: ParticipantOp::Clean(AbsenceProof::IndependentAbsence),
-    }])
+    let released = StateAnchorReleaseEvidence {
+        runtime_supervisor: anchor.runtime_supervisor,
+        mounts: anchor.mounts,
+    };
+    hc.apply(&[
+        StoreOp::Participant {
+            generation: hc.id,
+            role: ParticipantRole::StateAnchor,
+            op: ParticipantOp::Clean(AbsenceProof::IndependentAbsence),
+        },
+        StoreOp::Participant {
+            generation: hc.id,
+            role: ParticipantRole::PreparedLower,
+            op: ParticipantOp::BeginRelease {
+                released_state_anchor: Some(released),
+            },
+        },
+    ])
 }
 
 /// CleanParticipant(PreparedLower), spec 3.6 release steps 4 and 5: with
-/// the anchors clean, the exact `(artifact, Domain, generation)` lease is
+/// the anchors clean and the lease's release intent recorded, the exact `(artifact, Domain, generation)` lease is
 /// removed from the Storage Catalog (already absent is fine: the launch
 /// may have died before inserting it), then the explicit clean snapshot.
 fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
     let lower = recorded(hc, ParticipantRole::PreparedLower)?;
-    let artifact = match &lower {
-        Some(ParticipantOwnership::PreparedLower(p)) => p.prepared_artifact_id,
-        _ => None,
+    let (artifact, released) = match lower {
+        Some(ParticipantOwnership::PreparedLower(p)) => {
+            (p.prepared_artifact_id, p.released_state_anchor)
+        }
+        _ => (None, None),
     };
     if let Some(artifact) = artifact {
         let domain = hc
@@ -206,7 +230,12 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
         let (store, generation) = (hc.store, hc.id);
         let (state, me) = (hc.model.state(), hc.model.me());
         let record = || match domain_record(store, generation, artifact, state, me) {
-            Ok(record) => Some(record),
+            Ok(mut record) => {
+                if !anchors_still_absent(released.as_ref()) {
+                    record.mount = MountStates::Mounted;
+                }
+                Some(record)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the Domain's release intent");
                 None
@@ -231,6 +260,29 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
         role: ParticipantRole::PreparedLower,
         op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
     }])
+}
+
+/// Release step 4's recheck, under the catalog lock, of what step 3
+/// observed: the mount namespace that held the released anchors is still
+/// gone (its ID is never reused; only a process that entered it before it
+/// was proved free could keep it). No evidence: the generation recorded no
+/// anchor mounts.
+fn anchors_still_absent(released: Option<&StateAnchorReleaseEvidence>) -> bool {
+    let Some(mounts) = released.and_then(|r| r.mounts.as_ref()) else {
+        return true;
+    };
+    match wait_namespace_left(
+        &RealAnchorSys,
+        &mounts.namespace,
+        Duration::ZERO,
+        Duration::ZERO,
+    ) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "the released State Anchors' mount namespace is in use");
+            false
+        }
+    }
 }
 
 /// ShutdownRuntime: a launched generation is stopped through RS (a failed

@@ -118,7 +118,7 @@ pub enum CatalogError {
         table: &'static str,
         max: usize,
     },
-    #[error("Storage Catalog {path}: the lease of prepared artifact {artifact} for generation {generation} was not removed: its Domain does not record the matching prepared-lower release intent (spec 3.6 release step 4)")]
+    #[error("Storage Catalog {path}: the lease of prepared artifact {artifact} for generation {generation} was not removed: its Domain does not record the matching prepared-lower release intent with its State Anchors observed absent (spec 3.6 release step 4)")]
     ReleaseNotIntended {
         path: PathBuf,
         artifact: PreparedArtifactId,

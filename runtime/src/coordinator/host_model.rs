@@ -360,11 +360,15 @@ impl HostModel {
 
     /// The next step of a release (teardown, failed launch or recovery),
     /// decided from the model state alone: release intent for every live
-    /// snapshot in release order (publication first, prepared lower last),
-    /// `ShutdownRuntime` while RS runs, then `CleanParticipant` /
-    /// `CleanBareIntent` in release order, `CleanSessionTerminals` when
-    /// session terminals are left, then `RetireGeneration`. `None`
-    /// once the generation is retired (or when no release is under way).
+    /// snapshot in release order (publication first) except the
+    /// prepared-lower lease, `ShutdownRuntime` while RS runs, then in
+    /// release order `CleanParticipant` / `CleanBareIntent`, with
+    /// `CommitAnchorCleanLeaseReleaseIntent` recording the lease's release
+    /// intent as the anchors become clean (spec 3.6 unmount and release step 3;
+    /// without anchors the lease gets its own `RecordReleaseIntent`),
+    /// `CleanSessionTerminals` when session terminals are left, then
+    /// `RetireGeneration`. `None` once the generation is retired (or when
+    /// no release is under way).
     pub fn next_release(&self) -> Option<Action> {
         let c = self.me;
         let st = self.state();
@@ -372,12 +376,16 @@ impl HostModel {
             return None;
         }
         let part = |r: Roles| st.part[r.index()];
-        if let Some(r) = RELEASE_ORDER.into_iter().find(|r| {
+        let live = |r: Roles| {
             matches!(
-                part(*r),
+                part(r),
                 Part::Acquiring | Part::LeaseHeld | Part::Prepared | Part::Committed
             )
-        }) {
+        };
+        if let Some(r) = RELEASE_ORDER
+            .into_iter()
+            .find(|r| *r != Roles::PreparedLower && live(*r))
+        {
             return Some(Action::RecordReleaseIntent { c, r });
         }
         if st.rs == Rs::Running && st.decision == Decision::TearingDown {
@@ -385,8 +393,12 @@ impl HostModel {
         }
         for r in RELEASE_ORDER {
             match part(r) {
+                Part::ReleaseIntent if r == Roles::StateAnchor => {
+                    return Some(Action::CommitAnchorCleanLeaseReleaseIntent { c })
+                }
                 Part::ReleaseIntent => return Some(Action::CleanParticipant { c, r }),
                 Part::Intent => return Some(Action::CleanBareIntent { c, r }),
+                _ if live(r) => return Some(Action::RecordReleaseIntent { c, r }),
                 _ => {}
             }
         }
@@ -746,7 +758,7 @@ pub(crate) mod tests {
         text += &m.take(Action::ExitCoordinator { c })?.to_json();
         text.push('\n');
         match replay_text("host.jsonl", &text)? {
-            Outcome::Conforms { steps, .. } => assert_eq!(steps, 46),
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 45),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         Ok(())
@@ -842,7 +854,7 @@ pub(crate) mod tests {
         }
         text += &release_all(&mut r)?;
         match replay_text("gen-4.jsonl", &text)? {
-            Outcome::Conforms { steps, .. } => assert_eq!(steps, 42),
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 41),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         // A coordinator that died after a durable write and before its
@@ -904,7 +916,7 @@ pub(crate) mod tests {
             // The release includes `CleanSessionTerminals`: the record
             // cannot say whether the dead coordinator's sessions left
             // terminals, so the rebuilt state assumes they may have.
-            } => assert_eq!((steps, recorded_start), (18, true)),
+            } => assert_eq!((steps, recorded_start), (17, true)),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         // A durable record no state satisfies is refused: the publication
@@ -937,11 +949,35 @@ pub(crate) mod tests {
             assert_eq!(m.next_release(), None);
             m.take(first)?;
             let mut steps = 0;
+            let mut lease_release = None;
             while let Some(a) = m.next_release() {
+                // Spec 3.6 release step 3: the lease's release intent only
+                // once the runtime is gone, and with the anchors' clean
+                // state when there are anchors.
+                if matches!(
+                    a,
+                    Action::CommitAnchorCleanLeaseReleaseIntent { .. }
+                        | Action::RecordReleaseIntent {
+                            r: Roles::PreparedLower,
+                            ..
+                        }
+                ) {
+                    assert_eq!(m.state().rs, Rs::Absent, "cut {cut}: {a:?}");
+                    lease_release = Some(a);
+                }
                 m.take(a)?;
                 steps += 1;
                 assert!(steps < 32, "release does not end");
             }
+            // A snapshot of the lease from step 8 on; anchors with a
+            // snapshot (possibly mounted) from step 11 on.
+            let anchored =
+                |a: Action| matches!(a, Action::CommitAnchorCleanLeaseReleaseIntent { .. });
+            assert_eq!(
+                lease_release.map(anchored),
+                (cut >= 8).then_some(cut >= 11),
+                "cut {cut}"
+            );
             assert_eq!(m.state().decision, Decision::Vacant, "cut {cut}");
             assert_eq!(m.state().rs, Rs::Absent, "cut {cut}");
             assert!(m

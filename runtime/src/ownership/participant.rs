@@ -214,7 +214,7 @@ pub fn apply(
                                 reason: "it is already recorded and immutable",
                             });
                         }
-                        s.released_state_anchor = Some(*evidence);
+                        s.released_state_anchor = Some(evidence.clone());
                     }
                 }
                 (_, Some(_)) => {

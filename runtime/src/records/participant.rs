@@ -165,12 +165,15 @@ pub struct AnchorMounts {
     pub anchors: Vec<AnchorMount>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// What spec 3.6 release step 3 observed absent before the prepared-lower
+/// lease's release intent was recorded: the State Anchors' Runtime
+/// Supervisor and their exact mounts in its mount namespace, as the
+/// anchors' snapshot recorded them (schemas.md names one daemon, user
+/// namespace and mount; docs/persistent-state.md "Release evidence").
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StateAnchorReleaseEvidence {
     pub runtime_supervisor: PersistedHostProcessOwnership,
-    pub user_namespace: NamespaceIdentity,
-    pub mount_namespace: NamespaceIdentity,
-    pub mount: MountIdentity,
+    pub mounts: Option<AnchorMounts>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
