@@ -313,10 +313,12 @@ RecordLeaseIntent(d, a) ==
 
 \* Step 2 (catalog txn under the Storage Catalog lock): insert the exact
 \* (artifact, Domain, generation) lease; refused unless the artifact is
-\* Available (a Reclaiming or Removed artifact cannot be leased again).
+\* Available (a Reclaiming or Removed artifact cannot be leased again). A
+\* lease already present is no step (the product reports it held).
 InsertCatalogLease(d) ==
     /\ hc[d] = "Running"
     /\ pl[d] = "Intent"
+    /\ ~LeasePresent(d)
     /\ \E a \in Artifacts : plArt[d] = a /\ artifact[a] = "Available"
     /\ lease' = [lease EXCEPT ![plArt[d]][d][gen[d]] = TRUE]
     /\ UNCHANGED <<prep, artifact, worker, stage, gen, pl, plArt, sa, refused,
@@ -506,13 +508,14 @@ BootstrapRefuseMissingLease(d) ==
 
 \* Fault: the exact catalog lease of a LeaseHeld record disappears outside the
 \* protocol (catalog restored from an older copy, operator deletion) while the
-\* Domain has no running process and no mount.
+\* Domain has no running process and no mount.  It strikes FaultDomains only
+\* and once per Domain without saying so: a LeaseHeld record without a Host
+\* Coordinator follows HC loss, which only FaultDomains suffer, and a lost
+\* lease never comes back (the Domain fails closed).
 ExternalCatalogLeaseLoss(d) ==
-    /\ d \in FaultDomains
     /\ hc[d] = "Absent"
     /\ rs[d] = "Absent"
     /\ mount[d] = "Absent"
-    /\ ~leaseLost[d]
     /\ pl[d] = "LeaseHeld"
     /\ LeasePresent(d)
     /\ lease' = [lease EXCEPT ![plArt[d]][d][gen[d]] = FALSE]
@@ -848,6 +851,19 @@ PrepStep(a) ==
 
 Live_OR7_PrepareOperationLifecycle ==
     [][\A a \in Artifacts : PrepStep(a)]_vars
+
+\* OR-7: the preparation worker is started with its operation's intent and
+\* ends once, by publishing (Running -> Idle) or by dying (Running -> Dead);
+\* a dead worker is forgotten with its operation (Dead -> Idle).  Only a
+\* running worker dies.
+WorkerStep(a) ==
+    \/ worker'[a] = worker[a]
+    \/ worker[a] = "Idle" /\ worker'[a] = "Running" /\ prep[a] = "None" /\ prep'[a] = "Intent"
+    \/ worker[a] = "Running" /\ worker'[a] \in {"Idle", "Dead"}
+    \/ worker[a] = "Dead" /\ worker'[a] = "Idle" /\ prep'[a] = "None"
+
+Live_OR7_WorkerLifecycleOrder ==
+    [][\A a \in Artifacts : WorkerStep(a)]_vars
 
 \* Spec 3.6 (acquisition steps 1-4 are the serving Host Coordinator's; "only
 \* bootstrap recovery may advance" the HC-loss state, and recovery "neither

@@ -7,15 +7,34 @@
 //! range becomes an `OutOfDomain` node, reported as a `TypeOK` violation.
 //! Every step is also checked against the box-action `Live_*` properties
 //! (`[][A]_v`, as TLC checks them on every transition); a step that
-//! falsifies one leads to a `BadStep` node instead of its successor. Neither
-//! kind of node exists when every property holds, so the unique-state count
-//! stays TLC's. Liveness properties (`<>`, `~>`, fairness) are TLC's only.
+//! falsifies one leads to a `BadStep` node instead of its successor. So does
+//! an enabled step that changes nothing ([`NO_STUTTER`]): TLA+ cannot state
+//! it (every `[][A]_v` admits stuttering), but the product takes every
+//! enabled step it decides on as a durable step, and one that changes
+//! nothing would be a trace line without an effect, or a release loop that
+//! never ends. Neither kind of node exists when every property holds, so the
+//! unique-state count stays TLC's. Liveness properties (`<>`, `~>`,
+//! fairness) are TLC's only.
 
 use std::time::{Duration, Instant};
 
 use lazaret_generated::support::{Cfg, CfgError, GuardId, Protocol, StepError};
 use lazaret_generated::ModelEntry;
 use stateright::{Checker, Model, Property};
+
+/// The step check no TLA+ property can express: no enabled action but
+/// `Terminated` (the terminal stuttering step of every model, README
+/// "Terminal states") leaves the state unchanged. Checked for the
+/// product's models (under [`PRODUCT_MODELS`]), whose steps the product
+/// takes; a textbook fixture may stutter (two-phase commit's resource
+/// manager receives an abort it already took).
+pub const NO_STUTTER: &str = "Step_NoStutter";
+
+/// Where the product's models live (the fixtures are the codegen's).
+pub const PRODUCT_MODELS: &str = "protocol/";
+
+/// The action that is a stuttering step by definition.
+const TERMINATED: &str = "Terminated";
 
 /// A node of the explored graph.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -35,6 +54,8 @@ pub enum Node<S> {
 pub struct Checked<P: Protocol> {
     pub cx: P::Constants,
     pub mask: Option<GuardId>,
+    /// Whether a stuttering step is a violation ([`NO_STUTTER`]).
+    pub no_stutter: bool,
 }
 
 /// Why a check could not start.
@@ -70,7 +91,12 @@ impl<P: Protocol> Checked<P> {
             model: P::NAME,
             source,
         })?;
-        Ok(Self { cx, mask })
+        let no_stutter = entry.tla.starts_with(PRODUCT_MODELS);
+        Ok(Self {
+            cx,
+            mask,
+            no_stutter,
+        })
     }
 
     /// The name of the first invariant `node` violates (`TypeOK` for a
@@ -83,6 +109,16 @@ impl<P: Protocol> Checked<P> {
                 .iter()
                 .find(|inv| !(inv.holds)(&self.cx, s))
                 .map(|inv| inv.name),
+        }
+    }
+
+    /// The same model checked against its TLA+ properties only, without
+    /// the no-stutter step check (the mutation report credits a kill to a
+    /// TLA+ property first).
+    pub fn tla_properties_only(self) -> Self {
+        Self {
+            no_stutter: false,
+            ..self
         }
     }
 
@@ -111,6 +147,12 @@ impl<P: Protocol> Model for Checked<P> {
     fn next_state(&self, last: &Self::State, action: Self::Action) -> Option<Self::State> {
         let Node::State(s) = last else { return None };
         match P::step(&self.cx, s, &action, self.mask) {
+            Ok(n) if self.no_stutter && n == *s && P::action_name(&action) != TERMINATED => {
+                Some(Node::BadStep {
+                    property: NO_STUTTER,
+                    next: n,
+                })
+            }
             Ok(n) => Some(
                 match P::action_properties()
                     .iter()

@@ -7,8 +7,11 @@
 //! same steps (state, different next state), i.e. the TLA+ `Next` relation
 //! over the reachable states is unchanged and no property of any kind can
 //! tell; *new steps* when it has the same states but more steps between them;
-//! *survived* when it reaches new states. Every mutant that is not killed
-//! needs a one-line reason in the model's notes file (see [`Justifications`]).
+//! *survived* when it reaches new states. A mutant no TLA+ property kills in
+//! any configuration is then given to the no-stutter step check
+//! ([`crate::explore::NO_STUTTER`]): a guard whose only work is to keep a
+//! step from being a no-op is killed there. Every mutant that is not killed needs a one-line
+//! reason in the model's notes file (see [`Justifications`]).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashSet, VecDeque};
@@ -141,7 +144,8 @@ pub fn mutate<P: Protocol>(
     let mut results = Vec::new();
     for g in P::guards() {
         let own = own_verdict::<P>(entry, g, &cx, &original, &original_graph, cap)?;
-        let verdict = further_verdict::<P>(own, further, g, cap)?;
+        let further = further_verdict::<P>(own, further, g, cap)?;
+        let verdict = stutter_verdict::<P>(further, entry, g, cap)?;
         results.push(MutantResult { guard: *g, verdict });
     }
     Ok(ModelMutations {
@@ -166,18 +170,10 @@ fn further_verdict<P: Protocol>(
         if verdict.killed() {
             break;
         }
-        let model = Checked::<P>::from_entry(other, Some(g.id))?;
-        verdict = match catch_unwind(AssertUnwindSafe(|| check::<P>(model, Some(cap)))) {
-            Err(_) => Verdict::KilledByEvaluation,
-            Ok(o) => match o.violation {
-                Some((by, path)) => Verdict::Killed {
-                    by: by.to_string(),
-                    depth: path.len(),
-                    config: Some(other.cfg_file),
-                },
-                None => verdict,
-            },
-        };
+        let model = Checked::<P>::from_entry(other, Some(g.id))?.tla_properties_only();
+        if let Err(killed) = explore_mutant(model, cap, Some(other.cfg_file)) {
+            verdict = killed;
+        }
     }
     Ok(verdict)
 }
@@ -203,7 +199,49 @@ pub fn mutant_verdict<P: Protocol>(
     let original_graph = graph::<P>(&cx, None);
     let cap = original.states.saturating_mul(cap_factor).max(10_000);
     let own = own_verdict::<P>(entry, g, &cx, &original, &original_graph, cap)?;
-    further_verdict::<P>(own, further, g, cap).map(Some)
+    let further = further_verdict::<P>(own, further, g, cap)?;
+    stutter_verdict::<P>(further, entry, g, cap).map(Some)
+}
+
+/// The verdict once the no-stutter step check
+/// ([`crate::explore::NO_STUTTER`]) has checked a mutant no TLA+ property
+/// kills in any configuration (so a kill is credited to a TLA+ property
+/// whenever one can make it): `verdict` unless the mutant takes an enabled
+/// step that changes nothing. Only for the product's models; the check is
+/// off for the fixtures.
+fn stutter_verdict<P: Protocol>(
+    verdict: Verdict,
+    entry: &ModelEntry,
+    g: &GuardInfo,
+    cap: usize,
+) -> Result<Verdict, ExploreError> {
+    let model = Checked::<P>::from_entry(entry, Some(g.id))?;
+    if verdict.killed() || !model.no_stutter {
+        return Ok(verdict);
+    }
+    Ok(explore_mutant(model, cap, None).err().unwrap_or(verdict))
+}
+
+/// Explores mutant `model` up to `cap` generated states: its outcome, or
+/// the verdict that kills it (a property fails, in further configuration
+/// `config` or the model's own; or a step fails to evaluate, which TLC
+/// reports as an error too).
+fn explore_mutant<P: Protocol>(
+    model: Checked<P>,
+    cap: usize,
+    config: Option<&'static str>,
+) -> Result<Outcome<P>, Verdict> {
+    match catch_unwind(AssertUnwindSafe(|| check::<P>(model, Some(cap)))) {
+        Err(_) => Err(Verdict::KilledByEvaluation),
+        Ok(o) => match &o.violation {
+            Some((by, path)) => Err(Verdict::Killed {
+                by: by.to_string(),
+                depth: path.len(),
+                config,
+            }),
+            None => Ok(o),
+        },
+    }
 }
 
 /// The verdict on guard `g`'s mutant in the model's own configuration.
@@ -215,41 +253,31 @@ fn own_verdict<P: Protocol>(
     original_graph: &Option<Graph>,
     cap: usize,
 ) -> Result<Verdict, ExploreError> {
-    let model = Checked::<P>::from_entry(entry, Some(g.id))?;
-    Ok(
-        match catch_unwind(AssertUnwindSafe(|| check::<P>(model, Some(cap)))) {
-            Err(_) => Verdict::KilledByEvaluation,
-            Ok(o) => match o.violation {
-                Some((by, path)) => Verdict::Killed {
-                    by: by.to_string(),
-                    depth: path.len(),
-                    config: None,
-                },
-                None if o.truncated => Verdict::Capped {
-                    states: o.unique_states,
-                },
-                // Dropping a guard only adds steps, so equal counts mean
-                // equal state sets.
-                None if o.unique_states == original.unique_states => {
-                    let mutant = catch_unwind(AssertUnwindSafe(|| graph::<P>(cx, Some(g.id))));
-                    match (&original_graph, mutant) {
-                        (Some(orig), Ok(Some(m))) => {
-                            let steps = m.steps.difference(&orig.steps).count();
-                            if steps == 0 {
-                                Verdict::Equivalent
-                            } else {
-                                Verdict::NewSteps { steps }
-                            }
-                        }
-                        _ => Verdict::KilledByEvaluation,
-                    }
-                }
-                None => Verdict::Survived {
-                    states: o.unique_states,
-                },
-            },
+    let model = Checked::<P>::from_entry(entry, Some(g.id))?.tla_properties_only();
+    let o = match explore_mutant(model, cap, None) {
+        Err(killed) => return Ok(killed),
+        Ok(o) => o,
+    };
+    if o.truncated {
+        return Ok(Verdict::Capped {
+            states: o.unique_states,
+        });
+    }
+    if o.unique_states != original.unique_states {
+        return Ok(Verdict::Survived {
+            states: o.unique_states,
+        });
+    }
+    // Dropping a guard only adds steps, so equal counts mean equal state
+    // sets.
+    let mutant = catch_unwind(AssertUnwindSafe(|| graph::<P>(cx, Some(g.id))));
+    Ok(match (&original_graph, mutant) {
+        (Some(orig), Ok(Some(m))) => match m.steps.difference(&orig.steps).count() {
+            0 => Verdict::Equivalent,
+            steps => Verdict::NewSteps { steps },
         },
-    )
+        _ => Verdict::KilledByEvaluation,
+    })
 }
 
 /// The heading of the justification table in a model's notes file.

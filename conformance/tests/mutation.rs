@@ -2,7 +2,14 @@
 //! model's own configuration cannot tell apart is checked again in every
 //! other configuration TLC and stateright check the model in.
 use lazaret_conformance::mutation::{mutant_verdict, Verdict};
-use lazaret_generated::{lazaret, FURTHER_CONFIGURATIONS, LAZARET_BUILD, MODELS};
+use lazaret_generated::{lazaret, ModelEntry, FURTHER_CONFIGURATIONS, LAZARET_BUILD, MODELS};
+
+fn lazaret_entry() -> Result<&'static ModelEntry, &'static str> {
+    MODELS
+        .iter()
+        .find(|m| m.name == "Lazaret")
+        .ok_or("no Lazaret model")
+}
 
 /// `RecordIntent`'s `r \in RequiredRoles` is always true under
 /// `Lazaret.cfg`, which requires every role; `LazaretBuild.cfg` requires
@@ -14,10 +21,7 @@ fn a_mutant_the_specification_configuration_misses_dies_in_the_build_one(
     assert!(FURTHER_CONFIGURATIONS
         .iter()
         .any(|f| f.cfg_file == LAZARET_BUILD.cfg_file));
-    let own = MODELS
-        .iter()
-        .find(|m| m.name == "Lazaret")
-        .ok_or("no Lazaret model")?;
+    let own = lazaret_entry()?;
     let verdict = mutant_verdict::<lazaret::Model>(
         own,
         &[&LAZARET_BUILD],
@@ -29,6 +33,32 @@ fn a_mutant_the_specification_configuration_misses_dies_in_the_build_one(
         Some(Verdict::Killed {
             config: Some(cfg), ..
         }) => assert_eq!(cfg, LAZARET_BUILD.cfg_file),
+        other => return Err(format!("{other:?}").into()),
+    }
+    Ok(())
+}
+
+/// `PauseTerminalForwarding`'s `ptyFwd[s] = TRUE` only keeps the step from
+/// being taken when forwarding is already paused: dropped, the step
+/// changes nothing, which no TLA+ property can see (every `[][A]_v` admits
+/// stuttering) and the no-stutter step check does. The same check leaves
+/// the original model alone (its parity tests explore every state).
+#[test]
+fn a_guard_that_only_prevents_a_no_op_step_is_killed_by_the_step_check(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let own = lazaret_entry()?;
+    let verdict = mutant_verdict::<lazaret::Model>(
+        own,
+        &[],
+        "PauseTerminalForwarding",
+        "ptyFwd[s] = TRUE",
+        4,
+    )?;
+    match verdict {
+        Some(Verdict::Killed { by, config, .. }) => {
+            assert_eq!(by, lazaret_conformance::explore::NO_STUTTER);
+            assert_eq!(config, None);
+        }
         other => return Err(format!("{other:?}").into()),
     }
     Ok(())
