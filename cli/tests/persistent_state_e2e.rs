@@ -608,6 +608,72 @@ r image test -x /usr/bin/dpkg
     env.assert_nothing_left();
 }
 
+/// FR-11, DX-6: a directory another sandbox user made private (owned by a
+/// subordinate ID, mode 0700) is beyond the developer on the host: the
+/// figures count it as unreadable instead of failing, `inspect` names it
+/// without its content, and `reset` still discards it whole (the removal
+/// worker runs in the Domain's user namespace, where that user is known).
+#[test]
+fn a_private_directory_of_another_sandbox_user_is_counted_named_and_reset() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-private", &default_image());
+    let private = format!(
+        r#"{RESULT}
+r mkdir mkdir -p /root/lz-private/inner
+r secret sh -c 'echo lz-secret > /root/lz-private/inner/f'
+r chown chown -R 65534:65534 /root/lz-private
+r chmod chmod 0700 /root/lz-private
+"#
+    );
+    let out = env.run(&["default", "--", "sh", "-c", &private]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_succeeded(
+        &guest_results(&text(&out.stdout)),
+        &["mkdir", "secret", "chown", "chmod"],
+    );
+    // The Domain tears down after its last session; the figures are read
+    // from an inactive Domain's store.
+    env.assert_nothing_running();
+    let dir = support::domain_root(&env.home).join("anchors/upper/root/lz-private");
+    // The harness itself may run as root: the developer's view is the
+    // owner and the mode.
+    let meta = std::fs::metadata(&dir).unwrap();
+    let test_uid = std::fs::metadata(env.home.join("run")).unwrap().uid();
+    assert_ne!(meta.uid(), test_uid, "not another user's directory");
+    assert_eq!(meta.mode() & 0o077, 0, "{:o}", meta.mode());
+
+    let root = anchor_figures(&env, "/root");
+    assert!(
+        root["unreadable_directories"].as_u64().unwrap() >= 1,
+        "{root}"
+    );
+    let out = env.run(&["state", "inspect", "default", "/root", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let unread: Vec<&str> = json["anchors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["path"] == "/root")
+        .flat_map(|a| a["unread"].as_array().unwrap())
+        .filter_map(|u| u.as_str())
+        .collect();
+    assert_eq!(unread, ["/root/lz-private"], "{json}");
+    assert!(!text(&out.stdout).contains("lz-secret"), "contents shown");
+
+    let out = env.run(&["state", "reset", "default", "/root", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!dir.exists(), "the private directory outlived the reset");
+    let check =
+        format!("{RESULT}\nr private test -e /root/lz-private\nr image test -x /usr/bin/dpkg\n");
+    let out = env.run(&["default", "--", "sh", "-c", &check]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results = guest_results(&text(&out.stdout));
+    assert_succeeded(&results, &["image"]);
+    assert_failed(&results, &["private"]);
+    env.assert_nothing_left();
+}
+
 /// Spec 3.9, FR-11, DX-6: `lazaret state list` shows the Domain with its
 /// profile, workspace and what its anchors hold: inactive from its store,
 /// running (with the same profile and workspace) while a session runs,

@@ -1,15 +1,18 @@
 //! The Domain lifecycle lock: a non-blocking exclusive host `flock` (spec 3.3,
 //! FR-17). Holding a [`DomainLock`] is the type-level precondition for
 //! opening the Domain Store.
-use std::fs::{File, OpenOptions};
+use crate::lock_file::{open_lock_file, try_lock, Flock, LockFileError};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DomainLockError {
-    #[error("cannot open the Domain lock file {path}: {source}")]
-    Open { path: PathBuf, source: io::Error },
+    #[error("cannot use the Domain lock file {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: LockFileError,
+    },
     #[error("the Domain lock {path} is held by another Host Coordinator")]
     Held { path: PathBuf },
     #[error("flock on the Domain lock {path} failed: {source}")]
@@ -28,24 +31,16 @@ pub struct DomainLock {
 impl DomainLock {
     /// Takes the lock without blocking; another holder refuses.
     pub fn try_acquire(path: &Path) -> Result<Self, DomainLockError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(path)
-            .map_err(|source| DomainLockError::Open {
-                path: path.to_owned(),
-                source,
-            })?;
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(Self {
+        let file = open_lock_file(path).map_err(|source| DomainLockError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        match try_lock(&file) {
+            Ok(Flock::Taken) => Ok(Self {
                 _file: file,
                 path: path.to_owned(),
             }),
-            Err(rustix::io::Errno::WOULDBLOCK) => Err(DomainLockError::Held {
+            Ok(Flock::Held) => Err(DomainLockError::Held {
                 path: path.to_owned(),
             }),
             Err(e) => Err(DomainLockError::Flock {

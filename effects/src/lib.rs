@@ -13,6 +13,7 @@ pub mod domain_root;
 pub mod domain_store;
 pub mod git_sentry;
 pub mod image;
+pub mod lock_file;
 pub mod network;
 pub mod prepare;
 pub mod process_env;

@@ -54,7 +54,7 @@ pub enum RemovalError {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("{path} is on another file system (a mount inside the tree); nothing beneath it was removed")]
+    #[error("{path} is another mount (a mount inside the tree); nothing beneath it was removed")]
     MountCrossing { path: PathBuf },
     #[error("more than {MAX_ENTRIES} entries under {path}; removal stopped")]
     TooMany { path: PathBuf },
@@ -135,8 +135,29 @@ pub fn remove_contents(path: &Path, device: u64, inode: u64) -> Result<u64, Remo
         },
     })?;
     let mut walk = Walk::default();
-    remove_children(&dir, &dir, path, device, 0, &mut walk)?;
+    let fence = Fence {
+        device,
+        mount: mount_id(&dir),
+    };
+    remove_children(&dir, &dir, path, fence, 0, &mut walk)?;
     Ok(walk.removed)
+}
+
+/// What a directory inside the tree must share with its top: the file
+/// system (`st_dev`) and, where the kernel says, the mount itself: a bind
+/// mount of the same file system has the same device but another mount.
+#[derive(Clone, Copy)]
+struct Fence {
+    device: u64,
+    mount: Option<u64>,
+}
+
+/// The ID of the mount `fd` is on (`statx` `STATX_MNT_ID`, Linux 5.8);
+/// `None` when the kernel does not give it.
+fn mount_id(fd: &OwnedFd) -> Option<u64> {
+    let st =
+        rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::MNT_ID).ok()?;
+    (st.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0).then_some(st.stx_mnt_id)
 }
 
 /// Up to [`BATCH`] names of `dir` other than `.` and `..`.
@@ -180,7 +201,7 @@ fn remove_children(
     top: &OwnedFd,
     dir: &OwnedFd,
     at: &Path,
-    device: u64,
+    fence: Fence,
     depth: usize,
     walk: &mut Walk,
 ) -> Result<(), RemovalError> {
@@ -209,7 +230,7 @@ fn remove_children(
             let st = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
                 .map_err(step("inspect", &path))?;
             if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                if st.st_dev != device {
+                if st.st_dev != fence.device {
                     return Err(RemovalError::MountCrossing { path });
                 }
                 if depth + 1 == MAX_DEPTH {
@@ -218,7 +239,10 @@ fn remove_children(
                 }
                 let child = rustix::fs::openat(dir, name.as_os_str(), dir_flags(), Mode::empty())
                     .map_err(step("open", &path))?;
-                remove_children(top, &child, &path, device, depth + 1, walk)?;
+                if fence.mount.is_some() && mount_id(&child) != fence.mount {
+                    return Err(RemovalError::MountCrossing { path });
+                }
+                remove_children(top, &child, &path, fence, depth + 1, walk)?;
                 drop(child);
                 rustix::fs::unlinkat(dir, name.as_os_str(), AtFlags::REMOVEDIR)
                     .map_err(step("remove the directory", &path))?;
@@ -280,4 +304,72 @@ pub fn inheritable(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 
 fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// Set in the copy of this test that runs in its own mount namespace.
+    const INSIDE: &str = "LAZARET_TEST_REMOVAL_MOUNT_NAMESPACE";
+    const NAME: &str = "tree_removal::tests::a_bind_mount_of_the_same_file_system_is_not_crossed";
+
+    /// A bind mount inside the tree, of a directory on the same file system,
+    /// has the tree's device but another mount: the removal stops at it and
+    /// nothing beneath it (the bound directory's file) is removed. The test
+    /// runs itself again in a user and mount namespace of its own (as root or
+    /// not), so the mount never reaches the host's mount table.
+    #[test]
+    fn a_bind_mount_of_the_same_file_system_is_not_crossed(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        if std::env::var_os(INSIDE).is_none() {
+            let out = std::process::Command::new("unshare")
+                .args([
+                    "--user",
+                    "--map-root-user",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                ])
+                .arg(std::env::current_exe()?)
+                .args(["--exact", NAME, "--nocapture", "--test-threads", "1"])
+                .env(INSIDE, "1")
+                .output()?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "{}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return Ok(());
+        }
+        let base = tempfile::tempdir()?;
+        let tree = base.path().join("tree");
+        let point = tree.join("a/bound");
+        let outside = base.path().join("outside");
+        std::fs::create_dir_all(&point)?;
+        std::fs::create_dir_all(&outside)?;
+        std::fs::write(outside.join("keep"), b"not the tree's")?;
+        std::fs::write(tree.join("a/loose"), b"the tree's")?;
+        rustix::mount::mount_bind(&outside, &point)?;
+        let st = std::fs::metadata(&tree)?;
+        assert_eq!(
+            std::fs::metadata(&point)?.dev(),
+            st.dev(),
+            "not the same file system"
+        );
+        let result = remove_contents(&tree, st.dev(), st.ino());
+        rustix::mount::unmount(&point, rustix::mount::UnmountFlags::empty())?;
+        match result {
+            Err(RemovalError::MountCrossing { path }) => assert_eq!(path, point),
+            other => panic!(
+                "expected a mount crossing at {}: {other:?}",
+                point.display()
+            ),
+        }
+        assert!(outside.join("keep").is_file(), "removed through the mount");
+        Ok(())
+    }
 }

@@ -19,12 +19,13 @@
 //! any more; recovery holds the lock while it acts.
 use super::{PrepareError, PrepareHost};
 use crate::crash_point::crash_point;
+use crate::lock_file::{try_lock, Flock};
 use crate::storage_catalog::{CatalogError, StorageCatalog};
 use lazaret_generated::prepared_lower::{StageStates, WorkerStates};
 use lazaret_runtime::catalog_model::Step;
 use lazaret_runtime::records::catalog::{OperationId, PrepareOperation, PrepareStageState};
 use lazaret_runtime::records::ids::HostPath;
-use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags, ResolveFlags, CWD};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, CWD};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -357,9 +358,9 @@ impl OperationLock {
         // the file (no operation names it yet) and unlink it: then either
         // the lock is held, or the name is no longer this file.
         let raced = || PrepareError::LockRaced { path: path.clone() };
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Err(raced()),
+        match try_lock(&fd) {
+            Ok(Flock::Taken) => {}
+            Ok(Flock::Held) => return Err(raced()),
             Err(e) => return Err(io_error("lock", &path, e)),
         }
         let own = rustix::fs::fstat(&fd).map_err(|e| io_error("inspect", &path, e))?;
@@ -388,9 +389,9 @@ impl OperationLock {
             Err(rustix::io::Errno::NOENT) => return Ok(Taken::Missing),
             Err(e) => return Err(io_error("open the operation lock", &path, e)),
         };
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(Taken::Free(Self { fd, name, path })),
-            Err(rustix::io::Errno::WOULDBLOCK) => Ok(Taken::Held),
+        match try_lock(&fd) {
+            Ok(Flock::Taken) => Ok(Taken::Free(Self { fd, name, path })),
+            Ok(Flock::Held) => Ok(Taken::Held),
             Err(e) => Err(io_error("lock", &path, e)),
         }
     }
