@@ -674,6 +674,82 @@ r chmod chmod 0700 /root/lz-private
     env.assert_nothing_left();
 }
 
+/// Spec 3.6: "A Domain record claiming a held lease whose exact catalog
+/// lease is absent is inconsistent and fails closed; recovery neither
+/// recreates the lease nor mounts the State Anchor." The Storage Catalog is
+/// restored from a copy taken before the launch while a session runs: the
+/// release stops before the lease's release intent, the record is kept,
+/// the next launch refuses with the reason, and no lease is recreated.
+#[test]
+fn a_held_lease_missing_from_the_catalog_fails_the_release_closed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("anchors-lease-lost", &default_image());
+    let out = env.run(&["default", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.assert_nothing_running();
+    let catalog = env
+        .home
+        .join(".local/share/lazaret/catalog")
+        .join(lazaret_effects::storage_catalog::CATALOG_FILE);
+    let before = std::fs::read(&catalog).unwrap();
+
+    let running = hold_a_session(&env);
+    assert_eq!(env.catalog_leases().len(), 1, "the launch holds its lease");
+    std::fs::write(&catalog, &before).unwrap();
+    assert!(env.catalog_leases().is_empty());
+    release_the_session(&env, running);
+    // The runtime is gone (RS stopped the sandbox and unmounted), but the
+    // generation is not released: the lease is held in the Domain Store.
+    nothing_runs(&env);
+    let out = env.run(&["state", "default", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("\"TearingDown\"") && shown.contains("\"LeaseHeld\""),
+        "{shown}"
+    );
+
+    let out = env.run(&["default", "--", "true"]);
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "a launch over the inconsistent record"
+    );
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("has no such lease"), "{stderr}");
+    assert!(env.catalog_leases().is_empty(), "a lease was recreated");
+    nothing_runs(&env);
+    // The refusing recovery recorded its decision and kept the lease held.
+    let out = env.run(&["state", "default", "--json"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("\"Recovering\"") && shown.contains("\"LeaseHeld\""),
+        "{shown}"
+    );
+}
+
+/// No process and no mount of the scenario is left (the record itself is
+/// kept: the caller reads it).
+fn nothing_runs(env: &Env) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let procs = env.processes();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&*env.home.to_string_lossy()))
+            .count();
+        if procs.is_empty() && mounts == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left running: {procs:?}, {mounts} mounts"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Spec 3.9, FR-11, DX-6: `lazaret state list` shows the Domain with its
 /// profile, workspace and what its anchors hold: inactive from its store,
 /// running (with the same profile and workspace) while a session runs,

@@ -9,8 +9,9 @@
 //! tell; *new steps* when it has the same states but more steps between them;
 //! *survived* when it reaches new states. A mutant no TLA+ property kills in
 //! any configuration is then given to the no-stutter step check
-//! ([`crate::explore::NO_STUTTER`]): a guard whose only work is to keep a
-//! step from being a no-op is killed there. Every mutant that is not killed needs a one-line
+//! ([`crate::explore::NO_STUTTER`]) in the model's own configuration: a
+//! guard whose only work is to keep a step from being a no-op is killed
+//! there. Every mutant that is not killed needs a one-line
 //! reason in the model's notes file (see [`Justifications`]).
 
 use std::collections::hash_map::DefaultHasher;

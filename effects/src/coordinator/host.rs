@@ -202,6 +202,14 @@ pub enum CoordinatorError {
     /// Spec 3.6: a Storage Catalog operation failed.
     #[error("the Storage Catalog: {0}")]
     Catalog(#[source] crate::storage_catalog::CatalogError),
+    /// Spec 3.6: the Domain Store holds the prepared-lower lease, the
+    /// Storage Catalog does not have it: inconsistent, so the release fails
+    /// closed and the record is kept.
+    #[error("generation {generation}: the Domain Store records the lease of prepared artifact {artifact} as held, but the Storage Catalog has no such lease (restored from an older copy, or edited); the release stops here and the record is kept (spec 3.6). `lazaret state` shows the Domain")]
+    LeaseMissing {
+        generation: u64,
+        artifact: lazaret_runtime::records::ids::PreparedArtifactId,
+    },
     /// RS reported State Anchors other than the planned ones.
     #[error(
         "the Runtime Supervisor reported State Anchors at {reported:?}, the plan has {planned:?}"

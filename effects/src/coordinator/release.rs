@@ -30,7 +30,8 @@ use crate::state_anchor::{real::RealAnchorSys, wait_namespace_left};
 use crate::storage_catalog::ArtifactLease;
 use lazaret_runtime::coordinator::host_model::ProcessView;
 use lazaret_runtime::records::participant::{
-    ParticipantOwnership, ParticipantRole, StateAnchorReleaseEvidence,
+    ParticipantOwnership, ParticipantRole, ParticipantState, PreparedLowerOwnership,
+    StateAnchorReleaseEvidence,
 };
 
 /// BeginTeardown: the last session has left; publication is withdrawn (the
@@ -106,13 +107,18 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
         return hc.step(action, clean_terminals);
     }
     hc.step(action, |hc| match action {
-        Action::RecordReleaseIntent { r, .. } => hc.apply(&[StoreOp::Participant {
-            generation,
-            role: participant_role(r),
-            op: ParticipantOp::BeginRelease {
-                released_state_anchor: None,
-            },
-        }]),
+        Action::RecordReleaseIntent { r, .. } => {
+            if r == Roles::PreparedLower {
+                held_lease_present(hc)?;
+            }
+            hc.apply(&[StoreOp::Participant {
+                generation,
+                role: participant_role(r),
+                op: ParticipantOp::BeginRelease {
+                    released_state_anchor: None,
+                },
+            }])
+        }
         Action::CommitAnchorCleanLeaseReleaseIntent { .. } => {
             commit_anchor_clean_lease_release_intent(hc)
         }
@@ -182,6 +188,7 @@ fn commit_anchor_clean_lease_release_intent(hc: &mut Hc<'_, '_>) -> Result<(), C
             source,
         })?;
     }
+    held_lease_present(hc)?;
     let released = StateAnchorReleaseEvidence {
         runtime_supervisor: anchor.runtime_supervisor,
         mounts: anchor.mounts,
@@ -215,15 +222,7 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
         _ => (None, None),
     };
     if let Some(artifact) = artifact {
-        let domain = hc
-            .store
-            .generation_document(hc.id)
-            .map_err(|e| hc.store_err(e))?
-            .ok_or(CoordinatorError::NoSnapshot {
-                role: "PreparedLower",
-            })?
-            .generation
-            .domain_id;
+        let lease = lease_of(hc, artifact)?;
         // Release step 4: under the catalog lock, what the Domain Store
         // records now is the model's view of the Domain; the model removes
         // the lease only for this artifact's prepared-lower release intent.
@@ -243,14 +242,7 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
         };
         let removed = hc
             .catalog
-            .remove_lease(
-                &ArtifactLease {
-                    artifact,
-                    domain,
-                    generation: hc.id,
-                },
-                record,
-            )
+            .remove_lease(&lease, record)
             .map_err(CoordinatorError::Catalog)?;
         tracing::debug!(?removed, "prepared-lower lease");
         crash_point!(Hc, "catalog-lease", "after-remove", "CleanParticipant");
@@ -260,6 +252,65 @@ fn clean_prepared_lower(hc: &mut Hc<'_, '_>) -> Result<(), CoordinatorError> {
         role: ParticipantRole::PreparedLower,
         op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
     }])
+}
+
+/// The exact `(artifact, Domain, generation)` lease of this generation.
+fn lease_of(
+    hc: &Hc<'_, '_>,
+    artifact: lazaret_runtime::records::ids::PreparedArtifactId,
+) -> Result<ArtifactLease, CoordinatorError> {
+    let domain = hc
+        .store
+        .generation_document(hc.id)
+        .map_err(|e| hc.store_err(e))?
+        .ok_or(CoordinatorError::NoSnapshot {
+            role: "PreparedLower",
+        })?
+        .generation
+        .domain_id;
+    Ok(ArtifactLease {
+        artifact,
+        domain,
+        generation: hc.id,
+    })
+}
+
+/// Spec 3.6: before the lease's release intent, a Domain record that holds
+/// the lease (`LeaseHeld`) must find it in the Storage Catalog. One whose
+/// exact lease is absent is inconsistent and fails closed: the record is
+/// kept, the lease is not recreated (the PreparedLower model's
+/// `BootstrapRefuseMissingLease`). A lease only intended (the launch may
+/// have died before inserting it) needs no catalog row.
+fn held_lease_present(hc: &Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    let Some(lower) = hc
+        .store
+        .participant(hc.id, ParticipantRole::PreparedLower)
+        .map_err(|e| hc.store_err(e))?
+    else {
+        return Ok(());
+    };
+    let artifact = match (&lower.state, &lower.ownership) {
+        (
+            ParticipantState::LeaseHeld,
+            Some(ParticipantOwnership::PreparedLower(PreparedLowerOwnership {
+                prepared_artifact_id: Some(artifact),
+                ..
+            })),
+        ) => *artifact,
+        _ => return Ok(()),
+    };
+    let lease = lease_of(hc, artifact)?;
+    if hc
+        .catalog
+        .lease_held(&lease)
+        .map_err(CoordinatorError::Catalog)?
+    {
+        return Ok(());
+    }
+    Err(CoordinatorError::LeaseMissing {
+        generation: hc.id.0,
+        artifact,
+    })
 }
 
 /// Release step 4's recheck, under the catalog lock, of what step 3
