@@ -36,7 +36,7 @@ pre += struct.pack(">I", 50000)
 out["configuration-fingerprint-v1/minimal"] = hashlib.sha256(pre).hexdigest()
 
 pre = b"lazaret-configuration-fingerprint-v1\0" + b(b"full") + b(STORAGE) + b(RUNTIME)
-pre += b(b"registry.example/full@sha256:00ff") + b"\x00"
+pre += b(b"registry.example/full@sha256:00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff") + b"\x00"
 pre += lst([b(b"/usr"), b(b"/root")])
 pre += lst([b(b"TOKEN") + b(b"HOST_TOKEN"), b(b"A_NAME") + b(b"HOST_A")])
 pre += lst([

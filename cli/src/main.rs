@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd_config;
 mod cmd_doctor;
+mod cmd_image;
 mod cmd_internal_roles;
 mod cmd_internal_wrapper;
 mod cmd_launch;
@@ -48,6 +49,8 @@ enum Command {
     /// spawned through (spec 3.3 step 3). Not for direct use.
     #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
     InternalWrapper(cmd_internal_wrapper::WrapperCommand),
+    /// Images: pull one into the blob store (`lazaret image pull REF`).
+    Image(cmd_image::ImageArgs),
     /// Check or replay model traces (`lazaret trace replay FILE`).
     #[command(subcommand)]
     Trace(cmd_trace::TraceCmd),
@@ -137,6 +140,15 @@ fn main() -> ExitCode {
             Ok(args) => return launch(&args),
             Err(e) => e.exit(),
         },
+        Command::Image(args) => {
+            return match cmd_image::run(&args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    errln!("lazaret: error: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Config(args) => cmd_config::run(
             &args,
             &lazaret_effects::confined::RealSys,
@@ -210,7 +222,7 @@ mod tests {
     fn command_names_are_the_visible_commands_and_help() {
         assert_eq!(
             super::command_names(),
-            ["config", "doctor", "help", "model", "run", "state", "trace"]
+            ["config", "doctor", "help", "image", "model", "run", "state", "trace"]
         );
     }
 

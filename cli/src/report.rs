@@ -48,6 +48,39 @@ pub fn write_json(out: &mut dyn Write, json: &str) -> io::Result<()> {
     out.flush()
 }
 
+/// Whether stderr is a terminal: progress is shown only there.
+pub fn stderr_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    io::stderr().is_terminal()
+}
+
+/// How a progress line is put on the terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressLine {
+    /// A line that stays as written.
+    Whole,
+    /// The start of a line later rewritten in place.
+    Open,
+    /// Replaces the open line.
+    Rewrite,
+    /// Ends the open line.
+    Close,
+}
+
+/// Writes progress to stderr, controls escaped; [`ProgressLine::Rewrite`]
+/// returns to the line's start and clears it first.
+pub fn eprint_progress(line: &str, how: ProgressLine) {
+    let mut err = io::stderr().lock();
+    let text = escape_line(line);
+    let _ = match how {
+        ProgressLine::Whole => writeln!(err, "{text}"),
+        ProgressLine::Open => write!(err, "{text}"),
+        ProgressLine::Rewrite => write!(err, "\r\x1b[K{text}"),
+        ProgressLine::Close => writeln!(err),
+    };
+    let _ = err.flush();
+}
+
 /// Writes a report to stderr (see [`write_text`]): what a command shows
 /// before its question when stdout carries JSON.
 pub fn eprint_text(text: &str) {

@@ -4,7 +4,10 @@
 //! layer exercises what an OCI-aware preparer must get right: a whiteout
 //! (`.wh.gone.txt`), an opaque directory (`olddir/.wh..wh..opq`), a hard link
 //! (`data/two` -> `data/one`) and files owned by uid/gid 1000.
-//! [`Registry`] runs Debian's `docker-registry` on a free loopback port.
+//! [`Registry`] runs Debian's `docker-registry` on a free loopback port,
+//! optionally over TLS with a certificate from a [`TestCa`] the test makes
+//! and with htpasswd basic auth. [`multi_platform_layout`] writes an image
+//! index over the layered image for several platforms.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -33,6 +36,21 @@ pub enum FixtureError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A certificate could not be made.
+    #[error("cannot make a test certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    /// A password could not be hashed.
+    #[error("cannot hash the test password: {0}")]
+    Password(#[from] bcrypt::BcryptError),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A layout document is not what umoci writes.
+    #[error("{path} is not the layout document expected: {detail}")]
+    Layout { path: PathBuf, detail: String },
     /// The registry did not come up.
     #[error("docker-registry on {addr} did not answer /v2/ within {secs} s")]
     RegistryTimeout { addr: String, secs: u64 },
@@ -91,17 +109,84 @@ pub fn layered_layout(dir: &Path) -> Result<String, FixtureError> {
     Ok(format!("oci:{}/layout:test", dir.display()))
 }
 
+/// A certificate authority made for one test.
+pub struct TestCa {
+    /// The CA certificate, PEM.
+    pub cert_pem: String,
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl std::fmt::Debug for TestCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCa").finish_non_exhaustive()
+    }
+}
+
+impl TestCa {
+    /// A new CA.
+    pub fn new() -> Result<TestCa, FixtureError> {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Lazaret test CA");
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(TestCa {
+            cert_pem: cert.pem(),
+            cert,
+            key,
+        })
+    }
+
+    /// A server certificate and key (PEM) for `127.0.0.1` and `localhost`.
+    pub fn issue_loopback(&self) -> Result<(String, String), FixtureError> {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()])?;
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress(std::net::IpAddr::V4(
+                std::net::Ipv4Addr::LOCALHOST,
+            )));
+        let key = rcgen::KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.cert, &self.key)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+/// How a test [`Registry`] serves.
+#[derive(Debug, Default)]
+pub struct RegistryOptions<'a> {
+    /// Serve HTTPS with a certificate this CA issues for 127.0.0.1.
+    pub tls: Option<&'a TestCa>,
+    /// Require HTTP basic auth (htpasswd) for this user and password.
+    pub basic_auth: Option<(&'a str, &'a str)>,
+}
+
 /// A `docker-registry` on a free loopback port, stopped on drop.
 #[derive(Debug)]
 pub struct Registry {
     child: Child,
     /// `127.0.0.1:<port>`.
     pub addr: String,
+    /// Where it stores (`<dir>/data`).
+    pub data: PathBuf,
+    /// skopeo's arguments for pushing here (CA directory, credentials).
+    push_args: Vec<String>,
 }
 
 impl Registry {
-    /// Starts a registry storing under `dir`.
+    /// Starts a plain-HTTP registry storing under `dir`.
     pub fn start(dir: &Path) -> Result<Registry, FixtureError> {
+        Registry::start_with(dir, &RegistryOptions::default())
+    }
+
+    /// Starts a registry storing under `dir`, served as `options` say.
+    pub fn start_with(dir: &Path, options: &RegistryOptions<'_>) -> Result<Registry, FixtureError> {
+        std::fs::create_dir_all(dir).map_err(|source| FixtureError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|source| FixtureError::Spawn {
@@ -110,15 +195,49 @@ impl Registry {
             })?
             .port();
         let addr = format!("127.0.0.1:{port}");
+        let write = |path: PathBuf, text: &str| {
+            std::fs::write(&path, text).map_err(|source| FixtureError::Write { path, source })
+        };
+        let mut push_args = Vec::new();
+        let mut http = format!("http:\n  addr: {addr}\n");
+        if let Some(ca) = options.tls {
+            let (cert, key) = ca.issue_loopback()?;
+            write(dir.join("server.crt"), &cert)?;
+            write(dir.join("server.key"), &key)?;
+            let certs = dir.join("skopeo-certs");
+            std::fs::create_dir_all(&certs).map_err(|source| FixtureError::Write {
+                path: certs.clone(),
+                source,
+            })?;
+            write(certs.join("ca.crt"), &ca.cert_pem)?;
+            http.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.join("server.crt").display(),
+                dir.join("server.key").display()
+            ));
+            push_args.push(format!("--dest-cert-dir={}", certs.display()));
+        } else {
+            push_args.push("--dest-tls-verify=false".to_owned());
+        }
+        let mut auth = String::new();
+        if let Some((user, password)) = options.basic_auth {
+            let hash = bcrypt::hash(password, 5)?;
+            write(dir.join("htpasswd"), &format!("{user}:{hash}\n"))?;
+            auth = format!(
+                "auth:\n  htpasswd:\n    realm: lazaret-test\n    path: {}\n",
+                dir.join("htpasswd").display()
+            );
+            push_args.push(format!("--dest-creds={user}:{password}"));
+        }
+        let data = dir.join("data");
         let config = dir.join("registry.yml");
-        let text = format!(
-            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\nlog:\n  level: error\n",
-            dir.join("data").display()
-        );
-        std::fs::write(&config, text).map_err(|source| FixtureError::Write {
-            path: config.clone(),
-            source,
-        })?;
+        write(
+            config.clone(),
+            &format!(
+                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\n{http}{auth}log:\n  level: error\n",
+                data.display()
+            ),
+        )?;
         let child = Command::new("docker-registry")
             .arg("serve")
             .arg(&config)
@@ -130,7 +249,12 @@ impl Registry {
                 tool: "docker-registry".into(),
                 source,
             })?;
-        let registry = Registry { child, addr };
+        let registry = Registry {
+            child,
+            addr,
+            data,
+            push_args,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(&registry.addr).is_ok() {
@@ -144,10 +268,38 @@ impl Registry {
         })
     }
 
+    /// Where the registry keeps blob `digest` (`sha256:<hex>`).
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self.data
+            .join("docker/registry/v2/blobs/sha256")
+            .join(hex.get(..2).unwrap_or_default())
+            .join(hex)
+            .join("data")
+    }
+
     /// Copies an `oci:` image into this registry as `repo:tag` with skopeo.
     pub fn push(&self, oci_ref: &str, repo_tag: &str) -> Result<(), FixtureError> {
+        self.skopeo_copy(&[], oci_ref, repo_tag)
+    }
+
+    /// Copies an `oci:` image index and every image it lists into this
+    /// registry as `repo:tag`.
+    pub fn push_all(&self, oci_ref: &str, repo_tag: &str) -> Result<(), FixtureError> {
+        self.skopeo_copy(&["--all"], oci_ref, repo_tag)
+    }
+
+    fn skopeo_copy(
+        &self,
+        extra: &[&str],
+        oci_ref: &str,
+        repo_tag: &str,
+    ) -> Result<(), FixtureError> {
         let out = Command::new("skopeo")
-            .args(["copy", "--quiet", "--dest-tls-verify=false", oci_ref])
+            .args(["copy", "--quiet"])
+            .args(extra)
+            .args(&self.push_args)
+            .arg(oci_ref)
             .arg(format!("docker://{}/{repo_tag}", self.addr))
             .output()
             .map_err(|source| FixtureError::Spawn {
@@ -186,4 +338,119 @@ impl Drop for Registry {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Writes an OCI layout under `dir` whose tag `multi` names an image index
+/// over the [`layered_layout`] image at `image_dir`: one manifest per
+/// `(architecture, variant)` in `platforms`, each with that platform in its
+/// config. Returns the `oci:` reference and each manifest's digest, in the
+/// order of `platforms`.
+pub fn multi_platform_layout(
+    image_dir: &Path,
+    dir: &Path,
+    platforms: &[(&str, Option<&str>)],
+) -> Result<(String, Vec<String>), FixtureError> {
+    use sha2::Digest as _;
+    let layout = dir.join("layout");
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).map_err(|source| FixtureError::Write {
+        path: blobs.clone(),
+        source,
+    })?;
+    let read_json = |path: PathBuf| -> Result<serde_json::Value, FixtureError> {
+        let bytes = std::fs::read(&path).map_err(|source| FixtureError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_slice(&bytes).map_err(|e| FixtureError::Layout {
+            path,
+            detail: e.to_string(),
+        })
+    };
+    let blob_of = |digest: &str| {
+        image_dir
+            .join("layout/blobs/sha256")
+            .join(digest.strip_prefix("sha256:").unwrap_or(digest))
+    };
+    let put = |bytes: &[u8]| -> Result<(String, u64), FixtureError> {
+        let hex = hex::encode(sha2::Sha256::digest(bytes));
+        let path = blobs.join(&hex);
+        std::fs::write(&path, bytes).map_err(|source| FixtureError::Write { path, source })?;
+        Ok((format!("sha256:{hex}"), bytes.len() as u64))
+    };
+    let field = |v: &serde_json::Value, path: &Path, what: &str| -> Result<String, FixtureError> {
+        v.pointer(what)
+            .and_then(|d| d.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| FixtureError::Layout {
+                path: path.to_owned(),
+                detail: format!("no {what}"),
+            })
+    };
+    let index_path = image_dir.join("layout/index.json");
+    let index = read_json(index_path.clone())?;
+    let manifest_digest = field(&index, &index_path, "/manifests/0/digest")?;
+    let manifest_path = blob_of(&manifest_digest);
+    let manifest = read_json(manifest_path.clone())?;
+    let config_path = blob_of(&field(&manifest, &manifest_path, "/config/digest")?);
+    let config = read_json(config_path)?;
+    // Copy the layers so the new layout is complete on its own.
+    for layer in manifest["layers"].as_array().into_iter().flatten() {
+        let digest = field(layer, &manifest_path, "/digest")?;
+        let from = blob_of(&digest);
+        let bytes = std::fs::read(&from).map_err(|source| FixtureError::Read {
+            path: from.clone(),
+            source,
+        })?;
+        put(&bytes)?;
+    }
+    let mut entries = Vec::new();
+    let mut digests = Vec::new();
+    for (arch, variant) in platforms {
+        let mut c = config.clone();
+        c["architecture"] = serde_json::json!(arch);
+        if let Some(v) = variant {
+            c["variant"] = serde_json::json!(v);
+        }
+        let (config_digest, config_size) = put(c.to_string().as_bytes())?;
+        let mut m = manifest.clone();
+        m["config"]["digest"] = serde_json::json!(config_digest);
+        m["config"]["size"] = serde_json::json!(config_size);
+        let (digest, size) = put(m.to_string().as_bytes())?;
+        let mut platform = serde_json::json!({ "os": "linux", "architecture": arch });
+        if let Some(v) = variant {
+            platform["variant"] = serde_json::json!(v);
+        }
+        entries.push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest,
+            "size": size,
+            "platform": platform,
+        }));
+        digests.push(digest);
+    }
+    let image_index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": entries,
+    });
+    let (index_digest, index_size) = put(image_index.to_string().as_bytes())?;
+    let top = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": index_digest,
+            "size": index_size,
+            "annotations": { "org.opencontainers.image.ref.name": "multi" },
+        }],
+    });
+    let write = |path: PathBuf, text: String| {
+        std::fs::write(&path, text).map_err(|source| FixtureError::Write { path, source })
+    };
+    write(layout.join("index.json"), top.to_string())?;
+    write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#.to_owned(),
+    )?;
+    Ok((format!("oci:{}:multi", layout.display()), digests))
 }

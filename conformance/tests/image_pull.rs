@@ -5,7 +5,7 @@ use lazaret_conformance::fixtures::{layered_layout, Registry};
 use lazaret_conformance::test_user::{delegate, Delegation};
 use lazaret_effects::image::reference::ImageRef;
 use lazaret_effects::image::store::BlobStore;
-use lazaret_effects::image::{resolve, ImageError, Progress};
+use lazaret_effects::image::{resolve, ImageError, Progress, TransportError};
 
 fn s(e: impl std::fmt::Display) -> String {
     e.to_string()
@@ -97,11 +97,17 @@ fn layout_and_registry_resolve_to_the_same_verified_manifest() -> Result<(), Str
     registry.stop();
     let err = resolve(&by_tag, &store_b, &mut |_| {}).map(|_| ());
     assert!(
-        matches!(err, Err(ImageError::Unreachable { .. })),
+        matches!(
+            err,
+            Err(ImageError::Transport(TransportError::Unreachable { .. }))
+        ),
         "{err:?}"
     );
     let msg = err.map_err(s).err().unwrap_or_default();
-    assert!(msg.contains("is the registry running?"), "{msg}");
+    assert!(
+        msg.contains("is the registry running and reachable?"),
+        "{msg}"
+    );
     Ok(())
 }
 

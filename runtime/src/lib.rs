@@ -7,6 +7,7 @@ pub mod core;
 pub mod display;
 pub mod gc_policy;
 pub mod git_sentry;
+pub mod image_ref;
 pub mod network;
 pub mod ownership;
 pub mod records;

@@ -253,7 +253,7 @@ fn full_fingerprint_vector() {
     pre.extend(b(b"full"));
     pre.extend(b(STORAGE));
     pre.extend(b(RUNTIME));
-    pre.extend(b(b"registry.example/full@sha256:00ff"));
+    pre.extend(b(b"registry.example/full@sha256:00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff00ff"));
     pre.push(0);
     pre.extend(sorted_list(vec![b(b"/usr"), b(b"/root")]));
     let env = |s: &[u8], h: &[u8]| [b(s), b(h)].concat();

@@ -307,14 +307,31 @@ fn image_grammar() {
         let escaped = img.replace('\0', "\\u0000");
         format!("{SCHEMA}[profiles.dev]\nimage = \"{escaped}\"\n")
     };
-    for ok in [
-        "a",
-        "registry.example:5000/ns/img:tag",
-        "img@sha256:0123abcd",
+    let digest = format!("sha256:{}", "0123abcd".repeat(8));
+    for (ok, normalised) in [
+        ("a", "docker.io/library/a:latest".to_owned()),
+        (
+            "registry.example:5000/ns/img:tag",
+            "registry.example:5000/ns/img:tag".to_owned(),
+        ),
+        (
+            &format!("img@{digest}"),
+            format!("docker.io/library/img@{digest}"),
+        ),
     ] {
-        assert!(load(&with_image(ok)).is_ok(), "{ok}");
+        let selected = load(&with_image(ok)).expect(ok);
+        assert_eq!(selected.image().as_str(), normalised, "{ok}");
     }
-    for bad in ["", " x", "a b", "-x", "img;rm", "a\u{0}b"] {
+    for bad in [
+        "",
+        " x",
+        "a b",
+        "-x",
+        "img;rm",
+        "a\u{0}b",
+        "img@sha256:0123abcd",
+        "Upper/x",
+    ] {
         let m = refused(&with_image(bad));
         assert!(m.contains("profiles.dev.image"), "{bad:?}: {m}");
     }

@@ -103,7 +103,7 @@ pub fn run(command: ListCommand) -> ExitCode {
 
 /// The configuration's Storage Root (the default when there is no
 /// configuration file).
-pub(super) fn storage_root(
+pub(crate) fn storage_root(
     config: Option<&str>,
     env: &dyn HostEnvironment,
 ) -> Result<PathBuf, ListError> {

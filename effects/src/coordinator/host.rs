@@ -111,7 +111,7 @@ pub enum CoordinatorError {
     #[error("image {reference}: {source}")]
     ImageResolve {
         reference: String,
-        source: ImageError,
+        source: Box<ImageError>,
     },
     #[error("user namespace: {0}")]
     Userns(#[source] UsernsError),

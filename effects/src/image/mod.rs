@@ -2,17 +2,25 @@
 //! "Prepared lower").
 //!
 //! [`resolve`] follows an image reference to one verified manifest — through
-//! nested indexes, picking `linux/amd64` — and brings the manifest, config and
+//! nested indexes, picking this host's platform — and brings the manifest, config and
 //! every layer into the [`store::BlobStore`], verifying each digest and size on
-//! the way. A local OCI layout and a registry (OCI distribution API, plain HTTP
-//! to loopback registries only) are the two sources.
+//! the way. A local OCI layout and a registry (the OCI distribution API over
+//! HTTPS, authenticated from the user's container auth files) are the two
+//! sources.
 
+mod auth;
 mod layout;
-pub mod reference;
+pub mod platform;
+pub use lazaret_runtime::image_ref as reference;
 mod registry;
 pub mod store;
+mod transport;
+
+pub use auth::AuthError;
+pub use transport::TransportError;
 
 use oci_spec::image::{ImageConfiguration, ImageManifest};
+use platform::Platform;
 use reference::ImageRef;
 use std::io::Read;
 use store::{BlobStore, Sha256, StoreError};
@@ -111,13 +119,14 @@ pub enum ImageError {
         size: u64,
         max: u64,
     },
-    /// An index has no linux/amd64 manifest.
+    /// An index has no manifest for this host's platform.
     #[error(
-        "image index {digest} from {from} has no linux/amd64 manifest (platforms: {platforms})"
+        "image index {digest} from {from} has no manifest for this host's platform {wanted} (platforms it has: {platforms})"
     )]
     NoPlatform {
         digest: String,
         from: String,
+        wanted: String,
         platforms: String,
     },
     /// Indexes nest too deep.
@@ -132,34 +141,61 @@ pub enum ImageError {
         media_type: String,
     },
     /// The image is not for this platform.
-    #[error("image {reference} is for {os}/{arch}; Lazaret runs linux/amd64 images")]
+    #[error("image {reference} is for {os}/{arch}; this host runs {wanted} images")]
     WrongPlatform {
         reference: String,
         os: String,
         arch: String,
+        wanted: String,
     },
-    /// A registry that is not on a loopback address.
-    #[error("registry {host} is not a loopback address: Lazaret pulls only from loopback registries over plain HTTP (no TLS support yet); copy the image into a local layout (`skopeo copy docker://{host}/... oci:/abs/dir:tag`) and use `oci:/abs/dir:tag`")]
-    NotLoopback { host: String },
     /// The registry could not be reached.
-    #[error("registry {host} is unreachable ({url}): {detail}; is the registry running?")]
-    Unreachable {
-        host: String,
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The user's auth files could not be used.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// The registry wants credentials and the auth files have none for it.
+    #[error("registry {registry} requires authentication and no credentials for it were found (auth files consulted: {consulted}); log in with `podman login {registry}` or `docker login {registry}`")]
+    AuthRequired { registry: String, consulted: String },
+    /// The registry or its token server refused the credentials.
+    #[error("registry {registry} refused {with} (HTTP {status}); check the user name and password, and that the account may pull this repository")]
+    AuthRejected {
+        registry: String,
+        status: u16,
+        with: String,
+    },
+    /// A token server that is neither HTTPS nor loopback.
+    #[error("registry {registry} names the token server {realm:?}; Lazaret sends credentials only to an https:// token server (or plain HTTP on loopback)")]
+    TokenRealm { registry: String, realm: String },
+    /// The token server answered with an error status.
+    #[error("the token server {realm} of registry {registry} answered HTTP {status}")]
+    TokenStatus {
+        registry: String,
+        realm: String,
+        status: u16,
+    },
+    /// The token server's answer has no usable token.
+    #[error("the token server {realm} of registry {registry} answered without a usable `token`")]
+    TokenMalformed { registry: String, realm: String },
+    /// A response body could not be read in full.
+    #[error("cannot read the answer of registry {registry} to {url}: {detail}")]
+    Body {
+        registry: String,
         url: String,
         detail: String,
     },
     /// The registry answered with an error status.
-    #[error("registry {host} answered {status} for {url}{hint}")]
+    #[error("registry {registry} answered {status} for {url}{hint}")]
     RegistryStatus {
-        host: String,
+        registry: String,
         url: String,
         status: u16,
         hint: &'static str,
     },
     /// The registry's digest header disagrees with the content.
-    #[error("registry {host} sent manifest {actual} for {url} but declared {declared}")]
+    #[error("registry {registry} sent manifest {actual} for {url} but declared {declared}")]
     DigestHeaderMismatch {
-        host: String,
+        registry: String,
         url: String,
         declared: String,
         actual: String,
@@ -201,8 +237,13 @@ pub fn resolve(
         ImageRef::Registry {
             host,
             repository,
-            reference,
-        } => Box::new(registry::RegistrySource::new(host, repository, reference)?),
+            reference: tag_or_digest,
+        } => Box::new(registry::RegistrySource::new(
+            host,
+            reference.endpoint().unwrap_or(host),
+            repository,
+            tag_or_digest,
+        )?),
     };
     let from = source.describe();
     let (mut bytes, mut digest) = source.root()?;
@@ -276,11 +317,17 @@ pub fn resolve(
     let config_bytes = store.read_verified(&config_digest)?;
     let config = ImageConfiguration::from_reader(config_bytes.as_slice())
         .map_err(|e| bad("config", &config_digest, &from, e))?;
-    if config.os().to_string() != "linux" || config.architecture().to_string() != "amd64" {
+    let host = Platform::host();
+    if !host.accepts(
+        &config.os().to_string(),
+        &config.architecture().to_string(),
+        config.variant().as_deref(),
+    ) {
         return Err(ImageError::WrongPlatform {
             reference: reference.to_string(),
             os: config.os().to_string(),
             arch: config.architecture().to_string(),
+            wanted: host.to_string(),
         });
     }
 
@@ -378,12 +425,13 @@ fn verify(
     Ok(())
 }
 
-/// The linux/amd64 entry of an index document.
+/// The entry of an index document for this host's platform.
 fn pick_platform(
     doc: &serde_json::Value,
     digest: &Sha256,
     from: &str,
 ) -> Result<Sha256, ImageError> {
+    let host = Platform::host();
     let entries = doc
         .get("manifests")
         .and_then(|m| m.as_array())
@@ -399,8 +447,11 @@ fn pick_platform(
     let chosen = entries
         .iter()
         .find(|e| {
-            platform(e, "os").as_deref() == Some("linux")
-                && platform(e, "architecture").as_deref() == Some("amd64")
+            host.accepts(
+                platform(e, "os").as_deref().unwrap_or_default(),
+                platform(e, "architecture").as_deref().unwrap_or_default(),
+                platform(e, "variant").as_deref(),
+            )
         })
         .or_else(|| {
             (entries.len() == 1 && entries[0].get("platform").is_none()).then(|| &entries[0])
@@ -413,14 +464,20 @@ fn pick_platform(
         None => Err(ImageError::NoPlatform {
             digest: digest.to_string(),
             from: from.to_owned(),
+            wanted: host.to_string(),
             platforms: entries
                 .iter()
                 .map(|e| {
-                    format!(
+                    let mut p = format!(
                         "{}/{}",
                         platform(e, "os").unwrap_or_default(),
                         platform(e, "architecture").unwrap_or_default()
-                    )
+                    );
+                    if let Some(v) = platform(e, "variant") {
+                        p.push('/');
+                        p.push_str(&v);
+                    }
+                    p
                 })
                 .collect::<Vec<_>>()
                 .join(", "),

@@ -1,98 +1,230 @@
-//! A registry as an image source: the OCI distribution API over plain HTTP,
-//! to loopback registries only (network safety; no TLS support yet).
+//! A registry as an image source: the OCI distribution API through
+//! [`Transport`] (HTTPS, or plain HTTP to a loopback registry without a CA),
+//! authenticated on the registry's challenge with basic auth or a bearer
+//! token from its token server, with credentials from the user's auth files.
 
+use super::auth::{self, Challenge, Credentials, Lookup};
 use super::reference::RegistryRef;
 use super::store::Sha256;
+use super::transport::{self, Authorization, Response, Transport};
 use super::{
     ImageError, Source, MAX_DOCUMENT, MT_DOCKER_LIST, MT_DOCKER_MANIFEST, MT_OCI_INDEX,
     MT_OCI_MANIFEST,
 };
 use std::io::Read;
-use std::net::IpAddr;
-use std::time::Duration;
+use std::path::PathBuf;
+
+/// A token server's answer larger than this is refused.
+const MAX_TOKEN_RESPONSE: u64 = 64 << 10;
 
 pub(super) struct RegistrySource {
-    host: String,
+    /// The registry's name in the reference (`docker.io`, `host:port`).
+    registry: String,
     repository: String,
     reference: RegistryRef,
-    agent: ureq::Agent,
+    transport: Transport,
+    /// What requests to the registry carry, once a challenge was answered.
+    authorization: Authorization,
+    /// Whether a challenge was answered (a second 401 is a refusal).
+    answered: bool,
+    /// Where the credentials used came from, for messages.
+    credentials_from: Option<PathBuf>,
 }
 
-/// Whether `host` (`name[:port]`, `[v6]:port`) names a loopback address.
-pub(super) fn is_loopback(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or_default()
-    } else {
-        host.rsplit_once(':').map_or(host, |(n, _)| n)
-    };
-    name == "localhost" || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+impl std::fmt::Debug for RegistrySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistrySource")
+            .field("registry", &self.registry)
+            .field("repository", &self.repository)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RegistrySource {
     pub(super) fn new(
-        host: &str,
+        registry: &str,
+        endpoint: &str,
         repository: &str,
         reference: &RegistryRef,
     ) -> Result<RegistrySource, ImageError> {
-        if !is_loopback(host) {
-            return Err(ImageError::NotLoopback {
-                host: host.to_owned(),
-            });
-        }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            // Never through a proxy, never redirected away from loopback.
-            .proxy(None)
-            .max_redirects(0)
-            .timeout_connect(Some(Duration::from_secs(5)))
-            .timeout_recv_response(Some(Duration::from_secs(30)))
-            .timeout_per_read(Some(Duration::from_secs(30)))
-            .build()
-            .into();
         Ok(RegistrySource {
-            host: host.to_owned(),
+            registry: registry.to_owned(),
             repository: repository.to_owned(),
             reference: reference.clone(),
-            agent,
+            transport: Transport::new(registry, endpoint)?,
+            authorization: Authorization::None,
+            answered: false,
+            credentials_from: None,
         })
     }
 
     fn url(&self, kind: &str, reference: &str) -> String {
-        format!(
-            "http://{}/v2/{}/{kind}/{reference}",
-            self.host, self.repository
-        )
+        self.transport
+            .url(&format!("/v2/{}/{kind}/{reference}", self.repository))
     }
 
-    fn get(&self, url: &str, accept: &str) -> Result<ureq::http::Response<ureq::Body>, ImageError> {
-        let resp = self
-            .agent
-            .get(url)
-            .header("Accept", accept)
-            .call()
-            .map_err(|e| ImageError::Unreachable {
-                host: self.host.clone(),
-                url: url.to_owned(),
-                detail: e.to_string(),
-            })?;
+    /// GETs `url` from the registry, answering one authentication challenge;
+    /// any status but 200 is an error naming the registry.
+    fn get(&mut self, url: &str, accept: &str) -> Result<Response, ImageError> {
+        let headers = [("Accept", accept)];
+        let mut resp = self.transport.get(url, &headers, &self.authorization)?;
+        if resp.status().as_u16() == 401 && !self.answered {
+            let challenge = resp
+                .headers()
+                .get("WWW-Authenticate")
+                .and_then(|v| v.to_str().ok())
+                .and_then(auth::parse_challenge);
+            self.answer(challenge)?;
+            resp = self.transport.get(url, &headers, &self.authorization)?;
+        }
         let status = resp.status().as_u16();
-        if status != 200 {
-            return Err(ImageError::RegistryStatus {
-                host: self.host.clone(),
+        match status {
+            200 => Ok(resp),
+            401 | 403 if self.answered => Err(ImageError::AuthRejected {
+                registry: self.registry.clone(),
+                status,
+                with: match &self.credentials_from {
+                    Some(p) => format!("the credentials from {}", p.display()),
+                    None => "anonymous access".to_owned(),
+                },
+            }),
+            _ => Err(ImageError::RegistryStatus {
+                registry: self.registry.clone(),
                 url: url.to_owned(),
                 status,
                 hint: match status {
-                    401 | 403 => " (registry authentication is not supported yet)",
+                    400 if url.starts_with("http://") => {
+                        " (plain HTTP is used for a loopback registry without a CA of its own; if it serves HTTPS, put its CA in ~/.config/containers/certs.d/HOST:PORT/ca.crt)"
+                    }
+                    401 | 403 => " (the registry refused access without a challenge Lazaret can answer)",
                     404 => " (no such repository, tag or blob)",
-                    301..=308 => " (redirects are not followed: only the loopback registry itself is trusted)",
+                    429 => " (rate limited; log in to the registry or try later)",
                     _ => "",
+                },
+            }),
+        }
+    }
+
+    /// Answers a 401 challenge: sets what later requests carry.
+    fn answer(&mut self, challenge: Option<Challenge>) -> Result<(), ImageError> {
+        self.answered = true;
+        let env = |k: &str| std::env::var(k).ok();
+        let Lookup { found, consulted } = auth::lookup(&self.registry, &self.repository, &env)?;
+        let (credentials, from) = match found {
+            Some((c, from)) => (Some(c), Some(from)),
+            None => (None, None),
+        };
+        self.credentials_from = from;
+        let missing = || ImageError::AuthRequired {
+            registry: self.registry.clone(),
+            consulted: consulted
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        match challenge {
+            Some(Challenge::Basic) => {
+                let c = credentials.as_ref().ok_or_else(missing)?;
+                self.authorization = Authorization::Header(c.basic_header());
+                Ok(())
+            }
+            Some(Challenge::Bearer { realm, service, .. }) => {
+                let token = self.token(&realm, service.as_deref(), credentials.as_ref());
+                match token {
+                    Err(ImageError::AuthRejected { .. }) if credentials.is_none() => Err(missing()),
+                    other => {
+                        self.authorization = Authorization::Header(format!("Bearer {}", other?));
+                        Ok(())
+                    }
+                }
+            }
+            None => Err(ImageError::RegistryStatus {
+                registry: self.registry.clone(),
+                url: self.transport.url("/v2/"),
+                status: 401,
+                hint: " (without a Basic or Bearer challenge Lazaret can answer)",
+            }),
+        }
+    }
+
+    /// A pull token for the repository from the token server `realm`.
+    fn token(
+        &self,
+        realm: &str,
+        service: Option<&str>,
+        credentials: Option<&Credentials>,
+    ) -> Result<String, ImageError> {
+        // A token server is reached over HTTPS, or plain HTTP on loopback.
+        let plain_loopback = realm.strip_prefix("http://").is_some_and(|rest| {
+            transport::is_loopback(rest.split(['/', '?']).next().unwrap_or_default())
+        });
+        if !realm.starts_with("https://") && !plain_loopback {
+            return Err(ImageError::TokenRealm {
+                registry: self.registry.clone(),
+                realm: realm.to_owned(),
+            });
+        }
+        let mut url = format!(
+            "{realm}{}scope={}",
+            if realm.contains('?') { '&' } else { '?' },
+            query_escape(&format!("repository:{}:pull", self.repository))
+        );
+        if let Some(s) = service {
+            url.push_str(&format!("&service={}", query_escape(s)));
+        }
+        let auth = match credentials {
+            Some(c) => Authorization::Header(c.basic_header()),
+            None => Authorization::None,
+        };
+        let mut resp = self
+            .transport
+            .get(&url, &[("Accept", "application/json")], &auth)?;
+        let status = resp.status().as_u16();
+        if status == 401 || status == 403 {
+            return Err(ImageError::AuthRejected {
+                registry: self.registry.clone(),
+                status,
+                with: match &self.credentials_from {
+                    Some(p) => format!("the credentials from {}", p.display()),
+                    None => "anonymous access".to_owned(),
                 },
             });
         }
-        Ok(resp)
+        if status != 200 {
+            return Err(ImageError::TokenStatus {
+                registry: self.registry.clone(),
+                realm: realm.to_owned(),
+                status,
+            });
+        }
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(MAX_TOKEN_RESPONSE)
+            .read_to_vec()
+            .map_err(|e| ImageError::Body {
+                registry: self.registry.clone(),
+                url: realm.to_owned(),
+                detail: e.to_string(),
+            })?;
+        let doc: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|_| ImageError::TokenMalformed {
+                registry: self.registry.clone(),
+                realm: realm.to_owned(),
+            })?;
+        doc.get("token")
+            .or_else(|| doc.get("access_token"))
+            .and_then(|t| t.as_str())
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+            .map(str::to_owned)
+            .ok_or_else(|| ImageError::TokenMalformed {
+                registry: self.registry.clone(),
+                realm: realm.to_owned(),
+            })
     }
 
-    fn get_manifest(&self, reference: &str) -> Result<(Vec<u8>, Option<String>), ImageError> {
+    fn get_manifest(&mut self, reference: &str) -> Result<Vec<u8>, ImageError> {
         let url = self.url("manifests", reference);
         let accept = [
             MT_OCI_MANIFEST,
@@ -112,33 +244,47 @@ impl RegistrySource {
             .with_config()
             .limit(MAX_DOCUMENT)
             .read_to_vec()
-            .map_err(|e| ImageError::Unreachable {
-                host: self.host.clone(),
+            .map_err(|e| ImageError::Body {
+                registry: self.registry.clone(),
                 url: url.clone(),
                 detail: e.to_string(),
             })?;
         let actual = Sha256::of(&bytes).to_string();
-        if let Some(d) = &declared {
-            if d != &actual {
+        if let Some(d) = declared {
+            if d != actual {
                 return Err(ImageError::DigestHeaderMismatch {
-                    host: self.host.clone(),
+                    registry: self.registry.clone(),
                     url,
-                    declared: d.clone(),
+                    declared: d,
                     actual,
                 });
             }
         }
-        Ok((bytes, declared))
+        Ok(bytes)
     }
+}
+
+/// Percent-encodes a query value (RFC 3986 unreserved kept).
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 impl Source for RegistrySource {
     fn describe(&self) -> String {
-        format!("registry {}/{}", self.host, self.repository)
+        format!("registry {}/{}", self.registry, self.repository)
     }
 
     fn root(&mut self) -> Result<(Vec<u8>, Sha256), ImageError> {
-        let (bytes, _) = self.get_manifest(self.reference.as_str())?;
+        let wanted = self.reference.as_str().to_owned();
+        let bytes = self.get_manifest(&wanted)?;
         let digest = Sha256::of(&bytes);
         if let RegistryRef::Digest(d) = &self.reference {
             super::verify("manifest", &self.describe(), &Sha256::parse(d)?, &bytes)?;
@@ -147,7 +293,7 @@ impl Source for RegistrySource {
     }
 
     fn manifest(&mut self, digest: &Sha256) -> Result<Vec<u8>, ImageError> {
-        Ok(self.get_manifest(&digest.to_string())?.0)
+        self.get_manifest(&digest.to_string())
     }
 
     fn blob(&mut self, digest: &Sha256) -> Result<Box<dyn Read + '_>, ImageError> {
@@ -162,29 +308,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loopback_hosts() {
-        for h in ["127.0.0.1:5000", "127.8.9.1", "localhost:80", "[::1]:5000"] {
-            assert!(is_loopback(h), "{h}");
-        }
-        for h in [
-            "10.0.0.1:5000",
-            "registry.example:5000",
-            "[fe80::1]:5000",
-            "localhost.evil",
-        ] {
-            assert!(!is_loopback(h), "{h}");
-        }
-    }
-
-    #[test]
-    fn non_loopback_is_refused_before_any_traffic() {
-        let e =
-            RegistrySource::new("192.0.2.1:5000", "x", &RegistryRef::Tag("t".into())).map(|_| ());
-        let msg = e.map_err(|e| e.to_string()).err().unwrap_or_default();
-        assert!(msg.contains("not a loopback address"), "{msg}");
-        assert!(
-            msg.contains("skopeo copy docker://192.0.2.1:5000/"),
-            "{msg}"
+    fn query_values_are_escaped() {
+        assert_eq!(
+            query_escape("repository:a/b:pull"),
+            "repository%3Aa%2Fb%3Apull"
         );
+        assert_eq!(query_escape("registry.docker.io"), "registry.docker.io");
     }
 }

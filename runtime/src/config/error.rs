@@ -91,6 +91,11 @@ pub enum ConfigError {
     },
     #[error("key `{key}`: {message}")]
     Decode { key: KeyPath, message: String },
+    #[error("key `{key}`: {source}")]
+    ImageReference {
+        key: KeyPath,
+        source: crate::image_ref::ReferenceError,
+    },
     #[error("key `{key}`: found {found}; expected {expected}")]
     Invalid {
         key: KeyPath,
@@ -129,6 +134,7 @@ impl ConfigError {
         match self {
             Self::Decode { key, .. }
             | Self::Invalid { key, .. }
+            | Self::ImageReference { key, .. }
             | Self::Conflict { key, .. }
             | Self::Environment { key, .. }
             | Self::Framing { key, .. } => Some(key),

@@ -2,6 +2,7 @@
 use std::fmt;
 
 use super::error::{ConfigError, KeyPath};
+use crate::image_ref::ImageRef;
 
 /// A profile name: `[A-Za-z0-9][A-Za-z0-9._-]{0,63}`, never `.` or `..`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -197,38 +198,40 @@ impl fmt::Display for SandboxPath {
     }
 }
 
-/// A nonempty OCI image reference. The grammar accepted is the distribution
-/// reference character set: printable ASCII without spaces or shell forms.
+/// An image reference, parsed and normalised as docker and podman normalise
+/// short names (see [`crate::image_ref`]); `as_str` is the normalised text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageReference(String);
+pub struct ImageReference {
+    parsed: ImageRef,
+    normalised: String,
+}
 
 impl ImageReference {
-    pub const EXPECTED: &'static str = "a nonempty OCI image reference such as registry.example/name:tag (ASCII letters, digits and . _ - / : @ +, at most 4096 characters)";
-
     pub fn parse(key: &KeyPath, s: &str) -> Result<Self, ConfigError> {
-        const LEN_MAX: usize = 4096;
-        let ok = !s.is_empty()
-            && s.len() <= LEN_MAX
-            && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && s.bytes().all(|b| {
-                b.is_ascii_alphanumeric()
-                    || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'@' | b'+')
-            });
-        if ok {
-            Ok(Self(s.to_owned()))
-        } else {
-            Err(ConfigError::invalid(key, s, Self::EXPECTED))
-        }
+        let parsed = ImageRef::parse(s).map_err(|source| ConfigError::ImageReference {
+            key: key.clone(),
+            source,
+        })?;
+        Ok(Self {
+            normalised: parsed.to_string(),
+            parsed,
+        })
     }
 
+    /// The normalised reference text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.normalised
+    }
+
+    /// The parsed reference.
+    pub fn image_ref(&self) -> &ImageRef {
+        &self.parsed
     }
 }
 
 impl fmt::Display for ImageReference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.normalised)
     }
 }
 

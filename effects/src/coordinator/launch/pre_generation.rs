@@ -49,7 +49,7 @@ pub(super) fn prepare_launch(
     let image = resolve(&reference, &blobs, &mut |_| {}).map_err(|source| {
         CoordinatorError::ImageResolve {
             reference: launch.image.clone(),
-            source,
+            source: Box::new(source),
         }
     })?;
     timings.push(("resolve_image".to_owned(), micros(started)));

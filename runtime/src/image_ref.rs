@@ -1,10 +1,22 @@
-//! Image references (spec 3.6, schemas.md `profile.image`).
+//! Image references (spec 3.6, schemas.md `profile.image`), written as
+//! people write them for docker and podman.
 //!
 //! Two forms:
 //! - `oci:/abs/path/to/layout[:tag]` — a local OCI image layout; the tag
 //!   defaults to `latest`.
-//! - `host[:port]/repo[:tag|@sha256:<64 hex>]` — a registry reference; the
-//!   tag defaults to `latest`.
+//! - `[host[:port]/]repo[:tag][@sha256:<64 hex>]` — a registry reference.
+//!   The first component is a registry host only when it contains `.` or
+//!   `:` or is `localhost`; otherwise the image is on Docker Hub, whose
+//!   name is `docker.io` (`index.docker.io` is the same registry) and whose
+//!   one-component repositories live under `library/`. So `debian:bookworm`
+//!   and `library/debian:bookworm` both normalise to
+//!   `docker.io/library/debian:bookworm`. The tag defaults to `latest`; when
+//!   a digest is given the tag is only a comment and the digest is what is
+//!   pulled, as docker does.
+//!
+//! The normalised form ([`ImageRef`]'s `Display`) is what the configuration
+//! fingerprint hashes (schemas "ConfigurationFingerprintV1", `image_utf8`),
+//! so two spellings of one reference are one configuration.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -21,7 +33,8 @@ pub enum ImageRef {
     },
     /// An image in a registry speaking the OCI distribution API.
     Registry {
-        /// `host` or `host:port`.
+        /// The registry's name, `host` or `host:port` (`docker.io` for
+        /// Docker Hub; see [`ImageRef::endpoint`]).
         host: String,
         /// Repository name (`a/b/c`).
         repository: String,
@@ -50,7 +63,7 @@ impl RegistryRef {
 
 /// Why an image reference is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("image reference {reference:?}: {problem}; expected `oci:/abs/path/to/layout[:tag]` or `host[:port]/repo[:tag|@sha256:<64 hex digits>]`")]
+#[error("image reference {reference:?}: {problem}; expected `oci:/abs/path/to/layout[:tag]` or `[host[:port]/]repo[:tag][@sha256:<64 hex digits>]`")]
 pub struct ReferenceError {
     /// The reference as given.
     pub reference: String,
@@ -59,6 +72,12 @@ pub struct ReferenceError {
 }
 
 const DEFAULT_TAG: &str = "latest";
+/// Docker Hub's registry name in normalised references.
+const DOCKER_HUB: &str = "docker.io";
+/// Docker Hub's legacy name, normalised to [`DOCKER_HUB`].
+const DOCKER_HUB_INDEX: &str = "index.docker.io";
+/// The host that serves Docker Hub's distribution API.
+const DOCKER_HUB_ENDPOINT: &str = "registry-1.docker.io";
 
 fn valid_tag(t: &str) -> bool {
     let mut chars = t.chars();
@@ -96,7 +115,17 @@ fn valid_host(h: &str) -> bool {
 }
 
 impl ImageRef {
-    /// Parses a reference.
+    /// The `host[:port]` that serves a registry reference's distribution
+    /// API: the registry's name, except Docker Hub's. `None` for a layout.
+    pub fn endpoint(&self) -> Option<&str> {
+        match self {
+            ImageRef::Layout { .. } => None,
+            ImageRef::Registry { host, .. } if host == DOCKER_HUB => Some(DOCKER_HUB_ENDPOINT),
+            ImageRef::Registry { host, .. } => Some(host),
+        }
+    }
+
+    /// Parses and normalises a reference.
     pub fn parse(text: &str) -> Result<ImageRef, ReferenceError> {
         let err = |problem: &str| ReferenceError {
             reference: text.to_owned(),
@@ -123,41 +152,59 @@ impl ImageRef {
                 tag: tag.to_owned(),
             });
         }
-        let Some((host, rest)) = text.split_once('/') else {
-            return Err(err(
-                "a registry reference needs `host[:port]/` before the repository",
-            ));
+        let (host, rest) = match text.split_once('/') {
+            Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => {
+                (first, rest)
+            }
+            _ => (DOCKER_HUB, text),
+        };
+        let host = if host == DOCKER_HUB_INDEX {
+            DOCKER_HUB
+        } else {
+            host
         };
         if !valid_host(host) {
             return Err(err(
                 "the registry host must be a host name or IP address with an optional port",
             ));
         }
-        let (repository, reference) = if let Some((repo, digest)) = rest.split_once('@') {
-            let hex = digest
-                .strip_prefix("sha256:")
-                .ok_or_else(|| err("only sha256 digests are supported"))?;
-            if hex.len() != 64
-                || !hex
-                    .chars()
-                    .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-            {
-                return Err(err("a sha256 digest has 64 lowercase hex digits"));
-            }
-            (repo, RegistryRef::Digest(digest.to_owned()))
-        } else {
-            let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
-            match rest[last_slash..].find(':') {
-                Some(i) => {
-                    let tag = &rest[last_slash + i + 1..];
-                    if !valid_tag(tag) {
-                        return Err(err("the tag must match [A-Za-z0-9_][A-Za-z0-9._-]{0,127}"));
-                    }
-                    (&rest[..last_slash + i], RegistryRef::Tag(tag.to_owned()))
-                }
-                None => (rest, RegistryRef::Tag(DEFAULT_TAG.to_owned())),
-            }
+        // `name:tag@digest`: the digest decides, the tag is dropped.
+        let (name, digest) = match rest.split_once('@') {
+            Some((name, digest)) => (name, Some(digest)),
+            None => (rest, None),
         };
+        let last_slash = name.rfind('/').map_or(0, |i| i + 1);
+        let (repository, tag) = match name[last_slash..].find(':') {
+            Some(i) => (&name[..last_slash + i], Some(&name[last_slash + i + 1..])),
+            None => (name, None),
+        };
+        if let Some(tag) = tag {
+            if !valid_tag(tag) {
+                return Err(err("the tag must match [A-Za-z0-9_][A-Za-z0-9._-]{0,127}"));
+            }
+        }
+        let reference = match digest {
+            Some(digest) => {
+                let hex = digest
+                    .strip_prefix("sha256:")
+                    .ok_or_else(|| err("only sha256 digests are supported"))?;
+                if hex.len() != 64
+                    || !hex
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+                {
+                    return Err(err("a sha256 digest has 64 lowercase hex digits"));
+                }
+                RegistryRef::Digest(digest.to_owned())
+            }
+            None => RegistryRef::Tag(tag.unwrap_or(DEFAULT_TAG).to_owned()),
+        };
+        let repository = if host == DOCKER_HUB && !repository.contains('/') {
+            format!("library/{repository}")
+        } else {
+            repository.to_owned()
+        };
+        let repository = repository.as_str();
         if !valid_repository(repository) {
             return Err(err(
                 "the repository must be lowercase components of [a-z0-9._-] separated by `/`",
@@ -253,6 +300,68 @@ mod tests {
         quickcheck::quickcheck(prop_shaped as fn(u8, Vec<u8>, u8) -> bool);
     }
 
+    /// The short names docker and podman accept, normalised as they
+    /// normalise them (distribution's `ParseNormalizedNamed`).
+    #[test]
+    fn short_names_normalise_as_docker_does() {
+        let d = format!("sha256:{}", "b".repeat(64));
+        let cases = [
+            ("debian", "docker.io/library/debian:latest"),
+            ("debian:bookworm", "docker.io/library/debian:bookworm"),
+            (
+                "library/debian:bookworm",
+                "docker.io/library/debian:bookworm",
+            ),
+            ("docker.io/debian", "docker.io/library/debian:latest"),
+            (
+                "index.docker.io/library/debian",
+                "docker.io/library/debian:latest",
+            ),
+            ("bitnami/redis:7", "docker.io/bitnami/redis:7"),
+            ("a/b/c", "docker.io/a/b/c:latest"),
+            ("ghcr.io/org/agent:v1", "ghcr.io/org/agent:v1"),
+            ("localhost/x", "localhost/x:latest"),
+            ("localhost:5000/x/y:t", "localhost:5000/x/y:t"),
+            ("quay.io/podman/stable", "quay.io/podman/stable:latest"),
+            ("node:22", "docker.io/library/node:22"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                ImageRef::parse(text).map(|r| r.to_string()),
+                Ok(want.to_owned()),
+                "{text}"
+            );
+        }
+        // A digest decides; a tag beside it is dropped.
+        assert_eq!(
+            ImageRef::parse(&format!("node:22@{d}")).map(|r| r.to_string()),
+            Ok(format!("docker.io/library/node@{d}"))
+        );
+        assert_eq!(
+            ImageRef::parse(&format!("ghcr.io/org/agent@{d}")).map(|r| r.to_string()),
+            Ok(format!("ghcr.io/org/agent@{d}"))
+        );
+        // Docker Hub is served by its registry host; others by themselves.
+        let hub = ImageRef::parse("debian").map_err(|e| e.to_string());
+        assert_eq!(
+            hub.as_ref().map(|r| r.endpoint()),
+            Ok(Some("registry-1.docker.io"))
+        );
+        let own = ImageRef::parse("127.0.0.1:5000/x").map_err(|e| e.to_string());
+        assert_eq!(
+            own.as_ref().map(|r| r.endpoint()),
+            Ok(Some("127.0.0.1:5000"))
+        );
+        let oci = ImageRef::parse("oci:/a/b").map_err(|e| e.to_string());
+        assert_eq!(oci.as_ref().map(|r| r.endpoint()), Ok(None));
+        // A first component without `.`/`:` that is not `localhost` is a
+        // Docker Hub namespace, not a host.
+        assert_eq!(
+            ImageRef::parse("registry/x").map(|r| r.to_string()),
+            Ok("docker.io/registry/x:latest".to_owned())
+        );
+    }
+
     #[test]
     fn registries() {
         let d = format!("sha256:{}", "a".repeat(64));
@@ -276,12 +385,14 @@ mod tests {
             parse("[::1]:5000/x").map(|r| r.to_string()),
             Ok("[::1]:5000/x:latest".to_owned())
         );
-        assert!(parse("debian").is_err());
         assert!(parse("host/Debian").is_err());
+        assert!(parse("Debian").is_err());
+        assert!(parse("").is_err());
+        assert!(parse("debian:").is_err());
         assert!(parse("host:99999/debian").is_err());
         assert!(parse("host/debian@sha256:abc").is_err());
         assert!(parse("host/debian@md5:abc").is_err());
-        let msg = ImageRef::parse("debian")
+        let msg = ImageRef::parse("Debian")
             .map_err(|e| e.to_string())
             .err()
             .unwrap_or_default();
