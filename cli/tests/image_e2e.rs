@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use lazaret_conformance::fixtures::{
-    layered_layout, multi_platform_layout, sh, Registry, RegistryOptions, TestCa,
+    layered_layout, multi_platform_layout, sh, Registry, RegistryOptions, TestCa, TokenServer,
 };
 use support::{chown_tree, default_image, text, Env, ONE_AT_A_TIME};
 
@@ -69,6 +69,7 @@ fn tls_registry(dir: &std::path::Path) -> (TestCa, Registry) {
         &RegistryOptions {
             tls: Some(&ca),
             basic_auth: Some((USER, PASSWORD)),
+            token: None,
         },
     )
     .unwrap();
@@ -244,6 +245,65 @@ fn tls_and_basic_auth_pull_by_tag_and_digest_and_refuse_what_they_must() {
 }
 
 #[test]
+fn bearer_tokens_anonymous_for_public_repositories_and_with_credentials_for_private_ones() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new("image-token", "oci:/nonexistent:x");
+    let dir = fixture_dir("token");
+    let image = layered_layout(&dir).unwrap();
+    let token = TokenServer::start(&dir.join("token"), USER, PASSWORD).unwrap();
+    let registry = Registry::start_with(
+        &dir.join("registry"),
+        &RegistryOptions {
+            token: Some(&token),
+            ..RegistryOptions::default()
+        },
+    )
+    .unwrap();
+    registry.push(&image, "public/tool:1").unwrap();
+    registry.push(&image, "private/tool:1").unwrap();
+    let pushed = token.issued();
+
+    // Docker Hub's flow: an anonymous token pulls a public repository.
+    let public = format!("{}/public/tool:1", registry.addr);
+    let (ok, out, err) = pull(&env, &public);
+    assert!(ok, "{err}");
+    printed_digest(&out, &public);
+    assert!(token.issued().0 > pushed.0, "an anonymous token was issued");
+
+    // A private repository: the anonymous token does not cover it, so
+    // credentials are missing, and every auth file consulted is named.
+    let private = format!("{}/private/tool:1", registry.addr);
+    let (ok, _, err) = pull(&env, &private);
+    assert!(!ok);
+    assert!(
+        err.contains("requires authentication") && err.contains(".docker/config.json"),
+        "{err}"
+    );
+
+    // A wrong password is refused by the token server.
+    let file = login(&env, &registry.addr, USER, "wrong-Pa55");
+    let (ok, out, err) = pull(&env, &private);
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("refused the credentials from {}", file.display())),
+        "{err}"
+    );
+    assert!(!err.contains("wrong-Pa55") && !out.contains("wrong-Pa55"));
+
+    // The right one gets a token that pulls it.
+    login(&env, &registry.addr, USER, PASSWORD);
+    let before = token.issued().1;
+    let (ok, out, err) = pull(&env, &private);
+    assert!(ok, "{err}");
+    printed_digest(&out, &private);
+    assert!(
+        token.issued().1 > before,
+        "an authenticated token was issued"
+    );
+    env.assert_nothing_running();
+}
+
+#[test]
 fn a_multi_platform_index_resolves_to_this_hosts_platform() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let env = Env::new("image-platform", "oci:/nonexistent:x");
@@ -287,49 +347,84 @@ fn a_multi_platform_index_resolves_to_this_hosts_platform() {
     env.assert_nothing_running();
 }
 
-/// A loopback TCP relay to `upstream` that passes the server's bytes on
-/// at about `bytes_per_second`, so a pull can be caught mid-layer.
-fn slow_relay(upstream: String, bytes_per_second: usize) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
-            let Ok(server) = TcpStream::connect(&upstream) else {
-                continue;
-            };
-            let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c_in, &mut s_out);
-            });
-            let (mut s_in, mut c_out) = (server, client);
-            std::thread::spawn(move || {
-                let chunk = (bytes_per_second / 20).max(1);
-                let mut buf = vec![0u8; chunk];
-                loop {
-                    match s_in.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if c_out.write_all(&buf[..n]).is_err() {
+/// A loopback TCP relay to a plain-HTTP registry. It passes the server's
+/// bytes on at about `bytes_per_second`; with `cut_first_after`, the first
+/// connection that carries that many bytes from the server is closed
+/// there. It notes whether any request asked for a byte range.
+struct Relay {
+    addr: String,
+    saw_range: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Relay {
+    fn start(upstream: String, bytes_per_second: usize, cut_first_after: Option<usize>) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let saw_range = Arc::new(AtomicBool::new(false));
+        let cut_done = Arc::new(AtomicBool::new(cut_first_after.is_none()));
+        let seen = saw_range.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 8192];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let request = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+                        if request.contains("\r\nrange: bytes=") {
+                            seen.store(true, Ordering::SeqCst);
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                let cut_done = cut_done.clone();
+                std::thread::spawn(move || {
+                    let chunk = (bytes_per_second / 20).max(1);
+                    let mut buf = vec![0u8; chunk];
+                    let mut passed = 0usize;
+                    loop {
+                        match s_in.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if c_out.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                                passed += n;
+                            }
+                        }
+                        if let Some(cut) = cut_first_after {
+                            if passed >= cut && !cut_done.swap(true, Ordering::SeqCst) {
+                                let _ = c_out.shutdown(std::net::Shutdown::Both);
+                                let _ = s_in.shutdown(std::net::Shutdown::Both);
                                 break;
                             }
                         }
+                        std::thread::sleep(Duration::from_millis(50));
                     }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            });
-        }
-    });
-    addr
+                });
+            }
+        });
+        Relay { addr, saw_range }
+    }
 }
 
-#[test]
-fn a_pull_killed_mid_layer_leaves_nothing_mistaken_for_complete() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::new("image-kill", "oci:/nonexistent:x");
-    let dir = fixture_dir("interrupted");
-    // One 8 MiB layer of random bytes (incompressible).
+/// One layer of 8 MiB of random bytes (incompressible), pushed to a new
+/// plain-HTTP registry under `dir` as `big/img:1`.
+fn big_image_registry(dir: &std::path::Path) -> Registry {
     sh(
-        &dir,
+        dir,
         r#"
         mkdir -p big
         head -c 8388608 /dev/urandom > big/blob
@@ -346,9 +441,40 @@ fn a_pull_killed_mid_layer_leaves_nothing_mistaken_for_complete() {
     registry
         .push(&format!("oci:{}/layout:big", dir.display()), "big/img:1")
         .unwrap();
+    registry
+}
+
+#[test]
+fn a_dropped_connection_resumes_the_layer_with_a_range_request() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new("image-resume", "oci:/nonexistent:x");
+    let dir = fixture_dir("resume");
+    let registry = big_image_registry(&dir);
+    // Fast, but the connection carrying the layer breaks after 3 MiB.
+    let relay = Relay::start(registry.addr.clone(), 64 << 20, Some(3 << 20));
+    let reference = format!("{}/big/img:1", relay.addr);
+    let (ok, out, err) = pull(&env, &reference);
+    assert!(ok, "{err}");
+    let digest = printed_digest(&out, &reference);
+    assert!(
+        relay.saw_range.load(std::sync::atomic::Ordering::SeqCst),
+        "the rest of the layer was asked for by range"
+    );
+    let pulled = layers(&env, &digest);
+    assert_eq!(pulled.len(), 1);
+    assert!(stored(&env, &pulled[0]), "the resumed layer verified whole");
+    env.assert_nothing_running();
+}
+
+#[test]
+fn a_pull_killed_mid_layer_leaves_nothing_mistaken_for_complete() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new("image-kill", "oci:/nonexistent:x");
+    let dir = fixture_dir("interrupted");
+    let registry = big_image_registry(&dir);
     // 1 MiB/s through the relay: the layer takes about 8 s.
-    let relay = slow_relay(registry.addr.clone(), 1 << 20);
-    let slow_ref = format!("{relay}/big/img:1");
+    let relay = Relay::start(registry.addr.clone(), 1 << 20, None);
+    let slow_ref = format!("{}/big/img:1", relay.addr);
     let mut child = env.spawn(&["image", "pull", "--quiet", &slow_ref]);
 
     // Wait until the layer is being written, then kill -9 the puller.
@@ -360,6 +486,7 @@ fn a_pull_killed_mid_layer_leaves_nothing_mistaken_for_complete() {
             .flatten()
             .flatten()
             .map(|e| e.path())
+            .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
             .filter(|p| p.metadata().is_ok_and(|m| m.len() > 0))
             .collect();
         if let Some(p) = partial.into_iter().next() {
@@ -394,10 +521,16 @@ fn a_pull_killed_mid_layer_leaves_nothing_mistaken_for_complete() {
     );
     assert!(!stored(&env, &hex), "a partial layer was published");
 
-    // A later pull (directly this time) completes and verifies it.
+    // A later pull (directly this time) removes the partial file, whose
+    // writer is gone, and completes and verifies the layer.
     let direct = format!("{}/big/img:1", registry.addr);
     let (ok, out, err) = pull(&env, &direct);
     assert!(ok, "{err}");
+    assert!(
+        !staged.exists(),
+        "the killed pull's partial file was reclaimed"
+    );
+    assert_eq!(std::fs::read_dir(&incoming).unwrap().count(), 0);
     let digest = printed_digest(&out, &direct);
     let pulled = layers(&env, &digest);
     assert_eq!(pulled, vec![format!("sha256:{hex}")]);

@@ -161,6 +161,226 @@ pub struct RegistryOptions<'a> {
     pub tls: Option<&'a TestCa>,
     /// Require HTTP basic auth (htpasswd) for this user and password.
     pub basic_auth: Option<(&'a str, &'a str)>,
+    /// Require bearer tokens from this token server.
+    pub token: Option<&'a TokenServer>,
+}
+
+/// The service and issuer names a [`TokenServer`]'s tokens carry.
+const TOKEN_SERVICE: &str = "lazaret-test-registry";
+const TOKEN_ISSUER: &str = "lazaret-test-issuer";
+
+/// A small bearer-token server for the distribution token flow, on a
+/// loopback port over plain HTTP: it signs ES256 JWTs whose `x5c` header
+/// carries its self-signed certificate (the registry's `rootcertbundle`).
+/// Authenticated with its one user and password, a client gets every
+/// action it asks for; anonymously, it gets `pull` on repositories under
+/// `public/` and nothing elsewhere (as Docker Hub answers for a private
+/// repository); a wrong password gets 401.
+#[derive(Debug)]
+pub struct TokenServer {
+    /// `http://127.0.0.1:<port>/token`.
+    pub realm: String,
+    /// The signing certificate, PEM, for the registry to trust.
+    bundle: PathBuf,
+    /// How many tokens it has issued (anonymous, authenticated).
+    issued: std::sync::Arc<std::sync::Mutex<(u32, u32)>>,
+    /// `user:password`, for pushing.
+    credentials: String,
+}
+
+/// What a [`TokenServer`] needs to answer one request.
+struct TokenSigner {
+    key: ring::signature::EcdsaKeyPair,
+    cert_b64: String,
+    user: String,
+    password: String,
+}
+
+impl TokenServer {
+    /// Starts a token server for `user`/`password`, writing its
+    /// certificate under `dir`.
+    pub fn start(dir: &Path, user: &str, password: &str) -> Result<TokenServer, FixtureError> {
+        use base64::Engine as _;
+        std::fs::create_dir_all(dir).map_err(|source| FixtureError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let rng = ring::rand::SystemRandom::new();
+        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng)
+            .map_err(|_| rcgen::Error::RingUnspecified)?;
+        let key = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng)
+            .map_err(|_| rcgen::Error::RingUnspecified)?;
+        let cert_key = rcgen::KeyPair::try_from(pkcs8.as_ref())?;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Lazaret test token signer");
+        let cert = params.self_signed(&cert_key)?;
+        let bundle = dir.join("token-signer.crt");
+        std::fs::write(&bundle, cert.pem()).map_err(|source| FixtureError::Write {
+            path: bundle.clone(),
+            source,
+        })?;
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|source| FixtureError::Spawn {
+            tool: "bind 127.0.0.1:0".into(),
+            source,
+        })?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| FixtureError::Spawn {
+                tool: "token server address".into(),
+                source,
+            })?
+            .port();
+        let signer = std::sync::Arc::new(TokenSigner {
+            key,
+            cert_b64: base64::engine::general_purpose::STANDARD.encode(cert.der()),
+            user: user.to_owned(),
+            password: password.to_owned(),
+        });
+        let issued = std::sync::Arc::new(std::sync::Mutex::new((0, 0)));
+        let counts = issued.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let signer = signer.clone();
+                let counts = counts.clone();
+                std::thread::spawn(move || {
+                    let _ = answer_token_request(stream, &signer, &counts);
+                });
+            }
+        });
+        Ok(TokenServer {
+            realm: format!("http://127.0.0.1:{port}/token"),
+            bundle,
+            issued,
+            credentials: format!("{user}:{password}"),
+        })
+    }
+
+    /// Tokens issued so far: (anonymous, authenticated).
+    pub fn issued(&self) -> (u32, u32) {
+        *self.issued.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Reads one HTTP request from `stream` and answers it with a token.
+fn answer_token_request(
+    mut stream: std::net::TcpStream,
+    signer: &TokenSigner,
+    counts: &std::sync::Mutex<(u32, u32)>,
+) -> std::io::Result<()> {
+    use base64::Engine as _;
+    use std::io::{Read, Write};
+    let mut request = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 64 << 10 {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&request).into_owned();
+    let target = text.split(' ').nth(1).unwrap_or_default();
+    let query = target.split_once('?').map_or("", |(_, q)| q);
+    let authorization = text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("authorization")
+            .then(|| v.trim().to_owned())
+    });
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD
+            .encode(format!("{}:{}", signer.user, signer.password))
+    );
+    let authenticated = match &authorization {
+        None => false,
+        Some(a) if *a == expected => true,
+        Some(_) => {
+            stream.write_all(
+                b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            )?;
+            return Ok(());
+        }
+    };
+    let mut access = Vec::new();
+    for pair in query.split('&') {
+        let Some(scope) = pair.strip_prefix("scope=") else {
+            continue;
+        };
+        let scope = percent_decode(scope);
+        let mut parts = scope.splitn(3, ':');
+        let (Some(kind), Some(name), Some(actions)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let actions: Vec<&str> = actions
+            .split(',')
+            .filter(|a| authenticated || (*a == "pull" && name.starts_with("public/")))
+            .collect();
+        access.push(serde_json::json!({ "type": kind, "name": name, "actions": actions }));
+    }
+    {
+        let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
+        if authenticated {
+            c.1 += 1;
+        } else {
+            c.0 += 1;
+        }
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let header = serde_json::json!({ "typ": "JWT", "alg": "ES256", "x5c": [signer.cert_b64] });
+    let claims = serde_json::json!({
+        "iss": TOKEN_ISSUER,
+        "sub": if authenticated { signer.user.as_str() } else { "" },
+        "aud": TOKEN_SERVICE,
+        "exp": now + 300,
+        "nbf": now.saturating_sub(10),
+        "iat": now,
+        "jti": format!("{now}-{}", access.len()),
+        "access": access,
+    });
+    let signing_input = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
+    let rng = ring::rand::SystemRandom::new();
+    let signature = signer
+        .key
+        .sign(&rng, signing_input.as_bytes())
+        .map_err(|_| std::io::Error::other("signing failed"))?;
+    let token = format!("{signing_input}.{}", b64(signature.as_ref()));
+    let body = serde_json::json!({ "token": token, "expires_in": 300 }).to_string();
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Decodes `%XX` escapes (`+` stays itself, as in a scope).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A `docker-registry` on a free loopback port, stopped on drop.
@@ -220,6 +440,14 @@ impl Registry {
             push_args.push("--dest-tls-verify=false".to_owned());
         }
         let mut auth = String::new();
+        if let Some(token) = options.token {
+            auth = format!(
+                "auth:\n  token:\n    realm: {}\n    service: {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                token.realm,
+                token.bundle.display()
+            );
+            push_args.push(format!("--dest-creds={}", token.credentials));
+        }
         if let Some((user, password)) = options.basic_auth {
             let hash = bcrypt::hash(password, 5)?;
             write(dir.join("htpasswd"), &format!("{user}:{hash}\n"))?;

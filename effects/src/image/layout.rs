@@ -98,7 +98,7 @@ impl Source for LayoutSource {
         self.read_small(digest)
     }
 
-    fn blob(&mut self, digest: &Sha256) -> Result<Box<dyn Read + '_>, ImageError> {
+    fn blob(&mut self, digest: &Sha256, _size: u64) -> Result<Box<dyn Read + '_>, ImageError> {
         let f = File::open(self.blob_path(digest)).map_err(self.unreadable("blob"))?;
         Ok(Box::new(f))
     }

@@ -221,8 +221,8 @@ trait Source {
     fn root(&mut self) -> Result<(Vec<u8>, Sha256), ImageError>;
     /// A manifest or index by digest (verified by the caller).
     fn manifest(&mut self, digest: &Sha256) -> Result<Vec<u8>, ImageError>;
-    /// A blob's content stream.
-    fn blob(&mut self, digest: &Sha256) -> Result<Box<dyn Read + '_>, ImageError>;
+    /// The content stream of a blob of `size` bytes.
+    fn blob(&mut self, digest: &Sha256, size: u64) -> Result<Box<dyn Read + '_>, ImageError>;
 }
 
 /// Resolves `reference` and brings all its blobs into `store`.
@@ -305,7 +305,7 @@ pub fn resolve(
     let config_digest = Sha256::parse(config_desc.digest().as_ref())?;
     check_size("config", &config_digest, &from, config_desc.size())?;
     if !store.contains(&config_digest, config_desc.size()) {
-        let mut r = source.blob(&config_digest)?;
+        let mut r = source.blob(&config_digest, config_desc.size())?;
         store.put(
             &config_digest,
             config_desc.size(),
@@ -359,7 +359,7 @@ pub fn resolve(
         });
         if !cached {
             let _span = tracing::info_span!("FetchLayer", digest = %d, size).entered();
-            let mut r = source.blob(&d)?;
+            let mut r = source.blob(&d, size)?;
             let ds = d.to_string();
             store.put(&d, size, &from, &mut r, &mut |done| {
                 progress(Progress::Bytes {

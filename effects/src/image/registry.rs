@@ -16,6 +16,8 @@ use std::path::PathBuf;
 
 /// A token server's answer larger than this is refused.
 const MAX_TOKEN_RESPONSE: u64 = 64 << 10;
+/// Times one blob download is resumed after its connection broke.
+const MAX_RESUMES: u32 = 3;
 
 pub(super) struct RegistrySource {
     /// The registry's name in the reference (`docker.io`, `host:port`).
@@ -29,6 +31,8 @@ pub(super) struct RegistrySource {
     answered: bool,
     /// Where the credentials used came from, for messages.
     credentials_from: Option<PathBuf>,
+    /// The auth files consulted, for messages.
+    consulted: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for RegistrySource {
@@ -55,6 +59,7 @@ impl RegistrySource {
             authorization: Authorization::None,
             answered: false,
             credentials_from: None,
+            consulted: Vec::new(),
         })
     }
 
@@ -80,14 +85,12 @@ impl RegistrySource {
         let status = resp.status().as_u16();
         match status {
             200 => Ok(resp),
-            401 | 403 if self.answered => Err(ImageError::AuthRejected {
-                registry: self.registry.clone(),
-                status,
-                with: match &self.credentials_from {
-                    Some(p) => format!("the credentials from {}", p.display()),
-                    None => "anonymous access".to_owned(),
-                },
-            }),
+            // Anonymous access refused after the challenge was answered
+            // (a token without the pull action): credentials are missing.
+            401 | 403 if self.answered && self.credentials_from.is_none() => {
+                Err(self.auth_required())
+            }
+            401 | 403 if self.answered => Err(self.rejected(status)),
             _ => Err(ImageError::RegistryStatus {
                 registry: self.registry.clone(),
                 url: url.to_owned(),
@@ -105,6 +108,29 @@ impl RegistrySource {
         }
     }
 
+    fn auth_required(&self) -> ImageError {
+        ImageError::AuthRequired {
+            registry: self.registry.clone(),
+            consulted: self
+                .consulted
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    fn rejected(&self, status: u16) -> ImageError {
+        ImageError::AuthRejected {
+            registry: self.registry.clone(),
+            status,
+            with: match &self.credentials_from {
+                Some(p) => format!("the credentials from {}", p.display()),
+                None => "anonymous access".to_owned(),
+            },
+        }
+    }
+
     /// Answers a 401 challenge: sets what later requests carry.
     fn answer(&mut self, challenge: Option<Challenge>) -> Result<(), ImageError> {
         self.answered = true;
@@ -115,24 +141,19 @@ impl RegistrySource {
             None => (None, None),
         };
         self.credentials_from = from;
-        let missing = || ImageError::AuthRequired {
-            registry: self.registry.clone(),
-            consulted: consulted
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        };
+        self.consulted = consulted;
         match challenge {
             Some(Challenge::Basic) => {
-                let c = credentials.as_ref().ok_or_else(missing)?;
+                let c = credentials.as_ref().ok_or_else(|| self.auth_required())?;
                 self.authorization = Authorization::Header(c.basic_header());
                 Ok(())
             }
             Some(Challenge::Bearer { realm, service, .. }) => {
                 let token = self.token(&realm, service.as_deref(), credentials.as_ref());
                 match token {
-                    Err(ImageError::AuthRejected { .. }) if credentials.is_none() => Err(missing()),
+                    Err(ImageError::AuthRejected { .. }) if credentials.is_none() => {
+                        Err(self.auth_required())
+                    }
                     other => {
                         self.authorization = Authorization::Header(format!("Bearer {}", other?));
                         Ok(())
@@ -182,14 +203,7 @@ impl RegistrySource {
             .get(&url, &[("Accept", "application/json")], &auth)?;
         let status = resp.status().as_u16();
         if status == 401 || status == 403 {
-            return Err(ImageError::AuthRejected {
-                registry: self.registry.clone(),
-                status,
-                with: match &self.credentials_from {
-                    Some(p) => format!("the credentials from {}", p.display()),
-                    None => "anonymous access".to_owned(),
-                },
-            });
+            return Err(self.rejected(status));
         }
         if status != 200 {
             return Err(ImageError::TokenStatus {
@@ -264,6 +278,79 @@ impl RegistrySource {
     }
 }
 
+/// A blob's bytes from the registry; when the connection breaks (an error,
+/// or its end before `size` bytes), it asks for the rest with an HTTP range
+/// request and goes on, at most [`MAX_RESUMES`] times. The caller hashes
+/// what it reads, so a resumed blob is verified as a whole.
+struct ResumingBlob<'a> {
+    source: &'a RegistrySource,
+    reader: Box<dyn Read + 'static>,
+    url: String,
+    size: u64,
+    offset: u64,
+    resumes: u32,
+}
+
+impl ResumingBlob<'_> {
+    /// Reopens the blob at `offset`; only a `206` whose `Content-Range`
+    /// starts there continues it.
+    fn resume(&mut self, broke: std::io::Error) -> std::io::Result<()> {
+        if self.resumes >= MAX_RESUMES || self.offset == 0 {
+            return Err(broke);
+        }
+        self.resumes += 1;
+        let range = format!("bytes={}-", self.offset);
+        tracing::info!(url = %self.url, offset = self.offset, "resuming a blob download");
+        let resp = self
+            .source
+            .transport
+            .get(
+                &self.url,
+                &[("Accept", "*/*"), ("Range", &range)],
+                &self.source.authorization,
+            )
+            .map_err(|e| std::io::Error::other(format!("{broke}; resuming failed: {e}")))?;
+        let starts_here = resp
+            .headers()
+            .get("Content-Range")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(&format!("bytes {}-", self.offset)));
+        if resp.status().as_u16() != 206 || !starts_here {
+            return Err(std::io::Error::other(format!(
+                "{broke}; the registry did not resume the download (HTTP {})",
+                resp.status().as_u16()
+            )));
+        }
+        self.reader = Box::new(resp.into_body().into_reader());
+        Ok(())
+    }
+}
+
+impl Read for ResumingBlob<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.reader.read(buf) {
+                Ok(0) if self.offset < self.size && !buf.is_empty() => {
+                    let early = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "the connection ended after {} of {} bytes",
+                            self.offset, self.size
+                        ),
+                    );
+                    self.resume(early)?;
+                }
+                Ok(n) => {
+                    self.offset += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => self.resume(e)?,
+            }
+        }
+    }
+}
+
 /// Percent-encodes a query value (RFC 3986 unreserved kept).
 fn query_escape(s: &str) -> String {
     s.bytes()
@@ -296,10 +383,17 @@ impl Source for RegistrySource {
         self.get_manifest(&digest.to_string())
     }
 
-    fn blob(&mut self, digest: &Sha256) -> Result<Box<dyn Read + '_>, ImageError> {
+    fn blob(&mut self, digest: &Sha256, size: u64) -> Result<Box<dyn Read + '_>, ImageError> {
         let url = self.url("blobs", &digest.to_string());
         let resp = self.get(&url, "*/*")?;
-        Ok(Box::new(resp.into_body().into_reader()))
+        Ok(Box::new(ResumingBlob {
+            reader: Box::new(resp.into_body().into_reader()),
+            source: self,
+            url,
+            size,
+            offset: 0,
+            resumes: 0,
+        }))
     }
 }
 

@@ -3,16 +3,27 @@
 //! directly. Every blob is hashed while it is written and published by rename
 //! only when its digest and size match, so a blob present in the store is
 //! verified content.
+//!
+//! A blob being written lives in `<root>/incoming/` under a name that is
+//! never a blob's, with an exclusive `flock` held on it for as long as its
+//! writer lives. Opening the store removes every staged file whose lock is
+//! free: what a killed pull left behind.
 
 use sha2::Digest as _;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 type Sha256Hasher = sha2::Sha256;
 
 /// Bytes between two progress reports while copying a blob.
 const PROGRESS_STEP: u64 = 1 << 20;
+/// Staged files looked at when the store is opened.
+const MAX_SWEEP: usize = 4096;
+/// A file still being named (`.`-prefixed) this old was left by a writer
+/// that died between creating and locking it.
+const UNNAMED_STALE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A `sha256:<64 hex>` digest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -118,9 +129,47 @@ impl BlobStore {
                 source,
             })?;
         }
-        Ok(BlobStore {
+        let store = BlobStore {
             root: root.to_owned(),
-        })
+        };
+        store.sweep_incoming();
+        Ok(store)
+    }
+
+    /// Removes the staged files no live writer holds (best effort: a file
+    /// that cannot be removed now is tried again at the next open).
+    fn sweep_incoming(&self) {
+        let incoming = self.root.join("incoming");
+        let Ok(entries) = fs::read_dir(&incoming) else {
+            return;
+        };
+        for entry in entries.take(MAX_SWEEP).flatten() {
+            let path = entry.path();
+            let unnamed = entry.file_name().as_encoded_bytes().starts_with(b".");
+            if unnamed {
+                let old = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > UNNAMED_STALE);
+                if old {
+                    let _ = fs::remove_file(&path);
+                }
+                continue;
+            }
+            let Ok(file) = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(&path)
+            else {
+                continue;
+            };
+            if crate::lock_file::try_lock(&file) == Ok(crate::lock_file::Flock::Taken) {
+                tracing::info!(path = %path.display(), "removing a partial blob a killed pull left");
+                let _ = fs::remove_file(&path);
+            }
+        }
     }
 
     /// The store root (its `blobs/` is an OCI layout's blob directory).
@@ -149,11 +198,8 @@ impl BlobStore {
         progress: &mut dyn FnMut(u64),
     ) -> Result<PathBuf, StoreError> {
         let final_path = self.path(digest);
-        let staged =
-            self.root
-                .join("incoming")
-                .join(format!("{}.{}", digest.hex(), std::process::id()));
-        let result = self.stage(digest, size, from, source, progress, &staged);
+        let (staged, out) = self.create_staged(digest)?;
+        let result = self.stage(digest, size, from, source, progress, &staged, out);
         let result = result.and_then(|()| {
             fs::rename(&staged, &final_path).map_err(|source| StoreError::Publish {
                 digest: digest.clone(),
@@ -167,6 +213,48 @@ impl BlobStore {
         result.map(|()| final_path)
     }
 
+    /// Creates a locked staging file for `digest`: made under a `.` name,
+    /// locked, then renamed, so every staged file [`Self::sweep_incoming`]
+    /// may look at is locked from the moment it has its name.
+    fn create_staged(&self, digest: &Sha256) -> Result<(PathBuf, File), StoreError> {
+        let unique = format!(
+            "{}.{}.{}",
+            digest.hex(),
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        );
+        let incoming = self.root.join("incoming");
+        let unnamed = incoming.join(format!(".{unique}"));
+        let staged = incoming.join(unique);
+        let werr = |path: &Path| {
+            let path = path.to_owned();
+            move |source| StoreError::Write {
+                digest: digest.clone(),
+                path,
+                source,
+            }
+        };
+        let out = File::create_new(&unnamed).map_err(werr(&unnamed))?;
+        let locked = crate::lock_file::try_lock(&out).map_err(|e| werr(&unnamed)(e.into()));
+        let named = locked.and_then(|lock| {
+            if lock != crate::lock_file::Flock::Taken {
+                return Err(werr(&unnamed)(io::Error::other(
+                    "a new staging file is locked by another process",
+                )));
+            }
+            fs::rename(&unnamed, &staged).map_err(werr(&staged))
+        });
+        if let Err(e) = named {
+            let _ = fs::remove_file(&unnamed);
+            return Err(e);
+        }
+        Ok((staged, out))
+    }
+
+    #[allow(clippy::too_many_arguments)] // the blob, its source and its staging file
     fn stage(
         &self,
         digest: &Sha256,
@@ -175,13 +263,13 @@ impl BlobStore {
         source: &mut dyn Read,
         progress: &mut dyn FnMut(u64),
         staged: &Path,
+        mut out: File,
     ) -> Result<(), StoreError> {
         let werr = |source| StoreError::Write {
             digest: digest.clone(),
             path: staged.to_owned(),
             source,
         };
-        let mut out = File::create(staged).map_err(werr)?;
         let mut hasher = Sha256Hasher::new();
         let mut buf = vec![0u8; 256 * 1024];
         let mut done: u64 = 0;
@@ -290,6 +378,26 @@ mod tests {
             .map_err(|e| e.to_string())?
             .count();
         assert_eq!(incoming, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn open_sweeps_staged_files_no_writer_holds() -> Result<(), String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let store = BlobStore::open(dir.path()).map_err(|e| e.to_string())?;
+        let d = Sha256::of(b"x");
+        let (live, held) = store.create_staged(&d).map_err(|e| e.to_string())?;
+        let (dead, file) = store.create_staged(&d).map_err(|e| e.to_string())?;
+        drop(file);
+        let fresh_unnamed = dir.path().join("incoming/.abc.1.2");
+        fs::write(&fresh_unnamed, b"").map_err(|e| e.to_string())?;
+        BlobStore::open(dir.path()).map_err(|e| e.to_string())?;
+        assert!(live.exists(), "a live writer's file stays");
+        assert!(!dead.exists(), "a dead writer's file is removed");
+        assert!(fresh_unnamed.exists(), "a file still being named stays");
+        drop(held);
+        BlobStore::open(dir.path()).map_err(|e| e.to_string())?;
+        assert!(!live.exists());
         Ok(())
     }
 
