@@ -1,22 +1,39 @@
-//! `lazaret image pull REF [--config FILE] [--quiet]`: brings an image into
-//! the Storage Root's blob store, exactly as a launch resolves it (spec 3.6
-//! "Prepared lower": preparation resolves the selected base image), so a
-//! later launch finds every blob verified in place.
+//! `lazaret image pull|ls|rm`: the images of the Storage Root's blob store.
 //!
-//! On a terminal the pull shows its progress on stderr (the manifest, then
-//! each layer's bytes); on anything else, or with `--quiet`, it prints only
-//! the result: the normalised reference and its manifest digest on stdout.
+//! - `pull REF [--quiet]` brings an image in exactly as a launch resolves
+//!   it (spec 3.6 "Prepared lower": preparation resolves the selected base
+//!   image), so a later launch finds every blob verified in place. On a
+//!   terminal it shows its progress on stderr (the manifest, then each
+//!   layer's bytes); otherwise, or with `--quiet`, only the result: the
+//!   normalised reference and its manifest digest on stdout.
+//! - `ls [--json]` lists the named images of the Storage Catalog: reference,
+//!   manifest digest, size, pull time, last use, and the Domains whose
+//!   generations hold a prepared lower made from it.
+//! - `rm REF` removes a named image and the blobs no other named image
+//!   needs, refusing one a Domain currently uses. Prepared lowers made
+//!   from it are left to `lazaret state gc`.
+//!
+//! `--config FILE` selects the configuration whose `storage.data_root` is
+//! the Storage Root.
 
 use std::path::PathBuf;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use clap::{Args, Subcommand};
 use lazaret_effects::image::reference::{ImageRef, ReferenceError};
-use lazaret_effects::image::store::{BlobStore, StoreError};
-use lazaret_effects::image::{resolve, ImageError, Progress};
+use lazaret_effects::image::store::{BlobStore, Sha256, StoreError};
+use lazaret_effects::image::{image_blobs, resolve, ImageError, Progress};
 use lazaret_effects::process_env::ProcessEnvironment;
+use lazaret_effects::storage_catalog::{CatalogError, StorageCatalog};
+use lazaret_runtime::display::escape_line;
+use lazaret_runtime::records::ids::SourceIdentity;
 
-use crate::cmd_state::list::{storage_root, ListError};
-use crate::report::{eprint_progress, outln, stderr_is_terminal, ProgressLine};
+use crate::cmd_state::list::{ago, storage_root, ListError};
+use crate::report::{
+    eprint_progress, outln, print_json, print_text, stderr_is_terminal, ProgressLine,
+};
 
 #[derive(Debug, Args)]
 pub struct ImageArgs {
@@ -40,6 +57,24 @@ enum ImageCommand {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// List the named images of the Storage Root.
+    Ls {
+        /// Configuration file (as for `pull`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a named image and the blobs no other named image needs;
+    /// refused while a Domain uses it.
+    Rm {
+        /// The image, written as for `pull`.
+        reference: String,
+        /// Configuration file (as for `pull`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<String>,
+    },
 }
 
 /// The one reporting layer of `lazaret image`.
@@ -58,6 +93,31 @@ pub enum ImageCommandError {
         reference: String,
         source: Box<ImageError>,
     },
+    #[error("the Storage Catalog: {0}")]
+    Catalog(#[from] CatalogError),
+    #[error("the manifest digest {digest} cannot be recorded: {source}")]
+    Digest {
+        digest: String,
+        source: lazaret_runtime::records::ids::ValueError,
+    },
+    #[error("no image {reference} in the Storage Root; `lazaret image ls` lists them")]
+    NotFound { reference: String },
+    #[error("image {reference} is in use by {count} Domain{plural} ({domains}); end their sessions first")]
+    InUse {
+        reference: String,
+        count: usize,
+        plural: &'static str,
+        domains: String,
+    },
+    #[error("the blob store {path} is in use by a pull or launch; try again when it ends")]
+    StoreBusy { path: PathBuf },
+    #[error("reading the blobs of {reference}: {source}")]
+    Blobs {
+        reference: String,
+        source: Box<ImageError>,
+    },
+    #[error("writing the listing: {0}")]
+    Output(#[source] std::io::Error),
 }
 
 /// Runs `lazaret image ...`.
@@ -72,17 +132,186 @@ pub fn run(args: &ImageArgs) -> Result<(), ImageCommandError> {
             config,
             quiet,
         } => pull(reference, config.as_deref(), *quiet),
+        ImageCommand::Ls { config, json } => list(config.as_deref(), *json),
+        ImageCommand::Rm { reference, config } => remove(reference, config.as_deref()),
     }
 }
 
-fn pull(text: &str, config: Option<&str>, quiet: bool) -> Result<(), ImageCommandError> {
-    let reference = ImageRef::parse(text)?;
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// The Storage Root and its opened blob store.
+fn open_store(config: Option<&str>) -> Result<(PathBuf, BlobStore), ImageCommandError> {
     let root = storage_root(config, &ProcessEnvironment)?;
     let blobs_dir = root.join("blobs");
     let blobs = BlobStore::open(&blobs_dir).map_err(|source| ImageCommandError::BlobStore {
         path: blobs_dir.clone(),
         source,
     })?;
+    Ok((root, blobs))
+}
+
+/// The Domains whose leases hold a prepared lower made from each manifest
+/// digest: digest -> Domain IDs (hex), sorted, without repeats.
+fn users_by_digest(
+    catalog: &StorageCatalog,
+) -> Result<BTreeMap<String, Vec<String>>, ImageCommandError> {
+    let artifacts = catalog.artifacts()?;
+    let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for lease in catalog.leases()? {
+        let Some(artifact) = artifacts
+            .iter()
+            .find(|a| a.prepared_artifact_id == lease.artifact)
+        else {
+            continue;
+        };
+        let domains = users
+            .entry(artifact.selected_manifest_digest.as_str().to_owned())
+            .or_default();
+        let id = lease.domain.to_string();
+        if !domains.contains(&id) {
+            domains.push(id);
+        }
+    }
+    for domains in users.values_mut() {
+        domains.sort();
+    }
+    Ok(users)
+}
+
+fn list(config: Option<&str>, json: bool) -> Result<(), ImageCommandError> {
+    let root = storage_root(config, &ProcessEnvironment)?;
+    let catalog = StorageCatalog::at(&root);
+    let images = catalog.images()?;
+    let users = users_by_digest(&catalog)?;
+    let none = Vec::new();
+    if json {
+        let rows: Vec<serde_json::Value> = images
+            .iter()
+            .map(|i| {
+                serde_json::json!({
+                    "reference": i.reference,
+                    "manifest_digest": i.manifest_digest.as_str(),
+                    "bytes": i.bytes,
+                    "pulled_at": i.pulled_at,
+                    "last_used_at": i.used_at,
+                    "domains": users.get(i.manifest_digest.as_str()).unwrap_or(&none),
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&serde_json::json!({ "images": rows }))
+            .map_err(|e| ImageCommandError::Output(e.into()))?;
+        return print_json(&format!("{text}\n")).map_err(ImageCommandError::Output);
+    }
+    let now = SystemTime::now();
+    let at = |secs: u64| Some(UNIX_EPOCH + Duration::from_secs(secs));
+    let mut text = format!(
+        "{} image{} in {}\n",
+        images.len(),
+        if images.len() == 1 { "" } else { "s" },
+        escape_line(&root.join("blobs").display().to_string())
+    );
+    for i in &images {
+        let domains = users.get(i.manifest_digest.as_str()).unwrap_or(&none);
+        text.push_str(&format!(
+            "\n{}\n  digest     {}\n  size       {}\n  pulled     {}\n  last used  {}\n  domains    {}\n",
+            escape_line(&i.reference),
+            escape_line(i.manifest_digest.as_str()),
+            human(i.bytes),
+            ago(now, at(i.pulled_at)),
+            ago(now, at(i.used_at)),
+            if domains.is_empty() {
+                "none".to_owned()
+            } else {
+                domains.iter().map(|d| short(d).to_owned()).collect::<Vec<_>>().join(", ")
+            }
+        ));
+    }
+    print_text(&text).map_err(ImageCommandError::Output)
+}
+
+fn remove(text: &str, config: Option<&str>) -> Result<(), ImageCommandError> {
+    let reference = ImageRef::parse(text)?.to_string();
+    let (root, blobs) = open_store(config)?;
+    let catalog = StorageCatalog::at(&root);
+    let Some(hold) = blobs
+        .try_hold_exclusive()
+        .map_err(|source| ImageCommandError::BlobStore {
+            path: blobs.root().to_owned(),
+            source,
+        })?
+    else {
+        return Err(ImageCommandError::StoreBusy {
+            path: blobs.root().to_owned(),
+        });
+    };
+    let images = catalog.images()?;
+    let Some(image) = images.iter().find(|i| i.reference == reference) else {
+        return Err(ImageCommandError::NotFound { reference });
+    };
+    let users = users_by_digest(&catalog)?;
+    if let Some(domains) = users.get(image.manifest_digest.as_str()) {
+        return Err(ImageCommandError::InUse {
+            reference,
+            count: domains.len(),
+            plural: if domains.len() == 1 { "" } else { "s" },
+            domains: domains
+                .iter()
+                .map(|d| short(d))
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let blob_set = |digest: &str| -> Result<Vec<Sha256>, ImageCommandError> {
+        let blobs_err = |source| ImageCommandError::Blobs {
+            reference: reference.clone(),
+            source: Box::new(source),
+        };
+        let d = Sha256::parse(digest).map_err(|e| blobs_err(ImageError::Store(e)))?;
+        image_blobs(&blobs, &d).map_err(blobs_err)
+    };
+    let mine = blob_set(image.manifest_digest.as_str())?;
+    let mut kept = BTreeSet::new();
+    for other in images.iter().filter(|i| i.reference != reference) {
+        kept.extend(blob_set(other.manifest_digest.as_str())?);
+    }
+    catalog.forget_image(&reference)?;
+    let mut freed = 0;
+    let mut removed = 0;
+    for blob in mine.iter().filter(|b| !kept.contains(*b)) {
+        let bytes = blobs
+            .remove(blob, &hold)
+            .map_err(|source| ImageCommandError::BlobStore {
+                path: blobs.path(blob),
+                source,
+            })?;
+        if bytes > 0 {
+            removed += 1;
+            freed += bytes;
+        }
+    }
+    drop(hold);
+    outln!(
+        "removed {reference}: {removed} blob{} ({}) freed; prepared lowers made from it are reclaimed by `lazaret state gc`",
+        if removed == 1 { "" } else { "s" },
+        human(freed)
+    );
+    Ok(())
+}
+
+fn pull(text: &str, config: Option<&str>, quiet: bool) -> Result<(), ImageCommandError> {
+    let reference = ImageRef::parse(text)?;
+    let (root, blobs) = open_store(config)?;
+    let hold = blobs
+        .hold_shared()
+        .map_err(|source| ImageCommandError::BlobStore {
+            path: blobs.root().to_owned(),
+            source,
+        })?;
     let mut meter = (!quiet && stderr_is_terminal()).then(Meter::default);
     let image = resolve(&reference, &blobs, &mut |p| {
         if let Some(m) = meter.as_mut() {
@@ -93,9 +322,19 @@ fn pull(text: &str, config: Option<&str>, quiet: bool) -> Result<(), ImageComman
         reference: reference.to_string(),
         source: Box::new(source),
     })?;
+    drop(hold);
     if let Some(m) = meter.as_mut() {
         m.finish();
     }
+    let digest = image.manifest_digest.to_string();
+    let recorded = SourceIdentity::new(digest.clone())
+        .map_err(|source| ImageCommandError::Digest { digest, source })?;
+    StorageCatalog::at(&root).record_image(
+        &reference.to_string(),
+        &recorded,
+        image.bytes(),
+        now_unix(),
+    )?;
     outln!("{reference} {}", image.manifest_digest);
     Ok(())
 }

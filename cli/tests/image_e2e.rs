@@ -241,7 +241,47 @@ fn tls_and_basic_auth_pull_by_tag_and_digest_and_refuse_what_they_must() {
         .unwrap()
         .count();
     assert_eq!(incoming, 0, "a refused blob leaves nothing staged");
+
+    // `image ls` names both references of the one manifest; removing the
+    // tag keeps every blob the digest reference still needs, removing that
+    // frees them.
+    let listed = image_list(&env);
+    let references: Vec<&str> = listed
+        .iter()
+        .map(|i| i["reference"].as_str().unwrap())
+        .collect();
+    assert_eq!(references, vec![by_tag.as_str(), by_digest.as_str()]);
+    assert!(listed
+        .iter()
+        .all(|i| i["manifest_digest"] == digest.as_str()));
+    let out = env.run(&["image", "rm", &by_tag]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("0 blobs"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(stored(&env, &digest) && stored(&env, &pulled_layers[0]));
+    let out = env.run(&["image", "rm", &by_digest]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!stored(&env, &digest) && !stored(&env, &pulled_layers[0]));
+    assert!(image_list(&env).is_empty());
+    let out = env.run(&["image", "rm", &by_digest]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(&format!("no image {by_digest} in the Storage Root")),
+        "{}",
+        text(&out.stderr)
+    );
     env.assert_nothing_running();
+}
+
+/// `lazaret image ls --json`'s rows.
+fn image_list(env: &Env) -> Vec<serde_json::Value> {
+    let out = env.run(&["image", "ls", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    doc["images"].as_array().unwrap().clone()
 }
 
 #[test]
@@ -477,7 +517,8 @@ fn a_pull_killed_mid_layer_leaves_nothing_mistaken_for_complete() {
     let slow_ref = format!("{}/big/img:1", relay.addr);
     let mut child = env.spawn(&["image", "pull", "--quiet", &slow_ref]);
 
-    // Wait until the layer is being written, then kill -9 the puller.
+    // Wait until the 8 MiB layer is being written (past its first MiB:
+    // only it is that large), then kill -9 the puller.
     let incoming = store(&env).join("incoming");
     let deadline = Instant::now() + Duration::from_secs(30);
     let staged = loop {
@@ -487,7 +528,7 @@ fn a_pull_killed_mid_layer_leaves_nothing_mistaken_for_complete() {
             .flatten()
             .map(|e| e.path())
             .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
-            .filter(|p| p.metadata().is_ok_and(|m| m.len() > 0))
+            .filter(|p| p.metadata().is_ok_and(|m| m.len() > 1 << 20))
             .collect();
         if let Some(p) = partial.into_iter().next() {
             break p;
@@ -567,6 +608,41 @@ fn a_launch_runs_the_image_pulled_from_a_tls_registry_with_auth() {
         text(&out.stdout),
         text(&out.stderr)
     );
+    // While a session runs, its Domain uses the image: `image ls` names
+    // the Domain and `image rm` is refused.
+    let mut session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "while [ ! -e /workspace/stop ]; do sleep 0.1; done",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while env.catalog_leases().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the session never leased its lower"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let domain = env.catalog_leases()[0].domain.to_string();
+    let listed = image_list(&env);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["reference"], reference);
+    assert_eq!(listed[0]["manifest_digest"], digest);
+    assert!(listed[0]["bytes"].as_u64().unwrap() > 1 << 20);
+    assert_eq!(listed[0]["domains"], serde_json::json!([domain]));
+    let out = env.run(&["image", "rm", &reference]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("is in use by 1 Domain") && err.contains(&domain[..12]),
+        "{err}"
+    );
+    std::fs::write(env.workspace.join("stop"), "").unwrap();
+    assert!(session.wait().unwrap().success());
+    env.assert_nothing_running();
+
     // Spec 3.6: the prepared lower records the manifest the tag resolved to.
     let artifacts = lazaret_effects::storage_catalog::StorageCatalog::at(
         &env.home.join(".local/share/lazaret"),
@@ -575,5 +651,11 @@ fn a_launch_runs_the_image_pulled_from_a_tls_registry_with_auth() {
     .unwrap();
     assert_eq!(artifacts.len(), 1, "{artifacts:?}");
     assert_eq!(artifacts[0].source_identity.as_str(), digest);
+
+    // No Domain uses it now: removed, with its blobs.
+    let out = env.run(&["image", "rm", &reference]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!stored(&env, &digest));
+    assert!(image_list(&env).is_empty());
     env.assert_nothing_left();
 }

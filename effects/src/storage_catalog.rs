@@ -24,6 +24,7 @@
 //! intent (spec 3.6 release step 4).
 mod artifacts;
 mod error;
+mod images;
 mod lock;
 mod run;
 mod tables;

@@ -282,7 +282,7 @@ fn render_json(storage: &Path, domains: &[Listed]) -> String {
 }
 
 /// "3 minutes ago", "2 days ago".
-fn ago(now: SystemTime, then: Option<SystemTime>) -> String {
+pub(crate) fn ago(now: SystemTime, then: Option<SystemTime>) -> String {
     let Some(then) = then else {
         return "never".to_owned();
     };

@@ -380,6 +380,33 @@ pub fn resolve(
     })
 }
 
+impl ResolvedImage {
+    /// Manifest, config and layer bytes.
+    pub fn bytes(&self) -> u64 {
+        self.manifest_size
+            + self.manifest.config().size()
+            + self.manifest.layers().iter().map(|l| l.size()).sum::<u64>()
+    }
+}
+
+/// The blobs of the stored manifest `manifest`: itself, its config and its
+/// layers. A manifest no longer in the store is only itself.
+pub fn image_blobs(store: &BlobStore, manifest: &Sha256) -> Result<Vec<Sha256>, ImageError> {
+    let mut blobs = vec![manifest.clone()];
+    if !store.path(manifest).is_file() {
+        return Ok(blobs);
+    }
+    let bytes = store.read_verified(manifest)?;
+    let from = store.root().display().to_string();
+    let m = ImageManifest::from_reader(bytes.as_slice())
+        .map_err(|e| bad("manifest", manifest, &from, e))?;
+    blobs.push(Sha256::parse(m.config().digest().as_ref())?);
+    for l in m.layers() {
+        blobs.push(Sha256::parse(l.digest().as_ref())?);
+    }
+    Ok(blobs)
+}
+
 fn bad(what: &'static str, digest: &Sha256, from: &str, e: impl std::fmt::Display) -> ImageError {
     ImageError::BadDocument {
         what,

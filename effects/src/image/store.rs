@@ -112,6 +112,20 @@ pub enum StoreError {
     /// Reading a stored blob failed.
     #[error("cannot read stored blob {path}: {source}")]
     Read { path: PathBuf, source: io::Error },
+    /// The store's lock file could not be opened or locked.
+    #[error("cannot lock the blob store at {path}: {detail}")]
+    Lock { path: PathBuf, detail: String },
+    /// Removing a blob failed.
+    #[error("cannot remove blob {path}: {source}")]
+    Remove { path: PathBuf, source: io::Error },
+}
+
+/// A hold on the blob store, released on drop: shared by every pull and
+/// launch while it reads or adds blobs, exclusive while `lazaret image rm`
+/// deletes them, so no blob disappears under a reader.
+#[derive(Debug)]
+pub struct StoreHold {
+    _file: File,
 }
 
 /// The blob store.
@@ -169,6 +183,56 @@ impl BlobStore {
                 tracing::info!(path = %path.display(), "removing a partial blob a killed pull left");
                 let _ = fs::remove_file(&path);
             }
+        }
+    }
+
+    fn lock_file(&self) -> Result<File, StoreError> {
+        let path = self.root.join("store.lock");
+        crate::lock_file::open_lock_file(&path).map_err(|e| StoreError::Lock {
+            path,
+            detail: e.to_string(),
+        })
+    }
+
+    /// Holds the store shared, waiting for a removal to finish.
+    pub fn hold_shared(&self) -> Result<StoreHold, StoreError> {
+        let file = self.lock_file()?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockShared).map_err(|e| {
+            StoreError::Lock {
+                path: self.root.join("store.lock"),
+                detail: e.to_string(),
+            }
+        })?;
+        Ok(StoreHold { _file: file })
+    }
+
+    /// Holds the store exclusively, or `None` while a pull or launch
+    /// holds it.
+    pub fn try_hold_exclusive(&self) -> Result<Option<StoreHold>, StoreError> {
+        let file = self.lock_file()?;
+        match crate::lock_file::try_lock(&file) {
+            Ok(crate::lock_file::Flock::Taken) => Ok(Some(StoreHold { _file: file })),
+            Ok(crate::lock_file::Flock::Held) => Ok(None),
+            Err(e) => Err(StoreError::Lock {
+                path: self.root.join("store.lock"),
+                detail: e.to_string(),
+            }),
+        }
+    }
+
+    /// Removes blob `d` if present; the bytes freed. The caller holds the
+    /// store exclusively.
+    pub fn remove(&self, d: &Sha256, _hold: &StoreHold) -> Result<u64, StoreError> {
+        let path = self.path(d);
+        let size = match fs::symlink_metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(source) => return Err(StoreError::Remove { path, source }),
+        };
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(size),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(source) => Err(StoreError::Remove { path, source }),
         }
     }
 

@@ -497,7 +497,7 @@ pub(super) fn artifact_in(
 }
 
 /// The table's row count, refused past `max`.
-fn bounded_len(
+pub(super) fn bounded_len(
     table: &impl ReadableTableMetadata,
     path: &Path,
     name: &'static str,
@@ -516,7 +516,7 @@ fn bounded_len(
     }
 }
 
-fn encode<T: Serialize>(
+pub(super) fn encode<T: Serialize>(
     path: &Path,
     record: &'static str,
     row: &T,
@@ -527,7 +527,7 @@ fn encode<T: Serialize>(
     })
 }
 
-fn decode<T: DeserializeOwned>(
+pub(super) fn decode<T: DeserializeOwned>(
     path: &Path,
     record: &'static str,
     bytes: &[u8],

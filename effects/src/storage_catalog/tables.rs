@@ -76,3 +76,8 @@ pub fn artifact_lease_range(artifact: &PreparedArtifactId) -> (LeaseKey, LeaseKe
     high[..ARTIFACT_LEN].copy_from_slice(&artifact.0);
     (low, high)
 }
+
+/// The named images of the blob store (a product extension, not a
+/// schemas.md table): normalised reference -> postcard
+/// `ImageReferenceRecord`.
+pub const IMAGES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("image_references");

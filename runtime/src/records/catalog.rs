@@ -8,6 +8,24 @@ use crate::records::ids::{HostPath, PreparedArtifactId, Sha256Digest, SourceIden
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// A named image in the Storage Root's blob store: what `lazaret image ls`
+/// lists and `lazaret image rm` removes. Not a schemas.md record: the
+/// Storage Catalog's `image_references` table is a product extension
+/// (docs/durable-state.md), keyed by `reference`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ImageReferenceRecord {
+    /// The normalised reference (`docker.io/library/debian:bookworm`).
+    pub reference: String,
+    /// The manifest it resolved to last (this host's platform).
+    pub manifest_digest: SourceIdentity,
+    /// Manifest, config and layer bytes.
+    pub bytes: u64,
+    /// When it first resolved to this manifest (Unix seconds).
+    pub pulled_at: u64,
+    /// When it was last pulled or resolved for a launch (Unix seconds).
+    pub used_at: u64,
+}
+
 /// schemas.md `ArtifactState`: a published artifact may be leased while
 /// Available; Reclaiming is the durable start of its removal (OR-7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

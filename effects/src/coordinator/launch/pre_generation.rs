@@ -12,10 +12,12 @@ use lazaret_runtime::coordinator::messages::{ObjectId, VolumePlan, VolumeSourceK
 use super::super::host::{micros, CoordinatorError, LaunchInputs};
 use crate::confined::{FileStat, RealSys};
 use crate::image::reference::ImageRef;
-use crate::image::resolve;
 use crate::image::store::BlobStore;
+use crate::image::{resolve, ResolvedImage};
 use crate::prepare::{prepare, PreparedLower, RealPrepareHost};
+use crate::storage_catalog::StorageCatalog;
 use crate::userns::{plan_maps, Identity, NamespaceMaps, RealHost};
+use lazaret_runtime::records::ids::SourceIdentity;
 
 /// The prepared inputs of the generation's sandbox.
 pub(super) struct PreparedLaunch {
@@ -46,6 +48,14 @@ pub(super) fn prepare_launch(
         path: blobs_dir.clone(),
         source,
     })?;
+    // Held until the lower is prepared: `lazaret image rm` deletes no blob
+    // under this launch.
+    let hold = blobs
+        .hold_shared()
+        .map_err(|source| CoordinatorError::BlobStore {
+            path: blobs_dir.clone(),
+            source,
+        })?;
     let image = resolve(&reference, &blobs, &mut |_| {}).map_err(|source| {
         CoordinatorError::ImageResolve {
             reference: launch.image.clone(),
@@ -53,6 +63,7 @@ pub(super) fn prepare_launch(
         }
     })?;
     timings.push(("resolve_image".to_owned(), micros(started)));
+    record_image_use(launch, &reference, &image);
     let started = Instant::now();
     let me = Identity::current(&mut RealHost).map_err(CoordinatorError::Userns)?;
     let maps = plan_maps(&mut RealHost, &me).map_err(CoordinatorError::Userns)?;
@@ -73,6 +84,7 @@ pub(super) fn prepare_launch(
         reference: launch.image.clone(),
         source: Box::new(source),
     })?;
+    drop(hold);
     timings.push(("prepare_lower".to_owned(), micros(started)));
     // Spec 3.2: the workspace path goes to runsc (through RS) only after it
     // was reopened through its plan and still names the loaded object; RS
@@ -109,6 +121,26 @@ pub(super) fn prepare_launch(
         workspace_object: object_id(launch.workspace.stat()),
         volumes,
     })
+}
+
+/// Notes in the Storage Catalog that the image was resolved for a launch
+/// (what `lazaret image ls` shows). Bookkeeping: a failure is logged and
+/// the launch goes on.
+fn record_image_use(launch: &LaunchInputs<'_>, reference: &ImageRef, image: &ResolvedImage) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let recorded = SourceIdentity::new(image.manifest_digest.to_string())
+        .map_err(|e| e.to_string())
+        .and_then(|digest| {
+            StorageCatalog::at(&launch.storage_root)
+                .record_image(&reference.to_string(), &digest, image.bytes(), now)
+                .map_err(|e| e.to_string())
+        });
+    if let Err(error) = recorded {
+        tracing::warn!(%error, image = %reference, "recording the image's use in the Storage Catalog failed");
+    }
 }
 
 fn object_id(stat: &FileStat) -> ObjectId {
