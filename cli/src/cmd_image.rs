@@ -19,16 +19,17 @@
 use std::path::PathBuf;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use lazaret_effects::image::reference::{ImageRef, ReferenceError};
 use lazaret_effects::image::store::{BlobStore, Sha256, StoreError};
-use lazaret_effects::image::{image_blobs, resolve, ImageError, Progress};
+use lazaret_effects::image::{image_blobs, ImageError, Progress};
+use lazaret_effects::prepare::obtain::{obtain_lower, ObtainError, Obtained, Stage};
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::storage_catalog::{CatalogError, StorageCatalog};
 use lazaret_runtime::display::escape_line;
-use lazaret_runtime::records::ids::SourceIdentity;
 
 use crate::cmd_state::list::{ago, storage_root, ListError};
 use crate::report::{
@@ -91,15 +92,10 @@ pub enum ImageCommandError {
     #[error("pulling {reference}: {source}")]
     Pull {
         reference: String,
-        source: Box<ImageError>,
+        source: Box<ObtainError>,
     },
     #[error("the Storage Catalog: {0}")]
     Catalog(#[from] CatalogError),
-    #[error("the manifest digest {digest} cannot be recorded: {source}")]
-    Digest {
-        digest: String,
-        source: lazaret_runtime::records::ids::ValueError,
-    },
     #[error("no image {reference} in the Storage Root; `lazaret image ls` lists them")]
     NotFound { reference: String },
     #[error("image {reference} is in use by {count} Domain{plural} ({domains}); end their sessions first")]
@@ -135,13 +131,6 @@ pub fn run(args: &ImageArgs) -> Result<(), ImageCommandError> {
         ImageCommand::Ls { config, json } => list(config.as_deref(), *json),
         ImageCommand::Rm { reference, config } => remove(reference, config.as_deref()),
     }
-}
-
-fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
 }
 
 /// The Storage Root and its opened blob store.
@@ -305,38 +294,34 @@ fn remove(text: &str, config: Option<&str>) -> Result<(), ImageCommandError> {
 
 fn pull(text: &str, config: Option<&str>, quiet: bool) -> Result<(), ImageCommandError> {
     let reference = ImageRef::parse(text)?;
-    let (root, blobs) = open_store(config)?;
-    let hold = blobs
-        .hold_shared()
-        .map_err(|source| ImageCommandError::BlobStore {
-            path: blobs.root().to_owned(),
-            source,
+    let root = storage_root(config, &ProcessEnvironment)?;
+    let obtained = obtain_with_progress(&root, &reference, !quiet && stderr_is_terminal())
+        .map_err(|source| ImageCommandError::Pull {
+            reference: reference.to_string(),
+            source: Box::new(source),
         })?;
-    let mut meter = (!quiet && stderr_is_terminal()).then(Meter::default);
-    let image = resolve(&reference, &blobs, &mut |p| {
+    outln!("{reference} {}", obtained.image.manifest_digest);
+    Ok(())
+}
+
+/// Resolves `reference` and prepares its lower under `root`, showing the
+/// progress on stderr when `show` (a terminal that did not ask for quiet).
+/// `image pull` and a launch that starts its Domain both go through here.
+pub(crate) fn obtain_with_progress(
+    root: &Path,
+    reference: &ImageRef,
+    show: bool,
+) -> Result<Obtained, ObtainError> {
+    let mut meter = show.then(Meter::default);
+    let obtained = obtain_lower(root, reference, &mut |stage| {
         if let Some(m) = meter.as_mut() {
-            m.show(&p);
+            m.show(&stage);
         }
-    })
-    .map_err(|source| ImageCommandError::Pull {
-        reference: reference.to_string(),
-        source: Box::new(source),
-    })?;
-    drop(hold);
+    });
     if let Some(m) = meter.as_mut() {
         m.finish();
     }
-    let digest = image.manifest_digest.to_string();
-    let recorded = SourceIdentity::new(digest.clone())
-        .map_err(|source| ImageCommandError::Digest { digest, source })?;
-    StorageCatalog::at(&root).record_image(
-        &reference.to_string(),
-        &recorded,
-        image.bytes(),
-        now_unix(),
-    )?;
-    outln!("{reference} {}", image.manifest_digest);
-    Ok(())
+    obtained
 }
 
 /// Progress on a terminal: one line per layer, rewritten in place.
@@ -347,7 +332,33 @@ struct Meter {
 }
 
 impl Meter {
-    fn show(&mut self, p: &Progress) {
+    fn show(&mut self, stage: &Stage) {
+        let p = match stage {
+            Stage::Fetch(p) => p,
+            Stage::Unpack { layers, bytes } => {
+                self.finish();
+                eprint_progress(
+                    &format!(
+                        "unpacking {layers} layer{} ({}) ...",
+                        if *layers == 1 { "" } else { "s" },
+                        human(*bytes)
+                    ),
+                    ProgressLine::Open,
+                );
+                self.current = Some(String::new());
+                return;
+            }
+            Stage::Prepared { cache_hit, micros } => {
+                let done = if *cache_hit {
+                    "root file system already prepared".to_owned()
+                } else {
+                    format!("root file system ready in {:.1} s", *micros as f64 / 1e6)
+                };
+                eprint_progress(&done, ProgressLine::Rewrite);
+                self.finish();
+                return;
+            }
+        };
         match p {
             Progress::Manifest {
                 digest,

@@ -46,6 +46,9 @@ pub struct HostOptions {
     /// Print per-phase launch timings to stderr.
     #[arg(long)]
     pub timings: bool,
+    /// Show no image pull or unpack progress (shown only on a terminal).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// `lazaret run PROFILE [...]` or `lazaret run --profile PROFILE [...]`: the
@@ -157,6 +160,8 @@ pub enum LaunchError {
     SelfExe(std::io::Error),
     #[error(transparent)]
     Session(#[from] ClientError),
+    #[error("the image: {0}")]
+    Image(#[source] Box<lazaret_effects::prepare::obtain::ObtainError>),
     #[error("the local terminal: {0}")]
     Terminal(#[from] TerminalModeError),
     #[error("cannot watch the local terminal's window size: {0}")]
@@ -331,6 +336,18 @@ pub fn run(
         },
         coordinator,
     };
+    // On a terminal, a launch that will start its Domain shows the image's
+    // pull and unpack here, and the Host Coordinator then finds both done
+    // (spec 3.6 "Prepared lower"). A running Domain (its socket exists)
+    // keeps the image it started with: nothing is fetched for a join.
+    if !args.host.quiet && std::io::stderr().is_terminal() && !plan.paths.socket().exists() {
+        crate::cmd_image::obtain_with_progress(
+            &config.storage_root().label(),
+            config.selected().image().image_ref(),
+            true,
+        )
+        .map_err(|e| LaunchError::Image(Box::new(e)))?;
+    }
     drop(config);
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let local = if interactive {

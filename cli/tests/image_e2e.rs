@@ -207,6 +207,32 @@ fn tls_and_basic_auth_pull_by_tag_and_digest_and_refuse_what_they_must() {
     assert!(ok, "{err}");
     assert_eq!(printed_digest(&out, &by_digest), digest);
 
+    // Progress: nothing on a non-terminal even without --quiet; on a
+    // terminal the manifest, each layer, then the unpack.
+    let out = env.run(&["image", "pull", &by_tag]);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = env.run_on_terminal(&["image", "pull", &by_tag]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!("manifest {}", &digest[7..19]))
+            && shown.contains("layer 1/2")
+            && shown.contains("layer 2/2")
+            && shown.contains("already present")
+            && shown.contains("root file system"),
+        "{shown}"
+    );
+    let out = env.run_on_terminal(&["image", "pull", "--quiet", &by_tag]);
+    let shown = text(&out.stdout);
+    assert!(
+        out.status.success() && !shown.contains("layer 1/2"),
+        "{shown}"
+    );
+
     // A tag and digest together: the digest decides (docker's rule).
     let both = format!("{}/team/tool:other@{digest}", registry.addr);
     let (ok, out, err) = pull(&env, &both);
@@ -340,6 +366,48 @@ fn bearer_tokens_anonymous_for_public_repositories_and_with_credentials_for_priv
         token.issued().1 > before,
         "an authenticated token was issued"
     );
+    env.assert_nothing_running();
+}
+
+/// `HTTPS_PROXY` is honoured for a registry that is not on loopback: the
+/// pull asks the proxy (a loopback listener standing in for one, which
+/// refuses) to CONNECT to the registry, and nothing else leaves the host.
+#[test]
+fn a_non_loopback_registry_is_reached_through_the_https_proxy() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::new("image-proxy", "oci:/nonexistent:x");
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let asked = std::thread::spawn(move || {
+        let (mut conn, _) = proxy.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            request.extend_from_slice(&buf[..n]);
+        }
+        conn.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+        String::from_utf8_lossy(&request).into_owned()
+    });
+    let out = env
+        .command_env(
+            &["image", "pull", "--quiet", "registry.example/team/tool:1"],
+            &[("HTTPS_PROXY", &proxy_url)],
+        )
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let request = asked.join().unwrap();
+    assert!(
+        request.starts_with("CONNECT registry.example:443 "),
+        "{request}"
+    );
+    let err = text(&out.stderr);
+    assert!(err.contains("registry.example"), "{err}");
     env.assert_nothing_running();
 }
 
@@ -598,6 +666,19 @@ fn a_launch_runs_the_image_pulled_from_a_tls_registry_with_auth() {
     let checked: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(checked["image"], reference);
 
+    // The first launch on a terminal starts the Domain: it shows the pull
+    // (every layer fetched) and the unpack before the session runs.
+    let out = env.run_on_terminal(&["default", "--", "cat", "/etc/debian_version"]);
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("layer 1/")
+            && shown.contains("unpacking")
+            && shown.contains("root file system ready in"),
+        "{shown}"
+    );
+    env.assert_nothing_running();
+
     let (ok, out, err) = pull(&env, &reference);
     assert!(ok, "{err}");
     let digest = printed_digest(&out, &reference);
@@ -609,7 +690,9 @@ fn a_launch_runs_the_image_pulled_from_a_tls_registry_with_auth() {
         text(&out.stderr)
     );
     // While a session runs, its Domain uses the image: `image ls` names
-    // the Domain and `image rm` is refused.
+    // the Domain and `image rm` is refused. (The previous launch's
+    // generation is released first: its lease is not this session's.)
+    env.assert_nothing_running();
     let mut session = env.spawn(&[
         "default",
         "--",

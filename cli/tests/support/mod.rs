@@ -260,6 +260,46 @@ impl Env {
         self.command(args).output().unwrap()
     }
 
+    /// [`Env::run`] with stdin, stdout and stderr on a terminal: the
+    /// command runs under util-linux `script` on an 80x24 pseudo-terminal,
+    /// whose output (stdout and stderr together) is the returned stdout.
+    pub fn run_on_terminal(&self, args: &[&str]) -> Output {
+        let cmd = self.command(args);
+        let argv: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        // Under runuser the program is the last argument before `args`.
+        let (prefix, line) = if rustix::process::geteuid().is_root() {
+            let split = argv.len() - args.len() - 1;
+            (argv[..split].to_vec(), argv[split..].to_vec())
+        } else {
+            let mut line = vec![cmd.get_program().to_string_lossy().into_owned()];
+            line.extend(argv);
+            (Vec::new(), line)
+        };
+        let quoted: Vec<String> = line
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+            .collect();
+        let mut c = if prefix.is_empty() {
+            Command::new("script")
+        } else {
+            let mut c = Command::new(cmd.get_program());
+            c.args(&prefix).arg("script");
+            c
+        };
+        if prefix.is_empty() {
+            c.envs(cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))));
+        }
+        let shell_line = format!("stty rows 24 cols 80 && exec {}", quoted.join(" "));
+        c.args(["-qec", &shell_line, "/dev/null"])
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
     pub fn spawn(&self, args: &[&str]) -> Child {
         self.command(args)
             .stdout(Stdio::piped())

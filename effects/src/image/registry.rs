@@ -16,6 +16,8 @@ use std::path::PathBuf;
 
 /// A token server's answer larger than this is refused.
 const MAX_TOKEN_RESPONSE: u64 = 64 << 10;
+/// Challenges answered per pull (the first, then expired bearer tokens).
+const MAX_ANSWERS: u32 = 4;
 /// Times one blob download is resumed after its connection broke.
 const MAX_RESUMES: u32 = 3;
 
@@ -27,8 +29,12 @@ pub(super) struct RegistrySource {
     transport: Transport,
     /// What requests to the registry carry, once a challenge was answered.
     authorization: Authorization,
-    /// Whether a challenge was answered (a second 401 is a refusal).
+    /// Whether a challenge was answered (a 401 right after is a refusal).
     answered: bool,
+    /// Challenges answered so far: a bearer token expires during a long
+    /// pull, and a later 401 is answered again, at most [`MAX_ANSWERS`]
+    /// times.
+    answers: u32,
     /// Where the credentials used came from, for messages.
     credentials_from: Option<PathBuf>,
     /// The auth files consulted, for messages.
@@ -58,6 +64,7 @@ impl RegistrySource {
             transport: Transport::new(registry, endpoint)?,
             authorization: Authorization::None,
             answered: false,
+            answers: 0,
             credentials_from: None,
             consulted: Vec::new(),
         })
@@ -73,7 +80,10 @@ impl RegistrySource {
     fn get(&mut self, url: &str, accept: &str) -> Result<Response, ImageError> {
         let headers = [("Accept", accept)];
         let mut resp = self.transport.get(url, &headers, &self.authorization)?;
-        if resp.status().as_u16() == 401 && !self.answered {
+        let bearer =
+            matches!(&self.authorization, Authorization::Header(h) if h.starts_with("Bearer "));
+        let expired = self.answered && bearer && self.answers < MAX_ANSWERS;
+        if resp.status().as_u16() == 401 && (!self.answered || expired) {
             let challenge = resp
                 .headers()
                 .get("WWW-Authenticate")
@@ -134,6 +144,7 @@ impl RegistrySource {
     /// Answers a 401 challenge: sets what later requests carry.
     fn answer(&mut self, challenge: Option<Challenge>) -> Result<(), ImageError> {
         self.answered = true;
+        self.answers += 1;
         let env = |k: &str| std::env::var(k).ok();
         let Lookup { found, consulted } = auth::lookup(&self.registry, &self.repository, &env)?;
         let (credentials, from) = match found {

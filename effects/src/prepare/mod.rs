@@ -27,6 +27,7 @@
 //! `lazaret state gc`, once its operation lock shows no process of it is
 //! left.
 pub mod mount_points;
+pub mod obtain;
 mod operation;
 
 pub use operation::{recover, PreparedDir, Recovery, PREPARED_DIR};
