@@ -9,9 +9,10 @@
 //! - `ls [--json]` lists the named images of the Storage Catalog: reference,
 //!   manifest digest, size, pull time, last use, and the Domains whose
 //!   generations hold a prepared lower made from it.
-//! - `rm REF` removes a named image and the blobs no other named image
-//!   needs, refusing one a Domain currently uses. Prepared lowers made
-//!   from it are left to `lazaret state gc`.
+//! - `rm REF` removes a named image and every blob no remaining named
+//!   image needs (its own, and what a moved tag left), refusing an image a
+//!   Domain currently uses. Prepared lowers made from it are left to
+//!   `lazaret state gc`.
 //!
 //! `--config FILE` selects the configuration whose `storage.data_root` is
 //! the Storage Root.
@@ -77,6 +78,9 @@ enum ImageCommand {
         config: Option<String>,
     },
 }
+
+/// Blobs `image rm` looks at in one store.
+const MAX_BLOBS: usize = 1 << 20;
 
 /// The one reporting layer of `lazaret image`.
 #[derive(Debug, thiserror::Error)]
@@ -255,23 +259,31 @@ fn remove(text: &str, config: Option<&str>) -> Result<(), ImageCommandError> {
                 .join(", "),
         });
     }
-    let blob_set = |digest: &str| -> Result<Vec<Sha256>, ImageCommandError> {
-        let blobs_err = |source| ImageCommandError::Blobs {
-            reference: reference.clone(),
-            source: Box::new(source),
-        };
-        let d = Sha256::parse(digest).map_err(|e| blobs_err(ImageError::Store(e)))?;
-        image_blobs(&blobs, &d).map_err(blobs_err)
-    };
-    let mine = blob_set(image.manifest_digest.as_str())?;
+    // What every other named image needs; an unreadable manifest of one
+    // of them stops the removal before anything is deleted.
     let mut kept = BTreeSet::new();
     for other in images.iter().filter(|i| i.reference != reference) {
-        kept.extend(blob_set(other.manifest_digest.as_str())?);
+        let blobs_err = |source| ImageCommandError::Blobs {
+            reference: other.reference.clone(),
+            source: Box::new(source),
+        };
+        let d = Sha256::parse(other.manifest_digest.as_str())
+            .map_err(|e| blobs_err(ImageError::Store(e)))?;
+        kept.extend(image_blobs(&blobs, &d).map_err(blobs_err)?);
     }
+    let stored = blobs
+        .blobs(MAX_BLOBS)
+        .map_err(|source| ImageCommandError::BlobStore {
+            path: blobs.root().to_owned(),
+            source,
+        })?;
     catalog.forget_image(&reference)?;
+    // The image's blobs, and any a moved tag or an older version left
+    // that no named image reaches: nothing else can be reading them under
+    // the exclusive hold.
     let mut freed = 0;
     let mut removed = 0;
-    for blob in mine.iter().filter(|b| !kept.contains(*b)) {
+    for blob in stored.iter().filter(|b| !kept.contains(*b)) {
         let bytes = blobs
             .remove(blob, &hold)
             .map_err(|source| ImageCommandError::BlobStore {

@@ -40,14 +40,22 @@ pub struct CoordinatorCommand {
     config: Option<String>,
 }
 
+/// Filter directives that keep registry credentials out of the log.
+const NO_HTTP_HEADS: &str = "ureq_proto=off";
+const HTTP_CLIENT_AT_MOST_DEBUG: &str = "ureq=debug";
+
 /// The internal roles' diagnostics: `tracing` events on stderr (the Host
 /// Coordinator's goes to the Domain's `coordinator.log`, whose tail a CLI
 /// shows when the coordinator fails), at the level `LAZARET_LOG` names
 /// (an `EnvFilter` directive; default `warn`). Timestamps are seconds since
-/// the process started.
+/// the process started. The HTTP client's own request logging is always
+/// off and its other logging at most `debug`: its `trace` level writes
+/// request heads, `Authorization` included.
 fn init_diagnostics() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LAZARET_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+        .add_directive(NO_HTTP_HEADS.parse().unwrap_or_default())
+        .add_directive(HTTP_CLIENT_AT_MOST_DEBUG.parse().unwrap_or_default());
     let _already = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

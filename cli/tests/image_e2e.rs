@@ -292,6 +292,10 @@ fn tls_and_basic_auth_pull_by_tag_and_digest_and_refuse_what_they_must() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!stored(&env, &digest) && !stored(&env, &pulled_layers[0]));
     assert!(image_list(&env).is_empty());
+    let left = std::fs::read_dir(store(&env).join("blobs/sha256"))
+        .unwrap()
+        .count();
+    assert_eq!(left, 0, "no named image is left, so no blob is");
     let out = env.run(&["image", "rm", &by_digest]);
     assert!(!out.status.success());
     assert!(
@@ -329,6 +333,13 @@ fn bearer_tokens_anonymous_for_public_repositories_and_with_credentials_for_priv
     registry.push(&image, "private/tool:1").unwrap();
     let pushed = token.issued();
 
+    // Docker Desktop's default `credsStore` is no credential Lazaret can
+    // use: pulls go on anonymously, and a refusal names the helper.
+    let docker = env.home.join(".docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    std::fs::write(docker.join("config.json"), r#"{"credsStore":"desktop"}"#).unwrap();
+    chown_tree(&docker);
+
     // Docker Hub's flow: an anonymous token pulls a public repository.
     let public = format!("{}/public/tool:1", registry.addr);
     let (ok, out, err) = pull(&env, &public);
@@ -342,7 +353,9 @@ fn bearer_tokens_anonymous_for_public_repositories_and_with_credentials_for_priv
     let (ok, _, err) = pull(&env, &private);
     assert!(!ok);
     assert!(
-        err.contains("requires authentication") && err.contains(".docker/config.json"),
+        err.contains("requires authentication")
+            && err.contains(".docker/config.json")
+            && err.contains("`docker-credential-desktop`"),
         "{err}"
     );
 

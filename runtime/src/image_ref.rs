@@ -99,18 +99,34 @@ fn valid_repository(r: &str) -> bool {
 }
 
 fn valid_host(h: &str) -> bool {
-    let (name, port) = match h.rsplit_once(':') {
-        Some((n, p)) if !n.ends_with(']') || h.starts_with('[') => (n, Some(p)),
-        _ => (h, None),
-    };
-    let name_ok = if let Some(v6) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
-        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    let (name, port) = if let Some(rest) = h.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        let Some((v6, after)) = rest.split_once(']') else {
+            return false;
+        };
+        let port = match after {
+            "" => None,
+            p => match p.strip_prefix(':') {
+                Some(p) => Some(p),
+                None => return false,
+            },
+        };
+        if v6.parse::<std::net::Ipv6Addr>().is_err() {
+            return false;
+        }
+        (None, port)
     } else {
+        match h.rsplit_once(':') {
+            Some((n, p)) => (Some(n), Some(p)),
+            None => (Some(h), None),
+        }
+    };
+    let name_ok = name.is_none_or(|name| {
         !name.is_empty()
             && name
                 .split('.')
                 .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-    };
+    });
     name_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
 }
 
@@ -153,7 +169,13 @@ impl ImageRef {
             });
         }
         let (host, rest) = match text.split_once('/') {
-            Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => {
+            // distribution's rule: a `.` or `:`, `localhost`, or an
+            // uppercase letter (never in a repository) makes it a host.
+            Some((first, rest))
+                if first.contains(['.', ':'])
+                    || first == "localhost"
+                    || first.chars().any(|c| c.is_ascii_uppercase()) =>
+            {
                 (first, rest)
             }
             _ => (DOCKER_HUB, text),
@@ -384,6 +406,17 @@ mod tests {
         assert_eq!(
             parse("[::1]:5000/x").map(|r| r.to_string()),
             Ok("[::1]:5000/x:latest".to_owned())
+        );
+        assert_eq!(
+            parse("[::1]/x").map(|r| r.to_string()),
+            Ok("[::1]/x:latest".to_owned())
+        );
+        assert!(parse("[::1]x/y").is_err());
+        assert!(parse("[nope]:5000/y").is_err());
+        // An uppercase first component is a host, as docker reads it.
+        assert_eq!(
+            parse("MyHost/x").map(|r| r.to_string()),
+            Ok("MyHost/x:latest".to_owned())
         );
         assert!(parse("host/Debian").is_err());
         assert!(parse("Debian").is_err());

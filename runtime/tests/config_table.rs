@@ -330,7 +330,7 @@ fn image_grammar() {
         "img;rm",
         "a\u{0}b",
         "img@sha256:0123abcd",
-        "Upper/x",
+        "host/Upper",
     ] {
         let m = refused(&with_image(bad));
         assert!(m.contains("profiles.dev.image"), "{bad:?}: {m}");

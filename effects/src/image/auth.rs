@@ -25,16 +25,6 @@ pub enum AuthError {
     /// An auth file is not the JSON it should be.
     #[error("registry auth file {path} is not valid: {detail}; expected JSON with an `auths` object of `{{\"auth\": base64(user:password)}}` entries")]
     Malformed { path: PathBuf, detail: String },
-    /// The entry for the registry names a credential helper.
-    #[error("registry auth file {path} hands {registry}'s credentials to the credential helper `docker-credential-{helper}`, which Lazaret does not run yet; add an `auths` entry for {registry} (for example with `podman login --authfile {path} {registry}`)")]
-    CredentialHelper {
-        path: PathBuf,
-        registry: String,
-        helper: String,
-    },
-    /// The entry for the registry holds an identity token.
-    #[error("registry auth file {path} holds an identity token for {registry}, which Lazaret does not exchange yet; log in with a user name and password or access token instead")]
-    IdentityToken { path: PathBuf, registry: String },
 }
 
 /// A user name and password (or access token).
@@ -68,6 +58,17 @@ pub(super) struct Lookup {
     pub(super) found: Option<(Credentials, PathBuf)>,
     /// Every file consulted, in order (for messages).
     pub(super) consulted: Vec<PathBuf>,
+    /// Entries for the registry that exist but that Lazaret cannot use (a
+    /// credential helper, an identity token), each as a sentence naming
+    /// its file: the pull goes on anonymously, and a refusal says why.
+    pub(super) unusable: Vec<String>,
+}
+
+/// What one auth file says about the registry.
+enum Entry {
+    Found(Credentials),
+    Unusable(String),
+    Absent,
 }
 
 /// The auth files consulted, in order: `$REGISTRY_AUTH_FILE` alone when it
@@ -106,9 +107,11 @@ fn normalise_key(key: &str) -> String {
         .or_else(|| key.strip_suffix("/v2"))
         .unwrap_or(key);
     let (host, rest) = key.split_once('/').map_or((key, ""), |(h, r)| (h, r));
-    let host = match host {
-        "index.docker.io" | "registry-1.docker.io" => "docker.io",
-        h => h,
+    // Host names compare without case.
+    let host = host.to_ascii_lowercase();
+    let host = match host.as_str() {
+        "index.docker.io" | "registry-1.docker.io" => "docker.io".to_owned(),
+        _ => host,
     };
     if rest.is_empty() {
         host.to_owned()
@@ -126,20 +129,27 @@ pub(super) fn lookup(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Lookup, AuthError> {
     let consulted = auth_files(env);
+    let mut unusable = Vec::new();
     for path in &consulted {
         let Some(doc) = read_auth_file(path)? else {
             continue;
         };
-        if let Some(found) = entry_for(&doc, path, registry, repository)? {
-            return Ok(Lookup {
-                found: Some((found, path.clone())),
-                consulted,
-            });
+        match entry_for(&doc, path, registry, repository)? {
+            Entry::Found(found) => {
+                return Ok(Lookup {
+                    found: Some((found, path.clone())),
+                    consulted,
+                    unusable,
+                })
+            }
+            Entry::Unusable(note) => unusable.push(note),
+            Entry::Absent => {}
         }
     }
     Ok(Lookup {
         found: None,
         consulted,
+        unusable,
     })
 }
 
@@ -173,11 +183,13 @@ fn entry_for(
     path: &Path,
     registry: &str,
     repository: &str,
-) -> Result<Option<Credentials>, AuthError> {
+) -> Result<Entry, AuthError> {
     let malformed = |detail: String| AuthError::Malformed {
         path: path.to_owned(),
         detail,
     };
+    let registry = registry.to_ascii_lowercase();
+    let registry = registry.as_str();
     // Most specific first: registry/a/b/c, registry/a/b, registry/a, registry.
     let mut wanted = vec![registry.to_owned()];
     let mut prefix = registry.to_owned();
@@ -204,7 +216,7 @@ fn entry_for(
                 let (username, password) = raw.split_once(':').ok_or_else(|| {
                     malformed(format!("the `auth` of {want} is not base64(user:password)"))
                 })?;
-                return Ok(Some(Credentials {
+                return Ok(Entry::Found(Credentials {
                     username: username.to_owned(),
                     password: password.to_owned(),
                 }));
@@ -212,16 +224,16 @@ fn entry_for(
         }
         let field = |k: &str| entry.get(k).and_then(|v| v.as_str()).unwrap_or_default();
         if !field("username").is_empty() && !field("password").is_empty() {
-            return Ok(Some(Credentials {
+            return Ok(Entry::Found(Credentials {
                 username: field("username").to_owned(),
                 password: field("password").to_owned(),
             }));
         }
         if !field("identitytoken").is_empty() {
-            return Err(AuthError::IdentityToken {
-                path: path.to_owned(),
-                registry: want.clone(),
-            });
+            return Ok(Entry::Unusable(format!(
+                "{} holds an identity token for {want}, which Lazaret does not exchange yet (log in with a user name and password or access token)",
+                path.display()
+            )));
         }
     }
     // No inline entry: a helper configured for it is named, not run.
@@ -236,13 +248,13 @@ fn entry_for(
         .or_else(|| doc.get("credsStore").and_then(|v| v.as_str()))
         .filter(|h| !h.is_empty());
     if let Some(helper) = helper {
-        return Err(AuthError::CredentialHelper {
-            path: path.to_owned(),
-            registry: registry.to_owned(),
-            helper: helper.to_owned(),
-        });
+        return Ok(Entry::Unusable(format!(
+            "{} hands {registry}'s credentials to the credential helper `docker-credential-{helper}`, which Lazaret does not run yet (add an `auths` entry, for example with `podman login --authfile {} {registry}`)",
+            path.display(),
+            path.display()
+        )));
     }
-    Ok(None)
+    Ok(Entry::Absent)
 }
 
 /// A `WWW-Authenticate` challenge.
@@ -330,6 +342,7 @@ mod tests {
         assert_eq!(normalise_key("registry-1.docker.io"), "docker.io");
         assert_eq!(normalise_key("http://127.0.0.1:5000"), "127.0.0.1:5000");
         assert_eq!(normalise_key("quay.io/org"), "quay.io/org");
+        assert_eq!(normalise_key("Quay.IO/org"), "quay.io/org");
     }
 
     #[test]
@@ -362,16 +375,26 @@ mod tests {
         );
         assert_eq!(user("r.example", "x").ok(), Some(Some("u".into())));
         assert_eq!(user("none.example", "x").ok(), Some(None));
-        let msg = |reg: &str| {
+        // A helper or an identity token is no credential: the pull goes on
+        // anonymously, and the note names the file and the helper.
+        let notes = |reg: &str| {
             lookup(reg, "x", &env)
-                .map(|_| ())
+                .map(|l| (l.found.is_none(), l.unusable.join(" | ")))
                 .map_err(|e| e.to_string())
-                .err()
-                .unwrap_or_default()
         };
-        assert!(msg("ecr.example").contains("docker-credential-ecr-login"));
-        assert!(msg("tok.example").contains("identity token"));
-        assert!(msg("bad.example").contains("not base64"));
+        let (none, note) = notes("ecr.example")?;
+        assert!(
+            none && note.contains("docker-credential-ecr-login"),
+            "{note}"
+        );
+        let (none, note) = notes("tok.example")?;
+        assert!(none && note.contains("identity token"), "{note}");
+        let msg = lookup("bad.example", "x", &env)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+            .err()
+            .unwrap_or_default();
+        assert!(msg.contains("not base64"), "{msg}");
         // The secret never shows in Debug.
         let found = lookup("quay.io", "x", &env).map_err(|e| e.to_string())?;
         let shown = format!("{found:?}");

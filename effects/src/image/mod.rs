@@ -155,8 +155,13 @@ pub enum ImageError {
     #[error(transparent)]
     Auth(#[from] AuthError),
     /// The registry wants credentials and the auth files have none for it.
-    #[error("registry {registry} requires authentication and no credentials for it were found (auth files consulted: {consulted}); log in with `podman login {registry}` or `docker login {registry}`")]
-    AuthRequired { registry: String, consulted: String },
+    #[error("registry {registry} requires authentication and no credentials for it were found (auth files consulted: {consulted}){unusable}; log in with `podman login {registry}` or `docker login {registry}`")]
+    AuthRequired {
+        registry: String,
+        consulted: String,
+        /// `; ...` notes on entries that exist but cannot be used.
+        unusable: String,
+    },
     /// The registry or its token server refused the credentials.
     #[error("registry {registry} refused {with} (HTTP {status}); check the user name and password, and that the account may pull this repository")]
     AuthRejected {

@@ -39,6 +39,9 @@ pub(super) struct RegistrySource {
     credentials_from: Option<PathBuf>,
     /// The auth files consulted, for messages.
     consulted: Vec<PathBuf>,
+    /// Entries for the registry Lazaret cannot use (a credential helper,
+    /// an identity token), for messages.
+    unusable: Vec<String>,
 }
 
 impl std::fmt::Debug for RegistrySource {
@@ -67,6 +70,7 @@ impl RegistrySource {
             answers: 0,
             credentials_from: None,
             consulted: Vec::new(),
+            unusable: Vec::new(),
         })
     }
 
@@ -75,37 +79,47 @@ impl RegistrySource {
             .url(&format!("/v2/{}/{kind}/{reference}", self.repository))
     }
 
-    /// GETs `url` from the registry, answering one authentication challenge;
-    /// any status but 200 is an error naming the registry.
+    /// GETs `url` from the registry, answering its authentication
+    /// challenge (and, later, the challenge of an expired bearer token);
+    /// any status but 200 is an error naming the registry. Only the
+    /// registry's own 401 is answered: one from a redirect target on
+    /// another host never receives the registry's credentials.
     fn get(&mut self, url: &str, accept: &str) -> Result<Response, ImageError> {
         let headers = [("Accept", accept)];
-        let mut resp = self.transport.get(url, &headers, &self.authorization)?;
+        let mut answer = self.transport.get(url, &headers, &self.authorization)?;
         let bearer =
             matches!(&self.authorization, Authorization::Header(h) if h.starts_with("Bearer "));
         let expired = self.answered && bearer && self.answers < MAX_ANSWERS;
-        if resp.status().as_u16() == 401 && (!self.answered || expired) {
-            let challenge = resp
+        if answer.response.status().as_u16() == 401
+            && answer.from_origin
+            && (!self.answered || expired)
+        {
+            let challenge = answer
+                .response
                 .headers()
                 .get("WWW-Authenticate")
                 .and_then(|v| v.to_str().ok())
                 .and_then(auth::parse_challenge);
-            self.answer(challenge)?;
-            resp = self.transport.get(url, &headers, &self.authorization)?;
+            self.answer(challenge, url)?;
+            answer = self.transport.get(url, &headers, &self.authorization)?;
         }
-        let status = resp.status().as_u16();
+        let status = answer.response.status().as_u16();
         match status {
-            200 => Ok(resp),
+            200 => Ok(answer.response),
             // Anonymous access refused after the challenge was answered
             // (a token without the pull action): credentials are missing.
-            401 | 403 if self.answered && self.credentials_from.is_none() => {
+            401 | 403 if answer.from_origin && self.answered && self.credentials_from.is_none() => {
                 Err(self.auth_required())
             }
-            401 | 403 if self.answered => Err(self.rejected(status)),
+            401 | 403 if answer.from_origin && self.answered => Err(self.rejected(status)),
             _ => Err(ImageError::RegistryStatus {
                 registry: self.registry.clone(),
-                url: url.to_owned(),
+                url: transport::shown(url),
                 status,
                 hint: match status {
+                    _ if !answer.from_origin => {
+                        " (answered by the host the registry redirected to, not by the registry)"
+                    }
                     400 if url.starts_with("http://") => {
                         " (plain HTTP is used for a loopback registry without a CA of its own; if it serves HTTPS, put its CA in ~/.config/containers/certs.d/HOST:PORT/ca.crt)"
                     }
@@ -127,6 +141,11 @@ impl RegistrySource {
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
+            unusable: self
+                .unusable
+                .iter()
+                .map(|note| format!("; {note}"))
+                .collect(),
         }
     }
 
@@ -142,17 +161,22 @@ impl RegistrySource {
     }
 
     /// Answers a 401 challenge: sets what later requests carry.
-    fn answer(&mut self, challenge: Option<Challenge>) -> Result<(), ImageError> {
+    fn answer(&mut self, challenge: Option<Challenge>, url: &str) -> Result<(), ImageError> {
         self.answered = true;
         self.answers += 1;
         let env = |k: &str| std::env::var(k).ok();
-        let Lookup { found, consulted } = auth::lookup(&self.registry, &self.repository, &env)?;
+        let Lookup {
+            found,
+            consulted,
+            unusable,
+        } = auth::lookup(&self.registry, &self.repository, &env)?;
         let (credentials, from) = match found {
             Some((c, from)) => (Some(c), Some(from)),
             None => (None, None),
         };
         self.credentials_from = from;
         self.consulted = consulted;
+        self.unusable = unusable;
         match challenge {
             Some(Challenge::Basic) => {
                 let c = credentials.as_ref().ok_or_else(|| self.auth_required())?;
@@ -173,7 +197,7 @@ impl RegistrySource {
             }
             None => Err(ImageError::RegistryStatus {
                 registry: self.registry.clone(),
-                url: self.transport.url("/v2/"),
+                url: transport::shown(url),
                 status: 401,
                 hint: " (without a Basic or Bearer challenge Lazaret can answer)",
             }),
@@ -187,11 +211,9 @@ impl RegistrySource {
         service: Option<&str>,
         credentials: Option<&Credentials>,
     ) -> Result<String, ImageError> {
-        // A token server is reached over HTTPS, or plain HTTP on loopback.
-        let plain_loopback = realm.strip_prefix("http://").is_some_and(|rest| {
-            transport::is_loopback(rest.split(['/', '?']).next().unwrap_or_default())
-        });
-        if !realm.starts_with("https://") && !plain_loopback {
+        // A token server is reached over HTTPS, or plain HTTP on loopback,
+        // and never through a `user@host` that hides its host.
+        if !transport::allowed_url(realm) {
             return Err(ImageError::TokenRealm {
                 registry: self.registry.clone(),
                 realm: realm.to_owned(),
@@ -209,11 +231,12 @@ impl RegistrySource {
             Some(c) => Authorization::Header(c.basic_header()),
             None => Authorization::None,
         };
-        let mut resp = self
+        let answer = self
             .transport
             .get(&url, &[("Accept", "application/json")], &auth)?;
+        let mut resp = answer.response;
         let status = resp.status().as_u16();
-        if status == 401 || status == 403 {
+        if (status == 401 || status == 403) && answer.from_origin {
             return Err(self.rejected(status));
         }
         if status != 200 {
@@ -230,7 +253,7 @@ impl RegistrySource {
             .read_to_vec()
             .map_err(|e| ImageError::Body {
                 registry: self.registry.clone(),
-                url: realm.to_owned(),
+                url: transport::shown(realm),
                 detail: e.to_string(),
             })?;
         let doc: serde_json::Value =
@@ -311,8 +334,8 @@ impl ResumingBlob<'_> {
         }
         self.resumes += 1;
         let range = format!("bytes={}-", self.offset);
-        tracing::info!(url = %self.url, offset = self.offset, "resuming a blob download");
-        let resp = self
+        tracing::info!(url = %transport::shown(&self.url), offset = self.offset, "resuming a blob download");
+        let answer = self
             .source
             .transport
             .get(
@@ -321,6 +344,7 @@ impl ResumingBlob<'_> {
                 &self.source.authorization,
             )
             .map_err(|e| std::io::Error::other(format!("{broke}; resuming failed: {e}")))?;
+        let resp = answer.response;
         let starts_here = resp
             .headers()
             .get("Content-Range")

@@ -120,11 +120,18 @@ pub enum StoreError {
     Remove { path: PathBuf, source: io::Error },
 }
 
-/// A hold on the blob store, released on drop: shared by every pull and
-/// launch while it reads or adds blobs, exclusive while `lazaret image rm`
-/// deletes them, so no blob disappears under a reader.
+/// A shared hold on the blob store, released on drop: every pull and
+/// launch holds one while it reads or adds blobs.
 #[derive(Debug)]
 pub struct StoreHold {
+    _file: File,
+}
+
+/// The exclusive hold `lazaret image rm` deletes blobs under, released on
+/// drop: no pull or launch holds the store meanwhile, so no blob
+/// disappears under a reader.
+#[derive(Debug)]
+pub struct ExclusiveHold {
     _file: File,
 }
 
@@ -208,10 +215,10 @@ impl BlobStore {
 
     /// Holds the store exclusively, or `None` while a pull or launch
     /// holds it.
-    pub fn try_hold_exclusive(&self) -> Result<Option<StoreHold>, StoreError> {
+    pub fn try_hold_exclusive(&self) -> Result<Option<ExclusiveHold>, StoreError> {
         let file = self.lock_file()?;
         match crate::lock_file::try_lock(&file) {
-            Ok(crate::lock_file::Flock::Taken) => Ok(Some(StoreHold { _file: file })),
+            Ok(crate::lock_file::Flock::Taken) => Ok(Some(ExclusiveHold { _file: file })),
             Ok(crate::lock_file::Flock::Held) => Ok(None),
             Err(e) => Err(StoreError::Lock {
                 path: self.root.join("store.lock"),
@@ -220,9 +227,33 @@ impl BlobStore {
         }
     }
 
-    /// Removes blob `d` if present; the bytes freed. The caller holds the
-    /// store exclusively.
-    pub fn remove(&self, d: &Sha256, _hold: &StoreHold) -> Result<u64, StoreError> {
+    /// Every blob in the store, at most `max` (more is an error).
+    pub fn blobs(&self, max: usize) -> Result<Vec<Sha256>, StoreError> {
+        let dir = self.root.join("blobs/sha256");
+        let read_err = |source| StoreError::Read {
+            path: dir.clone(),
+            source,
+        };
+        let mut found = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(read_err)? {
+            let entry = entry.map_err(read_err)?;
+            let name = entry.file_name();
+            // Only `<64 hex>` names are blobs; anything else is left alone.
+            let Ok(d) = Sha256::parse(&format!("sha256:{}", name.to_string_lossy())) else {
+                continue;
+            };
+            if found.len() >= max {
+                return Err(read_err(io::Error::other(format!("more than {max} blobs"))));
+            }
+            found.push(d);
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// Removes blob `d` if present; the bytes freed. Only under the
+    /// exclusive hold.
+    pub fn remove(&self, d: &Sha256, _hold: &ExclusiveHold) -> Result<u64, StoreError> {
         let path = self.path(d);
         let size = match fs::symlink_metadata(&path) {
             Ok(m) => m.len(),
@@ -262,8 +293,10 @@ impl BlobStore {
         progress: &mut dyn FnMut(u64),
     ) -> Result<PathBuf, StoreError> {
         let final_path = self.path(digest);
-        let (staged, out) = self.create_staged(digest)?;
-        let result = self.stage(digest, size, from, source, progress, &staged, out);
+        // `out` stays open, and so locked, until the rename is done: a
+        // sweep never takes a finished blob for a dead writer's.
+        let (staged, mut out) = self.create_staged(digest)?;
+        let result = self.stage(digest, size, from, source, progress, &staged, &mut out);
         let result = result.and_then(|()| {
             fs::rename(&staged, &final_path).map_err(|source| StoreError::Publish {
                 digest: digest.clone(),
@@ -274,6 +307,7 @@ impl BlobStore {
         if result.is_err() {
             let _ = fs::remove_file(&staged);
         }
+        drop(out);
         result.map(|()| final_path)
     }
 
@@ -327,7 +361,7 @@ impl BlobStore {
         source: &mut dyn Read,
         progress: &mut dyn FnMut(u64),
         staged: &Path,
-        mut out: File,
+        out: &mut File,
     ) -> Result<(), StoreError> {
         let werr = |source| StoreError::Write {
             digest: digest.clone(),

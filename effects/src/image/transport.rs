@@ -8,8 +8,9 @@
 //! Per-registry CAs follow the containers convention (containers-certs.d(5)):
 //! every `*.crt` in `$XDG_CONFIG_HOME/containers/certs.d/HOST[:PORT]/`
 //! (default `~/.config`), `/etc/containers/certs.d/HOST[:PORT]/` and
-//! `/etc/docker/certs.d/HOST[:PORT]/` is added to the roots for that
-//! registry alone.
+//! `/etc/docker/certs.d/HOST[:PORT]/` is added to the roots of the client
+//! that pulls from that registry (so also for its token server and the
+//! hosts it redirects to), and of no other.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,10 @@ pub enum TransportError {
         detail: String,
         hint: String,
     },
+    /// A URL this client does not request: plain HTTP to a host that is
+    /// not loopback, or a `user@host` authority.
+    #[error("registry {registry}: refusing to request {url}: only https:// URLs (or plain http:// on loopback) without a user@ part are used")]
+    Refused { registry: String, url: String },
     /// A redirect to a location this client does not follow.
     #[error("registry {registry} redirected {url} to {location:?}: {why}")]
     BadRedirect {
@@ -92,10 +97,35 @@ pub(super) struct Transport {
 /// The answer to a request after redirects: status, headers and body.
 pub(super) type Response = ureq::http::Response<ureq::Body>;
 
+/// An answer and whether it came from the origin first asked (not from a
+/// redirect target on another host, whose 401 must never be answered
+/// with the registry's credentials).
+#[derive(Debug)]
+pub(super) struct Answer {
+    pub(super) response: Response,
+    pub(super) from_origin: bool,
+}
+
+/// Whether `url` may be requested: `https://`, or `http://` to a loopback
+/// host, with no `user@` part.
+pub(super) fn allowed_url(url: &str) -> bool {
+    Origin::of(url).is_some_and(|o| o.scheme == "https" || o.plain_loopback())
+}
+
+/// `url` without its query and fragment, for messages: a redirect's
+/// pre-signed URL carries its signature there.
+pub(super) fn shown(url: &str) -> String {
+    match url.find(['?', '#']) {
+        Some(i) => format!("{}?…", &url[..i]),
+        None => url.to_owned(),
+    }
+}
+
 /// Whether `host` (`name[:port]`, `[v6]:port`) names a loopback address.
 pub(super) fn is_loopback(host: &str) -> bool {
     let name = host_name(host);
-    name == "localhost" || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The name part of `host[:port]` (brackets of an IPv6 literal removed).
@@ -216,15 +246,15 @@ impl Transport {
             .timeout_connect(Some(Duration::from_secs(15)))
             .timeout_recv_response(Some(Duration::from_secs(60)))
             .timeout_per_read(Some(Duration::from_secs(60)));
-        if scheme == "https" {
-            let mut roots = platform_roots()?;
-            roots.extend(cas);
-            builder = builder.tls_config(
-                TlsConfig::builder()
-                    .root_certs(RootCerts::new_with_certs(&roots))
-                    .build(),
-            );
-        }
+        // Always our roots, even for a plain-HTTP registry: its redirects
+        // and its token server may be HTTPS.
+        let mut roots = platform_roots()?;
+        roots.extend(cas);
+        builder = builder.tls_config(
+            TlsConfig::builder()
+                .root_certs(RootCerts::new_with_certs(&roots))
+                .build(),
+        );
         // Loopback traffic never leaves the host through a proxy.
         builder = builder.proxy(if loopback {
             None
@@ -246,15 +276,20 @@ impl Transport {
     }
 
     /// GETs `url`, following redirects (only to HTTPS, or within a
-    /// loopback registry's own origin) with `auth` sent only to the
-    /// registry's own origin. Any status is returned; the caller judges it.
+    /// loopback registry's own origin) with `auth` sent only to the origin
+    /// of `url`. Any status is returned; the caller judges it.
     pub(super) fn get(
         &self,
         url: &str,
         headers: &[(&str, &str)],
         auth: &Authorization,
-    ) -> Result<Response, TransportError> {
-        let origin = Origin::of(url).ok_or_else(|| self.unreachable(url, "not a URL".into()))?;
+    ) -> Result<Answer, TransportError> {
+        let origin = Origin::of(url)
+            .filter(|o| o.scheme == "https" || o.plain_loopback())
+            .ok_or_else(|| TransportError::Refused {
+                registry: self.registry.clone(),
+                url: shown(url),
+            })?;
         let mut current = url.to_owned();
         for _ in 0..=MAX_REDIRECTS {
             let here = Origin::of(&current)
@@ -272,7 +307,10 @@ impl Transport {
                 .call()
                 .map_err(|e| self.unreachable(&current, e.to_string()))?;
             if !response.status().is_redirection() {
-                return Ok(response);
+                return Ok(Answer {
+                    response,
+                    from_origin: here == origin,
+                });
             }
             let location = response
                 .headers()
@@ -284,8 +322,8 @@ impl Transport {
         }
         Err(TransportError::BadRedirect {
             registry: self.registry.clone(),
-            url: url.to_owned(),
-            location: current,
+            url: shown(url),
+            location: shown(&current),
             why: "more than 5 redirects",
         })
     }
@@ -295,8 +333,8 @@ impl Transport {
     fn follow(&self, from: &str, here: &Origin, location: &str) -> Result<String, TransportError> {
         let bad = |why| TransportError::BadRedirect {
             registry: self.registry.clone(),
-            url: from.to_owned(),
-            location: location.to_owned(),
+            url: shown(from),
+            location: shown(location),
             why,
         };
         if location.starts_with('/') && !location.starts_with("//") {
@@ -334,7 +372,7 @@ impl Transport {
         };
         TransportError::Unreachable {
             registry: self.registry.clone(),
-            url: url.to_owned(),
+            url: shown(url),
             detail,
             hint,
         }
@@ -349,6 +387,12 @@ struct Origin {
 }
 
 impl Origin {
+    /// Whether this origin may be reached without TLS: plain HTTP only to
+    /// a loopback host.
+    fn plain_loopback(&self) -> bool {
+        self.scheme == "http" && is_loopback(&self.authority)
+    }
+
     fn of(url: &str) -> Option<Origin> {
         let uri: Uri = url.parse().ok()?;
         let scheme = uri.scheme_str()?.to_ascii_lowercase();
@@ -356,6 +400,10 @@ impl Origin {
             return None;
         }
         let authority = uri.authority()?.as_str().to_ascii_lowercase();
+        // `user@host` is never taken: it hides the host from a reader.
+        if authority.contains('@') {
+            return None;
+        }
         Some(Origin { scheme, authority })
     }
 }
@@ -447,6 +495,28 @@ mod tests {
             assert!(msg.contains("redirected"), "{refused}: {msg}");
         }
         Ok(())
+    }
+
+    #[test]
+    fn a_user_part_or_plain_http_elsewhere_is_never_requested() {
+        assert!(allowed_url("https://auth.example/token"));
+        assert!(allowed_url("http://127.0.0.1:5001/token"));
+        assert!(allowed_url("http://[::1]:5001/token"));
+        for refused in [
+            "http://auth.example/token",
+            "http://localhost:1@evil.example/t",
+            "http://[::1]:80@evil.example/t",
+            "https://user@auth.example/token",
+            "ftp://127.0.0.1/x",
+            "/relative",
+        ] {
+            assert!(!allowed_url(refused), "{refused}");
+        }
+        assert_eq!(
+            shown("https://blobs.example/a?X-Amz-Signature=secret"),
+            "https://blobs.example/a?…"
+        );
+        assert_eq!(shown("http://127.0.0.1/v2/"), "http://127.0.0.1/v2/");
     }
 
     #[test]
