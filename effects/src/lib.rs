@@ -29,3 +29,4 @@ pub mod trace_log;
 pub mod tree_removal;
 pub mod userns;
 pub mod workspace_owner;
+pub mod workspace_routing;

@@ -15,3 +15,4 @@ pub mod replay;
 pub mod simulate;
 pub mod terminal;
 pub mod trace;
+pub mod workspace_routing;

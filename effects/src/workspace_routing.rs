@@ -1,0 +1,404 @@
+//! Reading a workspace's classification inputs (spec 3.5, "Ignored Workspace
+//! State routing contract"): the repository's index, ignore files,
+//! `core.ignoreCase`, global excludes and nested repositories, read from the
+//! host and handed to the pure
+//! [`ClassificationSnapshot`](lazaret_runtime::workspace_routing) whole.
+//!
+//! The walk is Git's: every directory that is not excluded is visited for its
+//! `.gitignore` and for nested repositories; an excluded directory is not
+//! entered. A `.gitignore` that is a symbolic link is not read (Git refuses to
+//! follow one since 2.32). Configuration values come from the host's own
+//! `git config` with the git directory named explicitly, so system, global
+//! and include files mean what they mean to host Git; reading configuration
+//! runs no hook and no filesystem monitor.
+
+use crate::broker::transient::{self, Limits as RunLimits, TransientError};
+use lazaret_runtime::display::escape_path;
+use lazaret_runtime::workspace_routing::tracked::{
+    IndexError, ObjectFormat, TrackedPaths, MAX_INDEX_BYTES,
+};
+use lazaret_runtime::workspace_routing::{
+    ClassificationSnapshot, RepositoryRules, MAX_NESTED_DEPTH,
+};
+use std::collections::VecDeque;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{self, Read as _};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Largest ignore file read (bytes).
+pub const MAX_IGNORE_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// Most directory entries the walk looks at over all repositories.
+pub const MAX_WALK_ENTRIES: usize = 2_000_000;
+/// Time one `git config` query may take.
+const GIT_CONFIG_LIMIT: Duration = Duration::from_secs(10);
+
+/// Why the classification inputs could not be read; one variant per step.
+#[derive(Debug, thiserror::Error)]
+pub enum RoutingInputError {
+    /// A file or directory could not be inspected or read.
+    #[error("cannot read {}: {source}", escape_path(.path))]
+    Read { path: PathBuf, source: io::Error },
+    /// An ignore file is larger than [`MAX_IGNORE_FILE_BYTES`].
+    #[error("{} is larger than {MAX_IGNORE_FILE_BYTES} bytes", escape_path(.path))]
+    IgnoreFileTooLarge { path: PathBuf },
+    /// The index could not be decoded.
+    #[error("cannot read the Git index {}", escape_path(.path))]
+    Index {
+        path: PathBuf,
+        #[source]
+        source: IndexError,
+    },
+    /// Host `git config` failed to run.
+    #[error("cannot ask host git for {key} of {}", escape_path(.git_dir))]
+    GitConfig {
+        key: &'static str,
+        git_dir: PathBuf,
+        #[source]
+        source: TransientError,
+    },
+    /// Host `git config` refused the value.
+    #[error("host git rejects {key} of {}: {stderr}", escape_path(.git_dir))]
+    GitConfigValue {
+        key: &'static str,
+        git_dir: PathBuf,
+        stderr: String,
+    },
+    /// `extensions.objectFormat` names a format Git does not have.
+    #[error("{} names object format {value:?}; Git knows sha1 and sha256", escape_path(.git_dir))]
+    ObjectFormat { git_dir: PathBuf, value: String },
+    /// The `.git` file of the workspace does not name a git directory.
+    #[error("{} does not start with `gitdir: <path>`", escape_path(.path))]
+    GitFile { path: PathBuf },
+    /// More directory entries than [`MAX_WALK_ENTRIES`].
+    #[error("the workspace has more than {MAX_WALK_ENTRIES} entries outside ignored directories")]
+    TooManyEntries,
+}
+
+/// The git directory and common directory of a working tree's `.git`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GitDirs {
+    /// The per-worktree git directory (index, `HEAD`).
+    pub git_dir: PathBuf,
+    /// The common directory (`info/exclude`, objects, refs).
+    pub common_dir: PathBuf,
+}
+
+/// The classification snapshot of the workspace `workspace` now.
+pub fn read_snapshot(workspace: &Path) -> Result<ClassificationSnapshot, RoutingInputError> {
+    let Some(dirs) = repository_dirs(workspace)? else {
+        return Ok(ClassificationSnapshot::without_repository());
+    };
+    let mut budget = MAX_WALK_ENTRIES;
+    let rules = read_repository(workspace, &dirs, 0, &mut budget)?;
+    Ok(ClassificationSnapshot::of_repository(rules))
+}
+
+/// The git directories of the working tree at `root`, if it is one as Git
+/// sees it (`is_nonbare_repository_dir`): `.git` is a directory, or a file
+/// `gitdir: <path>`, naming a git directory with `HEAD`, `objects/` and
+/// `refs/`.
+pub fn repository_dirs(root: &Path) -> Result<Option<GitDirs>, RoutingInputError> {
+    let dot_git = root.join(".git");
+    let Some(meta) = lstat(&dot_git)? else {
+        return Ok(None);
+    };
+    let git_dir = if meta.is_dir() {
+        dot_git
+    } else if meta.is_file() {
+        let text = read_bounded(&dot_git, 64 * 1024)?;
+        let target = text
+            .split(|b| *b == b'\n')
+            .next()
+            .and_then(|l| l.strip_prefix(b"gitdir:"))
+            .map(|t| t.trim_ascii())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| RoutingInputError::GitFile {
+                path: dot_git.clone(),
+            })?;
+        root.join(OsStr::from_bytes(target))
+    } else {
+        return Ok(None);
+    };
+    let common_dir = match read_optional(&git_dir.join("commondir"), 64 * 1024)? {
+        Some(text) => git_dir.join(OsStr::from_bytes(text.trim_ascii_end())),
+        None => git_dir.clone(),
+    };
+    let head = read_optional(&git_dir.join("HEAD"), 4096)?;
+    let valid_head = head.is_some_and(|h| {
+        let h = h.trim_ascii_end();
+        h.starts_with(b"ref: refs/")
+            || ((h.len() == 40 || h.len() == 64) && h.iter().all(u8::is_ascii_hexdigit))
+    });
+    let is_dir = |p: PathBuf| fs::metadata(p).is_ok_and(|m| m.is_dir());
+    if valid_head && is_dir(common_dir.join("objects")) && is_dir(common_dir.join("refs")) {
+        Ok(Some(GitDirs {
+            git_dir,
+            common_dir,
+        }))
+    } else {
+        Ok(None)
+    }
+}
+
+fn read_repository(
+    root: &Path,
+    dirs: &GitDirs,
+    nesting: usize,
+    budget: &mut usize,
+) -> Result<RepositoryRules, RoutingInputError> {
+    let ignore_case =
+        git_config(&dirs.git_dir, "core.ignorecase", "bool")?.is_some_and(|v| v == b"true");
+    let format = match git_config(&dirs.git_dir, "extensions.objectformat", "")? {
+        None => ObjectFormat::Sha1,
+        Some(v) if v.eq_ignore_ascii_case(b"sha1") => ObjectFormat::Sha1,
+        Some(v) if v.eq_ignore_ascii_case(b"sha256") => ObjectFormat::Sha256,
+        Some(v) => {
+            return Err(RoutingInputError::ObjectFormat {
+                git_dir: dirs.git_dir.clone(),
+                value: String::from_utf8_lossy(&v).into_owned(),
+            })
+        }
+    };
+    let index_path = dirs.git_dir.join("index");
+    let index_limit = u64::try_from(MAX_INDEX_BYTES)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    let tracked = match read_optional(&index_path, index_limit)? {
+        None => TrackedPaths::from_paths(Vec::new(), ignore_case),
+        Some(bytes) => {
+            TrackedPaths::from_index_bytes(&bytes, format, ignore_case).map_err(|source| {
+                RoutingInputError::Index {
+                    path: index_path.clone(),
+                    source,
+                }
+            })?
+        }
+    };
+    let gitlinks = tracked.gitlinks().to_vec();
+    let mut rules = RepositoryRules::new(tracked, ignore_case);
+    if let Some(file) = global_excludes(&dirs.git_dir)? {
+        if let Some(bytes) = read_ignore_file(&file)? {
+            rules = rules.with_global_excludes(&bytes);
+        }
+    }
+    if let Some(bytes) = read_ignore_file(&dirs.common_dir.join("info").join("exclude"))? {
+        rules = rules.with_info_exclude(&bytes);
+    }
+    walk(root, &mut rules, nesting, budget)?;
+    // Submodules the walk did not reach (inside an excluded directory).
+    for link in gitlinks {
+        let sub_root = root.join(OsStr::from_bytes(&link));
+        if nesting < MAX_NESTED_DEPTH && !rules.has_nested(&link) {
+            if let Some(sub) = repository_dirs(&sub_root)? {
+                let inner = read_repository(&sub_root, &sub, nesting + 1, budget)?;
+                rules.add_nested(&link, inner);
+            }
+        }
+    }
+    Ok(rules)
+}
+
+/// Visits every directory of the working tree at `root` that Git would,
+/// breadth first (a directory's `.gitignore` is read before anything below
+/// it is judged).
+fn walk(
+    root: &Path,
+    rules: &mut RepositoryRules,
+    nesting: usize,
+    budget: &mut usize,
+) -> Result<(), RoutingInputError> {
+    let mut queue: VecDeque<Vec<u8>> = VecDeque::from([Vec::new()]);
+    while let Some(relative) = queue.pop_front() {
+        let dir = if relative.is_empty() {
+            root.to_owned()
+        } else {
+            root.join(OsStr::from_bytes(&relative))
+        };
+        if let Some(bytes) = read_ignore_file(&dir.join(".gitignore"))? {
+            rules.add_gitignore(&relative, &bytes);
+        }
+        let entries = fs::read_dir(&dir).map_err(|source| RoutingInputError::Read {
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| RoutingInputError::Read {
+                path: dir.clone(),
+                source,
+            })?;
+            *budget = budget
+                .checked_sub(1)
+                .ok_or(RoutingInputError::TooManyEntries)?;
+            let file_type = entry
+                .file_type()
+                .map_err(|source| RoutingInputError::Read {
+                    path: entry.path(),
+                    source,
+                })?;
+            let name = entry.file_name();
+            if !file_type.is_dir() || name == ".git" {
+                continue;
+            }
+            let mut child = relative.clone();
+            if !child.is_empty() {
+                child.push(b'/');
+            }
+            child.extend_from_slice(name.as_bytes());
+            if rules.directory_is_excluded(&child) {
+                continue;
+            }
+            let child_root = entry.path();
+            match repository_dirs(&child_root)? {
+                Some(dirs) if nesting < MAX_NESTED_DEPTH => {
+                    let inner = read_repository(&child_root, &dirs, nesting + 1, budget)?;
+                    rules.add_nested(&child, inner);
+                }
+                // Deeper than the bound: its contents follow the enclosing
+                // repository's rules, which see an untracked directory.
+                Some(_) => {}
+                None => queue.push_back(child),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The global excludes file host Git uses with `git_dir`:
+/// `core.excludesFile`, else `$XDG_CONFIG_HOME/git/ignore` (when set and not
+/// empty), else `$HOME/.config/git/ignore`.
+fn global_excludes(git_dir: &Path) -> Result<Option<PathBuf>, RoutingInputError> {
+    if let Some(path) = git_config(git_dir, "core.excludesfile", "path")? {
+        return Ok(Some(PathBuf::from(OsStr::from_bytes(&path))));
+    }
+    let xdg = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty());
+    Ok(match xdg {
+        Some(xdg) => Some(Path::new(&xdg).join("git").join("ignore")),
+        None => std::env::var_os("HOME").map(|h| Path::new(&h).join(".config/git/ignore")),
+    })
+}
+
+/// The value of `key` as host Git reads it for `git_dir` (`--type` when
+/// `kind` is not empty), or `None` when unset.
+fn git_config(
+    git_dir: &Path,
+    key: &'static str,
+    kind: &str,
+) -> Result<Option<Vec<u8>>, RoutingInputError> {
+    let mut command = std::process::Command::new("git");
+    command
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["config", "--get"]);
+    if !kind.is_empty() {
+        command.arg(format!("--type={kind}"));
+    }
+    command.arg(key);
+    let output = match transient::output(&mut command, b"", RunLimits::of(GIT_CONFIG_LIMIT)) {
+        Ok(o) => o,
+        // No Git on the host: nothing configured.
+        Err(e) if e.io_kind() == Some(io::ErrorKind::NotFound) => return Ok(None),
+        Err(source) => {
+            return Err(RoutingInputError::GitConfig {
+                key,
+                git_dir: git_dir.to_owned(),
+                source,
+            })
+        }
+    };
+    match output.status.code() {
+        Some(0) => {
+            let mut value = output.stdout;
+            if value.last() == Some(&b'\n') {
+                value.pop();
+            }
+            Ok(Some(value))
+        }
+        Some(1) => Ok(None),
+        _ => Err(RoutingInputError::GitConfigValue {
+            key,
+            git_dir: git_dir.to_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        }),
+    }
+}
+
+/// An ignore file's content: `None` when it is absent, not a regular file,
+/// or a symbolic link (which Git does not follow).
+fn read_ignore_file(path: &Path) -> Result<Option<Vec<u8>>, RoutingInputError> {
+    match lstat(path)? {
+        Some(meta) if meta.is_file() => {}
+        _ => return Ok(None),
+    }
+    if let Some(bytes) = read_optional(path, MAX_IGNORE_FILE_BYTES + 1)? {
+        if bytes.len() as u64 > MAX_IGNORE_FILE_BYTES {
+            return Err(RoutingInputError::IgnoreFileTooLarge {
+                path: path.to_owned(),
+            });
+        }
+        return Ok(Some(bytes));
+    }
+    Ok(None)
+}
+
+fn lstat(path: &Path) -> Result<Option<fs::Metadata>, RoutingInputError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) => Ok(Some(m)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(source) => Err(RoutingInputError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Up to `limit` bytes of the file at `path` (not following a final
+/// symbolic link), or `None` when there is none.
+fn read_optional(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RoutingInputError> {
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path);
+    let file = match file {
+        Ok(f) => f,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(source) => {
+            return Err(RoutingInputError::Read {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    let mut bytes = Vec::new();
+    file.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|source| RoutingInputError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(Some(bytes))
+}
+
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, RoutingInputError> {
+    read_optional(path, limit)?.ok_or_else(|| RoutingInputError::Read {
+        path: path.to_owned(),
+        source: io::Error::from(io::ErrorKind::NotFound),
+    })
+}

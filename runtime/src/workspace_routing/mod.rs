@@ -1,0 +1,345 @@
+//! Which backing each workspace path routes to (spec 3.5, "Ignored Workspace
+//! State routing contract"; SR-13): the canonical Agent Workspace for tracked
+//! and ordinary non-ignored paths, the Domain's Ignored Workspace State for
+//! ignored untracked ones.
+//!
+//! A [`ClassificationSnapshot`] is immutable: it is built whole from the
+//! repository's inputs (ignore files, index, `core.ignoreCase`, nested
+//! repositories) read by the effects layer, and a changed input publishes a
+//! new snapshot, never an edit of this one (spec 3.5: "There is no partially
+//! updated matcher").
+//!
+//! Classification of a path follows Git's own walk (`dir.c`), component by
+//! component from the repository root:
+//! - a directory is excluded when the patterns that apply at its level match
+//!   it; nothing below an excluded directory can be re-included (Git reads no
+//!   `.gitignore` there and never looks at a negation below it);
+//! - at each level the deepest `.gitignore` with a matching line decides,
+//!   then `info/exclude`, then the global excludes file; within one source
+//!   the last matching line decides, and a negation decides "not ignored";
+//! - a tracked path (an index entry, or a directory holding one) is never
+//!   ignored, whatever the patterns say, but an excluded directory still
+//!   excludes its untracked children;
+//! - a nested repository (a directory below the root with its own `.git`,
+//!   including a submodule) is classified by its own rules below its root;
+//!   its root directory is classified by the enclosing repository, and an
+//!   untracked one inside an excluded directory is excluded whole.
+//!
+//! Paths are bytes (non-UTF-8 names are opaque); components are non-empty and
+//! hold neither NUL nor `/`.
+
+pub mod patterns;
+pub mod tracked;
+
+use gix_glob::pattern::Case;
+use patterns::{MatchedRule, PatternList, PatternSource};
+use std::collections::BTreeMap;
+use thiserror::Error;
+use tracked::TrackedPaths;
+
+/// Deepest path accepted, in components (Linux `PATH_MAX` is 4096 bytes, so
+/// no real path is deeper than 2048).
+pub const MAX_DEPTH: usize = 2048;
+/// Deepest nesting of repositories inside repositories.
+pub const MAX_NESTED_DEPTH: usize = 16;
+
+/// One of the two backings of the workspace tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backing {
+    /// The canonical Agent Workspace on the host.
+    Host,
+    /// The Domain's Ignored Workspace State.
+    Isolated,
+}
+
+/// Why a path routes where it does (what `lazaret` shows when asked, like
+/// `git check-ignore -v`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// An index entry, or a directory holding one: host-backed.
+    Tracked,
+    /// Matched by an ignore line: isolated.
+    Ignored(MatchedRule),
+    /// Below a directory (repository-relative `directory`) that a line
+    /// excludes: isolated, whatever the lines below say.
+    InExcludedDirectory {
+        /// The excluded directory, as a path from the workspace root.
+        directory: Vec<u8>,
+        /// The line that excluded it.
+        rule: MatchedRule,
+    },
+    /// A negation line matched last: host-backed.
+    Negated(MatchedRule),
+    /// No line matches: host-backed.
+    Unmatched,
+}
+
+/// A classified path: its backing, why, and which repository decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Where the path's operations go.
+    pub backing: Backing,
+    /// What decided it.
+    pub decision: Decision,
+    /// The root of the repository whose rules decided, as a path from the
+    /// workspace root (empty for the workspace's own repository).
+    pub repository: Vec<u8>,
+}
+
+/// A path the classification refuses.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PathError {
+    /// An empty component (`a//b`, a leading or trailing `/`) or the empty
+    /// path.
+    #[error("the path has an empty component")]
+    EmptyComponent,
+    /// A NUL byte.
+    #[error("the path holds a NUL byte")]
+    Nul,
+    /// `.` or `..`: routing is on canonical paths only.
+    #[error("the path has a `.` or `..` component")]
+    DotComponent,
+    /// Deeper than [`MAX_DEPTH`].
+    #[error("the path is deeper than {MAX_DEPTH} components")]
+    TooDeep,
+}
+
+/// The classification inputs of one repository: everything Git consults to
+/// tell an ignored path, already read.
+#[derive(Clone, Debug)]
+pub struct RepositoryRules {
+    case: Case,
+    global: Option<PatternList>,
+    info_exclude: Option<PatternList>,
+    /// `.gitignore` lists by the repository-relative directory they sit in.
+    per_directory: BTreeMap<Vec<u8>, PatternList>,
+    tracked: TrackedPaths,
+    /// Repositories below this one, by their repository-relative root.
+    nested: BTreeMap<Vec<u8>, RepositoryRules>,
+}
+
+impl RepositoryRules {
+    /// A repository with `tracked` paths and `core.ignoreCase = ignore_case`,
+    /// no ignore files yet.
+    pub fn new(tracked: TrackedPaths, ignore_case: bool) -> Self {
+        Self {
+            case: if ignore_case {
+                Case::Fold
+            } else {
+                Case::Sensitive
+            },
+            global: None,
+            info_exclude: None,
+            per_directory: BTreeMap::new(),
+            tracked,
+            nested: BTreeMap::new(),
+        }
+    }
+
+    /// The global excludes file's content.
+    pub fn with_global_excludes(mut self, bytes: &[u8]) -> Self {
+        self.global = Some(PatternList::parse(PatternSource::GlobalExcludes, bytes));
+        self
+    }
+
+    /// The common directory's `info/exclude` content.
+    pub fn with_info_exclude(mut self, bytes: &[u8]) -> Self {
+        self.info_exclude = Some(PatternList::parse(PatternSource::InfoExclude, bytes));
+        self
+    }
+
+    /// The `.gitignore` of the repository-relative `directory` (empty for
+    /// the root).
+    pub fn add_gitignore(&mut self, directory: &[u8], bytes: &[u8]) {
+        let list = PatternList::parse(PatternSource::GitIgnore(directory.to_vec()), bytes);
+        self.per_directory.insert(directory.to_vec(), list);
+    }
+
+    /// A nested repository whose root is the repository-relative `root`.
+    pub fn add_nested(&mut self, root: &[u8], rules: RepositoryRules) {
+        self.nested.insert(root.to_vec(), rules);
+    }
+
+    /// Whether a nested repository was added at `root`.
+    pub fn has_nested(&self, root: &[u8]) -> bool {
+        self.nested.contains_key(root)
+    }
+
+    /// Whether `core.ignoreCase` is on.
+    pub fn ignore_case(&self) -> bool {
+        self.case == Case::Fold
+    }
+
+    /// Whether the repository-relative directory `directory` is excluded, or
+    /// lies below an excluded directory: the effects layer reads no
+    /// `.gitignore` and looks for no nested repository there, as Git does not.
+    pub fn directory_is_excluded(&self, directory: &[u8]) -> bool {
+        let Ok(components) = components(directory) else {
+            return false;
+        };
+        let mut end = 0;
+        for (i, c) in components.iter().enumerate() {
+            end = if i == 0 { c.len() } else { end + 1 + c.len() };
+            let prefix = &directory[..end];
+            if self
+                .matching(prefix, true)
+                .is_some_and(|rule| !rule.negated)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The rule deciding `relative` (repository-relative) at its own level:
+    /// the deepest `.gitignore` of an ancestor directory with a matching
+    /// line, then `info/exclude`, then the global excludes.
+    fn matching(&self, relative: &[u8], is_dir: bool) -> Option<MatchedRule> {
+        // Ancestor directories of `relative`, deepest first: each `/` ends
+        // one, and the repository root comes last.
+        let slashes = relative
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, b)| **b == b'/')
+            .map(|(i, _)| (&relative[..i], &relative[i + 1..]));
+        for (directory, rest) in slashes.chain(std::iter::once((&relative[..0], relative))) {
+            if let Some(list) = self.per_directory.get(directory) {
+                if let Some(rule) = list.last_match(rest, is_dir, self.case) {
+                    return Some(rule);
+                }
+            }
+        }
+        [&self.info_exclude, &self.global]
+            .into_iter()
+            .flatten()
+            .find_map(|list| list.last_match(relative, is_dir, self.case))
+    }
+}
+
+/// The complete, immutable classification of one workspace at one moment.
+#[derive(Clone, Debug)]
+pub struct ClassificationSnapshot {
+    /// `None`: the workspace is no Git repository, so nothing is ignored.
+    root: Option<RepositoryRules>,
+}
+
+impl ClassificationSnapshot {
+    /// The snapshot of a workspace whose repository has `rules`.
+    pub fn of_repository(rules: RepositoryRules) -> Self {
+        Self { root: Some(rules) }
+    }
+
+    /// The snapshot of a workspace that is no Git repository: every path is
+    /// host-backed (Git reads no ignore file outside a repository).
+    pub fn without_repository() -> Self {
+        Self { root: None }
+    }
+
+    /// The route of `path` (from the workspace root, `/`-separated bytes);
+    /// `is_dir` says whether the path names a directory.
+    pub fn classify(&self, path: &[u8], is_dir: bool) -> Result<Route, PathError> {
+        let parts = components(path)?;
+        let Some(mut rules) = self.root.as_ref() else {
+            return Ok(host(Decision::Unmatched, Vec::new()));
+        };
+        // Offset of the current repository's root in `path` (0, or just
+        // after a nested repository's root and its `/`).
+        let mut base = 0;
+        let mut repository: &[u8] = &path[..0];
+        let mut excluded: Option<(usize, MatchedRule)> = None;
+        let mut end = 0;
+        for (i, part) in parts.iter().enumerate() {
+            end = if i == 0 {
+                part.len()
+            } else {
+                end + 1 + part.len()
+            };
+            let last = i + 1 == parts.len();
+            let dir = !last || is_dir;
+            let relative = &path[base..end];
+            let tracked = rules.tracked.contains(relative);
+            let rule = match excluded {
+                Some(_) => None,
+                None => rules.matching(relative, dir),
+            };
+            if last {
+                return Ok(if tracked {
+                    host(Decision::Tracked, repository.to_vec())
+                } else if let Some((at, rule)) = excluded {
+                    isolated(
+                        Decision::InExcludedDirectory {
+                            directory: path[..at].to_vec(),
+                            rule,
+                        },
+                        repository.to_vec(),
+                    )
+                } else {
+                    match rule {
+                        Some(rule) if rule.negated => {
+                            host(Decision::Negated(rule), repository.to_vec())
+                        }
+                        Some(rule) => isolated(Decision::Ignored(rule), repository.to_vec()),
+                        None => host(Decision::Unmatched, repository.to_vec()),
+                    }
+                });
+            }
+            match rule {
+                Some(rule) if !rule.negated => excluded = Some((end, rule)),
+                _ => {}
+            }
+            // A nested repository's own rules apply below its root, unless
+            // the enclosing repository excludes it (Git never looks inside an
+            // excluded untracked directory); a submodule (tracked gitlink) is
+            // the submodule's even inside an excluded directory.
+            if excluded.is_none() || tracked {
+                if let Some(inner) = rules.nested.get(relative) {
+                    rules = inner;
+                    repository = &path[..end];
+                    base = end + 1;
+                    excluded = None;
+                }
+            }
+        }
+        // `components` never returns an empty list.
+        Err(PathError::EmptyComponent)
+    }
+}
+
+fn host(decision: Decision, repository: Vec<u8>) -> Route {
+    Route {
+        backing: Backing::Host,
+        decision,
+        repository,
+    }
+}
+
+fn isolated(decision: Decision, repository: Vec<u8>) -> Route {
+    Route {
+        backing: Backing::Isolated,
+        decision,
+        repository,
+    }
+}
+
+/// The components of a workspace-relative path, checked.
+fn components(path: &[u8]) -> Result<Vec<&[u8]>, PathError> {
+    if path.contains(&0) {
+        return Err(PathError::Nul);
+    }
+    let parts: Vec<&[u8]> = path.split(|b| *b == b'/').collect();
+    if parts.len() > MAX_DEPTH {
+        return Err(PathError::TooDeep);
+    }
+    for part in &parts {
+        match *part {
+            b"" => return Err(PathError::EmptyComponent),
+            b"." | b".." => return Err(PathError::DotComponent),
+            _ => {}
+        }
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,164 @@
+//! Unit cases of the classification walk. Git itself is the oracle in
+//! `conformance/tests/ignored_workspace_contract.rs`, on generated trees.
+
+use super::*;
+
+fn tracked(paths: &[&str]) -> TrackedPaths {
+    TrackedPaths::from_paths(paths.iter().map(|p| p.as_bytes().to_vec()), false)
+}
+
+fn backing(snapshot: &ClassificationSnapshot, path: &str, is_dir: bool) -> Backing {
+    match snapshot.classify(path.as_bytes(), is_dir) {
+        Ok(route) => route.backing,
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+#[test]
+fn nothing_below_an_excluded_directory_is_reincluded() {
+    let mut rules = RepositoryRules::new(tracked(&[]), false);
+    rules.add_gitignore(b"", b"build/\n!build/keep\n");
+    rules.add_gitignore(b"build", b"!*\n");
+    let s = ClassificationSnapshot::of_repository(rules);
+    assert_eq!(backing(&s, "build", true), Backing::Isolated);
+    assert_eq!(backing(&s, "build/keep", false), Backing::Isolated);
+    let route = s.classify(b"build/deep/x", false);
+    assert!(
+        matches!(
+            &route,
+            Ok(Route { decision: Decision::InExcludedDirectory { directory, .. }, .. })
+                if directory == b"build"
+        ),
+        "{route:?}"
+    );
+    // A file named like the directory pattern is not a directory.
+    assert_eq!(backing(&s, "src/build", false), Backing::Host);
+}
+
+#[test]
+fn tracked_paths_are_host_backed_but_their_excluded_directory_still_excludes() {
+    let mut rules = RepositoryRules::new(tracked(&["build/keep.txt"]), false);
+    rules.add_gitignore(b"", b"build/\n*.txt\n");
+    let s = ClassificationSnapshot::of_repository(rules);
+    assert_eq!(backing(&s, "build", true), Backing::Host);
+    assert_eq!(backing(&s, "build/keep.txt", false), Backing::Host);
+    assert_eq!(backing(&s, "build/new.c", false), Backing::Isolated);
+    assert_eq!(backing(&s, "notes.txt", false), Backing::Isolated);
+}
+
+#[test]
+fn the_deepest_gitignore_decides_then_info_exclude_then_global() {
+    let mut rules = RepositoryRules::new(tracked(&[]), false)
+        .with_global_excludes(b"*.tmp\n*.bak\n*.swp\n")
+        .with_info_exclude(b"!*.bak\n*.env\n");
+    rules.add_gitignore(b"", b"*.log\n!*.swp\n");
+    rules.add_gitignore(b"a", b"!*.log\n");
+    let s = ClassificationSnapshot::of_repository(rules);
+    assert_eq!(backing(&s, "x.log", false), Backing::Isolated);
+    assert_eq!(backing(&s, "a/x.log", false), Backing::Host);
+    assert_eq!(backing(&s, "a/b/x.log", false), Backing::Host);
+    assert_eq!(backing(&s, "x.tmp", false), Backing::Isolated);
+    assert_eq!(backing(&s, "x.bak", false), Backing::Host);
+    assert_eq!(backing(&s, "x.swp", false), Backing::Host);
+    assert_eq!(backing(&s, ".env", false), Backing::Isolated);
+}
+
+#[test]
+fn a_nested_repository_is_classified_by_its_own_rules() {
+    let mut inner = RepositoryRules::new(tracked(&["dist/keep"]), false);
+    inner.add_gitignore(b"", b"dist/\n");
+    let mut outer = RepositoryRules::new(tracked(&[]), false);
+    outer.add_gitignore(b"", b"*.o\ndist/\n");
+    outer.add_gitignore(b"vendor", b"lib/x\n");
+    outer.add_nested(b"vendor/lib", inner);
+    let s = ClassificationSnapshot::of_repository(outer);
+    // The outer rules do not reach inside.
+    assert_eq!(backing(&s, "vendor/lib/a.o", false), Backing::Host);
+    assert_eq!(backing(&s, "vendor/lib/x", false), Backing::Host);
+    assert_eq!(backing(&s, "vendor/lib/dist/keep", false), Backing::Host);
+    let route = s.classify(b"vendor/lib/dist/new", false);
+    assert!(
+        matches!(&route, Ok(r) if r.backing == Backing::Isolated && r.repository == b"vendor/lib"),
+        "{route:?}"
+    );
+    // Its root is the outer repository's to classify.
+    assert_eq!(backing(&s, "vendor/lib", true), Backing::Host);
+    assert_eq!(backing(&s, "a.o", false), Backing::Isolated);
+}
+
+#[test]
+fn a_nested_repository_inside_an_excluded_directory_is_excluded_whole() {
+    let mut outer = RepositoryRules::new(tracked(&[]), false);
+    outer.add_gitignore(b"", b"vendor/\n");
+    outer.add_nested(b"vendor/lib", RepositoryRules::new(tracked(&["a"]), false));
+    let s = ClassificationSnapshot::of_repository(outer);
+    assert_eq!(backing(&s, "vendor/lib/a", false), Backing::Isolated);
+}
+
+#[test]
+fn ignore_case_folds_patterns_and_the_index() {
+    let mut rules = RepositoryRules::new(
+        TrackedPaths::from_paths([b"Build/Keep".to_vec()], true),
+        true,
+    );
+    rules.add_gitignore(b"", b"build/\n*.LOG\n");
+    let s = ClassificationSnapshot::of_repository(rules);
+    assert_eq!(backing(&s, "x.log", false), Backing::Isolated);
+    assert_eq!(backing(&s, "BUILD/keep", false), Backing::Host);
+    assert_eq!(backing(&s, "BUILD/other", false), Backing::Isolated);
+}
+
+#[test]
+fn non_utf8_names_are_opaque_bytes() {
+    let mut rules = RepositoryRules::new(tracked(&[]), false);
+    rules.add_gitignore(b"", b"caf\xe9*\n");
+    let s = ClassificationSnapshot::of_repository(rules);
+    assert_eq!(
+        s.classify(b"dir/caf\xe9.txt", false).map(|r| r.backing),
+        Ok(Backing::Isolated)
+    );
+    assert_eq!(
+        s.classify(b"dir/caf\xc3\xa9.txt", false).map(|r| r.backing),
+        Ok(Backing::Host)
+    );
+}
+
+#[test]
+fn without_a_repository_everything_is_host_backed() {
+    let s = ClassificationSnapshot::without_repository();
+    assert_eq!(backing(&s, "node_modules", true), Backing::Host);
+}
+
+#[test]
+fn malformed_paths_are_refused() {
+    let s = ClassificationSnapshot::without_repository();
+    assert_eq!(s.classify(b"", false), Err(PathError::EmptyComponent));
+    assert_eq!(s.classify(b"a//b", false), Err(PathError::EmptyComponent));
+    assert_eq!(s.classify(b"/a", false), Err(PathError::EmptyComponent));
+    assert_eq!(s.classify(b"a/../b", false), Err(PathError::DotComponent));
+    assert_eq!(s.classify(b"a\0b", false), Err(PathError::Nul));
+    let deep = vec![b"a".as_slice(); MAX_DEPTH + 1].join(&b'/');
+    assert_eq!(s.classify(&deep, false), Err(PathError::TooDeep));
+}
+
+#[test]
+fn excluded_directories_are_reported_for_the_walk() {
+    let mut rules = RepositoryRules::new(tracked(&[]), false);
+    rules.add_gitignore(b"", b"node_modules/\n!keep/\n");
+    assert!(rules.directory_is_excluded(b"node_modules"));
+    assert!(rules.directory_is_excluded(b"a/node_modules/b"));
+    assert!(!rules.directory_is_excluded(b"keep"));
+    assert!(!rules.directory_is_excluded(b"src"));
+}
+
+#[test]
+fn a_submodule_inside_an_excluded_directory_keeps_its_own_rules() {
+    let mut outer = RepositoryRules::new(tracked(&["vendor/lib"]), false);
+    outer.add_gitignore(b"", b"vendor/\n");
+    outer.add_nested(b"vendor/lib", RepositoryRules::new(tracked(&["a"]), false));
+    let s = ClassificationSnapshot::of_repository(outer);
+    assert_eq!(backing(&s, "vendor/lib", true), Backing::Host);
+    assert_eq!(backing(&s, "vendor/lib/a", false), Backing::Host);
+    assert_eq!(backing(&s, "vendor/lib/b", false), Backing::Host);
+    assert_eq!(backing(&s, "vendor/other", false), Backing::Isolated);
+}
