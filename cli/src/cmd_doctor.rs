@@ -42,11 +42,15 @@ pub fn report(checks: &[Check]) -> (String, bool) {
     let mut text = String::new();
     for c in checks {
         let found = escape_line(&c.found);
-        match &c.fix {
-            None => {
+        match (&c.fix, &c.advice) {
+            (None, None) => {
                 let _ = writeln!(text, "ok       {:<17} {found}", c.name);
             }
-            Some(fix) => {
+            (None, Some(advice)) => {
+                let _ = writeln!(text, "advice   {:<17} {found}", c.name);
+                let _ = writeln!(text, "         run: {}", escape_line(advice));
+            }
+            (Some(fix), _) => {
                 let _ = writeln!(text, "PROBLEM  {:<17} {found}", c.name);
                 let _ = writeln!(text, "         fix: {}", escape_line(fix));
             }
@@ -365,11 +369,13 @@ mod tests {
                 name: "kernel",
                 found: "6.18 (>= 6.9)".into(),
                 fix: None,
+                advice: None,
             },
             Check {
                 name: "slirp4netns",
                 found: "not found in PATH".into(),
                 fix: Some("as root: apt-get install slirp4netns".into()),
+                advice: None,
             },
         ];
         let (text, ok) = report(&checks);
@@ -383,6 +389,24 @@ mod tests {
         Ok(())
     }
 
+    #[test]
+    fn advice_is_printed_but_does_not_fail() {
+        let checks = vec![Check {
+            name: "git bare repos",
+            found: "safe.bareRepository not set".into(),
+            fix: None,
+            advice: Some("git config --global safe.bareRepository explicit".into()),
+        }];
+        let (text, ok) = report(&checks);
+        assert!(ok);
+        assert_eq!(
+            text,
+            "advice   git bare repos    safe.bareRepository not set\n         \
+             run: git config --global safe.bareRepository explicit\n\
+             lazaret doctor: all 1 checks passed\n"
+        );
+    }
+
     /// Spec README 'Terminal output hygiene': what a check found (a path on
     /// PATH, a tool's version line) is shown escaped, on its line.
     #[test]
@@ -391,6 +415,7 @@ mod tests {
             name: "runsc",
             found: "/opt/evil\x1b]0;x\x07\nPROBLEM forged".into(),
             fix: Some("see \u{9b}2J".into()),
+            advice: None,
         }];
         let (text, _) = report(&checks);
         assert_eq!(

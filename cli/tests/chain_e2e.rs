@@ -1062,6 +1062,11 @@ mkdir .git/commondir 2>/dev/null; v commondir_mkdir $?
 echo /tmp/evil > .git/scratch; mv .git/scratch .git/commondir 2>/dev/null; v commondir_rename $?
 ln .git/scratch .git/commondir 2>/dev/null; v commondir_link $?; rm -f .git/scratch
 echo '[core]' > .git/config.worktree 2>/dev/null; v config_worktree $?
+echo garbage > .git/HEAD 2>/dev/null; v head_write $?
+rm -f .git/HEAD 2>/dev/null; v head_rm $?
+echo garbage > .git/HEAD.lock; mv .git/HEAD.lock .git/HEAD 2>/dev/null; v head_rename_garbage $?; rm -f .git/HEAD.lock
+mv .git/objects .git/o2 2>/dev/null; v mv_objects $?
+mv .git/refs .git/r2 2>/dev/null; v mv_refs $?
 printf '#!/bin/sh\necho evil\n' > .git/hooks/pre-commit; v hook_write $?
 v vscode "$(ls -A .vscode | wc -l)"
 echo '{}' > .vscode/settings.json; v vscode_write $?
@@ -1101,6 +1106,12 @@ exit 0
             "commondir_rename",
             "commondir_link",
             "config_worktree",
+            // The git directory keeps the shape host Git requires of it.
+            "head_write",
+            "head_rm",
+            "head_rename_garbage",
+            "mv_objects",
+            "mv_refs",
         ],
     );
     assert_succeeded(
@@ -1126,9 +1137,25 @@ exit 0
         std::fs::read(dot_git.join("config")).unwrap(),
         config_before
     );
-    for name in ["commondir", "config.worktree", "c2", "h2", "scratch"] {
+    for name in [
+        "commondir",
+        "config.worktree",
+        "c2",
+        "h2",
+        "scratch",
+        "o2",
+        "r2",
+    ] {
         assert!(!dot_git.join(name).exists(), "{name} reached the host");
     }
+    assert_eq!(
+        std::fs::read_to_string(dot_git.join("HEAD")).unwrap(),
+        "ref: refs/heads/main\n"
+    );
+    assert_eq!(
+        host_git(&env.workspace, &["rev-parse", "--git-dir"]),
+        ".git\n"
+    );
     assert!(
         !dot_git.join("hooks/pre-commit").exists(),
         "hook reached the host"

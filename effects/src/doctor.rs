@@ -1,8 +1,9 @@
 //! `lazaret doctor`'s host checks (DX-5): kernel and architecture,
 //! runsc and its version, the uid-map helpers and a subordinate range of at
 //! least 65536 IDs, slirp4netns, nft (nftables), a usable `/dev/fuse` and fuse-overlayfs, and
-//! `XDG_RUNTIME_DIR`. Each problem carries the exact fix. All host access goes
-//! through [`DoctorHost`].
+//! `XDG_RUNTIME_DIR`. Each problem carries the exact fix. It also advises
+//! host Git's `safe.bareRepository = explicit` (spec 3.5), without failing.
+//! All host access goes through [`DoctorHost`].
 
 use crate::userns::{lowest_range, Identity, MapKind};
 use std::path::{Path, PathBuf};
@@ -21,6 +22,9 @@ pub struct Check {
     pub found: String,
     /// `None` when fine; otherwise the exact fix.
     pub fix: Option<String>,
+    /// A recommended setting that Lazaret does not need to work but that
+    /// closes a risk on the host (never a failed check).
+    pub advice: Option<String>,
 }
 
 impl Check {
@@ -29,6 +33,7 @@ impl Check {
             name,
             found: found.into(),
             fix: None,
+            advice: None,
         }
     }
     fn problem(name: &'static str, found: impl Into<String>, fix: impl Into<String>) -> Check {
@@ -36,6 +41,15 @@ impl Check {
             name,
             found: found.into(),
             fix: Some(fix.into()),
+            advice: None,
+        }
+    }
+    fn advise(name: &'static str, found: impl Into<String>, advice: impl Into<String>) -> Check {
+        Check {
+            name,
+            found: found.into(),
+            fix: None,
+            advice: Some(advice.into()),
         }
     }
     /// Whether the check passed.
@@ -108,7 +122,40 @@ pub fn run_checks(host: &dyn DoctorHost) -> Vec<Check> {
     checks.push(fuse_device(host));
     checks.push(tool(host, "fuse-overlayfs", "fuse-overlayfs"));
     checks.push(runtime_dir(host, who.as_ref().ok()));
+    checks.push(bare_repositories(host));
     checks
+}
+
+/// Host Git's `safe.bareRepository` (spec 3.5, SR-4). With Git's default
+/// (`all`), host Git run in any directory of the workspace that looks like a
+/// bare repository (`HEAD`, `objects/`, `refs/`, a `config` — all plain files
+/// the sandbox can write) uses that directory's configuration, which can
+/// name programs Git runs (a pager, a filesystem monitor). `explicit` makes
+/// host Git use a bare repository only when told to (`--git-dir`,
+/// `GIT_DIR`). Asked outside any repository, so only system, global and
+/// environment configuration count — where Git honours this key.
+fn bare_repositories(host: &dyn DoctorHost) -> Check {
+    const NAME: &str = "git bare repos";
+    let Some(git) = host.which("git") else {
+        return Check::ok(NAME, "no git on PATH");
+    };
+    let value = host
+        .output(&git, &["-C", "/", "config", "--get", "safe.bareRepository"])
+        .map(|v| v.trim().to_owned());
+    match value {
+        Ok(v) if v.eq_ignore_ascii_case("explicit") => {
+            Check::ok(NAME, "safe.bareRepository = explicit")
+        }
+        other => Check::advise(
+            NAME,
+            match other {
+                Ok(v) => format!("safe.bareRepository = {v}"),
+                Err(_) => "safe.bareRepository not set (Git's default: all)".to_owned(),
+            },
+            "git config --global safe.bareRepository explicit (host Git then never runs the \
+             configuration of a bare repository an agent planted in a workspace directory)",
+        ),
+    }
 }
 
 fn arch(host: &dyn DoctorHost) -> Check {

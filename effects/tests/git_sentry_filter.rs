@@ -439,6 +439,195 @@ fn a_host_lock_file_of_a_sealed_name_cannot_be_taken_over() -> Result<(), String
     Ok(())
 }
 
+/// `git branch` in `dir` with its output on a terminal (where Git starts
+/// its pager), the environment choosing no pager of its own.
+fn git_branch_on_a_terminal(dir: &Path) -> Result<(), String> {
+    let out = Command::new("script")
+        .args(["-qec", "git branch", "/dev/null"])
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .env_remove("GIT_PAGER")
+        .env_remove("PAGER")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("script git branch: {e}"))?;
+    // Git's own status does not matter (a broken repository fails): only
+    // what it ran.
+    let _ = out.status;
+    Ok(())
+}
+
+/// Host Git accepts a directory as a git directory only with a valid
+/// `HEAD`, `objects/` and `refs/` (`is_git_directory`). A sandbox that broke
+/// any of them would make host Git fall back to treating the workspace root
+/// as an implicit bare repository — whose `config` (with a
+/// `core.fsmonitor`) is a plain workspace file the sandbox writes. Through
+/// the filter `HEAD` changes only by a rename of a valid, single-named file
+/// onto it, and `objects/` and `refs/` stay (spec 3.5, SR-4).
+#[test]
+fn the_git_directory_keeps_the_shape_host_git_requires() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("the_git_directory_keeps_the_shape_host_git_requires");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = fixture(tmp.path())?;
+    let dot_git = repo.join(".git");
+    let host = HostView::open(&dot_git)?;
+    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let head = dot_git.join("HEAD");
+    let valid = "ref: refs/heads/main\n";
+
+    // Git's own HEAD updates pass: branch switches, detaching, a worktree.
+    git(&repo, &["checkout", "-q", "-b", "side"])?;
+    git(&repo, &["checkout", "-q", "--detach"])?;
+    git(&repo, &["checkout", "-q", "main"])?;
+    git(&tmp.path().join("wt"), &["checkout", "-q", "--detach"])?;
+
+    // HEAD itself cannot be rewritten, emptied, removed, moved, linked or
+    // re-permissioned.
+    refused("write HEAD", fs::write(&head, "garbage\n"))?;
+    refused(
+        "append to HEAD",
+        fs::OpenOptions::new().append(true).open(&head),
+    )?;
+    refused("unlink HEAD", fs::remove_file(&head))?;
+    refused("move HEAD", fs::rename(&head, dot_git.join("H2")))?;
+    refused("link HEAD", fs::hard_link(&head, dot_git.join("H3")))?;
+    refused(
+        "chmod HEAD",
+        fs::set_permissions(&head, fs::Permissions::from_mode(0o000)),
+    )?;
+    // Only a valid HEAD may be renamed onto it.
+    let lock = dot_git.join("HEAD.lock");
+    for bad in ["garbage\n", "", "ref: heads/main\n", "0123456789abcdef\n"] {
+        io("write HEAD.lock", fs::write(&lock, bad))?;
+        refused(
+            &format!("rename {bad:?} onto HEAD"),
+            fs::rename(&lock, &head),
+        )?;
+        io("remove HEAD.lock", fs::remove_file(&lock))?;
+    }
+    io("make a directory", fs::create_dir(dot_git.join("d")))?;
+    // (The kernel refuses this one itself: ENOTDIR.)
+    assert!(
+        fs::rename(dot_git.join("d"), &head).is_err(),
+        "a directory replaced HEAD"
+    );
+    io("remove the directory", fs::remove_dir(dot_git.join("d")))?;
+    // ... with no second name to write it through afterwards ...
+    io("write HEAD.lock", fs::write(&lock, valid))?;
+    io(
+        "link HEAD.lock",
+        fs::hard_link(&lock, dot_git.join("other")),
+    )?;
+    refused("rename a linked file onto HEAD", fs::rename(&lock, &head))?;
+    io("unlink", fs::remove_file(dot_git.join("other")))?;
+    io("unlink", fs::remove_file(&lock))?;
+    // ... and no descriptor opened before writes to it after.
+    let mut held = io(
+        "create HEAD.lock",
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&lock),
+    )?;
+    io("write HEAD.lock", held.write_all(valid.as_bytes()))?;
+    io(
+        "rename a valid HEAD.lock onto HEAD",
+        fs::rename(&lock, &head),
+    )?;
+    refused(
+        "write through the old descriptor",
+        held.write_all(b"garbage"),
+    )?;
+    refused("truncate through the old descriptor", held.set_len(0))?;
+    drop(held);
+    // An existing lock file (the host's, mid-update) is never written.
+    io(
+        "host writes HEAD.lock",
+        fs::write(host.path("HEAD.lock"), valid),
+    )?;
+    refused(
+        "open the host's HEAD.lock for writing",
+        fs::OpenOptions::new().write(true).open(&lock),
+    )?;
+    refused("truncate the host's HEAD.lock", fs::File::create(&lock))?;
+    io(
+        "host removes HEAD.lock",
+        fs::remove_file(host.path("HEAD.lock")),
+    )?;
+    // The same for a host worktree's HEAD.
+    let wt_head = dot_git.join("worktrees/wt/HEAD");
+    refused(
+        "write the worktree's HEAD",
+        fs::write(&wt_head, "garbage\n"),
+    )?;
+    io(
+        "write its lock",
+        fs::write(dot_git.join("worktrees/wt/HEAD.lock"), "x\n"),
+    )?;
+    refused(
+        "rename garbage onto the worktree's HEAD",
+        fs::rename(dot_git.join("worktrees/wt/HEAD.lock"), &wt_head),
+    )?;
+    io(
+        "unlink",
+        fs::remove_file(dot_git.join("worktrees/wt/HEAD.lock")),
+    )?;
+    // objects/ and refs/ stay directories, reachable.
+    for dir in ["objects", "refs"] {
+        let d = dot_git.join(dir);
+        refused(dir, fs::rename(&d, dot_git.join("gone")))?;
+        refused(dir, fs::remove_dir_all(&d))?;
+        refused(
+            dir,
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o000)),
+        )?;
+    }
+    assert_eq!(io("read HEAD", fs::read_to_string(&head))?, valid);
+    git(&repo, &["status", "--short"])?;
+    filter.unmount().map_err(|e| e.to_string())?;
+
+    // The sandbox also planted a bare repository's shape at the workspace
+    // root, whose config names a marker as the pager. Host Git on a
+    // terminal still finds `.git` and runs nothing.
+    let marker = tmp.path().join("marker");
+    let pager = tmp.path().join("pager.sh");
+    io(
+        "write the pager",
+        fs::write(&pager, format!("#!/bin/sh\ntouch {}\n", marker.display())),
+    )?;
+    io(
+        "chmod the pager",
+        fs::set_permissions(&pager, fs::Permissions::from_mode(0o755)),
+    )?;
+    io("plant HEAD", fs::write(repo.join("HEAD"), valid))?;
+    io("plant objects", fs::create_dir(repo.join("objects")))?;
+    io("plant refs", fs::create_dir(repo.join("refs")))?;
+    io(
+        "plant config",
+        fs::write(
+            repo.join("config"),
+            format!("[core]\n\tpager = {}\n", pager.display()),
+        ),
+    )?;
+    let git_dir = git(&repo, &["rev-parse", "--git-dir"])?;
+    assert_eq!(git_dir.trim(), ".git");
+    git_branch_on_a_terminal(&repo)?;
+    assert!(!marker.exists(), "host git ran the planted pager");
+    // The planted shape is a live threat once .git is invalid: the same
+    // command with a broken HEAD runs the marker (the attack this guards).
+    io("break HEAD on the host", fs::write(&head, "garbage\n"))?;
+    git_branch_on_a_terminal(&repo)?;
+    assert!(
+        marker.exists(),
+        "the attack did not reproduce without the filter: this test proves nothing"
+    );
+    Ok(())
+}
+
 /// Host Git follows symbolic links inside its git directory: a link planted
 /// at `logs/HEAD` makes it append reflog lines (which carry branch names the
 /// sandbox chose) to a file outside the repository, a link at `index` makes
@@ -787,6 +976,10 @@ fn worktrees_and_submodules_the_host_adds_during_the_session_are_guarded() -> Re
     )?;
     io(
         "ordinary data still goes in",
+        fs::write(late.join("ORIG_HEAD"), "0000\n"),
+    )?;
+    refused(
+        "its HEAD keeps a valid shape",
         fs::write(late.join("HEAD"), "0000\n"),
     )?;
     refused(

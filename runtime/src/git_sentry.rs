@@ -43,6 +43,13 @@ pub enum Guard {
     /// ([`Guard::HostModule`]), so pre-making a parent directory cannot
     /// capture a host submodule.
     OwnModule,
+    /// `HEAD.lock` beside a [`Guard::Head`]: Git's own way to replace
+    /// `HEAD` (created exclusively, written through that descriptor,
+    /// renamed). Created, renamed and removed freely, but an existing one is
+    /// never opened for writing or truncated: a sandbox that did so with the
+    /// host's lock file, between host Git's write and its rename, would
+    /// choose the host's next `HEAD` (spec 3.5, SR-4).
+    HeadLock,
     /// A directory on the way to a guarded entry: its children follow their
     /// own guards, but the directory itself is never renamed, removed,
     /// replaced, re-owned or re-permissioned.
@@ -63,6 +70,15 @@ pub enum Guard {
     /// its `worktrees/` and `modules/` admin roots, and host-made
     /// directories below are guarded the same way.
     HostModule,
+    /// `HEAD` of the common directory and of each host linked worktree's
+    /// admin directory: what makes the directory a git directory to host
+    /// Git. Never removed, renamed away, written in place, re-permissioned
+    /// or hard-linked; it is replaced only by renaming a file onto it whose
+    /// content [`valid_head`] accepts (how Git itself updates it, through
+    /// `HEAD.lock`). An invalid `HEAD` would make host Git treat the
+    /// workspace root as an implicit bare repository the sandbox can plant
+    /// (spec 3.5, SR-4).
+    Head,
     /// A file Git reads configuration or the common-directory location from:
     /// readable when present; never created, written, truncated,
     /// re-permissioned, renamed, removed or hard-linked.
@@ -116,7 +132,7 @@ impl Guard {
     /// file type), removed, renamed from or to, or made a hard link's new
     /// name. Only [`Guard::Open`] names.
     pub fn may_rebind(self) -> bool {
-        matches!(self, Self::Open | Self::OwnModule)
+        matches!(self, Self::Open | Self::OwnModule | Self::HeadLock)
     }
 
     /// Whether a directory may be made at a name with this guard: open
@@ -129,11 +145,14 @@ impl Guard {
     pub fn may_change(self, change: Change) -> bool {
         match self {
             Self::Open | Self::OwnModule => true,
+            Self::HeadLock => change != Change::Data,
             // A pinned directory keeps its place and its permissions; only
             // its times move (as its children change).
-            Self::Pinned | Self::AdminRoot(_) | Self::HostWorktree | Self::HostModule => {
-                change == Change::Times
-            }
+            Self::Pinned
+            | Self::AdminRoot(_)
+            | Self::HostWorktree
+            | Self::HostModule
+            | Self::Head => change == Change::Times,
             Self::Sealed | Self::SealedTree | Self::HiddenHooks => false,
         }
     }
@@ -158,8 +177,32 @@ impl Guard {
     /// Whether an existing entry with this guard may be the source of a new
     /// hard link (a second name would escape the guard).
     pub fn may_link_from(self) -> bool {
-        matches!(self, Self::Open | Self::OwnModule)
+        matches!(self, Self::Open | Self::OwnModule | Self::HeadLock)
     }
+}
+
+/// Largest `HEAD` the filter reads to validate it (Git's own are a few
+/// dozen bytes).
+pub const MAX_HEAD_BYTES: usize = 4096;
+
+/// Whether `content` is a `HEAD` host Git accepts when it decides whether a
+/// directory is a git directory (`validate_headref`): a symbolic reference
+/// `ref:` (optional blanks) into `refs/`, or an object name in hexadecimal
+/// (its first 40 digits: SHA-1, or the start of SHA-256; what follows is
+/// not read).
+pub fn valid_head(content: &[u8]) -> bool {
+    if content.len() > MAX_HEAD_BYTES {
+        return false;
+    }
+    if let Some(rest) = content.strip_prefix(b"ref:") {
+        let target = rest.trim_ascii_start();
+        return target.starts_with(b"refs/");
+    }
+    // Git tries each hash length on the leading bytes; SHA-256's first 40
+    // digits pass as SHA-1's.
+    content
+        .get(..40)
+        .is_some_and(|digits| digits.iter().all(u8::is_ascii_hexdigit))
 }
 
 /// One git directory found in the host repository.
@@ -276,7 +319,15 @@ impl SentryLayout {
         dir: &HostGitDir,
         hooks: Guard,
     ) -> Result<(), LayoutError> {
-        if !path.as_os_str().is_empty() {
+        if path.as_os_str().is_empty() {
+            // What host Git checks to accept the common directory as a git
+            // directory (`is_git_directory`): a valid `HEAD`, `objects/` and
+            // `refs/`.
+            self.insert(PathBuf::from("HEAD"), Guard::Head)?;
+            self.insert(PathBuf::from("HEAD.lock"), Guard::HeadLock)?;
+            self.insert(PathBuf::from("objects"), Guard::Pinned)?;
+            self.insert(PathBuf::from("refs"), Guard::Pinned)?;
+        } else {
             self.insert(path.to_owned(), Guard::Pinned)?;
         }
         for name in SEALED_IN_GIT_DIR {
@@ -301,6 +352,8 @@ impl SentryLayout {
             for name in SEALED_IN_WORKTREE_ADMIN {
                 self.seal(admin.join(name))?;
             }
+            self.insert(admin.join("HEAD"), Guard::Head)?;
+            self.insert(admin.join("HEAD.lock"), Guard::HeadLock)?;
         }
         Ok(())
     }
@@ -335,7 +388,11 @@ impl SentryLayout {
                 Origin::HostDirectory => Guard::HostModule,
                 Origin::Other => Guard::OwnModule,
             },
-            Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks => Guard::SealedTree,
+            Guard::HeadLock
+            | Guard::Head
+            | Guard::Sealed
+            | Guard::SealedTree
+            | Guard::HiddenHooks => Guard::SealedTree,
             Guard::Pinned => table().unwrap_or(Guard::Open),
             Guard::AdminRoot(admin) => table().unwrap_or(match (admin, origin) {
                 (Admin::Worktrees, Origin::Other) => Guard::Open,
@@ -345,6 +402,10 @@ impl SentryLayout {
             }),
             Guard::HostWorktree => table().unwrap_or(if lock_of(&SEALED_IN_WORKTREE_ADMIN) {
                 Guard::Sealed
+            } else if name == "HEAD" {
+                Guard::Head
+            } else if name == "HEAD.lock" {
+                Guard::HeadLock
             } else {
                 Guard::Open
             }),
@@ -519,22 +580,61 @@ mod tests {
         // ... but a host directory's admin files are sealed whoever asks.
         assert_eq!(sandbox_guard_of(&l, "worktrees/wt/gitdir"), Guard::Sealed);
         for open in [
-            "HEAD",
             "index",
             "index.lock",
             "config.lock.lock",
-            "HEAD.lock",
             "objects/ab/cdef",
             "refs/heads/config",
             "refs/heads/hooks/x",
-            "worktrees/wt/HEAD",
             "worktrees/wt/index",
-            "worktrees/new/HEAD",
             "modules/lib/sub/objects/pack/x.pack",
+            "modules/lib/sub/HEAD",
         ] {
             assert_eq!(file_guard_of(&l, open), Guard::Open, "{open}");
         }
+        // What makes the common directory and a host worktree's admin
+        // directory git directories to host Git keeps its shape.
+        for head in ["HEAD", "worktrees/wt/HEAD", "worktrees/new/HEAD"] {
+            assert_eq!(file_guard_of(&l, head), Guard::Head, "{head}");
+            let lock = format!("{head}.lock");
+            let g = file_guard_of(&l, &lock);
+            assert_eq!(g, Guard::HeadLock, "{lock}");
+            assert!(g.may_rebind() && !g.may_change(Change::Data), "{lock}");
+        }
+        assert_eq!(guard_of(&l, "objects"), Guard::Pinned);
+        assert_eq!(guard_of(&l, "refs"), Guard::Pinned);
+        assert_eq!(guard_of(&l, "refs/heads"), Guard::Open);
+        // A worktree the sandbox made is its own, HEAD and all.
+        assert_eq!(sandbox_guard_of(&l, "worktrees/mine/HEAD"), Guard::Open);
         Ok(())
+    }
+
+    #[test]
+    fn valid_heads_are_what_host_git_accepts() {
+        for ok in [
+            &b"ref: refs/heads/main\n"[..],
+            b"ref:refs/heads/x",
+            b"ref: \t refs/heads/x\n",
+            b"ref: refs/",
+            b"0123456789abcdef0123456789abcdef01234567\n",
+            b"0123456789ABCDEF0123456789abcdef01234567 trailing",
+            b"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+        ] {
+            assert!(valid_head(ok), "{:?}", String::from_utf8_lossy(ok));
+        }
+        let too_long = [b'a'; MAX_HEAD_BYTES + 1];
+        for bad in [
+            &b""[..],
+            b"garbage\n",
+            b"ref: heads/main\n",
+            b"ref: /etc/passwd\n",
+            b"ref refs/heads/main",
+            b"0123456789abcdef0123456789abcdef0123456\n",
+            b"0123456789abcdef0123456789abcdef0123456g",
+            &too_long[..],
+        ] {
+            assert!(!valid_head(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
@@ -544,6 +644,7 @@ mod tests {
             Guard::AdminRoot(Admin::Worktrees),
             Guard::HostWorktree,
             Guard::HostModule,
+            Guard::Head,
             Guard::Sealed,
             Guard::SealedTree,
             Guard::HiddenHooks,
@@ -555,6 +656,8 @@ mod tests {
             }
         }
         assert!(Guard::Pinned.may_change(Change::Times));
+        assert!(Guard::Head.may_change(Change::Times));
+        assert!(!Guard::Head.may_make_directory());
         // An admin root may be made (Git adds `worktrees/` on demand); no
         // other guarded name may.
         assert!(Guard::AdminRoot(Admin::Modules).may_make_directory());
@@ -599,6 +702,8 @@ mod tests {
                 "conf",
                 "objects",
                 "HEAD",
+                "HEAD.lock",
+                "refs",
                 "x",
             ];
             let n = usize::arbitrary(g) % 5 + 1;
@@ -621,7 +726,13 @@ mod tests {
             let under_sealed = path.ancestors().skip(1).any(|a| {
                 matches!(
                     l.entries.get(a),
-                    Some(Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks)
+                    Some(
+                        Guard::HeadLock
+                            | Guard::Head
+                            | Guard::Sealed
+                            | Guard::SealedTree
+                            | Guard::HiddenHooks
+                    )
                 )
             });
             let under_open = path

@@ -10,6 +10,8 @@ struct Fake {
     uid: u32,
     programs: HashMap<&'static str, PathBuf>,
     runsc_version: Result<String, String>,
+    /// What `git config --get safe.bareRepository` prints (Err: unset).
+    bare_repository: Result<String, String>,
     files: HashMap<PathBuf, String>,
     fuse: Result<(), std::io::ErrorKind>,
     env: HashMap<&'static str, String>,
@@ -26,6 +28,7 @@ fn healthy() -> Fake {
         "slirp4netns",
         "nft",
         "fuse-overlayfs",
+        "git",
     ] {
         programs.insert(p, PathBuf::from(format!("/usr/bin/{p}")));
     }
@@ -67,6 +70,7 @@ fn healthy() -> Fake {
         uid: 1000,
         programs,
         runsc_version: Ok("runsc version 0.0~20240729.0\nspec: 1.0.2-dev\n".into()),
+        bare_repository: Ok("explicit\n".into()),
         files,
         fuse: Ok(()),
         env: HashMap::from([("XDG_RUNTIME_DIR", "/run/user/1000".to_owned())]),
@@ -97,6 +101,9 @@ impl DoctorHost for Fake {
         self.asked
             .borrow_mut()
             .push(format!("run {} {}", program.display(), args.join(" ")));
+        if program.ends_with("git") {
+            return self.bare_repository.clone();
+        }
         self.runsc_version.clone()
     }
     fn read(&self, path: &Path) -> Result<String, String> {
@@ -147,9 +154,15 @@ fn a_healthy_host_passes_every_check() {
             "nft",
             "/dev/fuse",
             "fuse-overlayfs",
-            "XDG_RUNTIME_DIR"
+            "XDG_RUNTIME_DIR",
+            "git bare repos"
         ]
     );
+    assert!(checks.iter().all(|c| c.advice.is_none()), "{checks:?}");
+    assert!(host
+        .asked
+        .borrow()
+        .contains(&"run /usr/bin/git -C / config --get safe.bareRepository".to_owned()));
     assert!(host
         .asked
         .borrow()
@@ -261,4 +274,33 @@ fn nft_is_found_in_the_system_directories_too() {
         },
     );
     assert!(nft(&host).is_some_and(|c| c.passed() && c.found == "/usr/sbin/nft"));
+}
+
+#[test]
+fn git_without_explicit_bare_repositories_gets_advice_not_a_failure() {
+    for (value, found) in [
+        (
+            Err("exit status: 1: ".to_owned()),
+            "not set (Git's default: all)",
+        ),
+        (Ok("all\n".to_owned()), "safe.bareRepository = all"),
+    ] {
+        let mut host = healthy();
+        host.bare_repository = value;
+        let checks = run_checks(&host);
+        assert!(checks.iter().all(Check::passed), "{checks:?}");
+        let bare = checks.iter().find(|c| c.name == "git bare repos");
+        assert!(
+            bare.is_some_and(|c| c.found.contains(found)
+                && c.advice.as_deref().is_some_and(
+                    |a| a.starts_with("git config --global safe.bareRepository explicit")
+                )),
+            "{bare:?}"
+        );
+    }
+    // No git on the host: nothing to advise.
+    let mut host = healthy();
+    host.programs.remove("git");
+    let checks = run_checks(&host);
+    assert!(checks.iter().all(|c| c.advice.is_none()), "{checks:?}");
 }

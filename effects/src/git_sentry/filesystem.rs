@@ -19,14 +19,16 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
     WriteFlags,
 };
-use lazaret_runtime::git_sentry::{Change, Guard, Origin, SentryLayout};
+use lazaret_runtime::git_sentry::{
+    valid_head, Change, Guard, Origin, SentryLayout, MAX_HEAD_BYTES,
+};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The most inodes the filter tracks at once (each holds a descriptor).
@@ -120,6 +122,11 @@ impl SealedIds {
         self.held.contains_key(id)
     }
 
+    /// Lets `id` go again (a `HEAD` replacement that was refused).
+    fn remove(&mut self, id: &(u64, u64)) {
+        self.held.remove(id);
+    }
+
     fn insert(&mut self, id: (u64, u64), fd: Arc<OwnedFd>) {
         if self.held.contains_key(&id) {
             return;
@@ -171,6 +178,9 @@ impl MadeHere {
 enum Handle {
     File {
         file: Arc<std::fs::File>,
+        /// Host (device, inode) of the open file: a file renamed onto `HEAD`
+        /// after it was opened is sealed, and its handles write no more.
+        id: (u64, u64),
     },
     Dir {
         entries: Arc<Vec<(OsString, u64, FileType)>>,
@@ -224,6 +234,11 @@ pub struct SentryFs {
     inodes: Mutex<Inodes>,
     handles: Mutex<Handles>,
     limits: Limits,
+    /// Held shared by every data write and every change of a name, and
+    /// exclusively while a file is validated and renamed onto `HEAD`: the
+    /// file validated is the file renamed, and nothing writes to it in
+    /// between or afterwards (spec 3.5, SR-4).
+    head_swap: RwLock<()>,
 }
 
 fn errno(e: rustix::io::Errno) -> Errno {
@@ -319,6 +334,31 @@ fn proc_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
+/// Up to [`MAX_HEAD_BYTES`] + 1 bytes of the regular file behind `fd`.
+fn read_head(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
+    let file = rustix::fs::openat(
+        CWD,
+        proc_path(fd),
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)?;
+    let mut out = vec![0u8; MAX_HEAD_BYTES + 1];
+    let mut filled = 0;
+    // Bounded: at most MAX_HEAD_BYTES + 1 bytes, each read makes progress or
+    // ends.
+    while filled < out.len() {
+        match rustix::io::read(&file, &mut out[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(errno(e)),
+        }
+    }
+    out.truncate(filled);
+    Ok(out)
+}
+
 /// Opens `name` beneath `parent` as an `O_PATH` descriptor, never following
 /// a symbolic link.
 fn open_path(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
@@ -359,7 +399,7 @@ fn seed_sealed(root: &OwnedFd, layout: &SentryLayout) -> SealedIds {
     for (path, guard) in layout.entries() {
         if !matches!(
             guard,
-            Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks
+            Guard::Sealed | Guard::SealedTree | Guard::HiddenHooks | Guard::Head
         ) {
             continue;
         }
@@ -375,7 +415,7 @@ fn seed_sealed(root: &OwnedFd, layout: &SentryLayout) -> SealedIds {
         }
         let Some(fd) = fd else { continue };
         let Ok(st) = stat_fd(&fd) else { continue };
-        if guard == Guard::Sealed {
+        if matches!(guard, Guard::Sealed | Guard::Head) {
             out.insert((st.st_dev, st.st_ino), Arc::new(fd));
             continue;
         }
@@ -437,7 +477,21 @@ impl SentryFs {
             }),
             handles: Mutex::new(Handles::default()),
             limits,
+            head_swap: RwLock::new(()),
         }
+    }
+
+    /// Shared hold of [`SentryFs::head_swap`] for a write or a name change.
+    fn writing(&self) -> RwLockReadGuard<'_, ()> {
+        self.head_swap
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn swapping_head(&self) -> RwLockWriteGuard<'_, ()> {
+        self.head_swap
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
@@ -527,7 +581,7 @@ impl SentryFs {
         let id = (st.st_dev, st.st_ino);
         let fd = Arc::new(fd);
         let mut t = lock(&self.inodes);
-        if matches!(guard, Guard::Sealed | Guard::SealedTree) {
+        if matches!(guard, Guard::Sealed | Guard::SealedTree | Guard::Head) {
             t.sealed.insert(id, Arc::clone(&fd));
         }
         if let Some(&ino) = t.by_id.get(&id) {
@@ -632,9 +686,24 @@ impl SentryFs {
 
     fn file(&self, fh: FileHandle) -> Result<Arc<std::fs::File>, Errno> {
         match lock(&self.handles).open.get(&fh.0) {
-            Some(Handle::File { file }) => Ok(Arc::clone(file)),
+            Some(Handle::File { file, .. }) => Ok(Arc::clone(file)),
             _ => Err(Errno::EBADF),
         }
+    }
+
+    /// The open file of `fh` for a data change: refused once its object is
+    /// sealed (it became `HEAD` after it was opened). The caller holds
+    /// [`SentryFs::writing`] across the change.
+    fn writable_file(&self, fh: FileHandle) -> Result<Arc<std::fs::File>, Errno> {
+        let (file, id) = match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::File { file, id }) => (Arc::clone(file), *id),
+            _ => return Err(Errno::EBADF),
+        };
+        if lock(&self.inodes).sealed.contains(&id) {
+            tracing::warn!("Git Sentry refused a write to a file that became HEAD");
+            return Err(Errno::EPERM);
+        }
+        Ok(file)
     }
 
     fn created_entry(
@@ -701,8 +770,9 @@ impl SentryFs {
         if atime.is_some() || mtime.is_some() {
             Self::may_change(&node, Change::Times)?;
         }
+        let _writing = self.writing();
         if let Some(len) = size {
-            match fh.map(|fh| self.file(fh)) {
+            match fh.map(|fh| self.writable_file(fh)) {
                 Some(Ok(file)) => file.set_len(len).map_err(|e| io_errno(&e))?,
                 _ => std::fs::OpenOptions::new()
                     .write(true)
@@ -782,8 +852,10 @@ impl SentryFs {
             Mode::empty(),
         )
         .map_err(errno)?;
+        let st = stat_fd(&fd)?;
         self.add_handle(Handle::File {
             file: Arc::new(std::fs::File::from(fd)),
+            id: (st.st_dev, st.st_ino),
         })
     }
 
@@ -797,6 +869,7 @@ impl SentryFs {
     ) -> Result<(FileAttr, u64), Errno> {
         let p = self.parent(parent)?;
         let name = component(name)?;
+        let _naming = self.writing();
         self.may_rebind(&p, name)?;
         let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
         let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC;
@@ -812,8 +885,10 @@ impl SentryFs {
         )
         .map_err(errno)?;
         let a = self.created_entry(&p, name, mode, umask)?;
+        let st = stat_fd(&fd)?;
         let fh = self.add_handle(Handle::File {
             file: Arc::new(std::fs::File::from(fd)),
+            id: (st.st_dev, st.st_ino),
         })?;
         Ok((a, fh))
     }
@@ -831,6 +906,10 @@ impl SentryFs {
         let (name, newname) = (component(name)?, component(newname)?);
         self.may_rebind(&from, name)?;
         let (target, absent) = self.looked_up_guard(&to, newname)?;
+        if target == Guard::Head {
+            return self.replace_head(&from, name, &to, newname, flags);
+        }
+        let _naming = self.writing();
         if !target.may_rebind() {
             tracing::warn!(name = ?newname, "Git Sentry refused a rebinding of a guarded name");
             return Err(Errno::EPERM);
@@ -883,6 +962,7 @@ impl SentryFs {
             tracing::warn!("Git Sentry refused a hard link of a symbolic link");
             return Err(Errno::EPERM);
         }
+        let _naming = self.writing();
         self.may_rebind(&to, newname)?;
         rustix::fs::linkat(
             CWD,
@@ -893,6 +973,70 @@ impl SentryFs {
         )
         .map_err(errno)?;
         self.entry_of(&to, newname)
+    }
+
+    /// Renames `name` onto a `HEAD` (spec 3.5, SR-4): only a regular file
+    /// with no other name whose content host Git accepts as `HEAD`
+    /// ([`valid_head`]), which is sealed before it is read, so no handle
+    /// opened before can change it afterwards. Git updates `HEAD` exactly
+    /// this way (`HEAD.lock`, written, closed, renamed).
+    fn replace_head(
+        &self,
+        from: &Node,
+        name: &OsStr,
+        to: &Node,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let refuse = |why: &str| {
+            tracing::warn!(name = ?name, why, "Git Sentry refused replacing HEAD");
+            Err(Errno::EPERM)
+        };
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            return refuse("an exchange would move HEAD away");
+        }
+        // No write and no name change through the filter until the rename is
+        // done: what is validated is what lands at HEAD.
+        let _swap = self.swapping_head();
+        let fd = Arc::new(open_path(&from.fd, name)?);
+        let st = stat_fd(&fd)?;
+        let id = (st.st_dev, st.st_ino);
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return refuse("not a regular file");
+        }
+        if st.st_nlink != 1 {
+            return refuse("the file has another name to write it through");
+        }
+        {
+            let mut t = lock(&self.inodes);
+            if t.sealed.contains(&id) {
+                return refuse("a sealed file");
+            }
+            t.sealed.insert(id, Arc::clone(&fd));
+        }
+        let unseal = || lock(&self.inodes).sealed.remove(&id);
+        let content = match read_head(&fd) {
+            Ok(c) => c,
+            Err(e) => {
+                unseal();
+                return Err(e);
+            }
+        };
+        if !valid_head(&content) {
+            unseal();
+            return refuse("not a valid HEAD");
+        }
+        let mut f = rustix::fs::RenameFlags::empty();
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            f |= rustix::fs::RenameFlags::NOREPLACE;
+        }
+        rustix::fs::renameat_with(&*from.fd, name, &*to.fd, newname, f).map_err(|e| {
+            unseal();
+            errno(e)
+        })
     }
 
     fn listing(&self, ino: INodeNo) -> Result<Vec<(OsString, u64, FileType)>, Errno> {
@@ -1035,6 +1179,7 @@ impl Filesystem for SentryFs {
         let r = (|| {
             let p = self.parent(parent)?;
             let name = component(name)?;
+            let _naming = self.writing();
             self.may_rebind(&p, name)?;
             let perm = Mode::from_raw_mode(mode & !umask & 0o7777);
             // Regular files only. Device nodes are never created (spec 3.5:
@@ -1099,6 +1244,7 @@ impl Filesystem for SentryFs {
         let r = (|| {
             let p = self.parent(parent)?;
             let name = component(name)?;
+            let _naming = self.writing();
             self.may_rebind(&p, name)?;
             rustix::fs::unlinkat(&*p.fd, name, AtFlags::empty()).map_err(errno)
         })();
@@ -1198,8 +1344,10 @@ impl Filesystem for SentryFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // Writable handles exist only where open() allowed data changes.
-        let r = self.file(fh).and_then(|f| {
+        // Writable handles exist only where open() allowed data changes, and
+        // write no more once their file became HEAD.
+        let _writing = self.writing();
+        let r = self.writable_file(fh).and_then(|f| {
             let n = rustix::io::pwrite(&*f, data, offset).map_err(errno)?;
             u32::try_from(n).map_err(|_| Errno::EIO)
         });
@@ -1361,7 +1509,8 @@ impl Filesystem for SentryFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let r = self.file(fh).and_then(|f| {
+        let _writing = self.writing();
+        let r = self.writable_file(fh).and_then(|f| {
             let flags = rustix::fs::FallocateFlags::from_bits_retain(u32::from_ne_bytes(
                 mode.to_ne_bytes(),
             ));
