@@ -13,6 +13,10 @@
 //! handles, [`MAX_DIR_ENTRIES`] entries per directory listing and
 //! [`MAX_LISTED_ENTRIES`] entries over all open listings.
 
+use crate::fuse_passthrough::{
+    attr, component, dirent_kind, errno, io_errno, is_symlink, lock, open_path, proc_path, read_at,
+    reply_entries, reply_statfs, set_times, stat_fd, sync,
+};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -25,11 +29,11 @@ use lazaret_runtime::git_sentry::{
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, SystemTime};
 
 /// The most inodes the filter tracks at once (each holds a descriptor).
 pub const MAX_INODES: usize = 200_000;
@@ -241,79 +245,6 @@ pub struct SentryFs {
     head_swap: RwLock<()>,
 }
 
-fn errno(e: rustix::io::Errno) -> Errno {
-    Errno::from_i32(e.raw_os_error())
-}
-
-fn io_errno(e: &std::io::Error) -> Errno {
-    Errno::from_i32(e.raw_os_error().unwrap_or(libc_eio()))
-}
-
-fn libc_eio() -> i32 {
-    Errno::EIO.code()
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking operation leaves the tables consistent (every mutation is
-    // one insert or remove), so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn system_time(secs: i64, nsecs: u64) -> SystemTime {
-    let nanos = u32::try_from(nsecs.min(999_999_999)).unwrap_or(0);
-    match u64::try_from(secs) {
-        Ok(s) => UNIX_EPOCH + Duration::new(s, nanos),
-        Err(_) => UNIX_EPOCH
-            .checked_sub(Duration::new(secs.unsigned_abs(), 0))
-            .unwrap_or(UNIX_EPOCH),
-    }
-}
-
-fn kind_of(mode: u32) -> FileType {
-    match rustix::fs::FileType::from_raw_mode(mode) {
-        rustix::fs::FileType::Directory => FileType::Directory,
-        rustix::fs::FileType::Symlink => FileType::Symlink,
-        rustix::fs::FileType::Fifo => FileType::NamedPipe,
-        rustix::fs::FileType::Socket => FileType::Socket,
-        rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
-        rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
-        _ => FileType::RegularFile,
-    }
-}
-
-fn dirent_kind(t: rustix::fs::FileType) -> FileType {
-    match t {
-        rustix::fs::FileType::Directory => FileType::Directory,
-        rustix::fs::FileType::Symlink => FileType::Symlink,
-        rustix::fs::FileType::Fifo => FileType::NamedPipe,
-        rustix::fs::FileType::Socket => FileType::Socket,
-        rustix::fs::FileType::CharacterDevice => FileType::CharDevice,
-        rustix::fs::FileType::BlockDevice => FileType::BlockDevice,
-        _ => FileType::RegularFile,
-    }
-}
-
-fn attr(ino: u64, st: &Stat) -> FileAttr {
-    let mode = st.st_mode;
-    FileAttr {
-        ino: INodeNo(ino),
-        size: u64::try_from(st.st_size).unwrap_or(0),
-        blocks: u64::try_from(st.st_blocks).unwrap_or(0),
-        atime: system_time(st.st_atime, st.st_atime_nsec),
-        mtime: system_time(st.st_mtime, st.st_mtime_nsec),
-        ctime: system_time(st.st_ctime, st.st_ctime_nsec),
-        crtime: UNIX_EPOCH,
-        kind: kind_of(mode),
-        perm: u16::try_from(mode & 0o7777).unwrap_or(0),
-        nlink: u32::try_from(st.st_nlink).unwrap_or(u32::MAX),
-        uid: st.st_uid,
-        gid: st.st_gid,
-        rdev: u32::try_from(st.st_rdev).unwrap_or(0),
-        blksize: u32::try_from(st.st_blksize).unwrap_or(4096),
-        flags: 0,
-    }
-}
-
 /// The synthetic, empty, read-only default `hooks` directory.
 fn hooks_attr(root: &Stat) -> FileAttr {
     let mut a = attr(HOOKS_INO, root);
@@ -323,15 +254,6 @@ fn hooks_attr(root: &Stat) -> FileAttr {
     a.size = 0;
     a.blocks = 0;
     a
-}
-
-fn stat_fd(fd: &OwnedFd) -> Result<Stat, Errno> {
-    rustix::fs::statat(fd, "", AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
-}
-
-fn proc_path(fd: &OwnedFd) -> PathBuf {
-    use std::os::fd::AsRawFd;
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// Up to [`MAX_HEAD_BYTES`] + 1 bytes of the regular file behind `fd`.
@@ -357,30 +279,6 @@ fn read_head(fd: &OwnedFd) -> Result<Vec<u8>, Errno> {
     }
     out.truncate(filled);
     Ok(out)
-}
-
-/// Opens `name` beneath `parent` as an `O_PATH` descriptor, never following
-/// a symbolic link.
-fn open_path(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat(
-        parent,
-        name,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(errno)
-}
-
-/// Whether `name` beneath `parent` is a symbolic link (a missing name is
-/// not; the operation then fails on its own).
-fn is_symlink(parent: &OwnedFd, name: &OsStr) -> Result<bool, Errno> {
-    match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => {
-            Ok(rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink)
-        }
-        Err(rustix::io::Errno::NOENT) => Ok(false),
-        Err(e) => Err(errno(e)),
-    }
 }
 
 /// The most entries of one hidden or sealed hooks directory whose host
@@ -449,16 +347,6 @@ fn seed_sealed(root: &OwnedFd, layout: &SentryLayout) -> SealedIds {
         }
     }
     out
-}
-
-/// A single path component the kernel may send: never empty, `.`, `..` or
-/// containing `/` (the kernel guarantees it; the filter checks anyway).
-fn component(name: &OsStr) -> Result<&OsStr, Errno> {
-    let b = name.as_bytes();
-    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
-        return Err(Errno::EINVAL);
-    }
-    Ok(name)
 }
 
 impl SentryFs {
@@ -801,35 +689,7 @@ impl SentryFs {
             .map_err(errno)?;
         }
         if atime.is_some() || mtime.is_some() {
-            let ts = |t: Option<TimeOrNow>| -> rustix::fs::Timespec {
-                match t {
-                    None => rustix::fs::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: rustix::fs::UTIME_OMIT,
-                    },
-                    Some(TimeOrNow::Now) => rustix::fs::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: rustix::fs::UTIME_NOW,
-                    },
-                    Some(TimeOrNow::SpecificTime(t)) => {
-                        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-                        rustix::fs::Timespec {
-                            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-                            tv_nsec: d.subsec_nanos().into(),
-                        }
-                    }
-                }
-            };
-            rustix::fs::utimensat(
-                &*node.fd,
-                "",
-                &rustix::fs::Timestamps {
-                    last_access: ts(atime),
-                    last_modification: ts(mtime),
-                },
-                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(errno)?;
+            set_times(&node.fd, atime, mtime)?;
         }
         Ok(attr(ino.0, &stat_fd(&node.fd)?))
     }
@@ -1323,12 +1183,7 @@ impl Filesystem for SentryFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let r = self.file(fh).and_then(|f| {
-            let mut buf = vec![0u8; usize::try_from(size).unwrap_or(0)];
-            let n = rustix::io::pread(&*f, &mut buf[..], offset).map_err(errno)?;
-            buf.truncate(n);
-            Ok(buf)
-        });
+        let r = self.file(fh).and_then(|f| read_at(&f, offset, size));
         reply!(reply, r, |b: Vec<u8>| reply.data(&b));
     }
 
@@ -1387,14 +1242,7 @@ impl Filesystem for SentryFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.file(fh).and_then(|f| {
-            if datasync {
-                rustix::fs::fdatasync(&*f)
-            } else {
-                rustix::fs::fsync(&*f)
-            }
-            .map_err(errno)
-        });
+        let r = self.file(fh).and_then(|f| sync(&f, datasync));
         reply!(reply, r, |()| reply.ok());
     }
 
@@ -1414,20 +1262,13 @@ impl Filesystem for SentryFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         let entries = match lock(&self.handles).open.get(&fh.0) {
             Some(Handle::Dir { entries }) => Arc::clone(entries),
             _ => return reply.error(Errno::EBADF),
         };
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, (name, ino, kind)) in entries.iter().enumerate().skip(start) {
-            let next = u64::try_from(i).unwrap_or(u64::MAX).saturating_add(1);
-            if reply.add(INodeNo(*ino), next, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        reply_entries(&entries, offset, reply);
     }
 
     fn releasedir(
@@ -1464,19 +1305,7 @@ impl Filesystem for SentryFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match rustix::fs::fstatvfs(self.root.as_fd()) {
-            Ok(s) => reply.statfs(
-                s.f_blocks,
-                s.f_bfree,
-                s.f_bavail,
-                s.f_files,
-                s.f_ffree,
-                u32::try_from(s.f_bsize).unwrap_or(4096),
-                u32::try_from(s.f_namemax).unwrap_or(255),
-                u32::try_from(s.f_frsize).unwrap_or(4096),
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_statfs(&self.root, reply);
     }
 
     fn create(

@@ -25,9 +25,15 @@
 //!   its root directory is classified by the enclosing repository, and an
 //!   untracked one inside an excluded directory is excluded whole.
 //!
+//! A `.git` entry is never matched against ignore rules (Git never does): at
+//! a repository's root it is that repository's git directory, host-backed;
+//! anywhere else the host had no repository at load, so it is the
+//! sandbox's and isolated, with everything below it.
+//!
 //! Paths are bytes (non-UTF-8 names are opaque); components are non-empty and
 //! hold neither NUL nor `/`.
 
+pub mod operations;
 pub mod patterns;
 pub mod tracked;
 
@@ -72,6 +78,19 @@ pub enum Decision {
     Negated(MatchedRule),
     /// No line matches: host-backed.
     Unmatched,
+    /// The `.git` of the workspace's repository or of a repository the host
+    /// had at load (a nested one, a submodule), or a path inside it:
+    /// host-backed, under the Git Sentry. Git never matches `.git` against
+    /// ignore rules.
+    GitDirectory,
+    /// A `.git` (directory or file) where the host had no repository at
+    /// load — one the sandbox made (`git init`, `git clone`, a planted
+    /// `gitdir:` file) — or a path inside it: isolated, so host Git never
+    /// sees a repository the sandbox chose (spec 3.5, SR-4).
+    SandboxGitDirectory {
+        /// The `.git` entry, as a path from the workspace root.
+        entry: Vec<u8>,
+    },
 }
 
 /// A classified path: its backing, why, and which repository decided.
@@ -231,7 +250,8 @@ impl ClassificationSnapshot {
     }
 
     /// The snapshot of a workspace that is no Git repository: every path is
-    /// host-backed (Git reads no ignore file outside a repository).
+    /// host-backed (Git reads no ignore file outside a repository), except a
+    /// `.git` the sandbox makes and what is below it.
     pub fn without_repository() -> Self {
         Self { root: None }
     }
@@ -241,6 +261,22 @@ impl ClassificationSnapshot {
     pub fn classify(&self, path: &[u8], is_dir: bool) -> Result<Route, PathError> {
         let parts = components(path)?;
         let Some(mut rules) = self.root.as_ref() else {
+            // No repository on the host: any `.git` is the sandbox's.
+            let mut end = 0;
+            for (i, part) in parts.iter().enumerate() {
+                end = if i == 0 {
+                    part.len()
+                } else {
+                    end + 1 + part.len()
+                };
+                if *part == b".git" {
+                    let entry = path[..end].to_vec();
+                    return Ok(isolated(
+                        Decision::SandboxGitDirectory { entry },
+                        Vec::new(),
+                    ));
+                }
+            }
             return Ok(host(Decision::Unmatched, Vec::new()));
         };
         // Offset of the current repository's root in `path` (0, or just
@@ -258,6 +294,21 @@ impl ClassificationSnapshot {
             let last = i + 1 == parts.len();
             let dir = !last || is_dir;
             let relative = &path[base..end];
+            if *part == b".git" {
+                // At a repository's root (the workspace's, or a nested one
+                // found on the host) it is that repository's git directory.
+                // Anywhere else the host had no repository: the sandbox's.
+                return Ok(if relative == b".git" && excluded.is_none() {
+                    host(Decision::GitDirectory, repository.to_vec())
+                } else {
+                    isolated(
+                        Decision::SandboxGitDirectory {
+                            entry: path[..end].to_vec(),
+                        },
+                        repository.to_vec(),
+                    )
+                });
+            }
             let tracked = rules.tracked.contains(relative);
             let rule = match excluded {
                 Some(_) => None,

@@ -162,3 +162,43 @@ fn a_submodule_inside_an_excluded_directory_keeps_its_own_rules() {
     assert_eq!(backing(&s, "vendor/lib/b", false), Backing::Host);
     assert_eq!(backing(&s, "vendor/other", false), Backing::Isolated);
 }
+
+#[test]
+fn git_directories_are_the_hosts_only_where_the_host_had_a_repository() {
+    let mut outer = RepositoryRules::new(tracked(&[]), false);
+    outer.add_gitignore(b"", b".*\n*\n!*/\n");
+    outer.add_nested(b"vendor/lib", RepositoryRules::new(tracked(&[]), false));
+    let s = ClassificationSnapshot::of_repository(outer);
+    // Never matched against the rules, whatever they say.
+    for host_git in [
+        ".git",
+        ".git/config",
+        ".git/objects/ab",
+        "vendor/lib/.git",
+        "vendor/lib/.git/HEAD",
+    ] {
+        let route = s.classify(host_git.as_bytes(), false);
+        assert!(
+            matches!(&route, Ok(r) if r.backing == Backing::Host && r.decision == Decision::GitDirectory),
+            "{host_git}: {route:?}"
+        );
+    }
+    // A repository the sandbox makes anywhere else is never the host's.
+    for (path, entry) in [
+        ("sub/.git", "sub/.git"),
+        ("sub/.git/config", "sub/.git"),
+        ("vendor/lib/x/.git/hooks/pre-commit", "vendor/lib/x/.git"),
+        ("vendor/.git", "vendor/.git"),
+    ] {
+        let route = s.classify(path.as_bytes(), true);
+        assert!(
+            matches!(&route, Ok(Route { backing: Backing::Isolated, decision: Decision::SandboxGitDirectory { entry: e }, .. }) if e == entry.as_bytes()),
+            "{path}: {route:?}"
+        );
+    }
+    // Without a repository at all, a `.git` is the sandbox's too.
+    let none = ClassificationSnapshot::without_repository();
+    assert_eq!(backing(&none, ".git", true), Backing::Isolated);
+    assert_eq!(backing(&none, "a/.git/config", false), Backing::Isolated);
+    assert_eq!(backing(&none, "a/git", true), Backing::Host);
+}

@@ -1,0 +1,964 @@
+//! The ignored-path router (spec 3.5, "Ignored Workspace State routing
+//! contract"; SR-13): a FUSE filesystem presenting one workspace tree, each
+//! pathname operation routed by the [`ClassificationSnapshot`] to exactly
+//! one backing — the canonical Agent Workspace (host) or the Domain's
+//! Ignored Workspace State (isolated).
+//!
+//! - **Lookup** finds the entry the snapshot selects: a host entry is
+//!   visible only where its path (and kind) route to the host, an isolated
+//!   one only where they route to isolated state. An ignored host entry is
+//!   hidden even when no isolated one exists; a stale isolated entry is
+//!   kept, hidden, while its path routes to the host.
+//! - **Creation** happens in the backing the new path routes to; isolated
+//!   state gets the directories on the way made on demand.
+//! - **Rename and hard link** stay in one backing, or fail with `EXDEV`
+//!   before either changes; `RENAME_WHITEOUT` is `EOPNOTSUPP`; device nodes
+//!   are `EPERM` ([`operations`]).
+//! - **Modes**: no object made or changed through the router keeps
+//!   set-user-ID, set-group-ID or write-for-others bits
+//!   ([`operations::hygienic_mode`]).
+//!
+//! Like the Git Sentry filter it is a passthrough over `O_PATH` descriptors
+//! opened one name at a time with `O_NOFOLLOW`, so no symbolic link is
+//! followed while routing. Entry and attribute timeouts are zero: the host
+//! changes the workspace in real time. Bounded: at most [`MAX_INODES`]
+//! inodes, [`MAX_HANDLES`] open handles and [`MAX_DIR_ENTRIES`] entries per
+//! listing.
+
+use crate::fuse_passthrough::{
+    attr, component, dirent_kind, errno, io_errno, kind_of, lock, open_path, proc_path, read_at,
+    reply_entries, reply_statfs, set_times, stat_fd, sync,
+};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
+};
+use lazaret_runtime::workspace_routing::operations::{
+    hygienic_mode, joining, may_make, NodeKind, Refusal,
+};
+use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot};
+use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// The most inodes the router tracks at once (each holds a descriptor).
+pub const MAX_INODES: usize = 200_000;
+/// The most open file and directory handles at once.
+pub const MAX_HANDLES: usize = 65_536;
+/// The most entries one directory listing holds.
+pub const MAX_DIR_ENTRIES: usize = 1_000_000;
+/// Zero: the host changes the workspace in real time.
+const TTL: Duration = Duration::ZERO;
+
+/// One object the kernel knows by a node id.
+#[derive(Debug)]
+struct Inode {
+    fd: Arc<OwnedFd>,
+    /// Host (device, inode).
+    id: (u64, u64),
+    backing: Backing,
+    /// The path from the workspace root (bytes; empty for the root): the
+    /// routes of its children depend on it.
+    path: Vec<u8>,
+    lookups: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inodes {
+    by_ino: HashMap<u64, Inode>,
+    by_id: HashMap<(u64, u64), u64>,
+    next: u64,
+}
+
+#[derive(Debug)]
+enum Handle {
+    File(Arc<std::fs::File>),
+    Dir(Arc<Vec<(OsString, u64, FileType)>>),
+}
+
+#[derive(Debug, Default)]
+struct Handles {
+    open: HashMap<u64, Handle>,
+    next: u64,
+}
+
+/// The changes of one `setattr` request.
+#[derive(Clone, Copy, Debug)]
+struct SetAttr {
+    mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    size: Option<u64>,
+    atime: Option<TimeOrNow>,
+    mtime: Option<TimeOrNow>,
+    fh: Option<FileHandle>,
+}
+
+/// What an operation needs of one inode, copied out of the table.
+#[derive(Clone, Debug)]
+struct Node {
+    fd: Arc<OwnedFd>,
+    backing: Backing,
+    path: Vec<u8>,
+}
+
+/// The router over one workspace and its Ignored Workspace State.
+#[derive(Debug)]
+pub struct RouterFs {
+    snapshot: ClassificationSnapshot,
+    host_root: Arc<OwnedFd>,
+    isolated_root: Arc<OwnedFd>,
+    inodes: Mutex<Inodes>,
+    handles: Mutex<Handles>,
+}
+
+fn refused(r: Refusal) -> Errno {
+    match r {
+        Refusal::CrossBacking => Errno::EXDEV,
+        Refusal::Whiteout => Errno::EOPNOTSUPP,
+        Refusal::DeviceNode => Errno::EPERM,
+    }
+}
+
+fn is_dir(st: &Stat) -> bool {
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+}
+
+/// `parent/name` as a workspace path.
+fn child_path(parent: &[u8], name: &OsStr) -> Vec<u8> {
+    let mut p = Vec::with_capacity(parent.len() + 1 + name.len());
+    p.extend_from_slice(parent);
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name.as_bytes());
+    p
+}
+
+/// A directory descriptor (`O_PATH`) for `path` beneath `root`, opened one
+/// component at a time without following links; `None` when a component is
+/// missing. With `make`, missing directories are made (mode 0755).
+fn beneath(root: &OwnedFd, path: &[u8], make: bool) -> Result<Option<OwnedFd>, Errno> {
+    let mut dir = rustix::io::dup(root).map_err(errno)?;
+    if path.is_empty() {
+        return Ok(Some(dir));
+    }
+    for part in path.split(|b| *b == b'/') {
+        let name = component(OsStr::from_bytes(part))?;
+        let next = match open_dir(&dir, name) {
+            Ok(fd) => fd,
+            Err(e) if e == Errno::ENOENT && make => {
+                match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(errno(e)),
+                }
+                open_dir(&dir, name)?
+            }
+            Err(e) if e == Errno::ENOENT || e == Errno::ENOTDIR => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        dir = next;
+    }
+    Ok(Some(dir))
+}
+
+fn open_dir(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat(
+        parent,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)
+}
+
+/// Sets exactly `mode` (hygienic) on the object behind `fd`, whatever the
+/// router's umask; symbolic links have no mode to set.
+fn set_mode(fd: &OwnedFd, mode: u32) -> Result<(), Errno> {
+    let st = stat_fd(fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink {
+        return Ok(());
+    }
+    rustix::fs::chmodat(
+        CWD,
+        proc_path(fd),
+        Mode::from_raw_mode(hygienic_mode(mode)),
+        AtFlags::empty(),
+    )
+    .map_err(errno)
+}
+
+impl RouterFs {
+    /// A router over the workspace directory `host_root` and the Domain's
+    /// Ignored Workspace State directory `isolated_root` (both descriptors
+    /// the caller opened and verified), routing by `snapshot`.
+    pub fn new(
+        host_root: OwnedFd,
+        isolated_root: OwnedFd,
+        snapshot: ClassificationSnapshot,
+    ) -> Self {
+        Self {
+            snapshot,
+            host_root: Arc::new(host_root),
+            isolated_root: Arc::new(isolated_root),
+            inodes: Mutex::new(Inodes {
+                next: 2,
+                ..Inodes::default()
+            }),
+            handles: Mutex::new(Handles::default()),
+        }
+    }
+
+    fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
+        if ino.0 == INodeNo::ROOT.0 {
+            return Ok(Node {
+                fd: Arc::clone(&self.host_root),
+                backing: Backing::Host,
+                path: Vec::new(),
+            });
+        }
+        let t = lock(&self.inodes);
+        let i = t.by_ino.get(&ino.0).ok_or(Errno::ESTALE)?;
+        Ok(Node {
+            fd: Arc::clone(&i.fd),
+            backing: i.backing,
+            path: i.path.clone(),
+        })
+    }
+
+    fn route(&self, path: &[u8], dir: bool) -> Result<Backing, Errno> {
+        self.snapshot
+            .classify(path, dir)
+            .map(|r| r.backing)
+            .map_err(|_| Errno::EINVAL)
+    }
+
+    /// The directory holding `node`'s children in `backing`: the node itself
+    /// when it lives there, else its counterpart in isolated state (made on
+    /// demand with `make`). Below an isolated directory everything routes to
+    /// isolated state, so a host child of one is never asked for.
+    fn dir_in(
+        &self,
+        node: &Node,
+        backing: Backing,
+        make: bool,
+    ) -> Result<Option<Arc<OwnedFd>>, Errno> {
+        if node.backing == backing {
+            return Ok(Some(Arc::clone(&node.fd)));
+        }
+        match backing {
+            Backing::Isolated => Ok(beneath(&self.isolated_root, &node.path, make)?.map(Arc::new)),
+            Backing::Host => Ok(None),
+        }
+    }
+
+    /// The entry `name` of `parent` the snapshot selects: the host entry if
+    /// its path and kind route to the host, else the isolated one if they
+    /// route there.
+    fn resolve(&self, parent: &Node, name: &OsStr) -> Result<(Backing, OwnedFd, Stat), Errno> {
+        let name = component(name)?;
+        let path = child_path(&parent.path, name);
+        for backing in [Backing::Host, Backing::Isolated] {
+            let Some(dir) = self.dir_in(parent, backing, false)? else {
+                continue;
+            };
+            match open_path(&dir, name) {
+                Ok(fd) => {
+                    let st = stat_fd(&fd)?;
+                    if self.route(&path, is_dir(&st))? == backing {
+                        return Ok((backing, fd, st));
+                    }
+                }
+                Err(e) if e == Errno::ENOENT => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Errno::ENOENT)
+    }
+
+    fn remember(
+        &self,
+        fd: OwnedFd,
+        st: &Stat,
+        backing: Backing,
+        path: Vec<u8>,
+    ) -> Result<u64, Errno> {
+        let id = (st.st_dev, st.st_ino);
+        let mut t = lock(&self.inodes);
+        if let Some(&ino) = t.by_id.get(&id) {
+            if let Some(i) = t.by_ino.get_mut(&ino) {
+                i.lookups = i.lookups.saturating_add(1);
+                // The name it was reached by last decides its children.
+                i.path = path;
+                i.backing = backing;
+                i.fd = Arc::new(fd);
+                return Ok(ino);
+            }
+        }
+        if t.by_ino.len() >= MAX_INODES {
+            return Err(Errno::ENFILE);
+        }
+        let ino = t.next;
+        t.next = t.next.checked_add(1).ok_or(Errno::ENFILE)?;
+        t.by_ino.insert(
+            ino,
+            Inode {
+                fd: Arc::new(fd),
+                id,
+                backing,
+                path,
+                lookups: 1,
+            },
+        );
+        t.by_id.insert(id, ino);
+        Ok(ino)
+    }
+
+    fn entry_of(&self, parent: &Node, name: &OsStr) -> Result<FileAttr, Errno> {
+        let (backing, fd, st) = self.resolve(parent, name)?;
+        let ino = self.remember(fd, &st, backing, child_path(&parent.path, name))?;
+        Ok(attr(ino, &st))
+    }
+
+    /// Where a new object `name` of `parent` goes: the backing its path
+    /// routes to (as a directory when `dir`) and that backing's directory.
+    fn placement(
+        &self,
+        parent: &Node,
+        name: &OsStr,
+        dir: bool,
+    ) -> Result<(Backing, Arc<OwnedFd>), Errno> {
+        let name = component(name)?;
+        let backing = self.route(&child_path(&parent.path, name), dir)?;
+        let at = self.dir_in(parent, backing, true)?.ok_or(Errno::EXDEV)?;
+        Ok((backing, at))
+    }
+
+    fn made(
+        &self,
+        parent: &Node,
+        at: &OwnedFd,
+        name: &OsStr,
+        backing: Backing,
+        mode: Option<u32>,
+    ) -> Result<FileAttr, Errno> {
+        let fd = open_path(at, name)?;
+        if let Some(m) = mode {
+            set_mode(&fd, m)?;
+        }
+        let st = stat_fd(&fd)?;
+        let ino = self.remember(fd, &st, backing, child_path(&parent.path, name))?;
+        Ok(attr(ino, &st))
+    }
+
+    fn add_handle(&self, handle: Handle) -> Result<u64, Errno> {
+        let mut h = lock(&self.handles);
+        if h.open.len() >= MAX_HANDLES {
+            return Err(Errno::EMFILE);
+        }
+        h.next = h.next.wrapping_add(1);
+        let fh = h.next;
+        h.open.insert(fh, handle);
+        Ok(fh)
+    }
+
+    fn file(&self, fh: FileHandle) -> Result<Arc<std::fs::File>, Errno> {
+        match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::File(f)) => Ok(Arc::clone(f)),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// After a rename of `from` to `to`: every known path at or below
+    /// `from` now lies below `to`.
+    fn moved(&self, from: &[u8], to: &[u8]) {
+        let mut t = lock(&self.inodes);
+        for i in t.by_ino.values_mut() {
+            let below = i.path.len() > from.len()
+                && i.path.starts_with(from)
+                && i.path.get(from.len()) == Some(&b'/');
+            if i.path == from || below {
+                let mut p = to.to_vec();
+                p.extend_from_slice(&i.path[from.len()..]);
+                i.path = p;
+            }
+        }
+    }
+
+    fn do_rename(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return Err(refused(Refusal::Whiteout));
+        }
+        let from = self.node(parent)?;
+        let to = self.node(newparent)?;
+        let (name, newname) = (component(name)?, component(newname)?);
+        let (backing, _, st) = self.resolve(&from, name)?;
+        let from_path = child_path(&from.path, name);
+        let to_path = child_path(&to.path, newname);
+        joining(backing, self.route(&to_path, is_dir(&st))?).map_err(refused)?;
+        let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+        if exchange {
+            // Each object lands at the other's path: both must route to the
+            // backing they are in.
+            let (other, _, other_st) = self.resolve(&to, newname)?;
+            joining(backing, other).map_err(refused)?;
+            joining(other, self.route(&from_path, is_dir(&other_st))?).map_err(refused)?;
+        }
+        let src_dir = self.dir_in(&from, backing, false)?.ok_or(Errno::ENOENT)?;
+        let dst_dir = self.dir_in(&to, backing, true)?.ok_or(Errno::EXDEV)?;
+        let mut f = rustix::fs::RenameFlags::empty();
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            f |= rustix::fs::RenameFlags::NOREPLACE;
+        }
+        if exchange {
+            f |= rustix::fs::RenameFlags::EXCHANGE;
+        }
+        rustix::fs::renameat_with(&*src_dir, name, &*dst_dir, newname, f).map_err(errno)?;
+        if exchange {
+            // Through a placeholder that no real path has (a NUL byte).
+            let parked = b"\0".to_vec();
+            self.moved(&from_path, &parked);
+            self.moved(&to_path, &from_path);
+            self.moved(&parked, &to_path);
+        } else {
+            self.moved(&from_path, &to_path);
+        }
+        Ok(())
+    }
+
+    fn do_link(
+        &self,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+    ) -> Result<FileAttr, Errno> {
+        let node = self.node(ino)?;
+        let to = self.node(newparent)?;
+        let newname = component(newname)?;
+        let st = stat_fd(&node.fd)?;
+        joining(
+            node.backing,
+            self.route(&child_path(&to.path, newname), is_dir(&st))?,
+        )
+        .map_err(refused)?;
+        let at = self.dir_in(&to, node.backing, true)?.ok_or(Errno::EXDEV)?;
+        rustix::fs::linkat(
+            CWD,
+            proc_path(&node.fd),
+            &*at,
+            newname,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+        .map_err(errno)?;
+        self.made(&to, &at, newname, node.backing, None)
+    }
+
+    fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: AtFlags) -> Result<(), Errno> {
+        let p = self.node(parent)?;
+        let name = component(name)?;
+        let (backing, _, _) = self.resolve(&p, name)?;
+        let at = self.dir_in(&p, backing, false)?.ok_or(Errno::ENOENT)?;
+        rustix::fs::unlinkat(&*at, name, flags).map_err(errno)
+    }
+
+    fn do_setattr(&self, ino: INodeNo, change: SetAttr) -> Result<FileAttr, Errno> {
+        let SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            fh,
+        } = change;
+        let node = self.node(ino)?;
+        if let Some(len) = size {
+            match fh.map(|fh| self.file(fh)) {
+                Some(Ok(file)) => file.set_len(len).map_err(|e| io_errno(&e))?,
+                _ => std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(proc_path(&node.fd))
+                    .and_then(|f| f.set_len(len))
+                    .map_err(|e| io_errno(&e))?,
+            }
+        }
+        if uid.is_some() || gid.is_some() {
+            rustix::fs::chownat(
+                &*node.fd,
+                "",
+                uid.map(rustix::fs::Uid::from_raw),
+                gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno)?;
+        }
+        // After a change of owner, which may have cleared set-ID bits.
+        if let Some(m) = mode {
+            set_mode(&node.fd, m)?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            set_times(&node.fd, atime, mtime)?;
+        }
+        Ok(attr(ino.0, &stat_fd(&node.fd)?))
+    }
+
+    fn open_file(&self, ino: INodeNo, flags: i32) -> Result<u64, Errno> {
+        let node = self.node(ino)?;
+        let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
+        let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC | OFlags::SYNC | OFlags::DSYNC;
+        let fd = rustix::fs::openat(
+            CWD,
+            proc_path(&node.fd),
+            (raw & keep) | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd))))
+    }
+
+    fn do_create(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(FileAttr, u64), Errno> {
+        let p = self.node(parent)?;
+        let name = component(name)?;
+        let (backing, at) = self.placement(&p, name, false)?;
+        let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
+        let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC;
+        // Exclusive: the kernel creates only what its lookup found missing,
+        // and the backing's own entry there (if any) was hidden for a reason.
+        let fd = rustix::fs::openat(
+            &*at,
+            name,
+            (raw & keep) | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(hygienic_mode(mode & !umask)),
+        )
+        .map_err(errno)?;
+        let a = self.made(&p, &at, name, backing, Some(mode & !umask))?;
+        let fh = self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd))))?;
+        Ok((a, fh))
+    }
+
+    fn do_mknod(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+    ) -> Result<FileAttr, Errno> {
+        use rustix::fs::FileType as T;
+        let kind = match T::from_raw_mode(mode) {
+            T::RegularFile => NodeKind::Regular,
+            T::Fifo => NodeKind::Fifo,
+            T::Socket => NodeKind::Socket,
+            T::CharacterDevice => NodeKind::CharDevice,
+            T::BlockDevice => NodeKind::BlockDevice,
+            _ => return Err(Errno::EINVAL),
+        };
+        may_make(kind).map_err(refused)?;
+        let p = self.node(parent)?;
+        let name = component(name)?;
+        let (backing, at) = self.placement(&p, name, false)?;
+        rustix::fs::mknodat(
+            &*at,
+            name,
+            T::from_raw_mode(mode),
+            Mode::from_raw_mode(hygienic_mode(mode & !umask)),
+            u64::from(rdev),
+        )
+        .map_err(errno)?;
+        self.made(&p, &at, name, backing, Some(mode & !umask))
+    }
+
+    fn do_mkdir(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr, Errno> {
+        let p = self.node(parent)?;
+        let name = component(name)?;
+        let (backing, at) = self.placement(&p, name, true)?;
+        rustix::fs::mkdirat(
+            &*at,
+            name,
+            Mode::from_raw_mode(hygienic_mode(mode & !umask)),
+        )
+        .map_err(errno)?;
+        self.made(&p, &at, name, backing, Some(mode & !umask))
+    }
+
+    fn do_symlink(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        target: &std::path::Path,
+    ) -> Result<FileAttr, Errno> {
+        let p = self.node(parent)?;
+        let name = component(name)?;
+        let (backing, at) = self.placement(&p, name, false)?;
+        rustix::fs::symlinkat(target, &*at, name).map_err(errno)?;
+        self.made(&p, &at, name, backing, None)
+    }
+
+    /// The entries of directory `ino` the snapshot selects, host first.
+    fn listing(&self, ino: INodeNo) -> Result<Vec<(OsString, u64, FileType)>, Errno> {
+        let node = self.node(ino)?;
+        let mut out: Vec<(OsString, u64, FileType)> = vec![
+            (".".into(), ino.0, FileType::Directory),
+            ("..".into(), ino.0, FileType::Directory),
+        ];
+        let mut seen: HashMap<OsString, ()> = HashMap::new();
+        for backing in [Backing::Host, Backing::Isolated] {
+            let Some(dir) = self.dir_in(&node, backing, false)? else {
+                continue;
+            };
+            let listing = rustix::fs::openat(
+                &*dir,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
+            for entry in rustix::fs::Dir::read_from(&listing).map_err(errno)? {
+                let entry = entry.map_err(errno)?;
+                let name = OsStr::from_bytes(entry.file_name().to_bytes());
+                if name == "." || name == ".." || seen.contains_key(name) {
+                    continue;
+                }
+                let kind = match entry.file_type() {
+                    rustix::fs::FileType::Unknown => {
+                        let st = rustix::fs::statat(&listing, name, AtFlags::SYMLINK_NOFOLLOW)
+                            .map_err(errno)?;
+                        kind_of(st.st_mode)
+                    }
+                    t => dirent_kind(t),
+                };
+                let path = child_path(&node.path, name);
+                if self.route(&path, kind == FileType::Directory)? != backing {
+                    continue;
+                }
+                seen.insert(name.to_owned(), ());
+                out.push((name.to_owned(), entry.ino(), kind));
+                if out.len() > MAX_DIR_ENTRIES {
+                    return Err(Errno::EFBIG);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+macro_rules! reply {
+    ($reply:expr, $result:expr, $ok:expr) => {
+        match $result {
+            Ok(v) => $ok(v),
+            Err(e) => $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for RouterFs {
+    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.node(parent).and_then(|p| self.entry_of(&p, name));
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let mut t = lock(&self.inodes);
+        let gone = match t.by_ino.get_mut(&ino.0) {
+            Some(i) => {
+                i.lookups = i.lookups.saturating_sub(nlookup);
+                i.lookups == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some(i) = t.by_ino.remove(&ino.0) {
+                t.by_id.remove(&i.id);
+            }
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = self
+            .node(ino)
+            .and_then(|n| stat_fd(&n.fd).map(|st| attr(ino.0, &st)));
+        reply!(reply, r, |a: FileAttr| reply.attr(&TTL, &a));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            fh,
+        };
+        let r = self.do_setattr(ino, change);
+        reply!(reply, r, |a: FileAttr| reply.attr(&TTL, &a));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let r = self
+            .node(ino)
+            .and_then(|n| rustix::fs::readlinkat(&*n.fd, "", Vec::new()).map_err(errno));
+        reply!(reply, r, |t: std::ffi::CString| reply.data(t.as_bytes()));
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_mknod(parent, name, mode, umask, rdev);
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_mkdir(parent, name, mode, umask);
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.do_remove(parent, name, AtFlags::empty());
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.do_remove(parent, name, AtFlags::REMOVEDIR);
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_symlink(parent, link_name, target);
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.do_rename(parent, name, newparent, newname, flags);
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.do_link(ino, newparent, newname);
+        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.open_file(ino, flags.0);
+        reply!(reply, r, |fh| reply
+            .opened(FileHandle(fh), FopenFlags::empty()));
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.file(fh).and_then(|f| read_at(&f, offset, size));
+        reply!(reply, r, |b: Vec<u8>| reply.data(&b));
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.file(fh).and_then(|f| {
+            let n = rustix::io::pwrite(&*f, data, offset).map_err(errno)?;
+            u32::try_from(n).map_err(|_| Errno::EIO)
+        });
+        reply!(reply, r, |n| reply.written(n));
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.handles).open.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.file(fh).and_then(|f| sync(&f, datasync));
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = self
+            .listing(ino)
+            .and_then(|entries| self.add_handle(Handle::Dir(Arc::new(entries))));
+        reply!(reply, r, |fh| reply
+            .opened(FileHandle(fh), FopenFlags::empty()));
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        let entries = match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::Dir(entries)) => Arc::clone(entries),
+            _ => {
+                reply.error(Errno::EBADF);
+                return;
+            }
+        };
+        reply_entries(&entries, offset, reply);
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        lock(&self.handles).open.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        reply_statfs(&self.host_root, reply);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.do_create(parent, name, mode, umask, flags);
+        reply!(reply, r, |(a, fh): (FileAttr, u64)| reply.created(
+            &TTL,
+            &a,
+            Generation(0),
+            FileHandle(fh),
+            FopenFlags::empty()
+        ));
+    }
+}

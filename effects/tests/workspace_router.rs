@@ -1,0 +1,389 @@
+//! The ignored-path router against the real kernel and real Git (spec 3.5,
+//! "Ignored Workspace State routing contract"; SR-13, SR-4): mounted over a
+//! repository in a private user and mount namespace, what the repository's
+//! rules ignore goes to isolated state and the rest to the host, a host
+//! secret the rules ignore is never shown, a repository made inside is never
+//! the host's, and no set-ID or world-writable bit reaches a file.
+//!
+//! Each test re-runs itself under `unshare --user --map-root-user --mount`
+//! (see `support`).
+
+use lazaret_effects::workspace_router::mount;
+use std::fs;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::Path;
+use std::process::Command;
+
+mod support;
+use support::{outer, INNER};
+
+fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "maintenance.auto=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .map_err(|e| format!("git {args:?}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "git {args:?} in {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn io<T>(what: &str, r: std::io::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// Asserts that `r` failed with `errno`.
+fn fails<T: std::fmt::Debug>(what: &str, errno: i32, r: std::io::Result<T>) -> Result<(), String> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(errno) => Ok(()),
+        other => Err(format!("{what}: expected errno {errno}, got {other:?}")),
+    }
+}
+
+const EPERM: i32 = 1;
+const ENOENT: i32 = 2;
+const EXDEV: i32 = 18;
+
+/// A repository with ignored host content: a secret, dependencies, a log,
+/// build output next to a force-added tracked file.
+fn fixture(root: &Path) -> Result<(), String> {
+    io("mkdir", fs::create_dir_all(root.join("src")))?;
+    io("mkdir", fs::create_dir_all(root.join("build")))?;
+    io("mkdir", fs::create_dir_all(root.join("node_modules/dep")))?;
+    git(root, &["init", "-q"])?;
+    io(
+        ".gitignore",
+        fs::write(
+            root.join(".gitignore"),
+            ".env\nnode_modules/\n*.log\nbuild/\n",
+        ),
+    )?;
+    io(
+        "main.rs",
+        fs::write(root.join("src/main.rs"), "fn main() {}\n"),
+    )?;
+    io("README", fs::write(root.join("README"), "readme\n"))?;
+    io("keep", fs::write(root.join("build/keep.txt"), "kept\n"))?;
+    io(".env", fs::write(root.join(".env"), "SECRET=host\n"))?;
+    io(
+        "dep",
+        fs::write(root.join("node_modules/dep/index.js"), "host\n"),
+    )?;
+    io("log", fs::write(root.join("app.log"), "host log\n"))?;
+    io("out", fs::write(root.join("build/out.o"), "host object\n"))?;
+    git(root, &["add", ".gitignore", "src", "README"])?;
+    git(root, &["add", "-f", "build/keep.txt"])?;
+    git(root, &["commit", "-q", "-m", "first"])?;
+    Ok(())
+}
+
+fn names(dir: &Path) -> Result<Vec<String>, String> {
+    let mut n: Vec<String> = io("list", fs::read_dir(dir))?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    n.sort();
+    Ok(n)
+}
+
+#[test]
+fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("ignored_paths_live_in_isolated_state_and_the_rest_on_the_host");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tmp.path().join("ws");
+    let iso = tmp.path().join("iso");
+    let mnt = tmp.path().join("mnt");
+    for d in [&ws, &iso, &mnt] {
+        io("mkdir", fs::create_dir(d))?;
+    }
+    fixture(&ws)?;
+    // A stale isolated entry at a path that routes to the host stays
+    // hidden (and kept).
+    io("stale", fs::write(iso.join("README"), "stale\n"))?;
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("README")))?,
+        "readme\n"
+    );
+
+    // Tracked and ordinary paths are the host's, both ways.
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("src/main.rs")))?,
+        "fn main() {}\n"
+    );
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("build/keep.txt")))?,
+        "kept\n"
+    );
+    // The host's ignored content is not shown, not even its names.
+    for hidden in [".env", "node_modules", "app.log", "build/out.o"] {
+        fails(hidden, ENOENT, fs::metadata(mnt.join(hidden)))?;
+    }
+    assert_eq!(
+        names(&mnt)?,
+        [".git", ".gitignore", "README", "build", "src"]
+    );
+    assert_eq!(names(&mnt.join("build"))?, ["keep.txt"]);
+
+    // What the sandbox writes at ignored paths goes to isolated state.
+    io(".env", fs::write(mnt.join(".env"), "SECRET=sandbox\n"))?;
+    io("deps", fs::create_dir_all(mnt.join("node_modules/pkg/bin")))?;
+    io(
+        "dep",
+        fs::write(mnt.join("node_modules/pkg/bin/run"), "sandbox\n"),
+    )?;
+    io("log", fs::write(mnt.join("src/debug.log"), "sandbox log\n"))?;
+    io(
+        "out",
+        fs::write(mnt.join("build/out.o"), "sandbox object\n"),
+    )?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join(".env")))?,
+        "SECRET=sandbox\n"
+    );
+    assert_eq!(
+        io("read", fs::read_to_string(iso.join(".env")))?,
+        "SECRET=sandbox\n"
+    );
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join(".env")))?,
+        "SECRET=host\n"
+    );
+    assert!(iso.join("node_modules/pkg/bin/run").is_file());
+    assert!(!ws.join("node_modules/pkg").exists());
+    assert!(iso.join("src/debug.log").is_file() && !ws.join("src/debug.log").exists());
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join("build/out.o")))?,
+        "host object\n"
+    );
+    assert_eq!(names(&mnt.join("build"))?, ["keep.txt", "out.o"]);
+    // ... and the rest to the host.
+    io("new", fs::write(mnt.join("src/lib.rs"), "// lib\n"))?;
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join("src/lib.rs")))?,
+        "// lib\n"
+    );
+    assert!(!iso.join("src/lib.rs").exists());
+    // The host's own changes show at once.
+    io("host", fs::write(ws.join("src/host.rs"), "// host\n"))?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("src/host.rs")))?,
+        "// host\n"
+    );
+
+    // Renames and links stay in one backing or fail with EXDEV, untouched.
+    fails(
+        "rename host to ignored",
+        EXDEV,
+        fs::rename(mnt.join("src/lib.rs"), mnt.join("src/lib.log")),
+    )?;
+    fails(
+        "rename ignored to host",
+        EXDEV,
+        fs::rename(mnt.join("src/debug.log"), mnt.join("src/debug.rs")),
+    )?;
+    fails(
+        "link host to ignored",
+        EXDEV,
+        fs::hard_link(mnt.join("src/lib.rs"), mnt.join("src/lib.log")),
+    )?;
+    fails(
+        "move a tracked directory under an ignored name",
+        EXDEV,
+        fs::rename(mnt.join("src"), mnt.join("node_modules/src")),
+    )?;
+    assert!(ws.join("src/lib.rs").is_file() && iso.join("src/debug.log").is_file());
+    io(
+        "same-backing rename",
+        fs::rename(mnt.join("src/debug.log"), mnt.join("src/old.log")),
+    )?;
+    assert!(iso.join("src/old.log").is_file());
+    io(
+        "same-backing rename",
+        fs::rename(mnt.join("src/lib.rs"), mnt.join("src/lib2.rs")),
+    )?;
+    assert!(ws.join("src/lib2.rs").is_file());
+    io(
+        "rename a directory",
+        fs::rename(mnt.join("src"), mnt.join("source")),
+    )?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("source/lib2.rs")))?,
+        "// lib\n"
+    );
+    // Below the moved directory, routes follow the new path.
+    io("log below", fs::write(mnt.join("source/new.log"), "x\n"))?;
+    assert!(iso.join("source/new.log").is_file());
+
+    // A repository made inside is never the host's.
+    io("mkdir", fs::create_dir(mnt.join("nested")))?;
+    git(&mnt.join("nested"), &["init", "-q"])?;
+    assert!(ws.join("nested").is_dir() && !ws.join("nested/.git").exists());
+    assert!(iso.join("nested/.git/config").is_file());
+    git(&mnt.join("nested"), &["status", "--short"])?;
+
+    // No set-ID or world-writable bit reaches a file or directory.
+    let f = mnt.join("source/tool");
+    io("tool", fs::write(&f, "#!/bin/sh\n"))?;
+    for (asked, kept) in [
+        (0o4755, 0o755),
+        (0o2755, 0o755),
+        (0o6777, 0o775),
+        (0o777, 0o775),
+    ] {
+        io(
+            "chmod",
+            fs::set_permissions(&f, fs::Permissions::from_mode(asked)),
+        )?;
+        let mode = io("stat", fs::metadata(ws.join("source/tool")))?.mode() & 0o7777;
+        assert_eq!(mode, kept, "asked {asked:o}");
+    }
+    io("mkdir", fs::create_dir(mnt.join("shared")))?;
+    io(
+        "chmod",
+        fs::set_permissions(mnt.join("shared"), fs::Permissions::from_mode(0o2777)),
+    )?;
+    assert_eq!(
+        io("stat", fs::metadata(ws.join("shared")))?.mode() & 0o7777,
+        0o775
+    );
+    io(
+        "setuid in isolated state",
+        fs::write(mnt.join("x.log"), "x"),
+    )?;
+    io(
+        "chmod",
+        fs::set_permissions(mnt.join("x.log"), fs::Permissions::from_mode(0o4777)),
+    )?;
+    assert_eq!(
+        io("stat", fs::metadata(iso.join("x.log")))?.mode() & 0o7777,
+        0o775
+    );
+
+    // FIFOs are made; device nodes never are.
+    let fifo = Command::new("mkfifo").arg(mnt.join("source/pipe")).status();
+    assert!(io("mkfifo", fifo)?.success());
+    let dev = rustix::fs::mknodat(
+        rustix::fs::CWD,
+        mnt.join("source/dev"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        rustix::fs::makedev(1, 3),
+    );
+    fails("mknod", EPERM, dev.map_err(std::io::Error::from))?;
+    assert!(!ws.join("source/dev").exists());
+
+    router.unmount().map_err(|e| e.to_string())?;
+    // The host's ignored files are as they were.
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join(".env")))?,
+        "SECRET=host\n"
+    );
+    assert_eq!(
+        io(
+            "read",
+            fs::read_to_string(ws.join("node_modules/dep/index.js"))
+        )?,
+        "host\n"
+    );
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join("app.log")))?,
+        "host log\n"
+    );
+    assert_eq!(
+        io("read", fs::read_to_string(iso.join("README")))?,
+        "stale\n"
+    );
+    Ok(())
+}
+
+/// A repository the sandbox makes and registers as a gitlink in the shared
+/// index would make a plain host `git status` run its `core.fsmonitor`
+/// (docs/git-sentry.md). Through the router its `.git` is isolated state:
+/// host Git sees an unpopulated submodule and runs nothing. The control
+/// (the same steps straight on the host) runs the marker.
+#[test]
+fn a_repository_made_inside_never_runs_code_in_host_git() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_repository_made_inside_never_runs_code_in_host_git");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let plant = |top: &Path, marker: &Path| -> Result<(), String> {
+        let evil = top.join("evil");
+        io("mkdir", fs::create_dir(&evil))?;
+        git(&evil, &["init", "-q"])?;
+        let monitor = evil.join("monitor.sh");
+        io(
+            "monitor",
+            fs::write(&monitor, format!("#!/bin/sh\ntouch {}\n", marker.display())),
+        )?;
+        io(
+            "chmod",
+            fs::set_permissions(&monitor, fs::Permissions::from_mode(0o755)),
+        )?;
+        git(&evil, &["add", "monitor.sh"])?;
+        git(&evil, &["commit", "-q", "-m", "x"])?;
+        git(
+            &evil,
+            &["config", "core.fsmonitor", &monitor.display().to_string()],
+        )?;
+        git(top, &["add", "evil"])?;
+        Ok(())
+    };
+
+    // Control: straight on the host, the attack works.
+    let control = tmp.path().join("control");
+    io("mkdir", fs::create_dir(&control))?;
+    fixture(&control)?;
+    let control_marker = tmp.path().join("control-marker");
+    plant(&control, &control_marker)?;
+    let _ = git(&control, &["status", "--short"]);
+    assert!(
+        control_marker.exists(),
+        "the attack did not work without the router: this test proves nothing"
+    );
+
+    // Through the router it does not.
+    let ws = tmp.path().join("ws");
+    let iso = tmp.path().join("iso");
+    let mnt = tmp.path().join("mnt");
+    for d in [&ws, &iso, &mnt] {
+        io("mkdir", fs::create_dir(d))?;
+    }
+    fixture(&ws)?;
+    let marker = tmp.path().join("marker");
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    plant(&mnt, &marker)?;
+    router.unmount().map_err(|e| e.to_string())?;
+    assert!(!marker.exists(), "the planted monitor ran inside");
+    assert!(!ws.join("evil/.git").exists());
+    let status = git(&ws, &["status", "--short"])?;
+    let _ = git(&ws, &["diff", "--stat"]);
+    assert!(
+        !marker.exists(),
+        "host git ran the planted monitor: {status}"
+    );
+    Ok(())
+}
