@@ -89,12 +89,77 @@ pub struct GitDirs {
 
 /// The classification snapshot of the workspace `workspace` now.
 pub fn read_snapshot(workspace: &Path) -> Result<ClassificationSnapshot, RoutingInputError> {
+    read_snapshot_and_inputs(workspace).map(|(snapshot, _)| snapshot)
+}
+
+/// The files a snapshot was read from, to tell when it is out of date: each
+/// repository's index and configuration, `info/exclude`, the global excludes
+/// file and user configuration, and the `.gitignore` of every directory the
+/// walk visited — present or not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotInputs {
+    paths: Vec<PathBuf>,
+}
+
+/// What [`SnapshotInputs::fingerprint`] records of one input: device,
+/// inode, size and modification time, or nothing when it is absent.
+pub type InputState = Option<(u64, u64, u64, i64, i64)>;
+
+impl SnapshotInputs {
+    /// How many files are watched.
+    pub fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Whether nothing is watched (a workspace without a repository).
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty()
+    }
+
+    /// The state of every input now (`lstat`, never following a link).
+    pub fn fingerprint(&self) -> Vec<InputState> {
+        use std::os::unix::fs::MetadataExt as _;
+        self.paths
+            .iter()
+            .map(|p| {
+                fs::symlink_metadata(p)
+                    .ok()
+                    .map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+            })
+            .collect()
+    }
+}
+
+/// [`read_snapshot`], with the inputs it was read from.
+pub fn read_snapshot_and_inputs(
+    workspace: &Path,
+) -> Result<(ClassificationSnapshot, SnapshotInputs), RoutingInputError> {
+    let mut inputs = SnapshotInputs::default();
+    // A `.git` appearing at the root makes it a repository.
+    inputs.paths.push(workspace.join(".git"));
     let Some(dirs) = repository_dirs(workspace)? else {
-        return Ok(ClassificationSnapshot::without_repository());
+        return Ok((ClassificationSnapshot::without_repository(), inputs));
     };
     let mut budget = MAX_WALK_ENTRIES;
-    let rules = read_repository(workspace, &dirs, 0, &mut budget)?;
-    Ok(ClassificationSnapshot::of_repository(rules))
+    for user_config in user_config_files() {
+        inputs.paths.push(user_config);
+    }
+    let rules = read_repository(workspace, &dirs, 0, &mut budget, &mut inputs.paths)?;
+    Ok((ClassificationSnapshot::of_repository(rules), inputs))
+}
+
+/// The user's Git configuration files host Git reads `core.excludesFile` and
+/// `core.ignoreCase` from.
+fn user_config_files() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(home) = std::env::var_os("HOME") {
+        out.push(Path::new(&home).join(".gitconfig"));
+        out.push(Path::new(&home).join(".config/git/config"));
+    }
+    if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        out.push(Path::new(&xdg).join("git/config"));
+    }
+    out
 }
 
 /// The git directories of the working tree at `root`, if it is one as Git
@@ -149,7 +214,12 @@ fn read_repository(
     dirs: &GitDirs,
     nesting: usize,
     budget: &mut usize,
+    watched: &mut Vec<PathBuf>,
 ) -> Result<RepositoryRules, RoutingInputError> {
+    watched.push(dirs.git_dir.join("index"));
+    watched.push(dirs.git_dir.join("config"));
+    watched.push(dirs.common_dir.join("config"));
+    watched.push(dirs.common_dir.join("info").join("exclude"));
     let ignore_case =
         git_config(&dirs.git_dir, "core.ignorecase", "bool")?.is_some_and(|v| v == b"true");
     let format = match git_config(&dirs.git_dir, "extensions.objectformat", "")? {
@@ -181,6 +251,7 @@ fn read_repository(
     let gitlinks = tracked.gitlinks().to_vec();
     let mut rules = RepositoryRules::new(tracked, ignore_case);
     if let Some(file) = global_excludes(&dirs.git_dir)? {
+        watched.push(file.clone());
         if let Some(bytes) = read_ignore_file(&file)? {
             rules = rules.with_global_excludes(&bytes);
         }
@@ -188,13 +259,13 @@ fn read_repository(
     if let Some(bytes) = read_ignore_file(&dirs.common_dir.join("info").join("exclude"))? {
         rules = rules.with_info_exclude(&bytes);
     }
-    walk(root, &mut rules, nesting, budget)?;
+    walk(root, &mut rules, nesting, budget, watched)?;
     // Submodules the walk did not reach (inside an excluded directory).
     for link in gitlinks {
         let sub_root = root.join(OsStr::from_bytes(&link));
         if nesting < MAX_NESTED_DEPTH && !rules.has_nested(&link) {
             if let Some(sub) = repository_dirs(&sub_root)? {
-                let inner = read_repository(&sub_root, &sub, nesting + 1, budget)?;
+                let inner = read_repository(&sub_root, &sub, nesting + 1, budget, watched)?;
                 rules.add_nested(&link, inner);
             }
         }
@@ -210,6 +281,7 @@ fn walk(
     rules: &mut RepositoryRules,
     nesting: usize,
     budget: &mut usize,
+    watched: &mut Vec<PathBuf>,
 ) -> Result<(), RoutingInputError> {
     let mut queue: VecDeque<Vec<u8>> = VecDeque::from([Vec::new()]);
     while let Some(relative) = queue.pop_front() {
@@ -218,9 +290,11 @@ fn walk(
         } else {
             root.join(OsStr::from_bytes(&relative))
         };
-        if let Some(bytes) = read_ignore_file(&dir.join(".gitignore"))? {
+        let gitignore = dir.join(".gitignore");
+        if let Some(bytes) = read_ignore_file(&gitignore)? {
             rules.add_gitignore(&relative, &bytes);
         }
+        watched.push(gitignore);
         let entries = fs::read_dir(&dir).map_err(|source| RoutingInputError::Read {
             path: dir.clone(),
             source,
@@ -254,7 +328,7 @@ fn walk(
             let child_root = entry.path();
             match repository_dirs(&child_root)? {
                 Some(dirs) if nesting < MAX_NESTED_DEPTH => {
-                    let inner = read_repository(&child_root, &dirs, nesting + 1, budget)?;
+                    let inner = read_repository(&child_root, &dirs, nesting + 1, budget, watched)?;
                     rules.add_nested(&child, inner);
                 }
                 // Deeper than the bound: its contents follow the enclosing

@@ -97,6 +97,18 @@ fn fixture(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Waits up to 5 s (the watcher looks every 250 ms) for `done`.
+fn eventually(what: &str, done: impl Fn() -> bool) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Err(format!("{what}: no new snapshot within 5 s"))
+}
+
 fn names(dir: &Path) -> Result<Vec<String>, String> {
     let mut n: Vec<String> = io("list", fs::read_dir(dir))?
         .filter_map(Result::ok)
@@ -294,6 +306,50 @@ fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(),
     );
     fails("mknod", EPERM, dev.map_err(std::io::Error::from))?;
     assert!(!ws.join("source/dev").exists());
+
+    // Live ignore changes publish a new snapshot: the sandbox ignores a
+    // host file through the router (its host entry is hidden from then on,
+    // and kept)...
+    io(
+        "host notes",
+        fs::write(ws.join("notes.txt"), "host notes\n"),
+    )?;
+    assert!(mnt.join("notes.txt").is_file());
+    let mut rules = io(
+        "read .gitignore",
+        fs::read_to_string(mnt.join(".gitignore")),
+    )?;
+    rules.push_str("notes.txt\n");
+    io("edit .gitignore", fs::write(mnt.join(".gitignore"), &rules))?;
+    eventually("the sandbox's ignore edit", || {
+        !mnt.join("notes.txt").exists()
+    })?;
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join("notes.txt")))?,
+        "host notes\n"
+    );
+    // A new directory's own .gitignore counts at once too.
+    io("mkdir", fs::create_dir(mnt.join("fresh")))?;
+    io("fresh file", fs::write(mnt.join("fresh/cache.bin"), "x"))?;
+    assert!(ws.join("fresh/cache.bin").is_file());
+    io(
+        "fresh rules",
+        fs::write(mnt.join("fresh/.gitignore"), "*.bin\n"),
+    )?;
+    eventually("a new directory's .gitignore", || {
+        !mnt.join("fresh/cache.bin").exists()
+    })?;
+    // ... and the host un-ignores one on its side.
+    rules.push_str("!app.log\n");
+    io(
+        "host edits .gitignore",
+        fs::write(ws.join(".gitignore"), &rules),
+    )?;
+    eventually("the host's ignore edit", || mnt.join("app.log").is_file())?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("app.log")))?,
+        "host log\n"
+    );
 
     router.unmount().map_err(|e| e.to_string())?;
     // The host's ignored files are as they were.

@@ -44,7 +44,8 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 /// The most inodes the router tracks at once (each holds a descriptor).
@@ -78,8 +79,51 @@ struct Inodes {
 
 #[derive(Debug)]
 enum Handle {
-    File(Arc<std::fs::File>),
+    /// An open file, and whether closing it may have changed an ignore file
+    /// (opened for writing at a `.gitignore` name).
+    File(Arc<std::fs::File>, bool),
     Dir(Arc<Vec<(OsString, u64, FileType)>>),
+}
+
+/// The classification snapshot in force (spec 3.5: "Publication of a changed
+/// index or ignore input ... either installs one complete new snapshot or
+/// leaves the prior snapshot active"). Each pathname operation takes the
+/// current one once and uses it throughout.
+#[derive(Debug)]
+pub struct PublishedSnapshot {
+    current: RwLock<Arc<ClassificationSnapshot>>,
+}
+
+impl PublishedSnapshot {
+    /// `snapshot` in force.
+    pub fn new(snapshot: ClassificationSnapshot) -> Self {
+        Self {
+            current: RwLock::new(Arc::new(snapshot)),
+        }
+    }
+
+    /// The snapshot in force now.
+    pub fn current(&self) -> Arc<ClassificationSnapshot> {
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Puts `snapshot` in force for every operation that starts from now on.
+    pub fn publish(&self, snapshot: ClassificationSnapshot) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(snapshot);
+    }
+}
+
+/// Whether `name` is an ignore file whose change the snapshot must follow.
+fn is_ignore_file(name: &[u8]) -> bool {
+    name == b".gitignore" || name.ends_with(b"/.gitignore")
 }
 
 #[derive(Debug, Default)]
@@ -111,7 +155,10 @@ struct Node {
 /// The router over one workspace and its Ignored Workspace State.
 #[derive(Debug)]
 pub struct RouterFs {
-    snapshot: ClassificationSnapshot,
+    snapshot: Arc<PublishedSnapshot>,
+    /// Asks the snapshot's watcher to look now (after an ignore file
+    /// changed through the router); never blocks.
+    nudge: SyncSender<()>,
     host_root: Arc<OwnedFd>,
     isolated_root: Arc<OwnedFd>,
     inodes: Mutex<Inodes>,
@@ -197,14 +244,17 @@ fn set_mode(fd: &OwnedFd, mode: u32) -> Result<(), Errno> {
 impl RouterFs {
     /// A router over the workspace directory `host_root` and the Domain's
     /// Ignored Workspace State directory `isolated_root` (both descriptors
-    /// the caller opened and verified), routing by `snapshot`.
+    /// the caller opened and verified), routing by the snapshot in force in
+    /// `snapshot`; `nudge` tells its watcher an ignore file changed.
     pub fn new(
         host_root: OwnedFd,
         isolated_root: OwnedFd,
-        snapshot: ClassificationSnapshot,
+        snapshot: Arc<PublishedSnapshot>,
+        nudge: SyncSender<()>,
     ) -> Self {
         Self {
             snapshot,
+            nudge,
             host_root: Arc::new(host_root),
             isolated_root: Arc::new(isolated_root),
             inodes: Mutex::new(Inodes {
@@ -232,11 +282,18 @@ impl RouterFs {
         })
     }
 
-    fn route(&self, path: &[u8], dir: bool) -> Result<Backing, Errno> {
-        self.snapshot
-            .classify(path, dir)
+    fn route(snap: &ClassificationSnapshot, path: &[u8], dir: bool) -> Result<Backing, Errno> {
+        snap.classify(path, dir)
             .map(|r| r.backing)
             .map_err(|_| Errno::EINVAL)
+    }
+
+    /// After `name` changed through the router: if it is an ignore file,
+    /// the watcher looks at once (a full nudge queue already asks).
+    fn changed(&self, name: &[u8]) {
+        if is_ignore_file(name) {
+            let _ = self.nudge.try_send(());
+        }
     }
 
     /// The directory holding `node`'s children in `backing`: the node itself
@@ -261,7 +318,12 @@ impl RouterFs {
     /// The entry `name` of `parent` the snapshot selects: the host entry if
     /// its path and kind route to the host, else the isolated one if they
     /// route there.
-    fn resolve(&self, parent: &Node, name: &OsStr) -> Result<(Backing, OwnedFd, Stat), Errno> {
+    fn resolve(
+        &self,
+        snap: &ClassificationSnapshot,
+        parent: &Node,
+        name: &OsStr,
+    ) -> Result<(Backing, OwnedFd, Stat), Errno> {
         let name = component(name)?;
         let path = child_path(&parent.path, name);
         for backing in [Backing::Host, Backing::Isolated] {
@@ -271,7 +333,7 @@ impl RouterFs {
             match open_path(&dir, name) {
                 Ok(fd) => {
                     let st = stat_fd(&fd)?;
-                    if self.route(&path, is_dir(&st))? == backing {
+                    if Self::route(snap, &path, is_dir(&st))? == backing {
                         return Ok((backing, fd, st));
                     }
                 }
@@ -321,7 +383,8 @@ impl RouterFs {
     }
 
     fn entry_of(&self, parent: &Node, name: &OsStr) -> Result<FileAttr, Errno> {
-        let (backing, fd, st) = self.resolve(parent, name)?;
+        let snap = self.snapshot.current();
+        let (backing, fd, st) = self.resolve(&snap, parent, name)?;
         let ino = self.remember(fd, &st, backing, child_path(&parent.path, name))?;
         Ok(attr(ino, &st))
     }
@@ -330,12 +393,13 @@ impl RouterFs {
     /// routes to (as a directory when `dir`) and that backing's directory.
     fn placement(
         &self,
+        snap: &ClassificationSnapshot,
         parent: &Node,
         name: &OsStr,
         dir: bool,
     ) -> Result<(Backing, Arc<OwnedFd>), Errno> {
         let name = component(name)?;
-        let backing = self.route(&child_path(&parent.path, name), dir)?;
+        let backing = Self::route(snap, &child_path(&parent.path, name), dir)?;
         let at = self.dir_in(parent, backing, true)?.ok_or(Errno::EXDEV)?;
         Ok((backing, at))
     }
@@ -353,6 +417,7 @@ impl RouterFs {
             set_mode(&fd, m)?;
         }
         let st = stat_fd(&fd)?;
+        self.changed(name.as_bytes());
         let ino = self.remember(fd, &st, backing, child_path(&parent.path, name))?;
         Ok(attr(ino, &st))
     }
@@ -370,7 +435,7 @@ impl RouterFs {
 
     fn file(&self, fh: FileHandle) -> Result<Arc<std::fs::File>, Errno> {
         match lock(&self.handles).open.get(&fh.0) {
-            Some(Handle::File(f)) => Ok(Arc::clone(f)),
+            Some(Handle::File(f, _)) => Ok(Arc::clone(f)),
             _ => Err(Errno::EBADF),
         }
     }
@@ -399,23 +464,24 @@ impl RouterFs {
         newname: &OsStr,
         flags: RenameFlags,
     ) -> Result<(), Errno> {
+        let snap = self.snapshot.current();
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return Err(refused(Refusal::Whiteout));
         }
         let from = self.node(parent)?;
         let to = self.node(newparent)?;
         let (name, newname) = (component(name)?, component(newname)?);
-        let (backing, _, st) = self.resolve(&from, name)?;
+        let (backing, _, st) = self.resolve(&snap, &from, name)?;
         let from_path = child_path(&from.path, name);
         let to_path = child_path(&to.path, newname);
-        joining(backing, self.route(&to_path, is_dir(&st))?).map_err(refused)?;
+        joining(backing, Self::route(&snap, &to_path, is_dir(&st))?).map_err(refused)?;
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         if exchange {
             // Each object lands at the other's path: both must route to the
             // backing they are in.
-            let (other, _, other_st) = self.resolve(&to, newname)?;
+            let (other, _, other_st) = self.resolve(&snap, &to, newname)?;
             joining(backing, other).map_err(refused)?;
-            joining(other, self.route(&from_path, is_dir(&other_st))?).map_err(refused)?;
+            joining(other, Self::route(&snap, &from_path, is_dir(&other_st))?).map_err(refused)?;
         }
         let src_dir = self.dir_in(&from, backing, false)?.ok_or(Errno::ENOENT)?;
         let dst_dir = self.dir_in(&to, backing, true)?.ok_or(Errno::EXDEV)?;
@@ -427,6 +493,8 @@ impl RouterFs {
             f |= rustix::fs::RenameFlags::EXCHANGE;
         }
         rustix::fs::renameat_with(&*src_dir, name, &*dst_dir, newname, f).map_err(errno)?;
+        self.changed(name.as_bytes());
+        self.changed(newname.as_bytes());
         if exchange {
             // Through a placeholder that no real path has (a NUL byte).
             let parked = b"\0".to_vec();
@@ -445,13 +513,14 @@ impl RouterFs {
         newparent: INodeNo,
         newname: &OsStr,
     ) -> Result<FileAttr, Errno> {
+        let snap = self.snapshot.current();
         let node = self.node(ino)?;
         let to = self.node(newparent)?;
         let newname = component(newname)?;
         let st = stat_fd(&node.fd)?;
         joining(
             node.backing,
-            self.route(&child_path(&to.path, newname), is_dir(&st))?,
+            Self::route(&snap, &child_path(&to.path, newname), is_dir(&st))?,
         )
         .map_err(refused)?;
         let at = self.dir_in(&to, node.backing, true)?.ok_or(Errno::EXDEV)?;
@@ -467,11 +536,14 @@ impl RouterFs {
     }
 
     fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: AtFlags) -> Result<(), Errno> {
+        let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, _, _) = self.resolve(&p, name)?;
+        let (backing, _, _) = self.resolve(&snap, &p, name)?;
         let at = self.dir_in(&p, backing, false)?.ok_or(Errno::ENOENT)?;
-        rustix::fs::unlinkat(&*at, name, flags).map_err(errno)
+        rustix::fs::unlinkat(&*at, name, flags).map_err(errno)?;
+        self.changed(name.as_bytes());
+        Ok(())
     }
 
     fn do_setattr(&self, ino: INodeNo, change: SetAttr) -> Result<FileAttr, Errno> {
@@ -526,7 +598,9 @@ impl RouterFs {
             Mode::empty(),
         )
         .map_err(errno)?;
-        self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd))))
+        let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
+        let watched = writes && is_ignore_file(&node.path);
+        self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd)), watched))
     }
 
     fn do_create(
@@ -537,9 +611,10 @@ impl RouterFs {
         umask: u32,
         flags: i32,
     ) -> Result<(FileAttr, u64), Errno> {
+        let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&p, name, false)?;
+        let (backing, at) = self.placement(&snap, &p, name, false)?;
         let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
         let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC;
         // Exclusive: the kernel creates only what its lookup found missing,
@@ -552,7 +627,9 @@ impl RouterFs {
         )
         .map_err(errno)?;
         let a = self.made(&p, &at, name, backing, Some(mode & !umask))?;
-        let fh = self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd))))?;
+        self.changed(name.as_bytes());
+        let watched = is_ignore_file(name.as_bytes());
+        let fh = self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd)), watched))?;
         Ok((a, fh))
     }
 
@@ -564,6 +641,7 @@ impl RouterFs {
         umask: u32,
         rdev: u32,
     ) -> Result<FileAttr, Errno> {
+        let snap = self.snapshot.current();
         use rustix::fs::FileType as T;
         let kind = match T::from_raw_mode(mode) {
             T::RegularFile => NodeKind::Regular,
@@ -576,7 +654,7 @@ impl RouterFs {
         may_make(kind).map_err(refused)?;
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&p, name, false)?;
+        let (backing, at) = self.placement(&snap, &p, name, false)?;
         rustix::fs::mknodat(
             &*at,
             name,
@@ -595,9 +673,10 @@ impl RouterFs {
         mode: u32,
         umask: u32,
     ) -> Result<FileAttr, Errno> {
+        let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&p, name, true)?;
+        let (backing, at) = self.placement(&snap, &p, name, true)?;
         rustix::fs::mkdirat(
             &*at,
             name,
@@ -613,15 +692,17 @@ impl RouterFs {
         name: &OsStr,
         target: &std::path::Path,
     ) -> Result<FileAttr, Errno> {
+        let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&p, name, false)?;
+        let (backing, at) = self.placement(&snap, &p, name, false)?;
         rustix::fs::symlinkat(target, &*at, name).map_err(errno)?;
         self.made(&p, &at, name, backing, None)
     }
 
     /// The entries of directory `ino` the snapshot selects, host first.
     fn listing(&self, ino: INodeNo) -> Result<Vec<(OsString, u64, FileType)>, Errno> {
+        let snap = self.snapshot.current();
         let node = self.node(ino)?;
         let mut out: Vec<(OsString, u64, FileType)> = vec![
             (".".into(), ino.0, FileType::Directory),
@@ -654,7 +735,7 @@ impl RouterFs {
                     t => dirent_kind(t),
                 };
                 let path = child_path(&node.path, name);
-                if self.route(&path, kind == FileType::Directory)? != backing {
+                if Self::route(&snap, &path, kind == FileType::Directory)? != backing {
                     continue;
                 }
                 seen.insert(name.to_owned(), ());
@@ -884,7 +965,10 @@ impl Filesystem for RouterFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        lock(&self.handles).open.remove(&fh.0);
+        let closed = lock(&self.handles).open.remove(&fh.0);
+        if let Some(Handle::File(_, true)) = closed {
+            self.changed(b".gitignore");
+        }
         reply.ok();
     }
 

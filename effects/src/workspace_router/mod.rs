@@ -10,14 +10,23 @@
 
 pub mod filesystem;
 
-use crate::workspace_routing::{read_snapshot, RoutingInputError};
-use filesystem::RouterFs;
+use crate::workspace_routing::{
+    read_snapshot_and_inputs, InputState, RoutingInputError, SnapshotInputs,
+};
+use filesystem::{PublishedSnapshot, RouterFs};
 use lazaret_runtime::display::escape_path;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 /// Request threads serving the router.
 const THREADS: usize = 2;
+/// How often the watcher looks at the snapshot's inputs for a change the
+/// host made (a change through the router makes it look at once).
+pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Errors of mounting the router; one variant per step.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +53,90 @@ pub enum RouterError {
 pub struct MountedRouter {
     session: Option<fuser::BackgroundSession>,
     mountpoint: PathBuf,
+    watcher: Watcher,
+}
+
+/// The thread that publishes a new snapshot when an input changes.
+#[derive(Debug)]
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    nudge: SyncSender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.nudge.try_send(());
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::warn!("the ignored-path router's snapshot watcher panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Publishes a new snapshot of `workspace` whenever one of its inputs
+/// changes, until `stop`. A snapshot that cannot be read leaves the prior
+/// one in force (spec 3.5) and is logged.
+fn watch(
+    workspace: PathBuf,
+    mut inputs: SnapshotInputs,
+    published: Arc<PublishedSnapshot>,
+    nudged: Receiver<()>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut seen: Vec<InputState> = inputs.fingerprint();
+    // Bounded by `stop`: each turn waits at most WATCH_INTERVAL.
+    while !stop.load(Ordering::SeqCst) {
+        // A nudge (an ignore file changed through the router, perhaps one
+        // not watched yet: in a new directory) reads again whatever the
+        // fingerprint says.
+        let asked = match nudged.recv_timeout(WATCH_INTERVAL) {
+            Ok(()) => true,
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = inputs.fingerprint();
+        if now == seen && !asked {
+            continue;
+        }
+        let started = SystemTime::now();
+        match read_snapshot_and_inputs(&workspace) {
+            Ok((snapshot, read_from)) => {
+                let _span = tracing::info_span!("PublishRoutingSnapshot").entered();
+                published.publish(snapshot);
+                inputs = read_from;
+                seen = inputs.fingerprint();
+                // An input changed while it was being read: read again.
+                if seen.iter().flatten().any(|s| modified_since(s, started)) {
+                    seen.clear();
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the routing snapshot could not be read again; the prior one stays in force");
+                seen = now;
+            }
+        }
+    }
+}
+
+fn modified_since(state: &(u64, u64, u64, i64, i64), since: SystemTime) -> bool {
+    let since = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (secs, nanos) = (state.3, state.4);
+    let since_secs = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
+    secs > since_secs || (secs == since_secs && nanos >= i64::from(since.subsec_nanos()))
 }
 
 impl MountedRouter {
@@ -55,6 +148,7 @@ impl MountedRouter {
     /// Unmounts and waits for the request threads to end (dropping it
     /// unmounts too).
     pub fn unmount(mut self) -> io::Result<()> {
+        self.watcher.stop();
         match self.session.take() {
             // Requests still queued when the unmount lands make the kernel
             // end the connection as aborted: unmounted all the same.
@@ -97,10 +191,13 @@ pub fn mount(
 ) -> Result<MountedRouter, RouterError> {
     let _span =
         tracing::info_span!("MountIgnoredPathRouter", path = %workspace.display()).entered();
-    let snapshot = read_snapshot(workspace).map_err(|source| RouterError::Classify {
-        path: workspace.to_owned(),
-        source,
-    })?;
+    let (snapshot, inputs) =
+        read_snapshot_and_inputs(workspace).map_err(|source| RouterError::Classify {
+            path: workspace.to_owned(),
+            source,
+        })?;
+    let published = Arc::new(PublishedSnapshot::new(snapshot));
+    let (nudge, nudged) = sync_channel(1);
     let host = open_dir(workspace)?;
     let isolated = open_dir(isolated)?;
     let mut config = fuser::Config::default();
@@ -115,11 +212,24 @@ pub fn mount(
         path: mountpoint.to_owned(),
         source,
     };
-    let session = fuser::Session::new(RouterFs::new(host, isolated, snapshot), mountpoint, &config)
-        .map_err(mount_err)?;
+    let fs = RouterFs::new(host, isolated, Arc::clone(&published), nudge.clone());
+    let session = fuser::Session::new(fs, mountpoint, &config).map_err(mount_err)?;
     let session = session.spawn().map_err(mount_err)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (workspace, stop) = (workspace.to_owned(), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("routing-watch".to_owned())
+            .spawn(move || watch(workspace, inputs, published, nudged, stop))
+            .map_err(mount_err)?
+    };
     Ok(MountedRouter {
         session: Some(session),
         mountpoint: mountpoint.to_owned(),
+        watcher: Watcher {
+            stop,
+            nudge,
+            thread: Some(thread),
+        },
     })
 }
