@@ -149,6 +149,12 @@ fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(),
         io("read", fs::read_to_string(mnt.join("build/keep.txt")))?,
         "kept\n"
     );
+    // With the host's inode numbers, so Git's index (which records them)
+    // stays valid both ways.
+    assert_eq!(
+        io("stat", fs::metadata(mnt.join("src/main.rs")))?.ino(),
+        io("stat", fs::metadata(ws.join("src/main.rs")))?.ino()
+    );
     // The host's ignored content is not shown, not even its names.
     for hidden in [".env", "node_modules", "app.log", "build/out.o"] {
         fails(hidden, ENOENT, fs::metadata(mnt.join(hidden)))?;

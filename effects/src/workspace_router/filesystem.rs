@@ -56,6 +56,9 @@ pub const MAX_HANDLES: usize = 65_536;
 pub const MAX_DIR_ENTRIES: usize = 1_000_000;
 /// Zero: the host changes the workspace in real time.
 const TTL: Duration = Duration::ZERO;
+/// Node ids from here on are the router's own (below, the host's inode
+/// numbers).
+const SYNTHETIC_INOS: u64 = 1 << 62;
 
 /// One object the kernel knows by a node id.
 #[derive(Debug)]
@@ -258,7 +261,7 @@ impl RouterFs {
             host_root: Arc::new(host_root),
             isolated_root: Arc::new(isolated_root),
             inodes: Mutex::new(Inodes {
-                next: 2,
+                next: SYNTHETIC_INOS,
                 ..Inodes::default()
             }),
             handles: Mutex::new(Handles::default()),
@@ -366,8 +369,19 @@ impl RouterFs {
         if t.by_ino.len() >= MAX_INODES {
             return Err(Errno::ENFILE);
         }
-        let ino = t.next;
-        t.next = t.next.checked_add(1).ok_or(Errno::ENFILE)?;
+        // The node id is what `stat` shows as the inode number: the host's
+        // own where it is free, so Git's index keeps matching what it
+        // recorded (a differing inode number makes Git read every file
+        // again). Otherwise (another backing's object took it) one of a range
+        // no file system of these hosts hands out.
+        let ino =
+            if st.st_ino > 1 && st.st_ino < SYNTHETIC_INOS && !t.by_ino.contains_key(&st.st_ino) {
+                st.st_ino
+            } else {
+                let ino = t.next;
+                t.next = t.next.checked_add(1).ok_or(Errno::ENFILE)?;
+                ino
+            };
         t.by_ino.insert(
             ino,
             Inode {
