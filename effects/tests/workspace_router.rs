@@ -10,6 +10,7 @@
 
 use lazaret_effects::workspace_router::mount;
 use std::fs;
+use std::io::Write as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::Path;
 use std::process::Command;
@@ -355,6 +356,40 @@ fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(),
     assert_eq!(
         io("read", fs::read_to_string(mnt.join("app.log")))?,
         "host log\n"
+    );
+
+    // Open handles stay with their object across a transition: a host file
+    // opened before it became ignored keeps being written on the host, and
+    // a new lookup shows the isolated side (absent here); nothing is copied.
+    let mut held = io(
+        "open draft",
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(mnt.join("draft.txt")),
+    )?;
+    rules.push_str("draft.txt\n");
+    io("ignore draft", fs::write(mnt.join(".gitignore"), &rules))?;
+    eventually("the draft's transition", || !mnt.join("draft.txt").exists())?;
+    io(
+        "write through the old handle",
+        held.write_all(b"still host\n"),
+    )?;
+    drop(held);
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join("draft.txt")))?,
+        "still host\n"
+    );
+    assert!(!iso.join("draft.txt").exists());
+    io("new draft", fs::write(mnt.join("draft.txt"), "isolated\n"))?;
+    assert_eq!(
+        io("read", fs::read_to_string(iso.join("draft.txt")))?,
+        "isolated\n"
+    );
+    assert_eq!(
+        io("read", fs::read_to_string(ws.join("draft.txt")))?,
+        "still host\n"
     );
 
     router.unmount().map_err(|e| e.to_string())?;
