@@ -14,6 +14,7 @@
 
 use crate::broker::transient::{self, Limits as RunLimits, TransientError};
 use lazaret_runtime::display::escape_path;
+use lazaret_runtime::git_sentry::git_accepts_head;
 use lazaret_runtime::workspace_routing::tracked::{
     IndexError, ObjectFormat, TrackedPaths, MAX_INDEX_BYTES,
 };
@@ -193,11 +194,9 @@ pub fn repository_dirs(root: &Path) -> Result<Option<GitDirs>, RoutingInputError
         None => git_dir.clone(),
     };
     let head = read_optional(&git_dir.join("HEAD"), 4096)?;
-    let valid_head = head.is_some_and(|h| {
-        let h = h.trim_ascii_end();
-        h.starts_with(b"ref: refs/")
-            || ((h.len() == 40 || h.len() == 64) && h.iter().all(u8::is_ascii_hexdigit))
-    });
+    // Exactly Git's rule: a HEAD Git accepts makes a repository, whatever
+    // its form.
+    let valid_head = head.is_some_and(|h| git_accepts_head(&h));
     let is_dir = |p: PathBuf| fs::metadata(p).is_ok_and(|m| m.is_dir());
     if valid_head && is_dir(common_dir.join("objects")) && is_dir(common_dir.join("refs")) {
         Ok(Some(GitDirs {

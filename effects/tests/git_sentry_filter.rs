@@ -500,7 +500,15 @@ fn the_git_directory_keeps_the_shape_host_git_requires() -> Result<(), String> {
     )?;
     // Only a valid HEAD may be renamed onto it.
     let lock = dot_git.join("HEAD.lock");
-    for bad in ["garbage\n", "", "ref: heads/main\n", "0123456789abcdef\n"] {
+    for bad in [
+        "garbage\n",
+        "",
+        "ref: heads/main\n",
+        "0123456789abcdef\n",
+        // Blank to Rust, not to Git; and a form Git accepts but never writes.
+        "ref:\x0crefs/heads/main\n",
+        "ref:refs/heads/main\n",
+    ] {
         io("write HEAD.lock", fs::write(&lock, bad))?;
         refused(
             &format!("rename {bad:?} onto HEAD"),
@@ -515,14 +523,25 @@ fn the_git_directory_keeps_the_shape_host_git_requires() -> Result<(), String> {
         "a directory replaced HEAD"
     );
     io("remove the directory", fs::remove_dir(dot_git.join("d")))?;
-    // ... with no second name to write it through afterwards ...
+    // ... with no second name to write it through afterwards (a lock file
+    // takes none; one linked elsewhere before is refused too) ...
     io("write HEAD.lock", fs::write(&lock, valid))?;
-    io(
+    refused(
         "link HEAD.lock",
         fs::hard_link(&lock, dot_git.join("other")),
     )?;
-    refused("rename a linked file onto HEAD", fs::rename(&lock, &head))?;
-    io("unlink", fs::remove_file(dot_git.join("other")))?;
+    io("write a file", fs::write(dot_git.join("other"), valid))?;
+    io(
+        "link it",
+        fs::hard_link(dot_git.join("other"), dot_git.join("other2")),
+    )?;
+    refused(
+        "rename a linked file onto HEAD",
+        fs::rename(dot_git.join("other"), &head),
+    )?;
+    for f in ["other", "other2"] {
+        io("unlink", fs::remove_file(dot_git.join(f)))?;
+    }
     io("unlink", fs::remove_file(&lock))?;
     // ... and no descriptor opened before writes to it after.
     let mut held = io(
@@ -544,7 +563,8 @@ fn the_git_directory_keeps_the_shape_host_git_requires() -> Result<(), String> {
     )?;
     refused("truncate through the old descriptor", held.set_len(0))?;
     drop(held);
-    // An existing lock file (the host's, mid-update) is never written.
+    // The host's lock file, mid-update, is never written, replaced,
+    // removed, re-moded or linked.
     io(
         "host writes HEAD.lock",
         fs::write(host.path("HEAD.lock"), valid),
@@ -554,10 +574,30 @@ fn the_git_directory_keeps_the_shape_host_git_requires() -> Result<(), String> {
         fs::OpenOptions::new().write(true).open(&lock),
     )?;
     refused("truncate the host's HEAD.lock", fs::File::create(&lock))?;
-    io(
-        "host removes HEAD.lock",
-        fs::remove_file(host.path("HEAD.lock")),
+    io("scratch", fs::write(dot_git.join("scratch"), "garbage\n"))?;
+    refused(
+        "rename over the host's HEAD.lock",
+        fs::rename(dot_git.join("scratch"), &lock),
     )?;
+    refused("unlink the host's HEAD.lock", fs::remove_file(&lock))?;
+    refused(
+        "chmod the host's HEAD.lock",
+        fs::set_permissions(&lock, fs::Permissions::from_mode(0o000)),
+    )?;
+    refused(
+        "link the host's HEAD.lock",
+        fs::hard_link(&lock, dot_git.join("l2")),
+    )?;
+    io("unlink", fs::remove_file(dot_git.join("scratch")))?;
+    io(
+        "host commits",
+        fs::rename(host.path("HEAD.lock"), host.path("HEAD")),
+    )?;
+    assert_eq!(io("read HEAD", fs::read_to_string(&head))?, valid);
+    // The sandbox's own lock file is its own: reopened, rewritten, renamed.
+    io("create own lock", fs::write(&lock, "x"))?;
+    io("rewrite own lock", fs::write(&lock, valid))?;
+    io("rename own lock onto HEAD", fs::rename(&lock, &head))?;
     // The same for a host worktree's HEAD.
     let wt_head = dot_git.join("worktrees/wt/HEAD");
     refused(

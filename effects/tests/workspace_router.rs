@@ -244,6 +244,35 @@ fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(),
         fs::rename(mnt.join("src/lib.rs"), mnt.join("src/lib2.rs")),
     )?;
     assert!(ws.join("src/lib2.rs").is_file());
+    // A directory moves only when nothing below it changes backing: not
+    // with isolated content below it (it would be left behind) ...
+    fails(
+        "move a directory holding isolated content",
+        EXDEV,
+        fs::rename(mnt.join("src"), mnt.join("source")),
+    )?;
+    // ... nor when a hidden host entry below it would stop being ignored
+    // (`build/out.o` under `bld/`).
+    fails(
+        "move a directory whose hidden entries would show",
+        EXDEV,
+        fs::rename(mnt.join("build"), mnt.join("bld")),
+    )?;
+    fails("exchange directories", EXDEV, {
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            mnt.join("build"),
+            rustix::fs::CWD,
+            mnt.join("src"),
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .map_err(std::io::Error::from)
+    })?;
+    assert!(ws.join("build/out.o").is_file() && iso.join("src/old.log").is_file());
+    io(
+        "remove the isolated log",
+        fs::remove_file(mnt.join("src/old.log")),
+    )?;
     io(
         "rename a directory",
         fs::rename(mnt.join("src"), mnt.join("source")),
@@ -357,6 +386,26 @@ fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(),
         io("read", fs::read_to_string(mnt.join("app.log")))?,
         "host log\n"
     );
+
+    // A repository that stops looking like one (a broken HEAD) does not
+    // make the ignored host files visible: the prior snapshot stays.
+    let head = io("read HEAD", fs::read(ws.join(".git/HEAD")))?;
+    io("break HEAD", fs::write(ws.join(".git/HEAD"), "garbage\n"))?;
+    io(
+        "nudge",
+        fs::write(mnt.join("fresh/.gitignore"), "*.bin\n*.tmp\n"),
+    )?;
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    fails(
+        "a hidden host file after a broken HEAD",
+        ENOENT,
+        fs::metadata(mnt.join("notes.txt")),
+    )?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join(".env")))?,
+        "SECRET=sandbox\n"
+    );
+    io("restore HEAD", fs::write(ws.join(".git/HEAD"), head))?;
 
     // Open handles stay with their object across a transition: a host file
     // opened before it became ignored keeps being written on the host, and

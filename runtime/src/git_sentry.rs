@@ -45,10 +45,11 @@ pub enum Guard {
     OwnModule,
     /// `HEAD.lock` beside a [`Guard::Head`]: Git's own way to replace
     /// `HEAD` (created exclusively, written through that descriptor,
-    /// renamed). Created, renamed and removed freely, but an existing one is
-    /// never opened for writing or truncated: a sandbox that did so with the
-    /// host's lock file, between host Git's write and its rename, would
-    /// choose the host's next `HEAD` (spec 3.5, SR-4).
+    /// renamed). The sandbox may create one where none is and do as it likes
+    /// with its own (the filter tells them by identity); the host's is never
+    /// written, re-moded, replaced, removed or hard-linked: a sandbox that
+    /// could, between host Git's write and its rename, would choose the
+    /// host's next `HEAD` (spec 3.5, SR-4).
     HeadLock,
     /// A directory on the way to a guarded entry: its children follow their
     /// own guards, but the directory itself is never renamed, removed,
@@ -145,7 +146,8 @@ impl Guard {
     pub fn may_change(self, change: Change) -> bool {
         match self {
             Self::Open | Self::OwnModule => true,
-            Self::HeadLock => change != Change::Data,
+            // The sandbox's own lock files are told by identity (the filter).
+            Self::HeadLock => change == Change::Times,
             // A pinned directory keeps its place and its permissions; only
             // its times move (as its children change).
             Self::Pinned
@@ -177,32 +179,62 @@ impl Guard {
     /// Whether an existing entry with this guard may be the source of a new
     /// hard link (a second name would escape the guard).
     pub fn may_link_from(self) -> bool {
-        matches!(self, Self::Open | Self::OwnModule | Self::HeadLock)
+        // Not a HEAD.lock: the host's becomes HEAD by a rename, and a second
+        // name made before would write it (Git never links lock files).
+        matches!(self, Self::Open | Self::OwnModule)
     }
 }
 
-/// Largest `HEAD` the filter reads to validate it (Git's own are a few
-/// dozen bytes).
-pub const MAX_HEAD_BYTES: usize = 4096;
+/// Largest `HEAD` the filter reads to validate it: Git reads 255 bytes of
+/// it (`validate_headref`), and a canonical one is far shorter.
+pub const MAX_HEAD_BYTES: usize = 255;
 
-/// Whether `content` is a `HEAD` host Git accepts when it decides whether a
-/// directory is a git directory (`validate_headref`): a symbolic reference
-/// `ref:` (optional blanks) into `refs/`, or an object name in hexadecimal
-/// (its first 40 digits: SHA-1, or the start of SHA-256; what follows is
-/// not read).
+/// Whether host Git accepts `content` as a `HEAD` when it decides whether a
+/// directory is a git directory, exactly as `validate_headref` does: of the
+/// first 255 bytes (up to a NUL), `ref:`, Git's blanks (space, tab, CR,
+/// LF), then `refs/`; or an object name, whose first 40 hexadecimal digits
+/// are enough (SHA-256's start passes as SHA-1).
+pub fn git_accepts_head(content: &[u8]) -> bool {
+    let window = &content[..content.len().min(MAX_HEAD_BYTES)];
+    let window = window
+        .iter()
+        .position(|b| *b == 0)
+        .map_or(window, |nul| &window[..nul]);
+    if let Some(rest) = window.strip_prefix(b"ref:") {
+        let start = rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+            .unwrap_or(rest.len());
+        if rest[start..].starts_with(b"refs/") {
+            return true;
+        }
+    }
+    window
+        .get(..40)
+        .is_some_and(|digits| digits.iter().all(u8::is_ascii_hexdigit))
+}
+
+/// Whether `content` is a `HEAD` the filter lets replace the host's: only
+/// the forms Git itself writes — `ref: refs/<name>\n` (a name of visible
+/// characters) or a lowercase SHA-1 or SHA-256 object name and `\n` — all of
+/// which [`git_accepts_head`] accepts.
 pub fn valid_head(content: &[u8]) -> bool {
     if content.len() > MAX_HEAD_BYTES {
         return false;
     }
-    if let Some(rest) = content.strip_prefix(b"ref:") {
-        let target = rest.trim_ascii_start();
-        return target.starts_with(b"refs/");
-    }
-    // Git tries each hash length on the leading bytes; SHA-256's first 40
-    // digits pass as SHA-1's.
-    content
-        .get(..40)
-        .is_some_and(|digits| digits.iter().all(u8::is_ascii_hexdigit))
+    let Some(line) = content.strip_suffix(b"\n") else {
+        return false;
+    };
+    let canonical = match line.strip_prefix(b"ref: refs/") {
+        Some(name) => !name.is_empty() && name.iter().all(|b| b.is_ascii_graphic()),
+        None => {
+            (line.len() == 40 || line.len() == 64)
+                && line
+                    .iter()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+        }
+    };
+    canonical && git_accepts_head(content)
 }
 
 /// One git directory found in the host repository.
@@ -599,7 +631,10 @@ mod tests {
             let lock = format!("{head}.lock");
             let g = file_guard_of(&l, &lock);
             assert_eq!(g, Guard::HeadLock, "{lock}");
-            assert!(g.may_rebind() && !g.may_change(Change::Data), "{lock}");
+            assert!(
+                g.may_rebind() && !g.may_change(Change::Data) && !g.may_link_from(),
+                "{lock}"
+            );
         }
         assert_eq!(guard_of(&l, "objects"), Guard::Pinned);
         assert_eq!(guard_of(&l, "refs"), Guard::Pinned);
@@ -610,30 +645,55 @@ mod tests {
     }
 
     #[test]
-    fn valid_heads_are_what_host_git_accepts() {
+    fn heads_host_git_accepts_and_the_ones_the_filter_installs() {
+        // What Git's validate_headref accepts, lenient forms included.
         for ok in [
             &b"ref: refs/heads/main\n"[..],
             b"ref:refs/heads/x",
-            b"ref: \t refs/heads/x\n",
-            b"ref: refs/",
-            b"0123456789abcdef0123456789abcdef01234567\n",
+            b"ref: \t\r\n refs/heads/x\n",
             b"0123456789ABCDEF0123456789abcdef01234567 trailing",
-            b"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
         ] {
-            assert!(valid_head(ok), "{:?}", String::from_utf8_lossy(ok));
+            assert!(git_accepts_head(ok), "{:?}", String::from_utf8_lossy(ok));
         }
-        let too_long = [b'a'; MAX_HEAD_BYTES + 1];
+        let mut far = b"ref:".to_vec();
+        far.extend(std::iter::repeat_n(b' ', 260));
+        far.extend_from_slice(b"refs/heads/x\n");
         for bad in [
             &b""[..],
             b"garbage\n",
             b"ref: heads/main\n",
-            b"ref: /etc/passwd\n",
-            b"ref refs/heads/main",
+            b"ref:\x0crefs/heads/main\n",
+            b"ref:\x0brefs/heads/main\n",
+            b"ref:\0refs/heads/main\n",
             b"0123456789abcdef0123456789abcdef0123456\n",
-            b"0123456789abcdef0123456789abcdef0123456g",
-            &too_long[..],
+            &far[..],
         ] {
+            assert!(!git_accepts_head(bad), "{:?}", String::from_utf8_lossy(bad));
             assert!(!valid_head(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // The filter installs only the canonical forms Git writes.
+        for ok in [
+            &b"ref: refs/heads/main\n"[..],
+            b"ref: refs/heads/feature/x-1\n",
+            b"0123456789abcdef0123456789abcdef01234567\n",
+            b"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+        ] {
+            assert!(valid_head(ok), "{:?}", String::from_utf8_lossy(ok));
+            assert!(git_accepts_head(ok));
+        }
+        for lenient in [
+            &b"ref:refs/heads/x\n"[..],
+            b"ref: refs/heads/main",
+            b"ref: refs/\n",
+            b"ref: refs/heads/a b\n",
+            b"0123456789ABCDEF0123456789abcdef01234567\n",
+            b"0123456789abcdef0123456789abcdef01234567 trailing\n",
+        ] {
+            assert!(
+                !valid_head(lenient),
+                "{:?}",
+                String::from_utf8_lossy(lenient)
+            );
         }
     }
 

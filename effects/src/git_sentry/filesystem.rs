@@ -77,6 +77,9 @@ pub const MAX_LISTED_ENTRIES: usize = 2_000_000;
 /// Each holds a descriptor, counted in the inode share of [`Limits`], of
 /// which they take at most a quarter.
 const MAX_MADE_HERE: usize = 100_000;
+/// The most `HEAD.lock` files of the sandbox kept (one per guarded `HEAD`
+/// at a time in practice; unlinked ones are let go when it is reached).
+const MAX_OWN_LOCKS: usize = 1024;
 /// The synthetic `hooks` directory's inode number (the root is 1).
 const HOOKS_INO: u64 = 2;
 /// Inode numbers handed out start here and are never reused.
@@ -107,6 +110,10 @@ struct Inodes {
     /// Directories the sandbox made through the filter in this session: under
     /// `worktrees/` and `modules/` only the others (the host's) are guarded.
     made_here: MadeHere,
+    /// `HEAD.lock` files the sandbox created through the filter in this
+    /// session (by identity, held open): only these may it write, re-mode,
+    /// replace or remove — never the host's, mid-update.
+    own_locks: MadeHere,
     next: u64,
 }
 
@@ -228,6 +235,8 @@ struct Node {
     sealed: bool,
     /// A directory the sandbox made through the filter in this session.
     made_here: bool,
+    /// A `HEAD.lock` the sandbox created through the filter in this session.
+    own_lock: bool,
 }
 
 /// The Git Sentry filesystem over one common git directory.
@@ -390,6 +399,7 @@ impl SentryFs {
                 rel: Some(PathBuf::new()),
                 sealed: false,
                 made_here: false,
+                own_lock: false,
             });
         }
         let t = lock(&self.inodes);
@@ -400,6 +410,7 @@ impl SentryFs {
             rel: i.rel.clone(),
             sealed: t.sealed.contains(&i.id),
             made_here: t.made_here.contains(&i.id),
+            own_lock: t.own_locks.contains(&i.id),
         })
     }
 
@@ -527,11 +538,37 @@ impl SentryFs {
     /// Refuses binding or unbinding `name` under `parent` unless its guard
     /// allows it (SR-4).
     fn may_rebind(&self, parent: &Node, name: &OsStr) -> Result<(), Errno> {
-        if self.existing_guard(parent, name)?.may_rebind() {
+        let guard = self.existing_guard(parent, name)?;
+        if guard == Guard::HeadLock {
+            return self.may_rebind_lock(parent, name);
+        }
+        if guard.may_rebind() {
             Ok(())
         } else {
             tracing::warn!(name = ?name, "Git Sentry refused a rebinding of a guarded name");
             Err(Errno::EPERM)
+        }
+    }
+
+    /// A `HEAD.lock` name may be bound while free, and unbound only while
+    /// it holds the sandbox's own lock file (spec 3.5, SR-4: the host's,
+    /// between host Git's write and its rename, is never replaced).
+    fn may_rebind_lock(&self, parent: &Node, name: &OsStr) -> Result<(), Errno> {
+        match open_path(&parent.fd, name) {
+            Err(e) if e == Errno::ENOENT => Ok(()),
+            Err(e) => Err(e),
+            Ok(fd) => {
+                let st = stat_fd(&fd)?;
+                if lock(&self.inodes)
+                    .own_locks
+                    .contains(&(st.st_dev, st.st_ino))
+                {
+                    Ok(())
+                } else {
+                    tracing::warn!(name = ?name, "Git Sentry refused touching a HEAD.lock the sandbox did not make");
+                    Err(Errno::EPERM)
+                }
+            }
         }
     }
 
@@ -540,6 +577,10 @@ impl SentryFs {
         // directory the sandbox made (an admin root Git made on demand) is
         // its own to re-own and re-permission.
         let own_directory = node.made_here && change != Change::Data && change != Change::Xattr;
+        // The sandbox's own HEAD.lock is its own to write and re-mode (the
+        // host's never is).
+        let own_lock = node.guard == Guard::HeadLock && node.own_lock && change != Change::Xattr;
+        let own_directory = own_directory || own_lock;
         if (node.guard.may_change(change) || own_directory)
             && (change == Change::Times || !node.sealed)
         {
@@ -645,6 +686,9 @@ impl SentryFs {
         if ino.0 == HOOKS_INO {
             return Err(Errno::EPERM);
         }
+        // Held before the node is read: an object renamed onto HEAD is
+        // sealed by the time its node says whether it may change.
+        let _writing = self.writing();
         let node = self.node(ino)?;
         if size.is_some() {
             Self::may_change(&node, Change::Data)?;
@@ -658,11 +702,12 @@ impl SentryFs {
         if atime.is_some() || mtime.is_some() {
             Self::may_change(&node, Change::Times)?;
         }
-        let _writing = self.writing();
         if let Some(len) = size {
             match fh.map(|fh| self.writable_file(fh)) {
                 Some(Ok(file)) => file.set_len(len).map_err(|e| io_errno(&e))?,
-                _ => std::fs::OpenOptions::new()
+                // A refused handle is refused: never a reopen by name.
+                Some(Err(e)) => return Err(e),
+                None => std::fs::OpenOptions::new()
                     .write(true)
                     .open(proc_path(&node.fd))
                     .and_then(|f| f.set_len(len))
@@ -698,6 +743,8 @@ impl SentryFs {
         if ino.0 == HOOKS_INO {
             return Err(Errno::EISDIR);
         }
+        // Held before the node is read (an open may truncate).
+        let _writing = self.writing();
         let node = self.node(ino)?;
         let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
         let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
@@ -744,6 +791,15 @@ impl SentryFs {
             Mode::from_raw_mode(mode & !umask & 0o7777),
         )
         .map_err(errno)?;
+        if self.child_guard(&p, name, Origin::Other) == Guard::HeadLock {
+            let st = stat_fd(&fd)?;
+            let own = rustix::io::dup(&fd).map_err(errno)?;
+            lock(&self.inodes).own_locks.insert(
+                (st.st_dev, st.st_ino),
+                Arc::new(own),
+                MAX_OWN_LOCKS,
+            );
+        }
         let a = self.created_entry(&p, name, mode, umask)?;
         let st = stat_fd(&fd)?;
         let fh = self.add_handle(Handle::File {
@@ -770,6 +826,12 @@ impl SentryFs {
             return self.replace_head(&from, name, &to, newname, flags);
         }
         let _naming = self.writing();
+        // Onto a HEAD.lock: only while free (then never replacing one the
+        // host makes meanwhile) or the sandbox's own.
+        let onto_free_lock = target == Guard::HeadLock && {
+            self.may_rebind_lock(&to, newname)?;
+            open_path(&to.fd, newname).is_err()
+        };
         if !target.may_rebind() {
             tracing::warn!(name = ?newname, "Git Sentry refused a rebinding of a guarded name");
             return Err(Errno::EPERM);
@@ -787,7 +849,9 @@ impl SentryFs {
         // been made by the host since (a new worktree, still empty): a
         // directory renamed over it would become that worktree, the
         // sandbox's to rewrite (SR-4). Only the absence was judged.
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) || (absent && !exchange) {
+        if flags.contains(RenameFlags::RENAME_NOREPLACE)
+            || ((absent || onto_free_lock) && !exchange)
+        {
             f |= rustix::fs::RenameFlags::NOREPLACE;
         }
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -869,6 +933,9 @@ impl SentryFs {
         }
         if st.st_nlink != 1 {
             return refuse("the file has another name to write it through");
+        }
+        if st.st_mode & 0o400 == 0 {
+            return refuse("host Git could not read it");
         }
         {
             let mut t = lock(&self.inodes);
@@ -1074,6 +1141,7 @@ impl Filesystem for SentryFs {
         let r = (|| {
             let p = self.parent(parent)?;
             let name = component(name)?;
+            let _naming = self.writing();
             let guard = self.existing_guard(&p, name)?;
             if !guard.may_make_directory() {
                 tracing::warn!(name = ?name, "Git Sentry refused a directory at a guarded name");
@@ -1115,6 +1183,7 @@ impl Filesystem for SentryFs {
         let r = (|| {
             let p = self.parent(parent)?;
             let name = component(name)?;
+            let _naming = self.writing();
             self.may_rebind(&p, name)?;
             rustix::fs::unlinkat(&*p.fd, name, AtFlags::REMOVEDIR).map_err(errno)
         })();

@@ -56,6 +56,8 @@ pub const MAX_HANDLES: usize = 65_536;
 pub const MAX_DIR_ENTRIES: usize = 1_000_000;
 /// Zero: the host changes the workspace in real time.
 const TTL: Duration = Duration::ZERO;
+/// The most entries a directory rename looks at below the directory.
+pub const MAX_CHECKED_ENTRIES: usize = 100_000;
 /// Node ids from here on are the router's own (below, the host's inode
 /// numbers).
 const SYNTHETIC_INOS: u64 = 1 << 62;
@@ -223,6 +225,18 @@ fn open_dir(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
         parent,
         name,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)
+}
+
+/// Opens the directory behind `dir` (possibly an `O_PATH` handle) for
+/// reading its entries.
+fn open_listing(dir: &OwnedFd) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(errno)
@@ -485,17 +499,24 @@ impl RouterFs {
         let from = self.node(parent)?;
         let to = self.node(newparent)?;
         let (name, newname) = (component(name)?, component(newname)?);
-        let (backing, _, st) = self.resolve(&snap, &from, name)?;
+        let (backing, src_fd, st) = self.resolve(&snap, &from, name)?;
         let from_path = child_path(&from.path, name);
         let to_path = child_path(&to.path, newname);
         joining(backing, Self::route(&snap, &to_path, is_dir(&st))?).map_err(refused)?;
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         if exchange {
             // Each object lands at the other's path: both must route to the
-            // backing they are in.
+            // backing they are in, and neither may be a directory (whose
+            // descendants would change route).
             let (other, _, other_st) = self.resolve(&snap, &to, newname)?;
             joining(backing, other).map_err(refused)?;
             joining(other, Self::route(&snap, &from_path, is_dir(&other_st))?).map_err(refused)?;
+            if is_dir(&st) || is_dir(&other_st) {
+                return Err(refused(Refusal::CrossBacking));
+            }
+        }
+        if is_dir(&st) {
+            self.subtree_keeps_its_routes(&snap, backing, &src_fd, &from_path, &to_path)?;
         }
         let src_dir = self.dir_in(&from, backing, false)?.ok_or(Errno::ENOENT)?;
         let dst_dir = self.dir_in(&to, backing, true)?.ok_or(Errno::EXDEV)?;
@@ -517,6 +538,71 @@ impl RouterFs {
             self.moved(&parked, &to_path);
         } else {
             self.moved(&from_path, &to_path);
+        }
+        Ok(())
+    }
+
+    /// A directory moves only when nothing below it changes backing with
+    /// its path: every entry (hidden ones included) routes to `backing` at
+    /// the old and at the new path, and no isolated content lies below a
+    /// host directory (it would be left behind). Otherwise `EXDEV`, before
+    /// anything changes; applications then copy. At most
+    /// [`MAX_CHECKED_ENTRIES`] entries are looked at (beyond: `EXDEV`).
+    fn subtree_keeps_its_routes(
+        &self,
+        snap: &ClassificationSnapshot,
+        backing: Backing,
+        dir: &OwnedFd,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), Errno> {
+        if backing == Backing::Host {
+            if let Some(iso) = beneath(&self.isolated_root, from, false)? {
+                let listing = open_listing(&iso)?;
+                let any = rustix::fs::Dir::read_from(&listing)
+                    .map_err(errno)?
+                    .filter_map(Result::ok)
+                    .any(|e| !matches!(e.file_name().to_bytes(), b"." | b".."));
+                if any {
+                    return Err(refused(Refusal::CrossBacking));
+                }
+            }
+        }
+        let mut budget = MAX_CHECKED_ENTRIES;
+        let mut pending: Vec<(OwnedFd, Vec<u8>)> =
+            vec![(rustix::io::dup(dir).map_err(errno)?, Vec::new())];
+        while let Some((at, suffix)) = pending.pop() {
+            let listing = open_listing(&at)?;
+            for entry in rustix::fs::Dir::read_from(&listing).map_err(errno)? {
+                let entry = entry.map_err(errno)?;
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                budget = budget
+                    .checked_sub(1)
+                    .ok_or(refused(Refusal::CrossBacking))?;
+                let name = OsStr::from_bytes(name);
+                let kind = match entry.file_type() {
+                    rustix::fs::FileType::Unknown => kind_of(
+                        rustix::fs::statat(&listing, name, AtFlags::SYMLINK_NOFOLLOW)
+                            .map_err(errno)?
+                            .st_mode,
+                    ),
+                    t => dirent_kind(t),
+                };
+                let dir = kind == FileType::Directory;
+                let rel = child_path(&suffix, name);
+                for base in [from, to] {
+                    let path = child_path(base, OsStr::from_bytes(&rel));
+                    if Self::route(snap, &path, dir)? != backing {
+                        return Err(refused(Refusal::CrossBacking));
+                    }
+                }
+                if dir {
+                    pending.push((open_dir(&listing, name)?, rel));
+                }
+            }
         }
         Ok(())
     }
@@ -727,13 +813,7 @@ impl RouterFs {
             let Some(dir) = self.dir_in(&node, backing, false)? else {
                 continue;
             };
-            let listing = rustix::fs::openat(
-                &*dir,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(errno)?;
+            let listing = open_listing(&dir)?;
             for entry in rustix::fs::Dir::read_from(&listing).map_err(errno)? {
                 let entry = entry.map_err(errno)?;
                 let name = OsStr::from_bytes(entry.file_name().to_bytes());

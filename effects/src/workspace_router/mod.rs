@@ -112,6 +112,15 @@ fn watch(
         }
         let started = SystemTime::now();
         match read_snapshot_and_inputs(&workspace) {
+            // A repository does not stop being one mid-session: a `.git` that
+            // no longer looks valid would make every ignored path the host's.
+            // The prior snapshot stays in force (it fails closed).
+            Ok((snapshot, _))
+                if !snapshot.has_repository() && published.current().has_repository() =>
+            {
+                tracing::warn!("the workspace's repository no longer looks valid; the prior routing snapshot stays in force");
+                seen = now;
+            }
             Ok((snapshot, read_from)) => {
                 let _span = tracing::info_span!("PublishRoutingSnapshot").entered();
                 published.publish(snapshot);

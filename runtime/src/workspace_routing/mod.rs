@@ -256,6 +256,11 @@ impl ClassificationSnapshot {
         Self { root: None }
     }
 
+    /// Whether the workspace was a Git repository when this was read.
+    pub fn has_repository(&self) -> bool {
+        self.root.is_some()
+    }
+
     /// The route of `path` (from the workspace root, `/`-separated bytes);
     /// `is_dir` says whether the path names a directory.
     pub fn classify(&self, path: &[u8], is_dir: bool) -> Result<Route, PathError> {
