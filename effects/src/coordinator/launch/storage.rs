@@ -183,17 +183,11 @@ pub(super) fn commit_prepared_lower(
     )
 }
 
-/// The Domain's persistent state directories: the anchors directories and
-/// the Ignored Workspace State (0700, created when absent; a symlink or file
-/// in their place is refused).
-fn state_directories(paths: &DomainPaths) -> Result<(), CoordinatorError> {
+/// The Domain's anchors directories (0700, created when absent; a
+/// symlink or file in their place is refused).
+fn anchor_directories(paths: &DomainPaths) -> Result<(), CoordinatorError> {
     use std::os::unix::fs::DirBuilderExt;
-    for dir in [
-        paths.anchors(),
-        paths.anchor_uppers(),
-        paths.anchor_work(),
-        paths.ignored_state(),
-    ] {
+    for dir in [paths.anchors(), paths.anchor_uppers(), paths.anchor_work()] {
         let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
         match made {
             Ok(()) => {}
@@ -205,7 +199,7 @@ fn state_directories(paths: &DomainPaths) -> Result<(), CoordinatorError> {
                     })?
                     .file_type();
                 if !kind.is_dir() {
-                    return Err(CoordinatorError::StateDirectory { path: dir });
+                    return Err(CoordinatorError::AnchorDirectory { path: dir });
                 }
             }
             Err(source) => return Err(CoordinatorError::Io { path: dir, source }),
@@ -221,7 +215,7 @@ pub(super) fn record_state_anchor_intent(
     paths: &DomainPaths,
     l: &mut Launching,
 ) -> Result<(), CoordinatorError> {
-    state_directories(paths)?;
+    anchor_directories(paths)?;
     // For `lazaret state inspect` only: the lower these anchors go over.
     let artifact = &l.prepared.lower.record.artifact_id;
     crate::state_anchor::record_lower(&paths.storage, artifact).map_err(|source| {
