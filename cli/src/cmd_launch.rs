@@ -258,12 +258,6 @@ fn print_timings(config_load: std::time::Duration, t: &ClientTimings, total: std
 /// fingerprints but does not yet apply. Each would otherwise fail silently.
 fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec<&'static str> {
     let mut notes = Vec::new();
-    if profile.isolate_gitignored() {
-        notes.push(
-            "isolate_gitignored (spec 3.5, SR-13): the sandbox sees and can change the \
-             workspace's Git-ignored host files",
-        );
-    }
     if profile.escalation().enabled {
         notes.push("escalation: host escalation is not available");
     }
@@ -397,7 +391,8 @@ mod tests {
     fn unenforced_settings_are_named_only_when_set() {
         let head = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"oci:/x/layout:t\"\n";
         let default = not_yet_enforced(&selected(head));
-        assert!(default.iter().any(|n| n.starts_with("isolate_gitignored")));
+        // Ignored paths are routed (spec 3.5): never named.
+        assert!(default.is_empty(), "{default:?}");
         // State Anchors are mounted (spec 3.6): never named.
         assert!(!default.iter().any(|n| n.starts_with("persistent_dirs")));
         assert!(!default.iter().any(|n| n.starts_with("escalation")));

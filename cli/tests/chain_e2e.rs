@@ -7,8 +7,8 @@
 mod support;
 use support::{
     actions_of, assert_failed, assert_replays, assert_succeeded, chown_tree, default_image,
-    guest_results, replay_trace, runtime_files, signal_through_pidfd, test_user, text, Env,
-    ONE_AT_A_TIME,
+    guest_results, host_git, replay_trace, runtime_files, signal_through_pidfd, test_user, text,
+    Env, ONE_AT_A_TIME,
 };
 
 use std::os::unix::fs::PermissionsExt;
@@ -997,31 +997,6 @@ fn a_vanished_client_ends_its_session_and_the_domain() {
 }
 
 /// Git on the host (as root in CI: the repository belongs to the test user).
-fn host_git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "safe.directory=*",
-            "-c",
-            "user.name=host",
-            "-c",
-            "user.email=host@host",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "host git {args:?}: {}",
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
 /// SR-4 through the product (spec 3.5): Git works inside on the
 /// shared repository, while neither `.git/config` nor the default hooks can
 /// be written, replaced or redirected by any means — including creating a

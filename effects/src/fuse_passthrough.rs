@@ -218,3 +218,21 @@ pub(crate) fn reply_statfs(fd: &OwnedFd, reply: fuser::ReplyStatfs) {
         Err(e) => reply.error(errno(e)),
     }
 }
+
+/// Raises the soft descriptor limit to the hard one and returns the soft
+/// limit in force: the Git Sentry filter and the ignored-path router hold a
+/// descriptor for every inode the kernel has looked up and every open
+/// handle, and share the Runtime Supervisor's descriptor table.
+pub(crate) fn raise_nofile() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let before = limit.current;
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(error = %e, "could not raise the descriptor limit for a FUSE filesystem");
+            limit.current = before;
+        }
+    }
+    limit.current.unwrap_or(u64::MAX)
+}

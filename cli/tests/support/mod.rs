@@ -658,3 +658,30 @@ impl Drop for PeerNamespace {
             .status();
     }
 }
+
+/// `git ARGS` in `dir` as the host developer runs it (no system
+/// configuration, a fixed identity); a failure fails the test.
+pub fn host_git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=host",
+            "-c",
+            "user.email=host@host",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "host git {args:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}

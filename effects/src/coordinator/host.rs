@@ -218,9 +218,10 @@ pub enum CoordinatorError {
         planned: Vec<String>,
         reported: Vec<String>,
     },
-    /// The Domain's anchors directory is not a plain directory.
-    #[error("{path} must be a directory of the Domain's State Anchors (a symlink or file is there); refusing to use it")]
-    AnchorDirectory { path: PathBuf },
+    /// A directory of the Domain's persistent state (its State Anchors,
+    /// its Ignored Workspace State) is not a plain directory.
+    #[error("{path} must be a directory of the Domain's persistent state (a symlink or file is there); refusing to use it")]
+    StateDirectory { path: PathBuf },
     /// Spec 3.6: the State Anchors could not be proved absent.
     #[error("the State Anchors of generation {generation}: {source}")]
     Anchors {
@@ -502,6 +503,7 @@ pub fn run_coordinator(
             .map(|p| p.as_str().to_owned())
             .collect(),
         volumes: config.volumes(),
+        isolate_gitignored: config.selected().isolate_gitignored(),
     };
     let booted = bootstrap(&mut hc, &paths);
     if let Err(e) = &booted {
@@ -592,6 +594,10 @@ pub(super) struct LaunchInputs<'a> {
     pub policy: &'a DerivedNetworkPolicy,
     /// The profile's persistent paths, one State Anchor each (spec 3.6).
     pub persistent_dirs: Vec<String>,
+    /// `isolate_gitignored` (spec 3.5): the workspace is served through the
+    /// ignored-path router, ignored untracked paths kept in the Domain's
+    /// Ignored Workspace State.
+    pub isolate_gitignored: bool,
     /// The developer volumes, opened through their confined plans at load.
     pub volumes: &'a [ResolvedVolumeSource],
 }
@@ -822,7 +828,10 @@ fn admit(
     let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };
-    let globals = runsc_globals(&g.runsc_root, runsc_dcache(launch.runsc_dcache));
+    let globals = runsc_globals(
+        &g.runsc_root,
+        runsc_dcache(launch.runsc_dcache, launch.isolate_gitignored),
+    );
     let ctx = SessionContext {
         generation: g.id,
         program: launch.program,

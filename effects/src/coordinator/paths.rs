@@ -41,6 +41,11 @@ impl DomainPaths {
     pub fn anchor_work(&self) -> PathBuf {
         crate::state_anchor::work_dir(&self.storage)
     }
+    /// The Domain's Ignored Workspace State (spec 3.5): the isolated
+    /// backing of the ignored-path router, persistent across generations.
+    pub fn ignored_state(&self) -> PathBuf {
+        self.storage.join("ignored")
+    }
     /// Present while a generation may have left workspace entries re-owned
     /// by the sandbox: written by the Runtime Supervisor before its sandbox
     /// starts, removed after its ownership restore (`crate::workspace_owner`).

@@ -32,6 +32,7 @@ use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::state_anchor::destinations::{self, DestinationError};
 use crate::state_anchor::{self, real::RealAnchorSys, AnchorError, MOUNT_POINTS_DIR};
 use crate::workspace_owner::{self, RealOwnerSys};
+use crate::workspace_router::{self, MountedRouter, RouterError};
 use lazaret_runtime::bundle::{
     build_spec, worktree_git_file, BundleError, BundlePlan, BundleVolume, GitSentry, INIT_DIR,
 };
@@ -87,6 +88,12 @@ pub enum SupervisorError {
     GitSentryFilter(#[source] FilterError),
     #[error("Git Sentry: the editor configuration directories: {0}")]
     EditorDirs(#[source] GitSentryError),
+    #[error("opening the Domain's Ignored Workspace State {}: {source}", .path.display())]
+    IgnoredState { path: PathBuf, source: io::Error },
+    #[error("the ignored-path router: {0}")]
+    Router(#[source] RouterError),
+    #[error("making {} inside the ignored-path router for its transient cover: {source}", .path.display())]
+    EditorDirInRouter { path: PathBuf, source: io::Error },
     #[error("{path}: the workspace is no longer the directory the configuration loaded (now {found}); expected the same directory at the handoff to runsc")]
     WorkspaceChanged { path: PathBuf, found: String },
     #[error("{path}: the source of the volume at {container} is no longer the object the configuration loaded (now {found}); expected the same object at the handoff to runsc")]
@@ -363,6 +370,17 @@ fn remove_generation_files(generation: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// How RS serves the workspace to the bundle: the Git Sentry's plan and
+/// filter mount, the ignored-path router's mount, and the editor
+/// directories covered by a tmpfs.
+#[derive(Debug)]
+pub struct WorkspaceServing {
+    pub git: GitSentry,
+    pub git_filter: Option<PathBuf>,
+    pub router: Option<PathBuf>,
+    pub editor_dirs: Vec<PathBuf>,
+}
+
 /// Builds `config.json`: launch's bundle plan (SR-3/SR-4/SR-12, Git Sentry)
 /// plus the read-only bind of the init's directory at
 /// [`lazaret_runtime::bundle::INIT_DIR`], a mount point the preparer created,
@@ -370,13 +388,17 @@ fn remove_generation_files(generation: &Path) -> io::Result<()> {
 /// Returns the SHA-256 of the `config.json` written.
 pub fn write_bundle(
     plan: &SupervisorPlan,
-    git: GitSentry,
-    git_filter: Option<PathBuf>,
-    editor_dirs: Vec<PathBuf>,
+    served: WorkspaceServing,
     bundle: &Path,
     netns: &Path,
     network_files: &Path,
 ) -> Result<[u8; 32], SupervisorError> {
+    let WorkspaceServing {
+        git,
+        git_filter,
+        router,
+        editor_dirs,
+    } = served;
     let workspace = PathBuf::from(&plan.workspace);
     // A linked worktree's `.git` file is covered by a Lazaret-owned file
     // naming the worktree's git directory under the common-dir mount.
@@ -396,6 +418,7 @@ pub fn write_bundle(
     let bundle_plan = BundlePlan {
         rootfs: PathBuf::from(&plan.rootfs),
         workspace: workspace.clone(),
+        router,
         netns: netns.to_owned(),
         args: vec![format!("{INIT_DIR}/{INIT_NAME}")],
         env: plan.env.clone(),
@@ -445,19 +468,20 @@ pub fn write_bundle(
 }
 
 /// The `--dcache` for `runtime.runsc_dcache` (spec 3.2) under this
-/// process's descriptor budget (the hard `RLIMIT_NOFILE` runsc inherits):
+/// process's descriptor budget (the hard `RLIMIT_NOFILE` runsc inherits),
+/// for a workspace `routed` through the ignored-path router or not:
 /// [`lazaret_runtime::config::effective_dcache`].
-pub fn runsc_dcache(configured: u32) -> u32 {
+pub fn runsc_dcache(configured: u32, routed: bool) -> u32 {
     let budget = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .maximum
         .unwrap_or(u64::MAX);
-    let dcache = lazaret_runtime::config::effective_dcache(configured, budget);
+    let dcache = lazaret_runtime::config::effective_dcache(configured, budget, routed);
     if dcache < configured {
         tracing::info!(
             configured,
             dcache,
             budget,
-            "runtime.runsc_dcache lowered to a quarter of the descriptor budget"
+            "runtime.runsc_dcache lowered to its share of the descriptor budget"
         );
     }
     dcache
@@ -603,14 +627,23 @@ fn restore_workspace_owner(workspace: &OwnedFd) {
     }
 }
 
-/// Unmounts the Git Sentry filter once runsc has exited. A failure leaves
-/// nothing behind: the mount lives only in this process's mount namespace,
-/// which ends with it.
-fn unmount_filter(filter: Option<git_sentry::filter::MountedFilter>) {
+/// Unmounts the Git Sentry filter and the ignored-path router once runsc
+/// has exited. A failure leaves nothing behind: the mounts live only in
+/// this process's mount namespace, which ends with it.
+fn unmount_filters(
+    filter: Option<git_sentry::filter::MountedFilter>,
+    router: Option<MountedRouter>,
+) {
     if let Some(f) = filter {
         let at = f.mountpoint().to_owned();
         if let Err(e) = f.unmount() {
             tracing::warn!(error = %e, path = %at.display(), "unmounting the Git Sentry filter");
+        }
+    }
+    if let Some(r) = router {
+        let at = r.mountpoint().to_owned();
+        if let Err(e) = r.unmount() {
+            tracing::warn!(error = %e, path = %at.display(), "unmounting the ignored-path router");
         }
     }
 }
@@ -990,6 +1023,38 @@ fn mount_filter(
         .map_err(SupervisorError::GitSentryFilter)
 }
 
+/// The ignored-path router of `workspace` over `isolated`, mounted without
+/// network administration (spec 3.5, SR-13), with a mount point inside it
+/// for each editor directory the bundle covers with a tmpfs: an ignored
+/// one is served from the isolated backing, where it may not exist yet.
+fn mount_router(
+    workspace: &Path,
+    isolated: &Path,
+    at: &Path,
+    editor_dirs: &[PathBuf],
+) -> Result<MountedRouter, SupervisorError> {
+    std::fs::create_dir_all(at).map_err(|source| SupervisorError::Write {
+        path: at.to_owned(),
+        source,
+    })?;
+    let router =
+        without_network_administration(|| workspace_router::mount(workspace, isolated, at))
+            .map_err(kernel(
+                "dropping CAP_NET_ADMIN before the ignored-path router",
+            ))?
+            .map_err(SupervisorError::Router)?;
+    for d in editor_dirs {
+        let path = at.join(d);
+        match std::fs::create_dir(&path) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(SupervisorError::EditorDirInRouter { path, source: e })
+            }
+            _ => {}
+        }
+    }
+    Ok(router)
+}
+
 /// From the enforcement namespace, ready, to the sandbox's end.
 fn run_sandbox<N: NamespaceSys>(
     ns: &N,
@@ -1017,10 +1082,30 @@ fn run_sandbox<N: NamespaceSys>(
     let workspace = PathBuf::from(&plan.workspace);
     let workspace_fd = check_workspace(&RealSys, &workspace, plan.workspace_object)?;
     let volume_fds = check_volumes(&RealSys, &plan.volumes)?;
+    // The Ignored Workspace State, when the router serves the workspace.
+    let ignored_fd = match &plan.ignored_state {
+        None => None,
+        Some(dir) => Some(
+            rustix::fs::open(
+                dir.as_str(),
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| SupervisorError::IgnoredState {
+                path: PathBuf::from(dir),
+                source: e.into(),
+            })?,
+        ),
+    };
     // What the sandbox writes as another user is given back to the
-    // developer: the workspace and every read-write volume.
+    // developer: the workspace, its Ignored Workspace State and every
+    // read-write volume.
     let owned: Vec<(OwnedFd, VolumeSourceKind)> =
         std::iter::once((workspace_fd, VolumeSourceKind::Directory))
+            .chain(ignored_fd.map(|fd| (fd, VolumeSourceKind::Directory)))
             .chain(
                 plan.volumes
                     .iter()
@@ -1066,13 +1151,27 @@ fn run_sandbox<N: NamespaceSys>(
     let editor_dirs =
         git_sentry::editor_dirs(&workspace, &generation.join(git_sentry::EDITOR_RECORD))
             .map_err(SupervisorError::EditorDirs)?;
+    // SR-13: the sandbox's workspace is the router's tree; ignored untracked
+    // paths are the Domain's own, never the host's.
+    let router = match &plan.ignored_state {
+        None => None,
+        Some(isolated) => Some(mount_router(
+            &workspace,
+            Path::new(isolated),
+            &generation.join("router"),
+            &editor_dirs.names,
+        )?),
+    };
     let network_files = generation.join("net");
     enforcement::write_network_files(&network_files, policy)?;
     let bundle_digest = write_bundle(
         plan,
-        git,
-        git_filter,
-        editor_dirs.names.clone(),
+        WorkspaceServing {
+            git,
+            git_filter,
+            router: router.as_ref().map(|r| r.mountpoint().to_owned()),
+            editor_dirs: editor_dirs.names.clone(),
+        },
         &bundle,
         &netns,
         &network_files,
@@ -1120,9 +1219,12 @@ fn run_sandbox<N: NamespaceSys>(
     let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
     let mut argv: Vec<std::ffi::OsString> = vec!["runsc".into()];
     argv.extend(
-        runsc_globals(&runsc_root, runsc_dcache(plan.runsc_dcache))
-            .into_iter()
-            .map(Into::into),
+        runsc_globals(
+            &runsc_root,
+            runsc_dcache(plan.runsc_dcache, plan.ignored_state.is_some()),
+        )
+        .into_iter()
+        .map(Into::into),
     );
     argv.extend([
         "run".into(),
@@ -1191,7 +1293,7 @@ fn run_sandbox<N: NamespaceSys>(
             drop(init_w);
             end_child(broker, failure.child.handle(), STOP_TIMEOUT);
             let tail = stderr_tail.join().unwrap_or_default();
-            unmount_filter(filter);
+            unmount_filters(filter, router);
             restore_owners(&owned);
             let _ = std::fs::remove_file(&marker);
             drop(editor_dirs);
@@ -1241,7 +1343,7 @@ fn run_sandbox<N: NamespaceSys>(
         wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
     }
     let _ = stderr_tail.join();
-    unmount_filter(filter);
+    unmount_filters(filter, router);
     // The sandbox is gone: what it re-owned in the workspace and the
     // read-write volumes goes back to the developer, then the marker goes.
     restore_owners(&owned);

@@ -305,22 +305,6 @@ pub fn scan_layout(common: &Path) -> Result<SentryLayout, FilterError> {
     })
 }
 
-/// Raises the soft descriptor limit to the hard one (every inode the filter
-/// tracks holds a descriptor) and returns the soft limit in force.
-fn raise_nofile() -> u64 {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        let before = limit.current;
-        limit.current = limit.maximum;
-        if let Err(e) = setrlimit(Resource::Nofile, limit) {
-            tracing::warn!(error = %e, "could not raise the descriptor limit for the Git Sentry");
-            limit.current = before;
-        }
-    }
-    limit.current.unwrap_or(u64::MAX)
-}
-
 /// Mounts the filter of `common` (the canonical common git directory) on the
 /// empty directory `mountpoint`, in the caller's mount namespace, which must
 /// be private.
@@ -340,7 +324,7 @@ pub fn mount(common: &Path, mountpoint: &Path) -> Result<MountedFilter, FilterEr
         path: common.to_owned(),
         source,
     })?;
-    let limits = Limits::for_descriptors(raise_nofile());
+    let limits = Limits::for_descriptors(crate::fuse_passthrough::raise_nofile());
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("lazaret-git-sentry".to_owned()),

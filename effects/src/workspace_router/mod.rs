@@ -3,17 +3,15 @@
 //! the classification snapshot is read from the host
 //! ([`crate::workspace_routing::read_snapshot`]) and the router is mounted
 //! on an empty directory, in the caller's mount namespace, which must be
-//! private.
-//!
-//! Not yet part of a launch: the sandbox still sees the workspace through a
-//! plain bind (docs/ignored-workspace.md, "What is built").
+//! private. The Runtime Supervisor mounts it before runsc starts and binds
+//! it at `/workspace` (`coordinator::supervisor::mount_router`).
 
 pub mod filesystem;
 
 use crate::workspace_routing::{
     read_snapshot_and_inputs, InputState, RoutingInputError, SnapshotInputs,
 };
-use filesystem::{PublishedSnapshot, RouterFs};
+use filesystem::{InodeTable, PublishedSnapshot, RouterFs};
 use lazaret_runtime::display::escape_path;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -82,15 +80,45 @@ impl Drop for Watcher {
     }
 }
 
+/// Past this share of the descriptor budget in inodes, the watcher has the
+/// kernel forget the ones nothing uses ([`InodeTable`]).
+const INODES_BUDGET_SHARE: u64 = 4;
+
+/// What keeps the router's inode table bounded: the table, the kernel's
+/// notification channel, and the size past which entries are invalidated.
+struct Trim {
+    table: InodeTable,
+    notifier: fuser::Notifier,
+    above: usize,
+}
+
+impl Trim {
+    /// Invalidates every known entry once the table is past `above`
+    /// (at most [`filesystem::MAX_INODES`] notifications). Called with no
+    /// lock held: the kernel may wait for a request in the same directory.
+    fn run(&self) {
+        if self.table.len() <= self.above {
+            return;
+        }
+        let _span = tracing::info_span!("TrimRouterInodes", inodes = self.table.len()).entered();
+        for (parent, name) in self.table.entries() {
+            // An entry the kernel no longer has is ENOENT: nothing to do.
+            let _ = self.notifier.inval_entry(parent, &name);
+        }
+    }
+}
+
 /// Publishes a new snapshot of `workspace` whenever one of its inputs
-/// changes, until `stop`. A snapshot that cannot be read leaves the prior
-/// one in force (spec 3.5) and is logged.
+/// changes, until `stop`, and keeps the inode table bounded. A snapshot
+/// that cannot be read leaves the prior one in force (spec 3.5) and is
+/// logged.
 fn watch(
     workspace: PathBuf,
     mut inputs: SnapshotInputs,
     published: Arc<PublishedSnapshot>,
     nudged: Receiver<()>,
     stop: Arc<AtomicBool>,
+    trim: Trim,
 ) {
     let mut seen: Vec<InputState> = inputs.fingerprint();
     // Bounded by `stop`: each turn waits at most WATCH_INTERVAL.
@@ -106,6 +134,7 @@ fn watch(
         if stop.load(Ordering::SeqCst) {
             return;
         }
+        trim.run();
         let now = inputs.fingerprint();
         if now == seen && !asked {
             continue;
@@ -205,6 +234,8 @@ pub fn mount(
             path: workspace.to_owned(),
             source,
         })?;
+    // Every inode the kernel holds and every open handle is a descriptor.
+    let nofile = crate::fuse_passthrough::raise_nofile();
     let published = Arc::new(PublishedSnapshot::new(snapshot));
     let (nudge, nudged) = sync_channel(1);
     let host = open_dir(workspace)?;
@@ -222,14 +253,20 @@ pub fn mount(
         source,
     };
     let fs = RouterFs::new(host, isolated, Arc::clone(&published), nudge.clone());
+    let table = fs.inode_table();
     let session = fuser::Session::new(fs, mountpoint, &config).map_err(mount_err)?;
     let session = session.spawn().map_err(mount_err)?;
+    let trim = Trim {
+        table,
+        notifier: session.notifier(),
+        above: usize::try_from(nofile / INODES_BUDGET_SHARE).unwrap_or(usize::MAX),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let (workspace, stop) = (workspace.to_owned(), Arc::clone(&stop));
         std::thread::Builder::new()
             .name("routing-watch".to_owned())
-            .spawn(move || watch(workspace, inputs, published, nudged, stop))
+            .spawn(move || watch(workspace, inputs, published, nudged, stop, trim))
             .map_err(mount_err)?
     };
     Ok(MountedRouter {

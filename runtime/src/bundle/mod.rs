@@ -172,6 +172,10 @@ pub struct BundlePlan {
     pub rootfs: PathBuf,
     /// The canonical workspace (host path).
     pub workspace: PathBuf,
+    /// Where the ignored-path router of the workspace is mounted (host
+    /// path; spec 3.5, SR-13): bound at [`WORKSPACE`] in place of the
+    /// workspace itself. `None` when `isolate_gitignored` is false.
+    pub router: Option<PathBuf>,
     /// The network namespace to join (e.g. `/proc/<rs pid>/ns/net`).
     pub netns: PathBuf,
     /// PID 1's argv.
@@ -336,7 +340,17 @@ fn workspace_mounts(plan: &BundlePlan) -> Result<Vec<Mount>, BundleError> {
     let ro = ["bind", "ro", "nosuid", "nodev"];
     let transient = ["nosuid", "nodev", "mode=755"];
     let ws = Path::new(WORKSPACE);
-    let mut m = vec![mount(ws, "bind", &plan.workspace, &rw)?];
+    let source = match &plan.router {
+        Some(router) if normal_absolute(router) => router,
+        Some(router) => {
+            return Err(BundleError::NotAbsolute {
+                what: "ignored-path router",
+                path: router.clone(),
+            })
+        }
+        None => &plan.workspace,
+    };
+    let mut m = vec![mount(ws, "bind", source, &rw)?];
     let dot_git = plan.workspace.join(".git");
     let filter = || {
         plan.git_filter

@@ -15,6 +15,7 @@ fn plan(git: GitSentry) -> BundlePlan {
     BundlePlan {
         rootfs: "/store/prepared/abc/rootfs".into(),
         workspace: "/home/dev/proj".into(),
+        router: None,
         netns: "/proc/4242/ns/net".into(),
         args: vec!["/bin/sh".into(), "-c".into(), "true".into()],
         env: vec!["PATH=/usr/bin:/bin".into()],
@@ -307,6 +308,42 @@ fn linked_worktree_follows_the_common_dir() -> Result<(), String> {
     snapshot("linked_worktree.json", &v)?;
     p.git_file = None;
     assert!(matches!(build_spec(&p), Err(BundleError::WorktreePlan(_))));
+    Ok(())
+}
+
+/// Spec 3.5, SR-13: with the ignored-path router the sandbox's workspace
+/// is the router's mount, while the git directory is still the Git
+/// Sentry's filter over the host's and its sealed files the host's own.
+#[test]
+fn the_router_is_bound_at_the_workspace() -> Result<(), String> {
+    let mut p = plan(GitSentry::Repository {
+        read_only: vec!["/home/dev/proj/.git/config".into()],
+    });
+    p.router = Some("/run/user/1000/lazaret/d/gen-1/router".into());
+    let v = json(&p)?;
+    assert_isolation(&v, &p);
+    let m = mounts(&v);
+    let find = |d: &str| m.iter().find(|x| x.0 == d).cloned();
+    assert_eq!(
+        find("/workspace").map(|x| x.2),
+        Some("/run/user/1000/lazaret/d/gen-1/router".to_owned())
+    );
+    assert_eq!(
+        find("/workspace/.git").map(|x| x.2),
+        Some("/run/user/1000/lazaret/d/gen-1/git-sentry".to_owned())
+    );
+    assert_eq!(
+        find("/workspace/.git/config").map(|x| x.2),
+        Some("/home/dev/proj/.git/config".to_owned())
+    );
+    p.router = Some("router".into());
+    assert!(matches!(
+        build_spec(&p),
+        Err(BundleError::NotAbsolute {
+            what: "ignored-path router",
+            ..
+        })
+    ));
     Ok(())
 }
 

@@ -236,6 +236,11 @@ pub struct SupervisorPlan {
     /// The Domain's workspace-ownership restore marker (a file in the
     /// persistent Domain root; effects `workspace_owner`).
     pub owner_restore_marker: String,
+    /// The Domain's Ignored Workspace State directory (spec 3.5, SR-13):
+    /// RS serves the workspace through the ignored-path router with this
+    /// as its isolated backing. `None` when `isolate_gitignored` is false:
+    /// the workspace is bound as it is.
+    pub ignored_state: Option<String>,
     /// Spec 3.7 "Policy transport": the SHA-256 digest of the derived
     /// policy whose canonical bytes RS reads from the write-sealed memfd it
     /// inherited; RS installs nothing else.

@@ -129,6 +129,9 @@ fn supervisor_plan(
         hostname: "lazaret".to_owned(),
         runsc_dcache: launch.runsc_dcache,
         owner_restore_marker: launch.paths.owner_restore_marker().display().to_string(),
+        ignored_state: launch
+            .isolate_gitignored
+            .then(|| launch.paths.ignored_state().display().to_string()),
         policy_digest: l.network.policy_digest,
         state_anchors: l.anchors.clone(),
         volumes: l.prepared.volumes.clone(),

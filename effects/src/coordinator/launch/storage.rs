@@ -183,11 +183,17 @@ pub(super) fn commit_prepared_lower(
     )
 }
 
-/// The Domain's anchors directories (0700, created when absent; a
-/// symlink or file in their place is refused).
-fn anchor_directories(paths: &DomainPaths) -> Result<(), CoordinatorError> {
+/// The Domain's persistent state directories: the anchors directories and
+/// the Ignored Workspace State (0700, created when absent; a symlink or file
+/// in their place is refused).
+fn state_directories(paths: &DomainPaths) -> Result<(), CoordinatorError> {
     use std::os::unix::fs::DirBuilderExt;
-    for dir in [paths.anchors(), paths.anchor_uppers(), paths.anchor_work()] {
+    for dir in [
+        paths.anchors(),
+        paths.anchor_uppers(),
+        paths.anchor_work(),
+        paths.ignored_state(),
+    ] {
         let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
         match made {
             Ok(()) => {}
@@ -199,7 +205,7 @@ fn anchor_directories(paths: &DomainPaths) -> Result<(), CoordinatorError> {
                     })?
                     .file_type();
                 if !kind.is_dir() {
-                    return Err(CoordinatorError::AnchorDirectory { path: dir });
+                    return Err(CoordinatorError::StateDirectory { path: dir });
                 }
             }
             Err(source) => return Err(CoordinatorError::Io { path: dir, source }),
@@ -215,7 +221,7 @@ pub(super) fn record_state_anchor_intent(
     paths: &DomainPaths,
     l: &mut Launching,
 ) -> Result<(), CoordinatorError> {
-    anchor_directories(paths)?;
+    state_directories(paths)?;
     // For `lazaret state inspect` only: the lower these anchors go over.
     let artifact = &l.prepared.lower.record.artifact_id;
     crate::state_anchor::record_lower(&paths.storage, artifact).map_err(|source| {
