@@ -12,7 +12,7 @@ use lazaret_effects::workspace_router::mount;
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod support;
@@ -98,6 +98,17 @@ fn fixture(root: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The workspace (with [`fixture`]), the isolated state and the mount
+/// point, made in `top`.
+fn fixture_dirs(top: &Path) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    let (ws, iso, mnt) = (top.join("ws"), top.join("iso"), top.join("mnt"));
+    for d in [&ws, &iso, &mnt] {
+        io("mkdir", fs::create_dir(d))?;
+    }
+    fixture(&ws)?;
+    Ok((ws, iso, mnt))
+}
+
 /// Waits up to 5 s (the watcher looks every 250 ms) for `done`.
 fn eventually(what: &str, done: impl Fn() -> bool) -> Result<(), String> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -125,13 +136,7 @@ fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(),
         return outer("ignored_paths_live_in_isolated_state_and_the_rest_on_the_host");
     }
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let ws = tmp.path().join("ws");
-    let iso = tmp.path().join("iso");
-    let mnt = tmp.path().join("mnt");
-    for d in [&ws, &iso, &mnt] {
-        io("mkdir", fs::create_dir(d))?;
-    }
-    fixture(&ws)?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
     // A stale isolated entry at a path that routes to the host stays
     // hidden (and kept).
     io("stale", fs::write(iso.join("README"), "stale\n"))?;
@@ -512,13 +517,7 @@ fn a_repository_made_inside_never_runs_code_in_host_git() -> Result<(), String> 
     );
 
     // Through the router it does not.
-    let ws = tmp.path().join("ws");
-    let iso = tmp.path().join("iso");
-    let mnt = tmp.path().join("mnt");
-    for d in [&ws, &iso, &mnt] {
-        io("mkdir", fs::create_dir(d))?;
-    }
-    fixture(&ws)?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
     let marker = tmp.path().join("marker");
     let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
     plant(&mnt, &marker)?;
@@ -531,5 +530,91 @@ fn a_repository_made_inside_never_runs_code_in_host_git() -> Result<(), String> 
         !marker.exists(),
         "host git ran the planted monitor: {status}"
     );
+    Ok(())
+}
+
+/// The kernel keeps every inode it has looked up until memory pressure
+/// (zero-timeout dentries stay in its unused-dentry cache), and runsc pins
+/// the ones it retains: a router holding a descriptor per inode ran out of
+/// descriptors on a large tree. With a budget of 256 descriptors, 3,000
+/// files are looked up and read; a file unlinked while open keeps its
+/// attributes; objects the host moves or replaces are found at their new
+/// paths.
+#[test]
+fn a_large_tree_is_served_within_a_small_descriptor_budget() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_large_tree_is_served_within_a_small_descriptor_budget");
+    }
+    const FILES: usize = 3_000;
+    const BUDGET: u64 = 256;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    io("mkdir", fs::create_dir(ws.join("src/many")))?;
+    for i in 0..FILES {
+        io(
+            "file",
+            fs::write(ws.join(format!("src/many/{i}")), format!("{i}\n")),
+        )?;
+    }
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(BUDGET),
+            maximum: Some(BUDGET),
+        },
+    )
+    .map_err(|e| format!("setrlimit: {e}"))?;
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+
+    // Looked up in one burst (as Git's index refresh does), then read.
+    let seen = (0..FILES)
+        .map(|i| io("stat", fs::metadata(mnt.join(format!("src/many/{i}")))))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, meta) in seen.iter().enumerate() {
+        let path = format!("src/many/{i}");
+        assert_eq!(meta.ino(), io("stat", fs::metadata(ws.join(&path)))?.ino());
+        assert_eq!(
+            io("read", fs::read_to_string(mnt.join(&path)))?,
+            format!("{i}\n")
+        );
+    }
+    // What is open is what holds descriptors: the budget was never reached.
+    let open = io("fds", fs::read_dir("/proc/self/fd"))?.count();
+    assert!(open < 64, "{open} descriptors open after the reads");
+
+    // Unlinked while open: the open file is still the object.
+    let mut file = io(
+        "open",
+        fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(mnt.join("src/many/0")),
+    )?;
+    io("unlink", fs::remove_file(mnt.join("src/many/0")))?;
+    io("write", file.write_all(b"more\n"))?;
+    let meta = io("fstat", file.metadata())?;
+    assert_eq!((meta.len(), meta.nlink()), (7, 0));
+    drop(file);
+
+    // The host moves a directory and replaces a file behind the router.
+    io(
+        "host move",
+        fs::rename(ws.join("src/many"), ws.join("src/moved")),
+    )?;
+    fails("old path", ENOENT, fs::metadata(mnt.join("src/many/1")))?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("src/moved/1")))?,
+        "1\n"
+    );
+    io("host new", fs::write(ws.join("src/new"), "replaced\n"))?;
+    io(
+        "host replace",
+        fs::rename(ws.join("src/new"), ws.join("src/moved/2")),
+    )?;
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("src/moved/2")))?,
+        "replaced\n"
+    );
+    router.unmount().map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -18,12 +18,14 @@
 //!   set-user-ID, set-group-ID or write-for-others bits
 //!   ([`operations::hygienic_mode`]).
 //!
-//! Like the Git Sentry filter it is a passthrough over `O_PATH` descriptors
-//! opened one name at a time with `O_NOFOLLOW`, so no symbolic link is
-//! followed while routing. Entry and attribute timeouts are zero: the host
-//! changes the workspace in real time. Bounded: at most [`MAX_INODES`]
-//! inodes, [`MAX_HANDLES`] open handles and [`MAX_DIR_ENTRIES`] entries per
-//! listing.
+//! It is a passthrough over `O_PATH` descriptors opened without following
+//! any symbolic link and never above a backing's root. An inode holds no
+//! descriptor: each operation opens its object again by path and checks
+//! that it is still the same (device, inode), else `ESTALE`; an object
+//! unlinked while open is reached through its open handle. Entry and
+//! attribute timeouts are zero: the host changes the workspace in real
+//! time. Bounded: at most [`MAX_INODES`] inodes, [`MAX_HANDLES`] open
+//! handles and [`MAX_DIR_ENTRIES`] entries per listing.
 
 use crate::fuse_passthrough::{
     attr, component, dirent_kind, errno, io_errno, kind_of, lock, open_path, proc_path, read_at,
@@ -39,7 +41,7 @@ use lazaret_runtime::workspace_routing::operations::{
     hygienic_mode, joining, may_make, NodeKind, Refusal,
 };
 use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot};
-use rustix::fs::{AtFlags, Mode, OFlags, Stat, CWD};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat, CWD};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
@@ -48,8 +50,10 @@ use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
-/// The most inodes the router tracks at once (each holds a descriptor).
-pub const MAX_INODES: usize = 200_000;
+/// The most inodes the router tracks at once. A record is memory only (a
+/// path and an identity, no descriptor), and the kernel keeps an inode as
+/// long as its unused-dentry cache does: until memory pressure.
+pub const MAX_INODES: usize = 1_000_000;
 /// The most open file and directory handles at once.
 pub const MAX_HANDLES: usize = 65_536;
 /// The most entries one directory listing holds.
@@ -62,11 +66,15 @@ pub const MAX_CHECKED_ENTRIES: usize = 100_000;
 /// numbers).
 const SYNTHETIC_INOS: u64 = 1 << 62;
 
-/// One object the kernel knows by a node id.
+/// One object the kernel knows by a node id. No descriptor: the kernel
+/// keeps inodes it no longer uses (zero-timeout dentries stay in its
+/// unused-dentry cache until memory pressure), and runsc pins the ones it
+/// retains, so a descriptor per inode would exhaust the router's budget on
+/// a large tree. Each operation opens the object again by its path
+/// ([`reopen`]) and checks its identity.
 #[derive(Debug)]
 struct Inode {
-    fd: Arc<OwnedFd>,
-    /// Host (device, inode).
+    /// The backing's (device, inode).
     id: (u64, u64),
     backing: Backing,
     /// The path from the workspace root (bytes; empty for the root): the
@@ -84,9 +92,9 @@ struct Inodes {
 
 #[derive(Debug)]
 enum Handle {
-    /// An open file, and whether closing it may have changed an ignore file
-    /// (opened for writing at a `.gitignore` name).
-    File(Arc<std::fs::File>, bool),
+    /// An open file, its node id, and whether closing it may have changed
+    /// an ignore file (opened for writing at a `.gitignore` name).
+    File(Arc<std::fs::File>, u64, bool),
     Dir(Arc<Vec<(OsString, u64, FileType)>>),
 }
 
@@ -166,51 +174,8 @@ pub struct RouterFs {
     nudge: SyncSender<()>,
     host_root: Arc<OwnedFd>,
     isolated_root: Arc<OwnedFd>,
-    inodes: Arc<Mutex<Inodes>>,
+    inodes: Mutex<Inodes>,
     handles: Mutex<Handles>,
-}
-
-/// The router's inode table as its watcher sees it: how many inodes the
-/// kernel holds, and each one's entry, to invalidate.
-///
-/// The kernel keeps a dentry whose zero timeout has not yet passed in its
-/// unused-dentry cache, and with it the inode and the router's descriptor
-/// for it, until memory pressure: creating 8,000 files left about 5,500
-/// such inodes (measured; dropping the host's caches released them). The
-/// watcher invalidates the entries once the table is past a bound, so the
-/// kernel forgets every inode nothing uses; one in use is only unhashed
-/// and looked up again at its next use.
-#[derive(Clone, Debug)]
-pub(crate) struct InodeTable(Arc<Mutex<Inodes>>);
-
-impl InodeTable {
-    /// How many inodes the kernel holds now.
-    pub(crate) fn len(&self) -> usize {
-        lock(&self.0).by_ino.len()
-    }
-
-    /// Each known entry as (parent node id, name), the parent found by its
-    /// path as the router knows it now (an entry whose parent it does not
-    /// know is left out).
-    pub(crate) fn entries(&self) -> Vec<(INodeNo, OsString)> {
-        let t = lock(&self.0);
-        let mut by_path: HashMap<&[u8], u64> = HashMap::with_capacity(t.by_ino.len() + 1);
-        by_path.insert(b"", INodeNo::ROOT.0);
-        for (ino, i) in &t.by_ino {
-            by_path.insert(&i.path, *ino);
-        }
-        t.by_ino
-            .values()
-            .filter_map(|i| {
-                let (parent, name) = match i.path.iter().rposition(|b| *b == b'/') {
-                    Some(cut) => (&i.path[..cut], &i.path[cut + 1..]),
-                    None => (&b""[..], &i.path[..]),
-                };
-                let parent = by_path.get(parent)?;
-                Some((INodeNo(*parent), OsStr::from_bytes(name).to_owned()))
-            })
-            .collect()
-    }
 }
 
 fn refused(r: Refusal) -> Errno {
@@ -261,6 +226,30 @@ fn beneath(root: &OwnedFd, path: &[u8], make: bool) -> Result<Option<OwnedFd>, E
         dir = next;
     }
     Ok(Some(dir))
+}
+
+/// The object at the workspace path `path` beneath `root` (`O_PATH`, no
+/// symbolic link followed on the way or at the end, never above `root`),
+/// provided it is still the object `id` (device, inode); `ESTALE` when
+/// another object took its place.
+fn reopen(root: &OwnedFd, path: &[u8], id: (u64, u64)) -> Result<OwnedFd, Errno> {
+    let fd = if path.is_empty() {
+        rustix::io::dup(root).map_err(errno)?
+    } else {
+        rustix::fs::openat2(
+            root,
+            OsStr::from_bytes(path),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(errno)?
+    };
+    let st = stat_fd(&fd)?;
+    if (st.st_dev, st.st_ino) != id {
+        return Err(Errno::ESTALE);
+    }
+    Ok(fd)
 }
 
 fn open_dir(parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
@@ -317,17 +306,12 @@ impl RouterFs {
             nudge,
             host_root: Arc::new(host_root),
             isolated_root: Arc::new(isolated_root),
-            inodes: Arc::new(Mutex::new(Inodes {
+            inodes: Mutex::new(Inodes {
                 next: SYNTHETIC_INOS,
                 ..Inodes::default()
-            })),
+            }),
             handles: Mutex::new(Handles::default()),
         }
-    }
-
-    /// The inode table, for the watcher that keeps it bounded.
-    pub(crate) fn inode_table(&self) -> InodeTable {
-        InodeTable(Arc::clone(&self.inodes))
     }
 
     fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
@@ -338,12 +322,35 @@ impl RouterFs {
                 path: Vec::new(),
             });
         }
-        let t = lock(&self.inodes);
-        let i = t.by_ino.get(&ino.0).ok_or(Errno::ESTALE)?;
+        let (id, backing, path) = {
+            let t = lock(&self.inodes);
+            let i = t.by_ino.get(&ino.0).ok_or(Errno::ESTALE)?;
+            (i.id, i.backing, i.path.clone())
+        };
+        let root = match backing {
+            Backing::Host => &self.host_root,
+            Backing::Isolated => &self.isolated_root,
+        };
+        let fd = match reopen(root, &path, id) {
+            Ok(fd) => fd,
+            // Gone from its path (unlinked, or moved by the host) but still
+            // open through the router: the open file is the object.
+            Err(e) => self.open_file_of(ino.0).ok_or(e)?,
+        };
         Ok(Node {
-            fd: Arc::clone(&i.fd),
-            backing: i.backing,
-            path: i.path.clone(),
+            fd: Arc::new(fd),
+            backing,
+            path,
+        })
+    }
+
+    /// A descriptor of an open file handle of node `ino`, if any.
+    fn open_file_of(&self, ino: u64) -> Option<OwnedFd> {
+        let h = lock(&self.handles);
+        // Bounded by MAX_HANDLES; only when the path no longer leads to it.
+        h.open.values().find_map(|handle| match handle {
+            Handle::File(f, of, _) if *of == ino => f.try_clone().ok().map(OwnedFd::from),
+            _ => None,
         })
     }
 
@@ -409,13 +416,7 @@ impl RouterFs {
         Err(Errno::ENOENT)
     }
 
-    fn remember(
-        &self,
-        fd: OwnedFd,
-        st: &Stat,
-        backing: Backing,
-        path: Vec<u8>,
-    ) -> Result<u64, Errno> {
+    fn remember(&self, st: &Stat, backing: Backing, path: Vec<u8>) -> Result<u64, Errno> {
         let id = (st.st_dev, st.st_ino);
         let mut t = lock(&self.inodes);
         if let Some(&ino) = t.by_id.get(&id) {
@@ -424,7 +425,6 @@ impl RouterFs {
                 // The name it was reached by last decides its children.
                 i.path = path;
                 i.backing = backing;
-                i.fd = Arc::new(fd);
                 return Ok(ino);
             }
         }
@@ -447,7 +447,6 @@ impl RouterFs {
         t.by_ino.insert(
             ino,
             Inode {
-                fd: Arc::new(fd),
                 id,
                 backing,
                 path,
@@ -460,8 +459,8 @@ impl RouterFs {
 
     fn entry_of(&self, parent: &Node, name: &OsStr) -> Result<FileAttr, Errno> {
         let snap = self.snapshot.current();
-        let (backing, fd, st) = self.resolve(&snap, parent, name)?;
-        let ino = self.remember(fd, &st, backing, child_path(&parent.path, name))?;
+        let (backing, _, st) = self.resolve(&snap, parent, name)?;
+        let ino = self.remember(&st, backing, child_path(&parent.path, name))?;
         Ok(attr(ino, &st))
     }
 
@@ -487,15 +486,15 @@ impl RouterFs {
         name: &OsStr,
         backing: Backing,
         mode: Option<u32>,
-    ) -> Result<FileAttr, Errno> {
+    ) -> Result<(FileAttr, u64), Errno> {
         let fd = open_path(at, name)?;
         if let Some(m) = mode {
             set_mode(&fd, m)?;
         }
         let st = stat_fd(&fd)?;
         self.changed(name.as_bytes());
-        let ino = self.remember(fd, &st, backing, child_path(&parent.path, name))?;
-        Ok(attr(ino, &st))
+        let ino = self.remember(&st, backing, child_path(&parent.path, name))?;
+        Ok((attr(ino, &st), ino))
     }
 
     fn add_handle(&self, handle: Handle) -> Result<u64, Errno> {
@@ -511,7 +510,7 @@ impl RouterFs {
 
     fn file(&self, fh: FileHandle) -> Result<Arc<std::fs::File>, Errno> {
         match lock(&self.handles).open.get(&fh.0) {
-            Some(Handle::File(f, _)) => Ok(Arc::clone(f)),
+            Some(Handle::File(f, _, _)) => Ok(Arc::clone(f)),
             _ => Err(Errno::EBADF),
         }
     }
@@ -681,6 +680,7 @@ impl RouterFs {
         )
         .map_err(errno)?;
         self.made(&to, &at, newname, node.backing, None)
+            .map(|(a, _)| a)
     }
 
     fn do_remove(&self, parent: INodeNo, name: &OsStr, flags: AtFlags) -> Result<(), Errno> {
@@ -748,7 +748,11 @@ impl RouterFs {
         .map_err(errno)?;
         let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
         let watched = writes && is_ignore_file(&node.path);
-        self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd)), watched))
+        self.add_handle(Handle::File(
+            Arc::new(std::fs::File::from(fd)),
+            ino.0,
+            watched,
+        ))
     }
 
     fn do_create(
@@ -774,10 +778,14 @@ impl RouterFs {
             Mode::from_raw_mode(hygienic_mode(mode & !umask)),
         )
         .map_err(errno)?;
-        let a = self.made(&p, &at, name, backing, Some(mode & !umask))?;
+        let (a, ino) = self.made(&p, &at, name, backing, Some(mode & !umask))?;
         self.changed(name.as_bytes());
         let watched = is_ignore_file(name.as_bytes());
-        let fh = self.add_handle(Handle::File(Arc::new(std::fs::File::from(fd)), watched))?;
+        let fh = self.add_handle(Handle::File(
+            Arc::new(std::fs::File::from(fd)),
+            ino,
+            watched,
+        ))?;
         Ok((a, fh))
     }
 
@@ -812,6 +820,7 @@ impl RouterFs {
         )
         .map_err(errno)?;
         self.made(&p, &at, name, backing, Some(mode & !umask))
+            .map(|(a, _)| a)
     }
 
     fn do_mkdir(
@@ -832,6 +841,7 @@ impl RouterFs {
         )
         .map_err(errno)?;
         self.made(&p, &at, name, backing, Some(mode & !umask))
+            .map(|(a, _)| a)
     }
 
     fn do_symlink(
@@ -845,7 +855,7 @@ impl RouterFs {
         let name = component(name)?;
         let (backing, at) = self.placement(&snap, &p, name, false)?;
         rustix::fs::symlinkat(target, &*at, name).map_err(errno)?;
-        self.made(&p, &at, name, backing, None)
+        self.made(&p, &at, name, backing, None).map(|(a, _)| a)
     }
 
     /// The entries of directory `ino` the snapshot selects, host first.
@@ -926,10 +936,12 @@ impl Filesystem for RouterFs {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let r = self
-            .node(ino)
-            .and_then(|n| stat_fd(&n.fd).map(|st| attr(ino.0, &st)));
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let r = match fh.map(|fh| self.file(fh)) {
+            Some(Ok(f)) => rustix::fs::fstat(&*f).map_err(errno),
+            _ => self.node(ino).and_then(|n| stat_fd(&n.fd)),
+        }
+        .map(|st| attr(ino.0, &st));
         reply!(reply, r, |a: FileAttr| reply.attr(&TTL, &a));
     }
 
@@ -1108,7 +1120,7 @@ impl Filesystem for RouterFs {
         reply: ReplyEmpty,
     ) {
         let closed = lock(&self.handles).open.remove(&fh.0);
-        if let Some(Handle::File(_, true)) = closed {
+        if let Some(Handle::File(_, _, true)) = closed {
             self.changed(b".gitignore");
         }
         reply.ok();

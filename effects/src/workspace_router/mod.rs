@@ -11,7 +11,7 @@ pub mod filesystem;
 use crate::workspace_routing::{
     read_snapshot_and_inputs, InputState, RoutingInputError, SnapshotInputs,
 };
-use filesystem::{InodeTable, PublishedSnapshot, RouterFs};
+use filesystem::{PublishedSnapshot, RouterFs};
 use lazaret_runtime::display::escape_path;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -80,36 +80,8 @@ impl Drop for Watcher {
     }
 }
 
-/// Past this share of the descriptor budget in inodes, the watcher has the
-/// kernel forget the ones nothing uses ([`InodeTable`]).
-const INODES_BUDGET_SHARE: u64 = 4;
-
-/// What keeps the router's inode table bounded: the table, the kernel's
-/// notification channel, and the size past which entries are invalidated.
-struct Trim {
-    table: InodeTable,
-    notifier: fuser::Notifier,
-    above: usize,
-}
-
-impl Trim {
-    /// Invalidates every known entry once the table is past `above`
-    /// (at most [`filesystem::MAX_INODES`] notifications). Called with no
-    /// lock held: the kernel may wait for a request in the same directory.
-    fn run(&self) {
-        if self.table.len() <= self.above {
-            return;
-        }
-        let _span = tracing::info_span!("TrimRouterInodes", inodes = self.table.len()).entered();
-        for (parent, name) in self.table.entries() {
-            // An entry the kernel no longer has is ENOENT: nothing to do.
-            let _ = self.notifier.inval_entry(parent, &name);
-        }
-    }
-}
-
 /// Publishes a new snapshot of `workspace` whenever one of its inputs
-/// changes, until `stop`, and keeps the inode table bounded. A snapshot
+/// changes, until `stop`. A snapshot
 /// that cannot be read leaves the prior one in force (spec 3.5) and is
 /// logged.
 fn watch(
@@ -118,7 +90,6 @@ fn watch(
     published: Arc<PublishedSnapshot>,
     nudged: Receiver<()>,
     stop: Arc<AtomicBool>,
-    trim: Trim,
 ) {
     let mut seen: Vec<InputState> = inputs.fingerprint();
     // Bounded by `stop`: each turn waits at most WATCH_INTERVAL.
@@ -134,7 +105,6 @@ fn watch(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        trim.run();
         let now = inputs.fingerprint();
         if now == seen && !asked {
             continue;
@@ -234,8 +204,9 @@ pub fn mount(
             path: workspace.to_owned(),
             source,
         })?;
-    // Every inode the kernel holds and every open handle is a descriptor.
-    let nofile = crate::fuse_passthrough::raise_nofile();
+    // Every open handle is a descriptor (runsc keeps a read and a write
+    // handle open on each file it retains).
+    crate::fuse_passthrough::raise_nofile();
     let published = Arc::new(PublishedSnapshot::new(snapshot));
     let (nudge, nudged) = sync_channel(1);
     let host = open_dir(workspace)?;
@@ -253,20 +224,14 @@ pub fn mount(
         source,
     };
     let fs = RouterFs::new(host, isolated, Arc::clone(&published), nudge.clone());
-    let table = fs.inode_table();
     let session = fuser::Session::new(fs, mountpoint, &config).map_err(mount_err)?;
     let session = session.spawn().map_err(mount_err)?;
-    let trim = Trim {
-        table,
-        notifier: session.notifier(),
-        above: usize::try_from(nofile / INODES_BUDGET_SHARE).unwrap_or(usize::MAX),
-    };
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let (workspace, stop) = (workspace.to_owned(), Arc::clone(&stop));
         std::thread::Builder::new()
             .name("routing-watch".to_owned())
-            .spawn(move || watch(workspace, inputs, published, nudged, stop, trim))
+            .spawn(move || watch(workspace, inputs, published, nudged, stop))
             .map_err(mount_err)?
     };
     Ok(MountedRouter {
