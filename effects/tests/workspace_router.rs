@@ -618,3 +618,107 @@ fn a_large_tree_is_served_within_a_small_descriptor_budget() -> Result<(), Strin
     router.unmount().map_err(|e| e.to_string())?;
     Ok(())
 }
+
+/// A repository the host had inside the workspace (a vendored clone) is
+/// host Git's: through the router its configuration, `commondir`, hooks and
+/// `.git` entry cannot be changed (`EPERM`), while Git keeps working in it.
+#[test]
+fn a_nested_host_repository_keeps_its_configuration_and_hooks() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_nested_host_repository_keeps_its_configuration_and_hooks");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    let lib = ws.join("vendor/lib");
+    io("mkdir", fs::create_dir_all(&lib))?;
+    git(&lib, &["init", "-q"])?;
+    io("file", fs::write(lib.join("lib.c"), "int x;\n"))?;
+    io(
+        "hook",
+        fs::write(lib.join(".git/hooks/pre-commit"), "#!/bin/sh\n"),
+    )?;
+    git(&lib, &["add", "lib.c"])?;
+    git(&lib, &["commit", "-q", "-m", "vendored"])?;
+    let config = io("read", fs::read(lib.join(".git/config")))?;
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    let inner = mnt.join("vendor/lib");
+    let git_dir = inner.join(".git");
+
+    fails(
+        "write config",
+        EPERM,
+        fs::write(git_dir.join("config"), "[core]\n"),
+    )?;
+    fails(
+        "config lock",
+        EPERM,
+        fs::write(git_dir.join("config.lock"), "[core]\n"),
+    )?;
+    fails(
+        "commondir",
+        EPERM,
+        fs::write(git_dir.join("commondir"), "..\n"),
+    )?;
+    fails(
+        "new hook",
+        EPERM,
+        fs::write(git_dir.join("hooks/post-checkout"), "#!/bin/sh\n"),
+    )?;
+    fails(
+        "rewrite hook",
+        EPERM,
+        fs::write(git_dir.join("hooks/pre-commit"), "#!/bin/sh\nexit 1\n"),
+    )?;
+    fails(
+        "remove hook",
+        EPERM,
+        fs::remove_file(git_dir.join("hooks/pre-commit")),
+    )?;
+    fails(
+        "chmod config",
+        EPERM,
+        fs::set_permissions(git_dir.join("config"), fs::Permissions::from_mode(0o666)),
+    )?;
+    fails(
+        "link config",
+        EPERM,
+        fs::hard_link(git_dir.join("config"), inner.join("cfg")),
+    )?;
+    fails(
+        "move .git",
+        EPERM,
+        fs::rename(&git_dir, inner.join("old-git")),
+    )?;
+    fails(
+        "move hooks",
+        EPERM,
+        fs::rename(git_dir.join("hooks"), git_dir.join("h")),
+    )?;
+    assert!(git(&inner, &["config", "core.fsmonitor", "/bin/true"]).is_err());
+
+    // Git's ordinary work in it goes on: objects, refs, the index.
+    io("edit", fs::write(inner.join("lib.c"), "int y;\n"))?;
+    git(
+        &inner,
+        &[
+            "-c",
+            "core.hooksPath=/dev/null",
+            "commit",
+            "-q",
+            "-am",
+            "edit",
+        ],
+    )?;
+    assert_eq!(git(&lib, &["log", "--format=%s", "-1"])?, "edit\n");
+
+    router.unmount().map_err(|e| e.to_string())?;
+    assert_eq!(io("read", fs::read(lib.join(".git/config")))?, config);
+    assert_eq!(
+        io(
+            "read",
+            fs::read_to_string(lib.join(".git/hooks/pre-commit"))
+        )?,
+        "#!/bin/sh\n"
+    );
+    Ok(())
+}

@@ -38,7 +38,7 @@ use fuser::{
     WriteFlags,
 };
 use lazaret_runtime::workspace_routing::operations::{
-    hygienic_mode, joining, may_make, NodeKind, Refusal,
+    hygienic_mode, joining, may_change, may_make, NodeKind, Refusal,
 };
 use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot};
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat, CWD};
@@ -182,7 +182,7 @@ fn refused(r: Refusal) -> Errno {
     match r {
         Refusal::CrossBacking => Errno::EXDEV,
         Refusal::Whiteout => Errno::EOPNOTSUPP,
-        Refusal::DeviceNode => Errno::EPERM,
+        Refusal::DeviceNode | Refusal::NestedHostGitEntry => Errno::EPERM,
     }
 }
 
@@ -360,6 +360,20 @@ impl RouterFs {
             .map_err(|_| Errno::EINVAL)
     }
 
+    /// `EPERM` when the object at `path` is one a nested host repository's
+    /// Git runs or trusts ([`may_change`]).
+    fn may_change(snap: &ClassificationSnapshot, path: &[u8], dir: bool) -> Result<(), Errno> {
+        if path.is_empty() {
+            // The workspace root.
+            return Ok(());
+        }
+        let route = snap.classify(path, dir).map_err(|_| Errno::EINVAL)?;
+        may_change(&route, path).map_err(|r| {
+            tracing::info!(path = %String::from_utf8_lossy(path), "refused a change to a nested host repository's git directory");
+            refused(r)
+        })
+    }
+
     /// After `name` changed through the router: if it is an ignore file,
     /// the watcher looks at once (a full nudge queue already asks).
     fn changed(&self, name: &[u8]) {
@@ -465,7 +479,8 @@ impl RouterFs {
     }
 
     /// Where a new object `name` of `parent` goes: the backing its path
-    /// routes to (as a directory when `dir`) and that backing's directory.
+    /// routes to (as a directory when `dir`) and that backing's directory;
+    /// `EPERM` where [`may_change`] refuses.
     fn placement(
         &self,
         snap: &ClassificationSnapshot,
@@ -474,7 +489,9 @@ impl RouterFs {
         dir: bool,
     ) -> Result<(Backing, Arc<OwnedFd>), Errno> {
         let name = component(name)?;
-        let backing = Self::route(snap, &child_path(&parent.path, name), dir)?;
+        let path = child_path(&parent.path, name);
+        Self::may_change(snap, &path, dir)?;
+        let backing = Self::route(snap, &path, dir)?;
         let at = self.dir_in(parent, backing, true)?.ok_or(Errno::EXDEV)?;
         Ok((backing, at))
     }
@@ -549,6 +566,8 @@ impl RouterFs {
         let (backing, src_fd, st) = self.resolve(&snap, &from, name)?;
         let from_path = child_path(&from.path, name);
         let to_path = child_path(&to.path, newname);
+        Self::may_change(&snap, &from_path, is_dir(&st))?;
+        Self::may_change(&snap, &to_path, is_dir(&st))?;
         joining(backing, Self::route(&snap, &to_path, is_dir(&st))?).map_err(refused)?;
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         if exchange {
@@ -665,11 +684,10 @@ impl RouterFs {
         let to = self.node(newparent)?;
         let newname = component(newname)?;
         let st = stat_fd(&node.fd)?;
-        joining(
-            node.backing,
-            Self::route(&snap, &child_path(&to.path, newname), is_dir(&st))?,
-        )
-        .map_err(refused)?;
+        let new_path = child_path(&to.path, newname);
+        Self::may_change(&snap, &node.path, is_dir(&st))?;
+        Self::may_change(&snap, &new_path, is_dir(&st))?;
+        joining(node.backing, Self::route(&snap, &new_path, is_dir(&st))?).map_err(refused)?;
         let at = self.dir_in(&to, node.backing, true)?.ok_or(Errno::EXDEV)?;
         rustix::fs::linkat(
             CWD,
@@ -687,7 +705,8 @@ impl RouterFs {
         let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, _, _) = self.resolve(&snap, &p, name)?;
+        let (backing, _, st) = self.resolve(&snap, &p, name)?;
+        Self::may_change(&snap, &child_path(&p.path, name), is_dir(&st))?;
         let at = self.dir_in(&p, backing, false)?.ok_or(Errno::ENOENT)?;
         rustix::fs::unlinkat(&*at, name, flags).map_err(errno)?;
         self.changed(name.as_bytes());
@@ -705,6 +724,8 @@ impl RouterFs {
             fh,
         } = change;
         let node = self.node(ino)?;
+        let snap = self.snapshot.current();
+        Self::may_change(&snap, &node.path, is_dir(&stat_fd(&node.fd)?))?;
         if let Some(len) = size {
             match fh.map(|fh| self.file(fh)) {
                 Some(Ok(file)) => file.set_len(len).map_err(|e| io_errno(&e))?,
@@ -739,6 +760,10 @@ impl RouterFs {
         let node = self.node(ino)?;
         let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
         let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC | OFlags::SYNC | OFlags::DSYNC;
+        let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
+        if writes {
+            Self::may_change(&self.snapshot.current(), &node.path, false)?;
+        }
         let fd = rustix::fs::openat(
             CWD,
             proc_path(&node.fd),
@@ -746,7 +771,6 @@ impl RouterFs {
             Mode::empty(),
         )
         .map_err(errno)?;
-        let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
         let watched = writes && is_ignore_file(&node.path);
         self.add_handle(Handle::File(
             Arc::new(std::fs::File::from(fd)),

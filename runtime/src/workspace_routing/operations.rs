@@ -3,7 +3,7 @@
 //! backings, which file types may be made, and which permission bits an
 //! object of the workspace may carry.
 
-use super::Backing;
+use super::{Backing, Decision, Route};
 
 /// Permission bits no object made or changed through the router carries:
 /// set-user-ID, set-group-ID and write-for-others. A set-ID executable the
@@ -28,6 +28,54 @@ pub enum Refusal {
     Whiteout,
     /// A character or block device: `EPERM`.
     DeviceNode,
+    /// A change to what a nested host repository's Git runs or trusts
+    /// ([`may_change`]): `EPERM`.
+    NestedHostGitEntry,
+}
+
+/// Entries of a git directory whose change could make host Git run code or
+/// trust another directory, relative to the git directory: its
+/// configuration (and the lock file host Git renames over it), `commondir`,
+/// and the hooks.
+const NESTED_SEALED: [&[u8]; 6] = [
+    b"config",
+    b"config.lock",
+    b"config.worktree",
+    b"config.worktree.lock",
+    b"commondir",
+    b"commondir.lock",
+];
+
+/// Whether the object at workspace `path`, classified as `route`, may be
+/// created, written, truncated, re-permissioned, renamed (from or to),
+/// removed or hard-linked through the router. A repository the host had
+/// inside the workspace (a vendored clone, a submodule's `.git` file) is
+/// host Git's as much as the workspace's own, whose git directory the Git
+/// Sentry guards (spec 3.5, SR-4): its `.git` entry, `config`,
+/// `config.worktree`, `commondir` (and their `.lock`) and everything under
+/// `hooks/` are refused; the rest of it (objects, refs, index) passes, so
+/// Git keeps working in it.
+pub fn may_change(route: &Route, path: &[u8]) -> Result<(), Refusal> {
+    if route.decision != Decision::GitDirectory || route.repository.is_empty() {
+        return Ok(());
+    }
+    let Some(rest) = path
+        .strip_prefix(route.repository.as_slice())
+        .and_then(|r| r.strip_prefix(b"/.git"))
+    else {
+        return Ok(());
+    };
+    let sealed = match rest.strip_prefix(b"/") {
+        None => rest.is_empty(),
+        Some(inner) => {
+            NESTED_SEALED.contains(&inner) || inner == b"hooks" || inner.starts_with(b"hooks/")
+        }
+    };
+    if sealed {
+        Err(Refusal::NestedHostGitEntry)
+    } else {
+        Ok(())
+    }
 }
 
 /// The kinds of object `mknod` can make.
@@ -88,6 +136,61 @@ mod tests {
         for k in [NodeKind::Regular, NodeKind::Fifo, NodeKind::Socket] {
             assert_eq!(may_make(k), Ok(()));
         }
+    }
+
+    fn git_directory(repository: &[u8]) -> Route {
+        Route {
+            backing: Backing::Host,
+            decision: Decision::GitDirectory,
+            repository: repository.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_nested_host_repository_keeps_its_configuration_and_hooks() {
+        let nested = git_directory(b"vendor/lib");
+        for sealed in [
+            &b"vendor/lib/.git"[..],
+            b"vendor/lib/.git/config",
+            b"vendor/lib/.git/config.lock",
+            b"vendor/lib/.git/config.worktree",
+            b"vendor/lib/.git/commondir",
+            b"vendor/lib/.git/hooks",
+            b"vendor/lib/.git/hooks/pre-commit",
+            b"vendor/lib/.git/hooks/sub/x",
+        ] {
+            assert_eq!(
+                may_change(&nested, sealed),
+                Err(Refusal::NestedHostGitEntry),
+                "{}",
+                String::from_utf8_lossy(sealed)
+            );
+        }
+        for open in [
+            &b"vendor/lib/.git/index"[..],
+            b"vendor/lib/.git/index.lock",
+            b"vendor/lib/.git/HEAD",
+            b"vendor/lib/.git/objects/ab/cdef",
+            b"vendor/lib/.git/refs/heads/main",
+            b"vendor/lib/.git/configx",
+            b"vendor/lib/.git/hooksx",
+            b"vendor/lib/.gitx",
+        ] {
+            assert_eq!(
+                may_change(&nested, open),
+                Ok(()),
+                "{}",
+                String::from_utf8_lossy(open)
+            );
+        }
+        // The workspace's own git directory is the Git Sentry's, and other
+        // decisions are not git directories.
+        assert_eq!(may_change(&git_directory(b""), b".git/config"), Ok(()));
+        let ordinary = Route {
+            decision: Decision::Unmatched,
+            ..git_directory(b"vendor/lib")
+        };
+        assert_eq!(may_change(&ordinary, b"vendor/lib/.git/config"), Ok(()));
     }
 
     #[test]
