@@ -65,6 +65,21 @@ pub enum SessionError {
 /// container's environment).
 const SESSION_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// Git's configuration for every session, through Git's environment
+/// (`GIT_CONFIG_COUNT`), so neither the image nor the workspace changes:
+/// `core.checkStat=minimal`. runsc numbers the files of a mount in the
+/// order it first sees them, so each new sandbox shows Git other inode
+/// numbers than its index recorded, and Git re-read every tracked file on
+/// its first `git status` (through the ignored-path router, four requests
+/// each). `minimal` leaves inode numbers, owners and sub-second times out
+/// of Git's check; sizes and whole-second times stay. A profile's `env`
+/// replaces any of these entries.
+const SESSION_GIT_CONFIG: [&str; 3] = [
+    "GIT_CONFIG_COUNT=1",
+    "GIT_CONFIG_KEY_0=core.checkStat",
+    "GIT_CONFIG_VALUE_0=minimal",
+];
+
 /// What every session of this generation shares.
 #[derive(Debug)]
 pub struct SessionContext<'a> {
@@ -179,6 +194,7 @@ pub fn start_session(
     // The product's entries; the profile's `env` table is added (and wins
     // over these) only inside the memfd's JSON.
     let mut env = vec![SESSION_PATH.to_owned(), "HOME=/root".to_owned()];
+    env.extend(SESSION_GIT_CONFIG.map(str::to_owned));
     match hello.terminal.as_ref().and_then(|t| t.term.as_ref()) {
         Some(term) => env.push(format!("TERM={term}")),
         // The piped form keeps the sandbox's default.
