@@ -4,6 +4,7 @@
 //! object of the workspace may carry.
 
 use super::{Backing, Decision, Route};
+use crate::git_sentry::SEALED_IN_GIT_DIR;
 
 /// Permission bits no object made or changed through the router carries:
 /// set-user-ID, set-group-ID and write-for-others. A set-ID executable the
@@ -33,19 +34,6 @@ pub enum Refusal {
     NestedHostGitEntry,
 }
 
-/// Entries of a git directory whose change could make host Git run code or
-/// trust another directory, relative to the git directory: its
-/// configuration (and the lock file host Git renames over it), `commondir`,
-/// and the hooks.
-const NESTED_SEALED: [&[u8]; 6] = [
-    b"config",
-    b"config.lock",
-    b"config.worktree",
-    b"config.worktree.lock",
-    b"commondir",
-    b"commondir.lock",
-];
-
 /// Whether the object at workspace `path`, classified as `route`, may be
 /// created, written, truncated, re-permissioned, renamed (from or to),
 /// removed or hard-linked through the router. A repository the host had
@@ -68,7 +56,12 @@ pub fn may_change(route: &Route, path: &[u8]) -> Result<(), Refusal> {
     let sealed = match rest.strip_prefix(b"/") {
         None => rest.is_empty(),
         Some(inner) => {
-            NESTED_SEALED.contains(&inner) || inner == b"hooks" || inner.starts_with(b"hooks/")
+            // The files the Git Sentry seals in every git directory, the
+            // lock file host Git renames over each, and the hooks.
+            let name = inner.strip_suffix(b".lock").unwrap_or(inner);
+            SEALED_IN_GIT_DIR.iter().any(|s| s.as_bytes() == name)
+                || inner == b"hooks"
+                || inner.starts_with(b"hooks/")
         }
     };
     if sealed {
