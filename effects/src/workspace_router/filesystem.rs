@@ -22,11 +22,13 @@
 //! any symbolic link and never above a backing's root. An inode holds no
 //! descriptor: each operation opens its object again by path and checks
 //! that it is still the same (device, inode), else `ESTALE`; an object
-//! unlinked while open is reached through its open handle. Entry and
-//! attribute timeouts are zero: the host changes the workspace in real
-//! time. Bounded: at most [`MAX_INODES`] inodes, [`MAX_HANDLES`] open
+//! unlinked while open is reached through its open handle. The kernel
+//! caches entries and attributes for [`CACHE_TTL`] only where the router
+//! hears of every change, and drops them when one happens
+//! ([`super::invalidation`]); elsewhere timeouts are zero. Bounded: at most [`MAX_INODES`] inodes, [`MAX_HANDLES`] open
 //! handles and [`MAX_DIR_ENTRIES`] entries per listing.
 
+use super::invalidation::{HostEvent, HostWatches, Invalidation};
 use crate::fuse_passthrough::{
     attr, component, dirent_kind, errno, io_errno, kind_of, lock, open_path, proc_path, read_at,
     reply_entries, reply_statfs, set_times, stat_fd, sync,
@@ -41,13 +43,15 @@ use lazaret_runtime::workspace_routing::operations::{
     hygienic_mode, joining, may_change, may_make, NodeKind, Refusal,
 };
 use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot};
+use rustix::fs::inotify::ReadFlags;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat, CWD};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, SystemTime};
 
 /// The most inodes the router tracks at once. A record is memory only (a
@@ -58,8 +62,11 @@ pub const MAX_INODES: usize = 1_000_000;
 pub const MAX_HANDLES: usize = 65_536;
 /// The most entries one directory listing holds.
 pub const MAX_DIR_ENTRIES: usize = 1_000_000;
-/// Zero: the host changes the workspace in real time.
-const TTL: Duration = Duration::ZERO;
+/// How long the kernel may keep an entry or attributes the router hears
+/// every change of ([`super::invalidation`]).
+pub const CACHE_TTL: Duration = Duration::from_secs(60);
+/// The timeout of everything else: the host may change it at any time.
+const UNCACHED: Duration = Duration::ZERO;
 /// The most entries a directory rename looks at below the directory.
 pub const MAX_CHECKED_ENTRIES: usize = 100_000;
 /// Node ids from here on are the router's own (below, the host's inode
@@ -81,10 +88,16 @@ struct Inode {
     /// routes of its children depend on it.
     path: Vec<u8>,
     lookups: u64,
+    dir: bool,
+    /// Whether the kernel may cache its entry and attributes.
+    cached: bool,
+    /// A host directory whose changes are watched: its entries may be
+    /// cached.
+    watched: bool,
 }
 
 #[derive(Debug, Default)]
-struct Inodes {
+pub(crate) struct Inodes {
     by_ino: HashMap<u64, Inode>,
     by_id: HashMap<(u64, u64), u64>,
     next: u64,
@@ -102,9 +115,17 @@ enum Handle {
 /// index or ignore input ... either installs one complete new snapshot or
 /// leaves the prior snapshot active"). Each pathname operation takes the
 /// current one once and uses it throughout.
+///
+/// An operation whose answer the kernel may cache holds the snapshot
+/// ([`PublishedSnapshot::pinned`]) until the answer is sent, and
+/// publication waits for it: every entry answered under the prior
+/// snapshot is then known to the router before it drops, after
+/// publication, the ones whose route changed
+/// (`KernelCache::after_publication`).
 #[derive(Debug)]
 pub struct PublishedSnapshot {
     current: RwLock<Arc<ClassificationSnapshot>>,
+    gate: RwLock<()>,
 }
 
 impl PublishedSnapshot {
@@ -112,7 +133,19 @@ impl PublishedSnapshot {
     pub fn new(snapshot: ClassificationSnapshot) -> Self {
         Self {
             current: RwLock::new(Arc::new(snapshot)),
+            gate: RwLock::new(()),
         }
+    }
+
+    /// The snapshot in force, kept in force until the guard is dropped
+    /// (take it once per operation: a second read could wait behind a
+    /// waiting publication that waits for the first).
+    pub fn pinned(&self) -> (RwLockReadGuard<'_, ()>, Arc<ClassificationSnapshot>) {
+        let gate = self
+            .gate
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (gate, self.current())
     }
 
     /// The snapshot in force now.
@@ -127,6 +160,10 @@ impl PublishedSnapshot {
 
     /// Puts `snapshot` in force for every operation that starts from now on.
     pub fn publish(&self, snapshot: ClassificationSnapshot) {
+        let _gate = self
+            .gate
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *self
             .current
             .write()
@@ -174,8 +211,24 @@ pub struct RouterFs {
     nudge: SyncSender<()>,
     host_root: Arc<OwnedFd>,
     isolated_root: Arc<OwnedFd>,
-    inodes: Mutex<Inodes>,
+    inodes: Arc<Mutex<Inodes>>,
     handles: Mutex<Handles>,
+    cache: KernelCache,
+}
+
+/// What the router needs to keep the kernel's caches true
+/// ([`super::invalidation`]): the inodes the kernel knows and the watches of
+/// host directories. Lock order: inodes, then watches.
+#[derive(Clone, Debug)]
+pub(crate) struct KernelCache {
+    inodes: Arc<Mutex<Inodes>>,
+    watches: Arc<Mutex<HostWatches>>,
+    host_root: Arc<OwnedFd>,
+    /// The workspace root's (device, inode) and whether it is watched.
+    root: ((u64, u64), bool),
+    /// False once host changes can no longer be followed: nothing more is
+    /// cached.
+    caching: Arc<AtomicBool>,
 }
 
 fn refused(r: Refusal) -> Errno {
@@ -294,23 +347,59 @@ impl RouterFs {
     /// A router over the workspace directory `host_root` and the Domain's
     /// Ignored Workspace State directory `isolated_root` (both descriptors
     /// the caller opened and verified), routing by the snapshot in force in
-    /// `snapshot`; `nudge` tells its watcher an ignore file changed.
+    /// `snapshot`; `nudge` tells its watcher an ignore file changed;
+    /// `watches` follows host directories.
     pub fn new(
         host_root: OwnedFd,
         isolated_root: OwnedFd,
         snapshot: Arc<PublishedSnapshot>,
         nudge: SyncSender<()>,
-    ) -> Self {
-        Self {
+        mut watches: HostWatches,
+    ) -> Result<Self, rustix::io::Errno> {
+        let st = rustix::fs::fstat(&host_root)?;
+        let root_id = (st.st_dev, st.st_ino);
+        let root_watched = watches.watch(&host_root, root_id);
+        let host_root = Arc::new(host_root);
+        let inodes = Arc::new(Mutex::new(Inodes {
+            next: SYNTHETIC_INOS,
+            ..Inodes::default()
+        }));
+        Ok(Self {
             snapshot,
             nudge,
-            host_root: Arc::new(host_root),
+            host_root: Arc::clone(&host_root),
             isolated_root: Arc::new(isolated_root),
-            inodes: Mutex::new(Inodes {
-                next: SYNTHETIC_INOS,
-                ..Inodes::default()
-            }),
+            inodes: Arc::clone(&inodes),
             handles: Mutex::new(Handles::default()),
+            cache: KernelCache {
+                inodes,
+                watches: Arc::new(Mutex::new(watches)),
+                host_root,
+                root: (root_id, root_watched),
+                caching: Arc::new(AtomicBool::new(true)),
+            },
+        })
+    }
+
+    /// What keeps the kernel's caches of this router true.
+    pub(crate) fn kernel_cache(&self) -> KernelCache {
+        self.cache.clone()
+    }
+
+    /// The entry and attribute timeout of node `ino`.
+    fn ttl(&self, ino: u64) -> Duration {
+        let cached = if ino == INodeNo::ROOT.0 {
+            self.cache.root.1
+        } else {
+            lock(&self.inodes)
+                .by_ino
+                .get(&ino)
+                .is_some_and(|i| i.cached)
+        };
+        if cached && self.cache.caching.load(Ordering::SeqCst) {
+            CACHE_TTL
+        } else {
+            UNCACHED
         }
     }
 
@@ -430,15 +519,44 @@ impl RouterFs {
         Err(Errno::ENOENT)
     }
 
-    fn remember(&self, st: &Stat, backing: Backing, path: Vec<u8>) -> Result<u64, Errno> {
+    /// Records the object `fd` (`st`) in `backing` at `path`, reached
+    /// from directory node `parent`: its node id. A host directory is
+    /// watched; the kernel may cache the object where every change to it
+    /// is heard of ([`super::invalidation`]).
+    fn remember(
+        &self,
+        parent: u64,
+        fd: &OwnedFd,
+        st: &Stat,
+        backing: Backing,
+        path: Vec<u8>,
+    ) -> Result<u64, Errno> {
         let id = (st.st_dev, st.st_ino);
+        let dir = is_dir(st);
         let mut t = lock(&self.inodes);
+        let parent_watched = if parent == INodeNo::ROOT.0 {
+            self.cache.root.1
+        } else {
+            t.by_ino.get(&parent).is_some_and(|p| p.watched)
+        };
+        let cached = match backing {
+            // Only the router changes isolated state.
+            Backing::Isolated => true,
+            // A second name of a file is not watched.
+            Backing::Host => parent_watched && (dir || st.st_nlink <= 1),
+        };
+        // Under the inodes lock (the lock order), so that a concurrent
+        // forget cannot end the watch of a directory recorded as watched.
+        let watched = backing == Backing::Host && dir && lock(&self.cache.watches).watch(fd, id);
         if let Some(&ino) = t.by_id.get(&id) {
             if let Some(i) = t.by_ino.get_mut(&ino) {
                 i.lookups = i.lookups.saturating_add(1);
                 // The name it was reached by last decides its children.
                 i.path = path;
                 i.backing = backing;
+                i.dir = dir;
+                i.cached = cached;
+                i.watched = watched;
                 return Ok(ino);
             }
         }
@@ -465,16 +583,24 @@ impl RouterFs {
                 backing,
                 path,
                 lookups: 1,
+                dir,
+                cached,
+                watched,
             },
         );
         t.by_id.insert(id, ino);
         Ok(ino)
     }
 
-    fn entry_of(&self, parent: &Node, name: &OsStr) -> Result<FileAttr, Errno> {
-        let snap = self.snapshot.current();
-        let (backing, _, st) = self.resolve(&snap, parent, name)?;
-        let ino = self.remember(&st, backing, child_path(&parent.path, name))?;
+    fn entry_of(
+        &self,
+        snap: &ClassificationSnapshot,
+        parent: INodeNo,
+        name: &OsStr,
+    ) -> Result<FileAttr, Errno> {
+        let p = self.node(parent)?;
+        let (backing, fd, st) = self.resolve(snap, &p, name)?;
+        let ino = self.remember(parent.0, &fd, &st, backing, child_path(&p.path, name))?;
         Ok(attr(ino, &st))
     }
 
@@ -498,7 +624,7 @@ impl RouterFs {
 
     fn made(
         &self,
-        parent: &Node,
+        (parent_ino, parent): (INodeNo, &Node),
         at: &OwnedFd,
         name: &OsStr,
         backing: Backing,
@@ -510,7 +636,13 @@ impl RouterFs {
         }
         let st = stat_fd(&fd)?;
         self.changed(name.as_bytes());
-        let ino = self.remember(&st, backing, child_path(&parent.path, name))?;
+        let ino = self.remember(
+            parent_ino.0,
+            &fd,
+            &st,
+            backing,
+            child_path(&parent.path, name),
+        )?;
         Ok((attr(ino, &st), ino))
     }
 
@@ -675,19 +807,19 @@ impl RouterFs {
 
     fn do_link(
         &self,
+        snap: &ClassificationSnapshot,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
     ) -> Result<FileAttr, Errno> {
-        let snap = self.snapshot.current();
         let node = self.node(ino)?;
         let to = self.node(newparent)?;
         let newname = component(newname)?;
         let st = stat_fd(&node.fd)?;
         let new_path = child_path(&to.path, newname);
-        Self::may_change(&snap, &node.path, is_dir(&st))?;
-        Self::may_change(&snap, &new_path, is_dir(&st))?;
-        joining(node.backing, Self::route(&snap, &new_path, is_dir(&st))?).map_err(refused)?;
+        Self::may_change(snap, &node.path, is_dir(&st))?;
+        Self::may_change(snap, &new_path, is_dir(&st))?;
+        joining(node.backing, Self::route(snap, &new_path, is_dir(&st))?).map_err(refused)?;
         let at = self.dir_in(&to, node.backing, true)?.ok_or(Errno::EXDEV)?;
         rustix::fs::linkat(
             CWD,
@@ -697,7 +829,7 @@ impl RouterFs {
             AtFlags::SYMLINK_FOLLOW,
         )
         .map_err(errno)?;
-        self.made(&to, &at, newname, node.backing, None)
+        self.made((newparent, &to), &at, newname, node.backing, None)
             .map(|(a, _)| a)
     }
 
@@ -781,16 +913,16 @@ impl RouterFs {
 
     fn do_create(
         &self,
+        snap: &ClassificationSnapshot,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         flags: i32,
     ) -> Result<(FileAttr, u64), Errno> {
-        let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&snap, &p, name, false)?;
+        let (backing, at) = self.placement(snap, &p, name, false)?;
         let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
         let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC;
         // Exclusive: the kernel creates only what its lookup found missing,
@@ -802,7 +934,7 @@ impl RouterFs {
             Mode::from_raw_mode(hygienic_mode(mode & !umask)),
         )
         .map_err(errno)?;
-        let (a, ino) = self.made(&p, &at, name, backing, Some(mode & !umask))?;
+        let (a, ino) = self.made((parent, &p), &at, name, backing, Some(mode & !umask))?;
         self.changed(name.as_bytes());
         let watched = is_ignore_file(name.as_bytes());
         let fh = self.add_handle(Handle::File(
@@ -815,13 +947,13 @@ impl RouterFs {
 
     fn do_mknod(
         &self,
+        snap: &ClassificationSnapshot,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         rdev: u32,
     ) -> Result<FileAttr, Errno> {
-        let snap = self.snapshot.current();
         use rustix::fs::FileType as T;
         let kind = match T::from_raw_mode(mode) {
             T::RegularFile => NodeKind::Regular,
@@ -834,7 +966,7 @@ impl RouterFs {
         may_make(kind).map_err(refused)?;
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&snap, &p, name, false)?;
+        let (backing, at) = self.placement(snap, &p, name, false)?;
         rustix::fs::mknodat(
             &*at,
             name,
@@ -843,43 +975,44 @@ impl RouterFs {
             u64::from(rdev),
         )
         .map_err(errno)?;
-        self.made(&p, &at, name, backing, Some(mode & !umask))
+        self.made((parent, &p), &at, name, backing, Some(mode & !umask))
             .map(|(a, _)| a)
     }
 
     fn do_mkdir(
         &self,
+        snap: &ClassificationSnapshot,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
     ) -> Result<FileAttr, Errno> {
-        let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&snap, &p, name, true)?;
+        let (backing, at) = self.placement(snap, &p, name, true)?;
         rustix::fs::mkdirat(
             &*at,
             name,
             Mode::from_raw_mode(hygienic_mode(mode & !umask)),
         )
         .map_err(errno)?;
-        self.made(&p, &at, name, backing, Some(mode & !umask))
+        self.made((parent, &p), &at, name, backing, Some(mode & !umask))
             .map(|(a, _)| a)
     }
 
     fn do_symlink(
         &self,
+        snap: &ClassificationSnapshot,
         parent: INodeNo,
         name: &OsStr,
         target: &std::path::Path,
     ) -> Result<FileAttr, Errno> {
-        let snap = self.snapshot.current();
         let p = self.node(parent)?;
         let name = component(name)?;
-        let (backing, at) = self.placement(&snap, &p, name, false)?;
+        let (backing, at) = self.placement(snap, &p, name, false)?;
         rustix::fs::symlinkat(target, &*at, name).map_err(errno)?;
-        self.made(&p, &at, name, backing, None).map(|(a, _)| a)
+        self.made((parent, &p), &at, name, backing, None)
+            .map(|(a, _)| a)
     }
 
     /// The entries of directory `ino` the snapshot selects, host first.
@@ -925,6 +1058,161 @@ impl RouterFs {
     }
 }
 
+impl KernelCache {
+    /// The node id of the object `id` the kernel knows, if any.
+    fn node_of(&self, t: &Inodes, id: (u64, u64)) -> Option<u64> {
+        if id == self.root.0 {
+            Some(INodeNo::ROOT.0)
+        } else {
+            t.by_id.get(&id).copied()
+        }
+    }
+
+    /// What the kernel must drop after the host changed watched
+    /// directories (`events`): each changed entry, the directory's
+    /// attributes, and a changed file's attributes and content.
+    pub(crate) fn after_host_events(&self, events: &[HostEvent]) -> Vec<Invalidation> {
+        let mut drops: std::collections::HashSet<Invalidation> = std::collections::HashSet::new();
+        // Whose content or attributes changed: (directory node's path and
+        // identity, entry name), looked at after the lock is released.
+        let mut changed: Vec<(Vec<u8>, (u64, u64), OsString)> = Vec::new();
+        {
+            let mut t = lock(&self.inodes);
+            for e in events {
+                if e.what.contains(ReadFlags::IGNORED) {
+                    // The directory is gone and its watch with it.
+                    let ended = lock(&self.watches).ended(e.wd);
+                    if let Some(ino) = ended.and_then(|id| self.node_of(&t, id)) {
+                        if let Some(i) = t.by_ino.get_mut(&ino) {
+                            i.watched = false;
+                        }
+                    }
+                    continue;
+                }
+                let dir = lock(&self.watches).dir_of(e.wd);
+                let Some((dir_id, node)) = dir.and_then(|id| Some((id, self.node_of(&t, id)?)))
+                else {
+                    // The kernel forgot the directory: it caches nothing below.
+                    continue;
+                };
+                drops.insert(Invalidation::Attributes(node));
+                let Some(name) = &e.name else {
+                    continue;
+                };
+                drops.insert(Invalidation::Entry {
+                    parent: node,
+                    name: name.clone(),
+                });
+                let content = ReadFlags::MODIFY | ReadFlags::ATTRIB | ReadFlags::CLOSE_WRITE;
+                if e.what.intersects(content) {
+                    let path = if node == INodeNo::ROOT.0 {
+                        Vec::new()
+                    } else {
+                        t.by_ino
+                            .get(&node)
+                            .map(|i| i.path.clone())
+                            .unwrap_or_default()
+                    };
+                    changed.push((path, dir_id, name.clone()));
+                }
+            }
+        }
+        for (path, dir_id, name) in changed {
+            let Ok(dir) = reopen(&self.host_root, &path, dir_id) else {
+                continue;
+            };
+            let Ok(st) = rustix::fs::statat(&dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+            else {
+                continue;
+            };
+            if let Some(ino) = self.node_of(&lock(&self.inodes), (st.st_dev, st.st_ino)) {
+                drops.insert(Invalidation::Inode(ino));
+            }
+        }
+        drops.into_iter().collect()
+    }
+
+    /// The entry of every known object: (its parent's node id, its name).
+    fn entries(t: &Inodes) -> HashMap<u64, (u64, OsString)> {
+        let mut dirs: HashMap<&[u8], u64> = t
+            .by_ino
+            .iter()
+            .filter(|(_, i)| i.dir)
+            .map(|(ino, i)| (i.path.as_slice(), *ino))
+            .collect();
+        dirs.insert(b"", INodeNo::ROOT.0);
+        t.by_ino
+            .iter()
+            .filter_map(|(ino, i)| {
+                let cut = i.path.iter().rposition(|b| *b == b'/');
+                let (parent, name) = match cut {
+                    Some(at) => (&i.path[..at], &i.path[at + 1..]),
+                    None => (&b""[..], i.path.as_slice()),
+                };
+                if name.is_empty() {
+                    return None;
+                }
+                let parent = dirs.get(parent)?;
+                Some((*ino, (*parent, OsStr::from_bytes(name).to_owned())))
+            })
+            .collect()
+    }
+
+    /// What the kernel must drop once `snapshot` is published: the entry of
+    /// every object it knows whose path now routes to the other backing
+    /// (spec 3.5: a subsequent lookup uses the current snapshot).
+    pub(crate) fn after_publication(&self, snapshot: &ClassificationSnapshot) -> Vec<Invalidation> {
+        // Copied out: classifying every known path must not hold up
+        // requests.
+        let (known, entries) = {
+            let t = lock(&self.inodes);
+            let known: Vec<(u64, Vec<u8>, bool, Backing)> = t
+                .by_ino
+                .iter()
+                .map(|(ino, i)| (*ino, i.path.clone(), i.dir, i.backing))
+                .collect();
+            (known, Self::entries(&t))
+        };
+        known
+            .into_iter()
+            .filter(|(_, path, dir, backing)| {
+                snapshot
+                    .classify(path, *dir)
+                    .map_or(true, |r| r.backing != *backing)
+            })
+            .filter_map(|(ino, ..)| entries.get(&ino).cloned())
+            .map(|(parent, name)| Invalidation::Entry { parent, name })
+            .collect()
+    }
+
+    /// Everything the kernel holds of the host: every host object's entry,
+    /// attributes and content.
+    pub(crate) fn everything_of_the_host(&self) -> Vec<Invalidation> {
+        let t = lock(&self.inodes);
+        let entries = Self::entries(&t);
+        let mut drops = vec![Invalidation::Attributes(INodeNo::ROOT.0)];
+        for (ino, i) in &t.by_ino {
+            if i.backing != Backing::Host {
+                continue;
+            }
+            if let Some((parent, name)) = entries.get(ino) {
+                drops.push(Invalidation::Entry {
+                    parent: *parent,
+                    name: name.clone(),
+                });
+            }
+            drops.push(Invalidation::Inode(*ino));
+        }
+        drops
+    }
+
+    /// From now on nothing is cached (host changes can no longer be
+    /// followed).
+    pub(crate) fn stop_caching(&self) {
+        self.caching.store(false, Ordering::SeqCst);
+    }
+}
+
 macro_rules! reply {
     ($reply:expr, $result:expr, $ok:expr) => {
         match $result {
@@ -940,8 +1228,13 @@ impl Filesystem for RouterFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = self.node(parent).and_then(|p| self.entry_of(&p, name));
-        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+        let (_pin, snap) = self.snapshot.pinned();
+        let r = self.entry_of(&snap, parent, name);
+        reply!(reply, r, |a: FileAttr| reply.entry(
+            &self.ttl(a.ino.0),
+            &a,
+            Generation(0)
+        ));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -956,6 +1249,9 @@ impl Filesystem for RouterFs {
         if gone {
             if let Some(i) = t.by_ino.remove(&ino.0) {
                 t.by_id.remove(&i.id);
+                if i.watched {
+                    lock(&self.cache.watches).unwatch(i.id);
+                }
             }
         }
     }
@@ -966,7 +1262,7 @@ impl Filesystem for RouterFs {
             _ => self.node(ino).and_then(|n| stat_fd(&n.fd)),
         }
         .map(|st| attr(ino.0, &st));
-        reply!(reply, r, |a: FileAttr| reply.attr(&TTL, &a));
+        reply!(reply, r, |a: FileAttr| reply.attr(&self.ttl(a.ino.0), &a));
     }
 
     fn setattr(
@@ -997,7 +1293,7 @@ impl Filesystem for RouterFs {
             fh,
         };
         let r = self.do_setattr(ino, change);
-        reply!(reply, r, |a: FileAttr| reply.attr(&TTL, &a));
+        reply!(reply, r, |a: FileAttr| reply.attr(&self.ttl(a.ino.0), &a));
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -1017,8 +1313,13 @@ impl Filesystem for RouterFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.do_mknod(parent, name, mode, umask, rdev);
-        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+        let (_pin, snap) = self.snapshot.pinned();
+        let r = self.do_mknod(&snap, parent, name, mode, umask, rdev);
+        reply!(reply, r, |a: FileAttr| reply.entry(
+            &self.ttl(a.ino.0),
+            &a,
+            Generation(0)
+        ));
     }
 
     fn mkdir(
@@ -1030,8 +1331,13 @@ impl Filesystem for RouterFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let r = self.do_mkdir(parent, name, mode, umask);
-        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+        let (_pin, snap) = self.snapshot.pinned();
+        let r = self.do_mkdir(&snap, parent, name, mode, umask);
+        reply!(reply, r, |a: FileAttr| reply.entry(
+            &self.ttl(a.ino.0),
+            &a,
+            Generation(0)
+        ));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -1052,8 +1358,13 @@ impl Filesystem for RouterFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        let r = self.do_symlink(parent, link_name, target);
-        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+        let (_pin, snap) = self.snapshot.pinned();
+        let r = self.do_symlink(&snap, parent, link_name, target);
+        reply!(reply, r, |a: FileAttr| reply.entry(
+            &self.ttl(a.ino.0),
+            &a,
+            Generation(0)
+        ));
     }
 
     fn rename(
@@ -1078,8 +1389,13 @@ impl Filesystem for RouterFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self.do_link(ino, newparent, newname);
-        reply!(reply, r, |a: FileAttr| reply.entry(&TTL, &a, Generation(0)));
+        let (_pin, snap) = self.snapshot.pinned();
+        let r = self.do_link(&snap, ino, newparent, newname);
+        reply!(reply, r, |a: FileAttr| reply.entry(
+            &self.ttl(a.ino.0),
+            &a,
+            Generation(0)
+        ));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -1122,6 +1438,9 @@ impl Filesystem for RouterFs {
         reply!(reply, r, |n| reply.written(n));
     }
 
+    /// Nothing to do on close (writes reach the backing at once, record
+    /// locks are the kernel's): `ENOSYS` makes the kernel stop sending
+    /// flushes, one round trip less per close.
     fn flush(
         &self,
         _req: &Request,
@@ -1130,7 +1449,7 @@ impl Filesystem for RouterFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -1214,9 +1533,10 @@ impl Filesystem for RouterFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.do_create(parent, name, mode, umask, flags);
+        let (_pin, snap) = self.snapshot.pinned();
+        let r = self.do_create(&snap, parent, name, mode, umask, flags);
         reply!(reply, r, |(a, fh): (FileAttr, u64)| reply.created(
-            &TTL,
+            &self.ttl(a.ino.0),
             &a,
             Generation(0),
             FileHandle(fh),

@@ -7,12 +7,15 @@
 //! it at `/workspace` (`coordinator::supervisor::mount_router`).
 
 pub mod filesystem;
+pub mod invalidation;
 
 use crate::workspace_routing::{
     read_snapshot_and_inputs, InputState, RoutingInputError, SnapshotInputs,
 };
-use filesystem::{PublishedSnapshot, RouterFs};
+use filesystem::{KernelCache, PublishedSnapshot, RouterFs};
+use invalidation::{follow_host, HostWatches, MAX_WATCHES};
 use lazaret_runtime::display::escape_path;
+use lazaret_runtime::workspace_routing::ClassificationSnapshot;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +44,12 @@ pub enum RouterError {
         path: PathBuf,
         source: rustix::io::Errno,
     },
+    /// The host directories could not be watched (inotify).
+    #[error("watching {} for changes: {source} (inotify instances are limited per user: fs.inotify.max_user_instances)", escape_path(.path))]
+    Watch {
+        path: PathBuf,
+        source: rustix::io::Errno,
+    },
     /// The FUSE mount failed.
     #[error("mounting the ignored-path router on {}: {source} (is /dev/fuse mode 0666? `lazaret doctor` checks)", escape_path(.path))]
     Mount { path: PathBuf, source: io::Error },
@@ -54,21 +63,23 @@ pub struct MountedRouter {
     watcher: Watcher,
 }
 
-/// The thread that publishes a new snapshot when an input changes.
+/// The threads that publish a new snapshot when an input changes and
+/// follow host changes ([`invalidation::follow_host`]).
 #[derive(Debug)]
 struct Watcher {
     stop: Arc<AtomicBool>,
     nudge: SyncSender<()>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Watcher {
     fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.nudge.try_send(());
-        if let Some(t) = self.thread.take() {
+        // Bounded: two threads.
+        for t in self.threads.drain(..) {
             if t.join().is_err() {
-                tracing::warn!("the ignored-path router's snapshot watcher panicked");
+                tracing::warn!("a watcher thread of the ignored-path router panicked");
             }
         }
     }
@@ -80,6 +91,27 @@ impl Drop for Watcher {
     }
 }
 
+/// Where a new snapshot is published: the router's snapshot in force and
+/// the kernel's caches of it, which drop every entry whose route changed.
+struct Publication {
+    published: Arc<PublishedSnapshot>,
+    cache: KernelCache,
+    notifier: fuser::Notifier,
+}
+
+impl Publication {
+    fn publish(&self, snapshot: ClassificationSnapshot) {
+        let _span = tracing::info_span!("PublishRoutingSnapshot").entered();
+        // Once every answer under the prior snapshot has been sent (the
+        // publication waits for them) and is known: those whose route
+        // changed are dropped. The kernel drops an entry only after a
+        // lookup in flight in its directory has ended.
+        self.published.publish(snapshot);
+        let drops = self.cache.after_publication(&self.published.current());
+        invalidation::send(&self.notifier, drops);
+    }
+}
+
 /// Publishes a new snapshot of `workspace` whenever one of its inputs
 /// changes, until `stop`. A snapshot
 /// that cannot be read leaves the prior one in force (spec 3.5) and is
@@ -87,10 +119,11 @@ impl Drop for Watcher {
 fn watch(
     workspace: PathBuf,
     mut inputs: SnapshotInputs,
-    published: Arc<PublishedSnapshot>,
+    publication: Publication,
     nudged: Receiver<()>,
     stop: Arc<AtomicBool>,
 ) {
+    let published = Arc::clone(&publication.published);
     let mut seen: Vec<InputState> = inputs.fingerprint();
     // Bounded by `stop`: each turn waits at most WATCH_INTERVAL.
     while !stop.load(Ordering::SeqCst) {
@@ -121,8 +154,7 @@ fn watch(
                 seen = now;
             }
             Ok((snapshot, read_from)) => {
-                let _span = tracing::info_span!("PublishRoutingSnapshot").entered();
-                published.publish(snapshot);
+                publication.publish(snapshot);
                 inputs = read_from;
                 seen = inputs.fingerprint();
                 // An input changed while it was being read: read again.
@@ -223,24 +255,56 @@ pub fn mount(
         path: mountpoint.to_owned(),
         source,
     };
-    let fs = RouterFs::new(host, isolated, Arc::clone(&published), nudge.clone());
+    let watch_err = |source| RouterError::Watch {
+        path: workspace.to_owned(),
+        source,
+    };
+    let watches = HostWatches::new(MAX_WATCHES).map_err(watch_err)?;
+    let events = watches.events().map_err(watch_err)?;
+    let fs = RouterFs::new(
+        host,
+        isolated,
+        Arc::clone(&published),
+        nudge.clone(),
+        watches,
+    )
+    .map_err(|source| RouterError::Open {
+        path: workspace.to_owned(),
+        source,
+    })?;
+    let cache = fs.kernel_cache();
     let session = fuser::Session::new(fs, mountpoint, &config).map_err(mount_err)?;
     let session = session.spawn().map_err(mount_err)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let (workspace, stop) = (workspace.to_owned(), Arc::clone(&stop));
+    // From here on, dropping `watcher` stops the threads started so far
+    // and dropping `session` unmounts.
+    let mut watcher = Watcher {
+        stop: Arc::clone(&stop),
+        nudge,
+        threads: Vec::with_capacity(2),
+    };
+    let publication = Publication {
+        published,
+        cache: cache.clone(),
+        notifier: session.notifier(),
+    };
+    let (workspace_path, watch_stop) = (workspace.to_owned(), Arc::clone(&stop));
+    watcher.threads.push(
         std::thread::Builder::new()
             .name("routing-watch".to_owned())
-            .spawn(move || watch(workspace, inputs, published, nudged, stop))
-            .map_err(mount_err)?
-    };
+            .spawn(move || watch(workspace_path, inputs, publication, nudged, watch_stop))
+            .map_err(mount_err)?,
+    );
+    let notifier = session.notifier();
+    watcher.threads.push(
+        std::thread::Builder::new()
+            .name("routing-follow".to_owned())
+            .spawn(move || follow_host(events, cache, notifier, stop))
+            .map_err(mount_err)?,
+    );
     Ok(MountedRouter {
         session: Some(session),
         mountpoint: mountpoint.to_owned(),
-        watcher: Watcher {
-            stop,
-            nudge,
-            thread: Some(thread),
-        },
+        watcher,
     })
 }
