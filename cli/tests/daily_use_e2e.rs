@@ -409,8 +409,7 @@ fn runsc_dcache_reaches_runsc() {
         .trim()
         .parse()
         .unwrap_or(u64::MAX);
-    // The default profile's workspace is routed (isolate_gitignored).
-    let default = lazaret_runtime::config::effective_dcache(50_000, budget, true);
+    let default = lazaret_runtime::config::effective_dcache(50_000, budget);
     let default = format!("--dcache={default}");
     for (extra, expected) in [
         ("", default.as_str()),

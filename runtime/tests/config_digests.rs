@@ -484,29 +484,18 @@ fn canonical_policy_bytes_round_trip_and_non_canonical_bytes_are_refused() {
 }
 
 /// The dentry cache runsc gets is the configured one, at most a quarter of
-/// the descriptor budget (each retained dentry holds host descriptors), an
-/// eighth through the ignored-path router (which holds three more per
-/// file): the default 50,000 under a hard limit of 20,000 becomes 5,000 or
-/// 2,500; an unlimited or large budget keeps the configured value, 0 stays
-/// 0.
+/// the descriptor budget (each retained dentry holds host descriptors):
+/// the default 50,000 under a hard limit of 20,000 becomes 5,000; an
+/// unlimited or large budget keeps the configured value, 0 stays 0.
 #[test]
 fn the_dentry_cache_stays_within_the_descriptor_budget() {
     use lazaret_runtime::config::{effective_dcache, RUNSC_DCACHE_DEFAULT, RUNSC_DCACHE_MAX};
-    for routed in [false, true] {
-        let share = if routed { 8 } else { 4 };
-        assert_eq!(
-            effective_dcache(RUNSC_DCACHE_DEFAULT, 20_000, routed),
-            20_000 / share
-        );
-        assert_eq!(
-            effective_dcache(RUNSC_DCACHE_DEFAULT, 1_048_576, routed),
-            50_000
-        );
-        assert_eq!(
-            effective_dcache(RUNSC_DCACHE_MAX, u64::MAX, routed),
-            RUNSC_DCACHE_MAX
-        );
-        assert_eq!(effective_dcache(0, 20_000, routed), 0);
-        assert_eq!(effective_dcache(1_000, 1_024, routed), 1_024 / share);
-    }
+    assert_eq!(effective_dcache(RUNSC_DCACHE_DEFAULT, 20_000), 5_000);
+    assert_eq!(effective_dcache(RUNSC_DCACHE_DEFAULT, 1_048_576), 50_000);
+    assert_eq!(
+        effective_dcache(RUNSC_DCACHE_MAX, u64::MAX),
+        RUNSC_DCACHE_MAX
+    );
+    assert_eq!(effective_dcache(0, 20_000), 0);
+    assert_eq!(effective_dcache(1_000, 1_024), 256);
 }

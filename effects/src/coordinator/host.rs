@@ -828,10 +828,7 @@ fn admit(
     let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };
-    let globals = runsc_globals(
-        &g.runsc_root,
-        runsc_dcache(launch.runsc_dcache, launch.isolate_gitignored),
-    );
+    let globals = runsc_globals(&g.runsc_root, runsc_dcache(launch.runsc_dcache));
     let ctx = SessionContext {
         generation: g.id,
         program: launch.program,

@@ -468,14 +468,13 @@ pub fn write_bundle(
 }
 
 /// The `--dcache` for `runtime.runsc_dcache` (spec 3.2) under this
-/// process's descriptor budget (the hard `RLIMIT_NOFILE` runsc inherits),
-/// for a workspace `routed` through the ignored-path router or not:
+/// process's descriptor budget (the hard `RLIMIT_NOFILE` runsc inherits):
 /// [`lazaret_runtime::config::effective_dcache`].
-pub fn runsc_dcache(configured: u32, routed: bool) -> u32 {
+pub fn runsc_dcache(configured: u32) -> u32 {
     let budget = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .maximum
         .unwrap_or(u64::MAX);
-    let dcache = lazaret_runtime::config::effective_dcache(configured, budget, routed);
+    let dcache = lazaret_runtime::config::effective_dcache(configured, budget);
     if dcache < configured {
         tracing::info!(
             configured,
@@ -1219,12 +1218,9 @@ fn run_sandbox<N: NamespaceSys>(
     let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
     let mut argv: Vec<std::ffi::OsString> = vec!["runsc".into()];
     argv.extend(
-        runsc_globals(
-            &runsc_root,
-            runsc_dcache(plan.runsc_dcache, plan.ignored_state.is_some()),
-        )
-        .into_iter()
-        .map(Into::into),
+        runsc_globals(&runsc_root, runsc_dcache(plan.runsc_dcache))
+            .into_iter()
+            .map(Into::into),
     );
     argv.extend([
         "run".into(),

@@ -19,29 +19,22 @@ pub const RUNSC_DCACHE_DEFAULT: u32 = 50_000;
 pub const RUNSC_DCACHE_MAX: u32 = 262_144;
 /// The share of runsc's descriptor budget the dentry cache may hold: each
 /// retained dentry keeps host descriptors open (directfs), so a cache near
-/// the budget leaves none for the files the sandbox opens or creates.
+/// the budget leaves none for the files the sandbox opens or creates. The
+/// same share holds through the ignored-path router (spec 3.5): each file
+/// dentry runsc retains there costs the Runtime Supervisor, which has the
+/// same budget, the read and write handles runsc keeps open (its inodes
+/// hold none).
 pub const DCACHE_BUDGET_SHARE: u64 = 4;
-/// The share when the workspace is served by the ignored-path router
-/// (spec 3.5): each file dentry runsc retains there holds two descriptors of
-/// the router's (the read and write handles runsc keeps open) besides its
-/// inode's, all in the Runtime Supervisor, which has the same budget and
-/// also serves the Git Sentry filter.
-pub const DCACHE_ROUTED_BUDGET_SHARE: u64 = 8;
 
 /// The `--dcache` runsc gets: the configured `runtime.runsc_dcache`, at
 /// most a quarter of the descriptor budget `nofile_max` (the hard
-/// `RLIMIT_NOFILE` runsc inherits), an eighth when the workspace is
-/// `routed`. With the default 50,000 and a hard limit of 20,000 the
-/// sandbox could not create more than about 8,000 files in the workspace or
-/// a State Anchor (`EMFILE`, measured); through the router at a quarter,
-/// about 10,000; docs/resources.md "Descriptors".
-pub fn effective_dcache(configured: u32, nofile_max: u64, routed: bool) -> u32 {
-    let share = if routed {
-        nofile_max / DCACHE_ROUTED_BUDGET_SHARE
-    } else {
-        nofile_max / DCACHE_BUDGET_SHARE
-    };
-    u32::try_from(share).map_or(configured, |share| configured.min(share))
+/// `RLIMIT_NOFILE` runsc inherits). With the default 50,000 and a hard
+/// limit of 20,000 the sandbox could not create more than about 8,000
+/// files in the workspace or a State Anchor (`EMFILE`, measured);
+/// docs/resources.md "Descriptors".
+pub fn effective_dcache(configured: u32, nofile_max: u64) -> u32 {
+    u32::try_from(nofile_max / DCACHE_BUDGET_SHARE)
+        .map_or(configured, |share| configured.min(share))
 }
 
 /// The most entries any configuration list or map may hold. The pairwise
