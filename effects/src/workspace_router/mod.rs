@@ -28,6 +28,10 @@ const THREADS: usize = 2;
 /// How often the watcher looks at the snapshot's inputs for a change the
 /// host made (a change through the router makes it look at once).
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+/// How far before a read an input's modification time may lie and the
+/// change still have happened during the read: file systems stamp times
+/// from a clock that ticks every few milliseconds.
+const TIMESTAMP_SLACK: Duration = Duration::from_millis(50);
 
 /// Errors of mounting the router; one variant per step.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +129,9 @@ fn watch(
 ) {
     let published = Arc::clone(&publication.published);
     let mut seen: Vec<InputState> = inputs.fingerprint();
+    // A read failed and is tried once more even if nothing changes (the
+    // failure may have been passing).
+    let mut retried = false;
     // Bounded by `stop`: each turn waits at most WATCH_INTERVAL.
     while !stop.load(Ordering::SeqCst) {
         // A nudge (an ignore file changed through the router, perhaps one
@@ -157,26 +164,41 @@ fn watch(
                 publication.publish(snapshot);
                 inputs = read_from;
                 seen = inputs.fingerprint();
-                // An input changed while it was being read: read again.
-                if seen.iter().flatten().any(|s| modified_since(s, started)) {
+                retried = false;
+                // An input may have changed while it was being read: read
+                // again.
+                if !settled_before(&seen, started) {
                     seen.clear();
                 }
             }
+            Err(e) if !retried => {
+                tracing::info!(error = %e, "the routing snapshot could not be read again; trying once more");
+                retried = true;
+                seen.clear();
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "the routing snapshot could not be read again; the prior one stays in force");
+                tracing::warn!(error = %e, "the routing snapshot could not be read again; the prior one stays in force until an input changes");
                 seen = now;
             }
         }
     }
 }
 
-fn modified_since(state: &(u64, u64, u64, i64, i64), since: SystemTime) -> bool {
-    let since = since
+/// Whether every input of `fingerprint` (taken after a read that started
+/// at `started`) was last modified before the read, by more than the
+/// file systems' timestamp granularity ([`TIMESTAMP_SLACK`]).
+fn settled_before(fingerprint: &[InputState], started: SystemTime) -> bool {
+    let bound = started
+        .checked_sub(TIMESTAMP_SLACK)
+        .unwrap_or(std::time::UNIX_EPOCH)
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let (secs, nanos) = (state.3, state.4);
-    let since_secs = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
-    secs > since_secs || (secs == since_secs && nanos >= i64::from(since.subsec_nanos()))
+    let bound_secs = i64::try_from(bound.as_secs()).unwrap_or(i64::MAX);
+    let bound_nanos = i64::from(bound.subsec_nanos());
+    fingerprint
+        .iter()
+        .flatten()
+        .all(|&(.., secs, nanos)| secs < bound_secs || (secs == bound_secs && nanos < bound_nanos))
 }
 
 impl MountedRouter {
@@ -307,4 +329,41 @@ pub fn mount(
         mountpoint: mountpoint.to_owned(),
         watcher,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn modified_at(t: SystemTime) -> InputState {
+        let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Some((
+            1,
+            2,
+            3,
+            i64::try_from(d.as_secs()).unwrap_or(0),
+            i64::from(d.subsec_nanos()),
+        ))
+    }
+
+    /// An input stamped a few milliseconds before the read started may have
+    /// changed during it (coarse timestamps): not settled; one stamped well
+    /// before is; an absent input has nothing to change.
+    #[test]
+    fn a_change_stamped_just_before_the_read_is_read_again() {
+        let started = SystemTime::now();
+        let just_before = started - Duration::from_millis(5);
+        let well_before = started - Duration::from_secs(2);
+        assert!(!settled_before(&[modified_at(just_before)], started));
+        assert!(!settled_before(
+            &[modified_at(started + Duration::from_millis(1))],
+            started
+        ));
+        assert!(!settled_before(
+            &[modified_at(well_before), modified_at(just_before)],
+            started
+        ));
+        assert!(settled_before(&[modified_at(well_before), None], started));
+        assert!(settled_before(&[], started));
+    }
 }
