@@ -171,6 +171,10 @@ fn ignored_paths_live_in_isolated_state_and_the_rest_on_the_host() -> Result<(),
         [".git", ".gitignore", "README", "build", "src"]
     );
     assert_eq!(names(&mnt.join("build"))?, ["keep.txt"]);
+    // Nor how many: the root's link count on the host counts the hidden
+    // node_modules/; through the router a directory's is 1 (not counted).
+    assert!(io("stat", fs::metadata(&ws))?.nlink() > 4);
+    assert_eq!(io("stat", fs::metadata(&mnt))?.nlink(), 1);
 
     // What the sandbox writes at ignored paths goes to isolated state.
     io(".env", fs::write(mnt.join(".env"), "SECRET=sandbox\n"))?;

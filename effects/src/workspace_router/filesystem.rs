@@ -239,6 +239,19 @@ fn refused(r: Refusal) -> Errno {
     }
 }
 
+/// The attributes the sandbox sees of `st` as node `ino`. A directory's
+/// link count is 1 ("not counted", as on btrfs): the backing's counts its
+/// subdirectories, hidden ones too, which would tell the sandbox how many
+/// ignored host directories it does not see; tools that read subdirectory
+/// counts from it (`find`) take 1 to mean unknown.
+fn shown(ino: u64, st: &Stat) -> FileAttr {
+    let mut a = attr(ino, st);
+    if is_dir(st) {
+        a.nlink = 1;
+    }
+    a
+}
+
 fn is_dir(st: &Stat) -> bool {
     rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
 }
@@ -601,7 +614,7 @@ impl RouterFs {
         let p = self.node(parent)?;
         let (backing, fd, st) = self.resolve(snap, &p, name)?;
         let ino = self.remember(parent.0, &fd, &st, backing, child_path(&p.path, name))?;
-        Ok(attr(ino, &st))
+        Ok(shown(ino, &st))
     }
 
     /// Where a new object `name` of `parent` goes: the backing its path
@@ -643,7 +656,7 @@ impl RouterFs {
             backing,
             child_path(&parent.path, name),
         )?;
-        Ok((attr(ino, &st), ino))
+        Ok((shown(ino, &st), ino))
     }
 
     fn add_handle(&self, handle: Handle) -> Result<u64, Errno> {
@@ -885,7 +898,7 @@ impl RouterFs {
         if atime.is_some() || mtime.is_some() {
             set_times(&node.fd, atime, mtime)?;
         }
-        Ok(attr(ino.0, &stat_fd(&node.fd)?))
+        Ok(shown(ino.0, &stat_fd(&node.fd)?))
     }
 
     fn open_file(&self, ino: INodeNo, flags: i32) -> Result<u64, Errno> {
@@ -1261,7 +1274,7 @@ impl Filesystem for RouterFs {
             Some(Ok(f)) => rustix::fs::fstat(&*f).map_err(errno),
             _ => self.node(ino).and_then(|n| stat_fd(&n.fd)),
         }
-        .map(|st| attr(ino.0, &st));
+        .map(|st| shown(ino.0, &st));
         reply!(reply, r, |a: FileAttr| reply.attr(&self.ttl(a.ino.0), &a));
     }
 
