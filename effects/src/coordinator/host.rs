@@ -740,7 +740,7 @@ fn client(
             Ok(())
         }),
         Admission::Ended => hc.step(Action::ClientExits { s }, |_| {
-            let why = super::launch::RUNTIME_LOST.get().map_or("", String::as_str);
+            let why = super::launch::runtime_lost().unwrap_or("");
             reply(
                 &mut stream,
                 &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(

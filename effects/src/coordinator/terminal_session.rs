@@ -331,7 +331,7 @@ fn process_signal(signal: GuestSignal) -> Signal {
 /// Domain's runtime ended under it, Lazaret's own error (never a made-up
 /// status).
 pub(super) fn command_message(exit: SessionExit) -> CoordinatorMessage {
-    if let Some(why) = super::launch::RUNTIME_LOST.get() {
+    if let Some(why) = super::launch::runtime_lost() {
         return CoordinatorMessage::SessionLost(format!("the Domain's runtime stopped: {why}"));
     }
     match (exit.outcome(), exit.exit_code()) {

@@ -47,7 +47,44 @@ use reports::RunningSandbox;
 /// Why this coordinator's runtime ended, once it has (RS reported a
 /// failure or vanished): every session that ends afterwards reports it
 /// to its terminal instead of a bare status (spec 3.7 helper loss).
-pub(super) static RUNTIME_LOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+static RUNTIME_LOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// A second descriptor of RS's channel, to see (without reading) whether
+/// RS has said something the watcher has not read yet, or closed it.
+static RUNTIME_CHANNEL: std::sync::OnceLock<UnixStream> = std::sync::OnceLock::new();
+/// How long a session ending as the runtime reports its loss waits for
+/// the watcher to read the report.
+const RUNTIME_REPORT_WAIT: Duration = Duration::from_secs(2);
+
+/// Why this coordinator's runtime ended, if it has. RS reports a loss
+/// (spec 3.7 helper loss) before it stops the sandbox, so a session that
+/// ends because the sandbox stopped finds the report sent — but the
+/// watcher thread may not have read it yet: while RS's channel holds
+/// unread bytes or is closed, this waits for the watcher (at most
+/// [`RUNTIME_REPORT_WAIT`]). A healthy RS's channel is quiet: no wait.
+pub(super) fn runtime_lost() -> Option<&'static str> {
+    if let Some(why) = RUNTIME_LOST.get() {
+        return Some(why);
+    }
+    let rs = RUNTIME_CHANNEL.get()?;
+    let mut fds = [rustix::event::PollFd::new(rs, rustix::event::PollFlags::IN)];
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match rustix::event::poll(&mut fds, Some(&now)) {
+        Ok(n) if n > 0 => {}
+        _ => return None,
+    }
+    let deadline = Instant::now() + RUNTIME_REPORT_WAIT;
+    // Bounded by the deadline.
+    while Instant::now() < deadline {
+        if let Some(why) = RUNTIME_LOST.get() {
+            return Some(why);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    RUNTIME_LOST.get().map(String::as_str)
+}
 
 /// How long RS may take for each launch step.
 const SUPERVISOR_TIMEOUT: Duration = Duration::from_secs(30);
@@ -220,6 +257,9 @@ fn refuse_if_due(channel: &mut UnixStream, due: bool, why: &CoordinatorError) {
 
 /// The runtime's loss: RS reports its failure or its channel closes.
 fn watch_supervisor(mut rs: UnixStream, lost: Sender<HcEvent>) {
+    if let Ok(peek) = rs.try_clone() {
+        let _ = RUNTIME_CHANNEL.set(peek);
+    }
     std::thread::spawn(move || {
         let why = match channel::receive::<SupervisorMessage>(&mut rs, "supervisor") {
             Ok(SupervisorMessage::Failed(why)) => why,
