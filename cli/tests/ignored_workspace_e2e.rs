@@ -56,6 +56,8 @@ v deps "$(cat node_modules/pkg/index.js)"
 v build "$(cat build/out.bin)"
 v tracked "$(tr '\n' ',' < a.txt)"
 v check_stat "$(git config --get core.checkStat)"
+git add -f node_modules/pkg/index.js 2>/tmp/add.err; v force_add $?
+v force_add_error "$(head -n 1 /tmp/add.err)"
 v status "$(git status --porcelain | tr '\n' ',')"
 exit 0
 "#;
@@ -154,6 +156,16 @@ fn ignored_paths_are_the_domains_own_and_persist_across_launches() {
         Some("minimal"),
         "{r:?}"
     );
+    // spec 3.5: force-adding a path only the Domain's state holds is
+    // refused before the index changes (EBUSY on the index rename), never
+    // a copy to the host or a silent disappearance.
+    assert_failed(&r, &["force_add"]);
+    assert!(
+        r.get("force_add_error")
+            .is_some_and(|e| e.contains("index")),
+        "{r:?}"
+    );
+    assert_eq!(host_git(ws, &["ls-files", "node_modules"]), "");
     assert_eq!(
         r.get("status").map(String::as_str),
         Some(" M a.txt,?? new.txt,?? tool,"),

@@ -248,7 +248,7 @@ fn read_repository(
         }
     };
     let gitlinks = tracked.gitlinks().to_vec();
-    let mut rules = RepositoryRules::new(tracked, ignore_case);
+    let mut rules = RepositoryRules::new(tracked, ignore_case).with_object_format(format);
     if let Some(file) = global_excludes(&dirs.git_dir)? {
         watched.push(file.clone());
         if let Some(bytes) = read_ignore_file(&file)? {

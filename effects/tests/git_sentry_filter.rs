@@ -204,7 +204,7 @@ fn git_works_through_the_filter_and_guarded_names_are_refused() -> Result<(), St
     let had_sample = host_hook.exists();
     // Mounted over the repository's own .git here, so real Git in the
     // working tree goes through it (the root descriptor is opened first).
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
 
     // Ordinary Git through the filter.
     io("edit", fs::write(repo.join("a.txt"), "two\n"))?;
@@ -379,7 +379,7 @@ fn a_host_lock_file_of_a_sealed_name_cannot_be_taken_over() -> Result<(), String
     let dot_git = repo.join(".git");
     let before = io("read config", fs::read(dot_git.join("config")))?;
     let host = HostView::open(&dot_git)?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
     // The host view really is underneath: it shows the hooks the filter
     // hides.
     let host_hooks = io("list host hooks", fs::read_dir(host.path("hooks")))?.count();
@@ -474,7 +474,7 @@ fn the_git_directory_keeps_the_shape_host_git_requires() -> Result<(), String> {
     let repo = fixture(tmp.path())?;
     let dot_git = repo.join(".git");
     let host = HostView::open(&dot_git)?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
     let head = dot_git.join("HEAD");
     let valid = "ref: refs/heads/main\n";
 
@@ -688,7 +688,7 @@ fn symbolic_links_cannot_be_planted_where_host_git_follows_them() -> Result<(), 
         "host link",
         std::os::unix::fs::symlink(&outside, dot_git.join("host-link")),
     )?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
 
     let reflog = dot_git.join("logs/HEAD");
     io("remove the reflog", fs::remove_file(&reflog))?;
@@ -789,7 +789,7 @@ fn pre_existing_hard_links_to_sealed_files_stay_sealed() -> Result<(), String> {
         "link the submodule hook",
         fs::hard_link(&sub_hook, dot_git.join("sub-hook-copy")),
     )?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
 
     // Reached first by their other names.
     for name in ["cfg-backup", "hook-copy", "sub-hook-copy"] {
@@ -833,7 +833,7 @@ fn open_directory_listings_are_bounded_in_total() -> Result<(), String> {
     for i in 0..FILES {
         io("create", fs::File::create(many.join(i.to_string())))?;
     }
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
 
     let mut held = Vec::new();
     let mut refusal = None;
@@ -925,7 +925,7 @@ fn the_filter_leaves_the_supervisor_descriptors() -> Result<(), String> {
         )
         .map_err(std::io::Error::from),
     )?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
     let mut to_sandbox = sandbox.stdin.take().ok_or("no stdin")?;
     let mut from_sandbox = BufReader::new(sandbox.stdout.take().ok_or("no stdout")?);
     io("go", to_sandbox.write_all(b"go\n"))?;
@@ -969,7 +969,7 @@ fn worktrees_and_submodules_the_host_adds_during_the_session_are_guarded() -> Re
     let repo = fixture(tmp.path())?;
     let dot_git = repo.join(".git");
     let host = HostView::open(&dot_git)?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
 
     // The host adds a worktree and a submodule git directory underneath.
     for dir in ["worktrees/late", "modules/late", "modules/late/hooks"] {
@@ -1096,7 +1096,7 @@ fn a_host_worktree_never_inherits_the_identity_of_a_removed_sandbox_directory() 
     let repo = fixture(tmp.path())?;
     let dot_git = repo.join(".git");
     let host = HostView::open(&dot_git)?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
     let mut reused = 0;
     for round in 0..8 {
         let bait = dot_git.join(format!("worktrees/bait{round}"));
@@ -1159,7 +1159,7 @@ fn a_sandbox_directory_never_replaces_a_worktree_the_host_just_made() -> Result<
     let repo = fixture(tmp.path())?;
     let dot_git = repo.join(".git");
     let host = HostView::open(&dot_git)?;
-    let filter = mount(&dot_git, &dot_git).map_err(|e| e.to_string())?;
+    let filter = mount(&dot_git, &dot_git, None).map_err(|e| e.to_string())?;
     let stop = Arc::new(AtomicBool::new(false));
     let sandbox = {
         let stop = Arc::clone(&stop);

@@ -8,6 +8,7 @@
 //! Each test re-runs itself under `unshare --user --map-root-user --mount`
 //! (see `support`).
 
+use lazaret_effects::git_sentry::filter::{self, IndexJudge};
 use lazaret_effects::workspace_router::mount;
 use std::fs;
 use std::io::Write as _;
@@ -63,6 +64,7 @@ fn fails<T: std::fmt::Debug>(what: &str, errno: i32, r: std::io::Result<T>) -> R
 
 const EPERM: i32 = 1;
 const ENOENT: i32 = 2;
+const EIO: i32 = 5;
 const EXDEV: i32 = 18;
 
 /// A repository with ignored host content: a secret, dependencies, a log,
@@ -798,5 +800,120 @@ fn a_nested_host_repository_keeps_its_configuration_and_hooks() -> Result<(), St
         )?,
         "#!/bin/sh\n"
     );
+    Ok(())
+}
+
+/// The index-publication rules of spec 3.5, with the Git Sentry filter
+/// serving the git directory as in a sandbox: a guest `git add -f` of a path
+/// whose only object is isolated is refused (`EBUSY`) before the index is
+/// replaced; with an independent host object of the same kind it is taken
+/// and the host object selected; a host index change that tracks an
+/// isolated-only path makes it `EIO` until the host's worktree agrees. The
+/// isolated objects are kept throughout: nothing is copied or lost.
+#[test]
+fn an_index_never_tracks_a_path_only_isolated_state_holds() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("an_index_never_tracks_a_path_only_isolated_state_holds");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    let sentry = tmp.path().join("sentry");
+    io("mkdir", fs::create_dir(&sentry))?;
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    let judge = IndexJudge {
+        git_dir: ws.join(".git"),
+        admission: router.index_admission(),
+    };
+    let sentry_mount =
+        filter::mount(&ws.join(".git"), &sentry, Some(judge)).map_err(|e| e.to_string())?;
+    let git_dir = format!("--git-dir={}", sentry.display());
+    let work_tree = format!("--work-tree={}", mnt.display());
+    let guest = |args: &[&str]| {
+        let mut all = vec![git_dir.as_str(), work_tree.as_str()];
+        all.extend_from_slice(args);
+        git(&mnt, &all)
+    };
+    let host_index = || fs::read(ws.join(".git/index")).map_err(|e| format!("index: {e}"));
+
+    // Only isolated state holds it: refused, the index untouched.
+    io("mkdir", fs::create_dir_all(mnt.join("node_modules/made")))?;
+    io(
+        "write",
+        fs::write(mnt.join("node_modules/made/x.js"), "sandbox\n"),
+    )?;
+    let before = host_index()?;
+    let refused = guest(&["add", "-f", "node_modules/made/x.js"]);
+    match &refused {
+        Err(e) if e.contains("index") => {}
+        other => return Err(format!("git add -f of an isolated-only path: {other:?}")),
+    }
+    assert_eq!(host_index()?, before, "the index changed");
+    assert!(!ws.join(".git/index.lock").exists(), "a lock was left");
+    assert_eq!(git(&ws, &["ls-files", "node_modules"])?, "");
+    assert_eq!(
+        io(
+            "read",
+            fs::read_to_string(iso.join("node_modules/made/x.js"))
+        )?,
+        "sandbox\n"
+    );
+
+    // An independent host object of the entry's kind: taken, and the host
+    // object is what the path shows from then on.
+    io("mkdir", fs::create_dir_all(mnt.join("node_modules/dep")))?;
+    io(
+        "write",
+        fs::write(mnt.join("node_modules/dep/index.js"), "sandbox dep\n"),
+    )?;
+    guest(&["add", "-f", "node_modules/dep/index.js"])?;
+    assert_eq!(
+        git(&ws, &["ls-files", "node_modules"])?,
+        "node_modules/dep/index.js\n"
+    );
+    eventually("the host object selected", || {
+        fs::read_to_string(mnt.join("node_modules/dep/index.js")).is_ok_and(|t| t == "host\n")
+    })?;
+    assert_eq!(
+        io(
+            "read",
+            fs::read_to_string(iso.join("node_modules/dep/index.js"))
+        )?,
+        "sandbox dep\n"
+    );
+    // Ordinary commits are never judged against isolated state.
+    io("edit", fs::write(mnt.join("README"), "edited inside\n"))?;
+    guest(&["add", "README"])?;
+    guest(&["commit", "-q", "-m", "inside"])?;
+    assert_eq!(git(&ws, &["log", "-1", "--format=%s"])?, "inside\n");
+
+    // The host tracks a path only isolated state then holds: EIO, until
+    // the host's worktree has it again.
+    io(
+        "write",
+        fs::write(mnt.join("node_modules/late.js"), "sandbox late\n"),
+    )?;
+    io(
+        "host write",
+        fs::write(ws.join("node_modules/late.js"), "host late\n"),
+    )?;
+    git(&ws, &["add", "-f", "node_modules/late.js"])?;
+    io("host rm", fs::remove_file(ws.join("node_modules/late.js")))?;
+    eventually("EIO on the inconsistent path", || {
+        fs::metadata(mnt.join("node_modules/late.js")).is_err_and(|e| e.raw_os_error() == Some(EIO))
+    })?;
+    fails("read", EIO, fs::read(mnt.join("node_modules/late.js")))?;
+    assert_eq!(
+        io("read", fs::read_to_string(iso.join("node_modules/late.js")))?,
+        "sandbox late\n"
+    );
+    io(
+        "host write",
+        fs::write(ws.join("node_modules/late.js"), "host again\n"),
+    )?;
+    eventually("the host object again", || {
+        fs::read_to_string(mnt.join("node_modules/late.js")).is_ok_and(|t| t == "host again\n")
+    })?;
+    sentry_mount.unmount().map_err(|e| e.to_string())?;
+    router.unmount().map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -21,7 +21,8 @@ use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError, ReadinessError};
 use crate::confined::{ConfinedSys, FileKind, RealSys};
 use crate::crash_point::{crash_point, fault};
-use crate::git_sentry::{self, filter::FilterError, GitSentryError};
+use crate::git_sentry::filter::{FilterError, IndexJudge};
+use crate::git_sentry::{self, GitSentryError};
 use crate::network::authority::{AuthoritySys, RealAuthority};
 use crate::network::canary::{self, CanaryError, CanaryNetwork, InitPipes, RealCanary};
 use crate::network::nft::RealNft;
@@ -1014,8 +1015,9 @@ fn without_network_administration<T: Send>(work: impl FnOnce() -> T + Send) -> i
 fn mount_filter(
     common: &Path,
     at: &Path,
+    index: Option<IndexJudge>,
 ) -> Result<git_sentry::filter::MountedFilter, SupervisorError> {
-    without_network_administration(|| git_sentry::filter::mount(common, at))
+    without_network_administration(|| git_sentry::filter::mount(common, at, index))
         .map_err(kernel(
             "dropping CAP_NET_ADMIN before the Git Sentry filter",
         ))?
@@ -1128,23 +1130,16 @@ fn run_sandbox<N: NamespaceSys>(
     // filter, mounted in this private mount namespace before runsc starts and
     // kept until runsc has exited; the bundle binds it in place of the host
     // git directory.
-    let common = match &git {
+    // (common directory, the workspace's own git directory)
+    let git_dirs = match &git {
         GitSentry::NoRepository => None,
-        GitSentry::Repository { .. } => Some(workspace.join(".git")),
-        GitSentry::LinkedWorktree { common_dir, .. } => Some(common_dir.clone()),
+        GitSentry::Repository { .. } => Some((workspace.join(".git"), workspace.join(".git"))),
+        GitSentry::LinkedWorktree {
+            common_dir,
+            worktree_dir,
+            ..
+        } => Some((common_dir.clone(), common_dir.join(worktree_dir))),
     };
-    let filter = match common {
-        None => None,
-        Some(common) => {
-            let at = generation.join("git-sentry");
-            std::fs::create_dir_all(&at).map_err(|source| SupervisorError::Write {
-                path: at.clone(),
-                source,
-            })?;
-            Some(mount_filter(&common, &at)?)
-        }
-    };
-    let git_filter = filter.as_ref().map(|f| f.mountpoint().to_owned());
     // Held until RS exits: editor directories made for this sandbox are
     // removed again (when still empty) once it has stopped.
     let editor_dirs =
@@ -1161,6 +1156,24 @@ fn run_sandbox<N: NamespaceSys>(
             &editor_dirs.names,
         )?),
     };
+    let filter = match git_dirs {
+        None => None,
+        Some((common, git_dir)) => {
+            let at = generation.join("git-sentry");
+            std::fs::create_dir_all(&at).map_err(|source| SupervisorError::Write {
+                path: at.clone(),
+                source,
+            })?;
+            // spec 3.5: the router judges an index before the sandbox's
+            // rename makes it the workspace's.
+            let index = router.as_ref().map(|r| IndexJudge {
+                git_dir,
+                admission: r.index_admission(),
+            });
+            Some(mount_filter(&common, &at, index)?)
+        }
+    };
+    let git_filter = filter.as_ref().map(|f| f.mountpoint().to_owned());
     let network_files = generation.join("net");
     enforcement::write_network_files(&network_files, policy)?;
     let bundle_digest = write_bundle(

@@ -248,10 +248,13 @@ pub struct SentryFs {
     handles: Mutex<Handles>,
     limits: Limits,
     /// Held shared by every data write and every change of a name, and
-    /// exclusively while a file is validated and renamed onto `HEAD`: the
-    /// file validated is the file renamed, and nothing writes to it in
-    /// between or afterwards (spec 3.5, SR-4).
+    /// exclusively while a file is validated and renamed onto `HEAD` or
+    /// judged and renamed onto the workspace's index: the file validated is
+    /// the file renamed, and nothing writes to it in between (spec 3.5,
+    /// SR-4).
     head_swap: RwLock<()>,
+    /// The workspace repository's index, judged before a rename replaces it.
+    index: Option<JudgedIndex>,
 }
 
 /// The synthetic, empty, read-only default `hooks` directory.
@@ -358,13 +361,46 @@ fn seed_sealed(root: &OwnedFd, layout: &SentryLayout) -> SealedIds {
     out
 }
 
+/// Judges an index before it replaces the workspace repository's own (spec
+/// 3.5): "A guest index-lock rename that would instead create a tracked path
+/// with only an isolated object returns `EBUSY` before replacing the
+/// index." The ignored-path router, which knows both backings, judges.
+pub trait IndexAdmission: Send + Sync + std::fmt::Debug {
+    /// `Ok` when `proposed` (open for reading) may become the index; the
+    /// error the rename fails with otherwise.
+    fn admit(&self, proposed: &OwnedFd) -> Result<(), Errno>;
+}
+
+/// The index the filter has judged before a rename replaces it: the one in
+/// the git directory whose host identity is `dir`.
+#[derive(Clone, Debug)]
+pub struct JudgedIndex {
+    /// The (device, inode) of the workspace's git directory (the common
+    /// directory, or a linked worktree's directory inside it).
+    pub dir: (u64, u64),
+    /// Who judges.
+    pub admission: Arc<dyn IndexAdmission>,
+}
+
+/// The name Git gives the index in a git directory.
+const INDEX: &str = "index";
+/// Largest proposed index read for judging: larger ones are not Git's.
+const MAX_JUDGED_INDEX_BYTES: u64 = 512 * 1024 * 1024;
+
 impl SentryFs {
     /// A filter over the common directory `root` (a directory descriptor the
     /// caller opened and verified) with the guards of `layout`, holding at
-    /// most `limits` inodes and handles.
-    pub fn new(root: OwnedFd, layout: SentryLayout, limits: Limits) -> Self {
+    /// most `limits` inodes and handles; `index`, when given, is judged
+    /// before a rename replaces it.
+    pub fn new(
+        root: OwnedFd,
+        layout: SentryLayout,
+        limits: Limits,
+        index: Option<JudgedIndex>,
+    ) -> Self {
         let sealed = seed_sealed(&root, &layout);
         Self {
+            index,
             layout,
             root: Arc::new(root),
             inodes: Mutex::new(Inodes {
@@ -825,7 +861,16 @@ impl SentryFs {
         if target == Guard::Head {
             return self.replace_head(&from, name, &to, newname, flags);
         }
-        let _naming = self.writing();
+        // Onto the workspace's index: judged with every write held off, so
+        // the file judged is the file renamed.
+        let judged = !flags.contains(RenameFlags::RENAME_EXCHANGE)
+            && newname == INDEX
+            && self.holds_judged_index(&to)?;
+        let (_naming, _judging) = if judged {
+            (None, Some(self.swapping_head()))
+        } else {
+            (Some(self.writing()), None)
+        };
         // Onto a HEAD.lock: only while free (then never replacing one the
         // host makes meanwhile) or the sandbox's own.
         let onto_free_lock = target == Guard::HeadLock && {
@@ -860,7 +905,44 @@ impl SentryFs {
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return Err(Errno::EOPNOTSUPP);
         }
+        if judged {
+            self.judge_index(&from, name)?;
+        }
         rustix::fs::renameat_with(&*from.fd, name, &*to.fd, newname, f).map_err(errno)
+    }
+
+    /// Whether `dir` is the git directory holding the judged index.
+    fn holds_judged_index(&self, dir: &Node) -> Result<bool, Errno> {
+        let Some(index) = &self.index else {
+            return Ok(false);
+        };
+        let st = stat_fd(&dir.fd)?;
+        Ok((st.st_dev, st.st_ino) == index.dir)
+    }
+
+    /// The judgement of `name` in `dir` as the workspace's next index (spec
+    /// 3.5): `EBUSY` (or the judge's error) refuses the rename. Called with
+    /// [`Self::swapping_head`] held.
+    fn judge_index(&self, dir: &Node, name: &OsStr) -> Result<(), Errno> {
+        let Some(index) = &self.index else {
+            return Ok(());
+        };
+        let proposed = rustix::fs::openat(
+            &*dir.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let st = stat_fd(&proposed)?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            || u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_JUDGED_INDEX_BYTES
+        {
+            // Git writes a regular file; nothing else is an index host Git
+            // reads, and the router's snapshot refuses it too.
+            return Ok(());
+        }
+        index.admission.admit(&proposed)
     }
 
     fn do_link(

@@ -10,7 +10,7 @@
 //! private to the generation's mount namespace: the host never sees it, and
 //! it vanishes with the namespace when the Runtime Supervisor exits.
 
-use super::filesystem::{Limits, SentryFs};
+use super::filesystem::{IndexAdmission, JudgedIndex, Limits, SentryFs};
 use crate::broker::transient::{self, Limits as RunLimits};
 use lazaret_runtime::display::escape_path;
 use lazaret_runtime::git_sentry::{HostGitDir, LayoutError, SentryLayout};
@@ -18,6 +18,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How deep the scan for submodule git directories goes under `modules/`.
 /// How long the `git config` listing of include paths may take.
@@ -305,12 +306,40 @@ pub fn scan_layout(common: &Path) -> Result<SentryLayout, FilterError> {
     })
 }
 
+/// The workspace's index and its judge ([`IndexAdmission`]).
+#[derive(Debug)]
+pub struct IndexJudge {
+    /// The git directory holding the index: `common`, or a linked
+    /// worktree's directory inside it.
+    pub git_dir: PathBuf,
+    /// Who judges.
+    pub admission: Arc<dyn IndexAdmission>,
+}
+
 /// Mounts the filter of `common` (the canonical common git directory) on the
 /// empty directory `mountpoint`, in the caller's mount namespace, which must
-/// be private.
-pub fn mount(common: &Path, mountpoint: &Path) -> Result<MountedFilter, FilterError> {
+/// be private; with `index`, a rename onto the workspace's index is judged
+/// first.
+pub fn mount(
+    common: &Path,
+    mountpoint: &Path,
+    index: Option<IndexJudge>,
+) -> Result<MountedFilter, FilterError> {
     let _span = tracing::info_span!("MountGitSentry", path = %common.display()).entered();
     let layout = scan_layout(common)?;
+    let index = match index {
+        None => None,
+        Some(IndexJudge { git_dir, admission }) => {
+            let st = rustix::fs::stat(&git_dir).map_err(|source| FilterError::Open {
+                path: git_dir.clone(),
+                source,
+            })?;
+            Some(JudgedIndex {
+                dir: (st.st_dev, st.st_ino),
+                admission,
+            })
+        }
+    };
     let root = rustix::fs::openat(
         rustix::fs::CWD,
         common,
@@ -338,8 +367,12 @@ pub fn mount(common: &Path, mountpoint: &Path) -> Result<MountedFilter, FilterEr
         path: mountpoint.to_owned(),
         source,
     };
-    let session = fuser::Session::new(SentryFs::new(root, layout, limits), mountpoint, &config)
-        .map_err(mount_err)?;
+    let session = fuser::Session::new(
+        SentryFs::new(root, layout, limits, index),
+        mountpoint,
+        &config,
+    )
+    .map_err(mount_err)?;
     let session = session.spawn().map_err(mount_err)?;
     Ok(MountedFilter {
         session: Some(session),

@@ -42,7 +42,7 @@ use fuser::{
 use lazaret_runtime::workspace_routing::operations::{
     hygienic_mode, joining, may_change, may_make, NodeKind, Refusal,
 };
-use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot};
+use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot, Decision};
 use rustix::fs::inotify::ReadFlags;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, Stat, CWD};
 use std::collections::HashMap;
@@ -514,7 +514,9 @@ impl RouterFs {
     ) -> Result<(Backing, OwnedFd, Stat), Errno> {
         let name = component(name)?;
         let path = child_path(&parent.path, name);
-        for backing in [Backing::Host, Backing::Isolated] {
+        // Kinds of the objects found but not selected, by backing.
+        let mut hidden: [Option<bool>; 2] = [None, None];
+        for (i, backing) in [Backing::Host, Backing::Isolated].into_iter().enumerate() {
             let Some(dir) = self.dir_in(parent, backing, false)? else {
                 continue;
             };
@@ -524,9 +526,20 @@ impl RouterFs {
                     if Self::route(snap, &path, is_dir(&st))? == backing {
                         return Ok((backing, fd, st));
                     }
+                    hidden[i] = Some(is_dir(&st));
                 }
                 Err(e) if e == Errno::ENOENT => {}
                 Err(e) => return Err(e),
+            }
+        }
+        // spec 3.5: a tracked path whose only object is isolated (the host
+        // changed its index, unmediated) fails with EIO until the host makes
+        // index and worktree agree; the isolated object stays.
+        if let [None, Some(dir)] = hidden {
+            let route = snap.classify(&path, dir).map_err(|_| Errno::EINVAL)?;
+            if route.decision == Decision::Tracked {
+                tracing::info!(path = %String::from_utf8_lossy(&path), "a tracked path exists only in the Ignored Workspace State (EIO)");
+                return Err(Errno::EIO);
             }
         }
         Err(Errno::ENOENT)

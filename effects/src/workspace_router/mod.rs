@@ -7,12 +7,14 @@
 //! it at `/workspace` (`coordinator::supervisor::mount_router`).
 
 pub mod filesystem;
+pub mod index_admission;
 pub mod invalidation;
 
 use crate::workspace_routing::{
     read_snapshot_and_inputs, InputState, RoutingInputError, SnapshotInputs,
 };
 use filesystem::{KernelCache, PublishedSnapshot, RouterFs};
+use index_admission::RoutedIndexAdmission;
 use invalidation::{follow_host, HostWatches, MAX_WATCHES};
 use lazaret_runtime::display::escape_path;
 use lazaret_runtime::workspace_routing::ClassificationSnapshot;
@@ -65,6 +67,7 @@ pub struct MountedRouter {
     session: Option<fuser::BackgroundSession>,
     mountpoint: PathBuf,
     watcher: Watcher,
+    admission: Arc<RoutedIndexAdmission>,
 }
 
 /// The threads that publish a new snapshot when an input changes and
@@ -207,6 +210,12 @@ impl MountedRouter {
         &self.mountpoint
     }
 
+    /// The judge of the workspace's next index, for the Git Sentry filter
+    /// (spec 3.5, index publication).
+    pub fn index_admission(&self) -> Arc<RoutedIndexAdmission> {
+        Arc::clone(&self.admission)
+    }
+
     /// Unmounts and waits for the request threads to end (dropping it
     /// unmounts too).
     pub fn unmount(mut self) -> io::Result<()> {
@@ -265,6 +274,15 @@ pub fn mount(
     let (nudge, nudged) = sync_channel(1);
     let host = open_dir(workspace)?;
     let isolated = open_dir(isolated)?;
+    let dup_err = |source| RouterError::Open {
+        path: workspace.to_owned(),
+        source,
+    };
+    let admission = Arc::new(RoutedIndexAdmission {
+        published: Arc::clone(&published),
+        host_root: rustix::io::fcntl_dupfd_cloexec(&host, 0).map_err(dup_err)?,
+        isolated_root: rustix::io::fcntl_dupfd_cloexec(&isolated, 0).map_err(dup_err)?,
+    });
     let mut config = fuser::Config::default();
     config.mount_options = vec![
         fuser::MountOption::FSName("lazaret-router".to_owned()),
@@ -328,6 +346,7 @@ pub fn mount(
         session: Some(session),
         mountpoint: mountpoint.to_owned(),
         watcher,
+        admission,
     })
 }
 

@@ -33,6 +33,7 @@
 //! Paths are bytes (non-UTF-8 names are opaque); components are non-empty and
 //! hold neither NUL nor `/`.
 
+pub mod index_admission;
 pub mod operations;
 pub mod patterns;
 pub mod tracked;
@@ -41,7 +42,7 @@ use gix_glob::pattern::Case;
 use patterns::{MatchedRule, PatternList, PatternSource};
 use std::collections::BTreeMap;
 use thiserror::Error;
-use tracked::TrackedPaths;
+use tracked::{ObjectFormat, TrackedPaths};
 
 /// Deepest path accepted, in components (Linux `PATH_MAX` is 4096 bytes, so
 /// no real path is deeper than 2048).
@@ -133,6 +134,8 @@ pub struct RepositoryRules {
     /// `.gitignore` lists by the repository-relative directory they sit in.
     per_directory: BTreeMap<Vec<u8>, PatternList>,
     tracked: TrackedPaths,
+    /// The object format the index names objects with.
+    format: ObjectFormat,
     /// Repositories below this one, by their repository-relative root.
     nested: BTreeMap<Vec<u8>, RepositoryRules>,
 }
@@ -151,8 +154,16 @@ impl RepositoryRules {
             info_exclude: None,
             per_directory: BTreeMap::new(),
             tracked,
+            format: ObjectFormat::Sha1,
             nested: BTreeMap::new(),
         }
+    }
+
+    /// The repository's object format (`extensions.objectFormat`; SHA-1
+    /// unless set).
+    pub fn with_object_format(mut self, format: ObjectFormat) -> Self {
+        self.format = format;
+        self
     }
 
     /// The global excludes file's content.
@@ -259,6 +270,17 @@ impl ClassificationSnapshot {
     /// Whether the workspace was a Git repository when this was read.
     pub fn has_repository(&self) -> bool {
         self.root.is_some()
+    }
+
+    /// The object format of the workspace's repository, if it is one.
+    pub fn object_format(&self) -> Option<ObjectFormat> {
+        self.root.as_ref().map(|r| r.format)
+    }
+
+    /// Whether the workspace's own index holds `path` (an entry, or a
+    /// directory holding one), by this snapshot.
+    pub fn tracks(&self, path: &[u8]) -> bool {
+        self.root.as_ref().is_some_and(|r| r.tracked.contains(path))
     }
 
     /// The route of `path` (from the workspace root, `/`-separated bytes);

@@ -79,25 +79,7 @@ impl TrackedPaths {
         format: ObjectFormat,
         ignore_case: bool,
     ) -> Result<Self, IndexError> {
-        if bytes.len() > MAX_INDEX_BYTES {
-            return Err(IndexError::TooLarge { bytes: bytes.len() });
-        }
-        let kind = match format {
-            ObjectFormat::Sha1 => gix_index::hash::Kind::Sha1,
-            ObjectFormat::Sha256 => gix_index::hash::Kind::Sha256,
-        };
-        let options = gix_index::decode::Options {
-            // Pure: no threads of our own in the core.
-            thread_limit: Some(1),
-            alloc_limit_bytes: Some(MAX_INDEX_BYTES),
-            ..Default::default()
-        };
-        let (state, _checksum) =
-            gix_index::State::from_bytes(bytes, filetime::FileTime::zero(), kind, options)
-                .map_err(IndexError::Decode)?;
-        if state.link().is_some() {
-            return Err(IndexError::Split);
-        }
+        let state = decode(bytes, format)?;
         let paths = state.entries().iter().map(|entry| {
             let path: &[u8] = entry.path(&state);
             path.strip_suffix(b"/").unwrap_or(path).to_vec()
@@ -135,6 +117,83 @@ impl TrackedPaths {
             None => holds(&self.paths, path),
         }
     }
+}
+
+/// What kind of worktree object an index entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file (mode 100644 or 100755).
+    File,
+    /// A symbolic link (mode 120000).
+    Symlink,
+    /// A gitlink (mode 160000): a submodule's working tree, a directory.
+    Gitlink,
+    /// A sparse directory entry: a directory.
+    Directory,
+}
+
+/// One entry of an index: its path (a sparse directory without its
+/// trailing `/`) and the kind of object it records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// The path from the repository's root.
+    pub path: Vec<u8>,
+    /// The kind of worktree object.
+    pub kind: EntryKind,
+}
+
+/// The entries of the index file's bytes, in index order, each path once
+/// (a conflicted path has one entry per stage; the first is kept).
+pub fn index_entries(bytes: &[u8], format: ObjectFormat) -> Result<Vec<IndexEntry>, IndexError> {
+    let state = decode(bytes, format)?;
+    let mut out: Vec<IndexEntry> = Vec::with_capacity(state.entries().len());
+    for entry in state.entries() {
+        let path: &[u8] = entry.path(&state);
+        let kind = if entry.mode == gix_index::entry::Mode::COMMIT {
+            EntryKind::Gitlink
+        } else if entry.mode == gix_index::entry::Mode::SYMLINK {
+            EntryKind::Symlink
+        } else if entry.mode == gix_index::entry::Mode::DIR {
+            EntryKind::Directory
+        } else {
+            EntryKind::File
+        };
+        let path = path.strip_suffix(b"/").unwrap_or(path);
+        // Stages of one path are adjacent in an index.
+        if out.last().is_some_and(|last| last.path == path) {
+            continue;
+        }
+        out.push(IndexEntry {
+            path: path.to_vec(),
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// The decoded index, bounded by [`MAX_INDEX_BYTES`]; a split index is
+/// refused.
+fn decode(bytes: &[u8], format: ObjectFormat) -> Result<gix_index::State, IndexError> {
+    if bytes.len() > MAX_INDEX_BYTES {
+        return Err(IndexError::TooLarge { bytes: bytes.len() });
+    }
+    let kind = match format {
+        ObjectFormat::Sha1 => gix_index::hash::Kind::Sha1,
+        ObjectFormat::Sha256 => gix_index::hash::Kind::Sha256,
+    };
+    let options = gix_index::decode::Options {
+        // Pure: no threads of our own in the core.
+        thread_limit: Some(1),
+        alloc_limit_bytes: Some(MAX_INDEX_BYTES),
+        ..Default::default()
+    };
+    let (state, _checksum) =
+        gix_index::State::from_bytes(bytes, filetime::FileTime::zero(), kind, options)
+            .map_err(IndexError::Decode)?;
+    if state.link().is_some() {
+        return Err(IndexError::Split);
+    }
+    Ok(state)
 }
 
 /// `path` is in the sorted `paths`, or some entry lies under `path/`.
