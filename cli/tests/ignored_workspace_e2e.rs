@@ -44,6 +44,7 @@ echo edited >> a.txt; v tracked_write $?
 echo new > new.txt; v untracked_write $?
 cp /bin/true tool && chmod 4755 tool; v suid_chmod $?
 v tool_mode "$(stat -c %a tool)"
+git init --bare -q bare.git; v bare_init $?
 v status "$(git status --porcelain | tr '\n' ',')"
 exit 0
 "#;
@@ -84,6 +85,7 @@ fn ignored_paths_are_the_domains_own_and_persist_across_launches() {
             "tracked_write",
             "untracked_write",
             "suid_chmod",
+            "bare_init",
         ],
     );
     assert_eq!(r.get("tool_mode").map(String::as_str), Some("755"), "{r:?}");
@@ -91,7 +93,7 @@ fn ignored_paths_are_the_domains_own_and_persist_across_launches() {
     // business; the ignored ones stay ignored inside too.
     assert_eq!(
         r.get("status").map(String::as_str),
-        Some(" M a.txt,?? new.txt,?? tool,"),
+        Some(" M a.txt,?? bare.git/,?? new.txt,?? tool,"),
         "{r:?}"
     );
     // On the host: the secret, the build output and the absence of
@@ -116,6 +118,14 @@ fn ignored_paths_are_the_domains_own_and_persist_across_launches() {
     assert_eq!(
         std::fs::read_to_string(ws.join("new.txt")).unwrap(),
         "new\n"
+    );
+    // A bare repository made inside is the sandbox's: its HEAD is not the
+    // host's, so host Git there finds the workspace's repository (SR-4).
+    assert!(ws.join("bare.git/config").exists());
+    assert!(!ws.join("bare.git/HEAD").exists());
+    assert_eq!(
+        host_git(&ws.join("bare.git"), &["rev-parse", "--absolute-git-dir"]).trim_end(),
+        ws.join(".git").display().to_string()
     );
     let mode = std::fs::metadata(ws.join("tool"))
         .unwrap()
@@ -168,7 +178,7 @@ fn ignored_paths_are_the_domains_own_and_persist_across_launches() {
     assert_eq!(host_git(ws, &["ls-files", "node_modules"]), "");
     assert_eq!(
         r.get("status").map(String::as_str),
-        Some(" M a.txt,?? new.txt,?? tool,"),
+        Some(" M a.txt,?? bare.git/,?? new.txt,?? tool,"),
         "{r:?}"
     );
     env.assert_nothing_left();

@@ -313,7 +313,8 @@ fn walk(
                     source,
                 })?;
             let name = entry.file_name();
-            if !file_type.is_dir() || name == ".git" {
+            let is_head = name == "HEAD";
+            if !is_head && (!file_type.is_dir() || name == ".git") {
                 continue;
             }
             let mut child = relative.clone();
@@ -321,6 +322,12 @@ fn walk(
                 child.push(b'/');
             }
             child.extend_from_slice(name.as_bytes());
+            if is_head {
+                rules.add_host_head(&child);
+            }
+            if !file_type.is_dir() || name == ".git" {
+                continue;
+            }
             if rules.directory_is_excluded(&child) {
                 continue;
             }

@@ -540,6 +540,77 @@ fn a_repository_made_inside_never_runs_code_in_host_git() -> Result<(), String> 
     Ok(())
 }
 
+/// A bare repository the sandbox makes anywhere in the workspace (`git init
+/// --bare`, with `core.worktree` and `core.fsmonitor` set) is never the
+/// host's: its `HEAD` lands in isolated state, so host Git started in that
+/// directory finds the workspace's own repository instead. The control
+/// (the same steps straight on the host) runs the marker.
+#[test]
+fn a_bare_repository_made_inside_is_never_the_hosts() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_bare_repository_made_inside_is_never_the_hosts");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    // `top`: where the steps run; `host`: the same tree as host Git sees it.
+    let plant = |top: &Path, host: &Path, marker: &Path| -> Result<(), String> {
+        io("mkdir", fs::create_dir(top.join("tools")))?;
+        git(top, &["init", "--bare", "-q", "tools/cache"])?;
+        let monitor = top.join("tools/monitor.sh");
+        io(
+            "monitor",
+            fs::write(&monitor, format!("#!/bin/sh\ntouch {}\n", marker.display())),
+        )?;
+        io(
+            "chmod",
+            fs::set_permissions(&monitor, fs::Permissions::from_mode(0o755)),
+        )?;
+        let git_dir = format!("--git-dir={}", top.join("tools/cache").display());
+        let host_monitor = host.join("tools/monitor.sh").display().to_string();
+        for (key, value) in [
+            ("core.bare", "false"),
+            ("core.worktree", ".."),
+            ("core.fsmonitor", host_monitor.as_str()),
+        ] {
+            git(top, &[git_dir.as_str(), "config", key, value])?;
+        }
+        Ok(())
+    };
+
+    // Control: straight on the host, host Git in that directory runs it.
+    let control = tmp.path().join("control");
+    io("mkdir", fs::create_dir(&control))?;
+    fixture(&control)?;
+    let control_marker = tmp.path().join("control-marker");
+    plant(&control, &control, &control_marker)?;
+    let _ = git(&control.join("tools/cache"), &["status", "--short"]);
+    assert!(
+        control_marker.exists(),
+        "the attack did not work without the router: this test proves nothing"
+    );
+
+    // Through the router the sandbox has its bare repository, the host none.
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    let marker = tmp.path().join("marker");
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    plant(&mnt, &ws, &marker)?;
+    assert_eq!(
+        io("inside", fs::read_to_string(mnt.join("tools/cache/HEAD")))?,
+        "ref: refs/heads/main\n"
+    );
+    router.unmount().map_err(|e| e.to_string())?;
+    assert!(!ws.join("tools/cache/HEAD").exists());
+    assert!(iso.join("tools/cache/HEAD").exists());
+    let cache = ws.join("tools/cache");
+    let found = git(&cache, &["rev-parse", "--absolute-git-dir"])?;
+    assert_eq!(found.trim_end(), ws.join(".git").display().to_string());
+    let status = git(&cache, &["status", "--short"])?;
+    assert!(
+        !marker.exists(),
+        "host git ran the planted monitor: {status}"
+    );
+    Ok(())
+}
+
 /// The kernel keeps every inode it has looked up until memory pressure
 /// (zero-timeout dentries stay in its unused-dentry cache), and runsc pins
 /// the ones it retains: a router holding a descriptor per inode ran out of

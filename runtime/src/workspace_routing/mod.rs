@@ -40,7 +40,7 @@ pub mod tracked;
 
 use gix_glob::pattern::Case;
 use patterns::{MatchedRule, PatternList, PatternSource};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 use tracked::{ObjectFormat, TrackedPaths};
 
@@ -92,6 +92,17 @@ pub enum Decision {
         /// The `.git` entry, as a path from the workspace root.
         entry: Vec<u8>,
     },
+    /// An untracked `HEAD` the host did not have when the snapshot was read
+    /// (one the sandbox made: `git init --bare`, or by hand), its
+    /// `HEAD.lock`, or a path below either: isolated. A `HEAD` beside `objects/` and `refs/` makes its
+    /// directory a bare repository to host Git started there, which then
+    /// reads that directory's `config` — a `core.fsmonitor`, a
+    /// `core.worktree` — as the repository's; the host never sees the
+    /// `HEAD`, so never the repository (spec 3.5, SR-4).
+    SandboxRepositoryHead {
+        /// The `HEAD` entry, as a path from the workspace root.
+        entry: Vec<u8>,
+    },
 }
 
 /// A classified path: its backing, why, and which repository decided.
@@ -138,7 +149,13 @@ pub struct RepositoryRules {
     format: ObjectFormat,
     /// Repositories below this one, by their repository-relative root.
     nested: BTreeMap<Vec<u8>, RepositoryRules>,
+    /// Repository-relative paths of the `HEAD` entries the host had.
+    host_heads: BTreeSet<Vec<u8>>,
 }
+
+/// The name that makes a directory a (bare) git directory to Git, with
+/// `objects/` and `refs/` beside it.
+const HEAD: &[u8] = b"HEAD";
 
 impl RepositoryRules {
     /// A repository with `tracked` paths and `core.ignoreCase = ignore_case`,
@@ -156,7 +173,15 @@ impl RepositoryRules {
             tracked,
             format: ObjectFormat::Sha1,
             nested: BTreeMap::new(),
+            host_heads: BTreeSet::new(),
         }
+    }
+
+    /// A `HEAD` entry (any type) the host has at the repository-relative
+    /// `path`: host-backed by the usual rules, where one the sandbox makes
+    /// is isolated ([`Decision::SandboxRepositoryHead`]).
+    pub fn add_host_head(&mut self, path: &[u8]) {
+        self.host_heads.insert(path.to_vec());
     }
 
     /// The repository's object format (`extensions.objectFormat`; SHA-1
@@ -337,6 +362,24 @@ impl ClassificationSnapshot {
                 });
             }
             let tracked = rules.tracked.contains(relative);
+            // `HEAD.lock` goes where its `HEAD` goes: Git writes `HEAD` by
+            // renaming it.
+            let head = match part.strip_suffix(b".lock") {
+                Some(stem) if stem == HEAD => Some(&relative[..relative.len() - 5]),
+                _ if *part == HEAD => Some(relative),
+                _ => None,
+            };
+            if head.is_some_and(|head| !rules.host_heads.contains(head))
+                && !tracked
+                && excluded.is_none()
+            {
+                return Ok(isolated(
+                    Decision::SandboxRepositoryHead {
+                        entry: path[..end].to_vec(),
+                    },
+                    repository.to_vec(),
+                ));
+            }
             let rule = match excluded {
                 Some(_) => None,
                 None => rules.matching(relative, dir),

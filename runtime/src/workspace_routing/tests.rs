@@ -202,3 +202,56 @@ fn git_directories_are_the_hosts_only_where_the_host_had_a_repository() {
     assert_eq!(backing(&none, "a/.git/config", false), Backing::Isolated);
     assert_eq!(backing(&none, "a/git", true), Backing::Host);
 }
+
+#[test]
+fn a_head_is_the_hosts_only_where_the_host_had_one_or_tracks_it() {
+    let mut nested = RepositoryRules::new(tracked(&[]), false);
+    nested.add_host_head(b"fixtures/bare/HEAD");
+    let mut outer = RepositoryRules::new(tracked(&["docs/HEAD"]), false);
+    outer.add_gitignore(b"", b"build/\n!HEAD\n");
+    outer.add_host_head(b"HEAD");
+    outer.add_nested(b"vendor/lib", nested);
+    let s = ClassificationSnapshot::of_repository(outer);
+    // Had by the host, or tracked: the usual rules.
+    assert_eq!(backing(&s, "HEAD", false), Backing::Host);
+    assert_eq!(backing(&s, "HEAD.lock", false), Backing::Host);
+    assert_eq!(backing(&s, "docs/HEAD", false), Backing::Host);
+    assert_eq!(
+        backing(&s, "vendor/lib/fixtures/bare/HEAD", false),
+        Backing::Host
+    );
+    // Inside a git directory, Git's own.
+    assert_eq!(backing(&s, ".git/HEAD", false), Backing::Host);
+    assert_eq!(backing(&s, "vendor/lib/.git/HEAD", false), Backing::Host);
+    // Made by the sandbox anywhere else, a negation notwithstanding: never
+    // the host's, nor anything below it.
+    for (path, entry) in [
+        ("sub/HEAD", "sub/HEAD"),
+        ("sub/HEAD.lock", "sub/HEAD.lock"),
+        ("sub/HEAD/x", "sub/HEAD"),
+        ("vendor/lib/HEAD", "vendor/lib/HEAD"),
+        ("vendor/lib/fixtures/HEAD", "vendor/lib/fixtures/HEAD"),
+    ] {
+        let route = s.classify(path.as_bytes(), false);
+        assert!(
+            matches!(&route, Ok(Route { backing: Backing::Isolated, decision: Decision::SandboxRepositoryHead { entry: e }, .. }) if e == entry.as_bytes()),
+            "{path}: {route:?}"
+        );
+    }
+    // Other names are not markers, and an excluded directory decides first.
+    assert_eq!(backing(&s, "sub/head", false), Backing::Host);
+    assert_eq!(backing(&s, "sub/HEADS", false), Backing::Host);
+    assert_eq!(backing(&s, "sub/ORIG_HEAD.lock", false), Backing::Host);
+    assert_eq!(backing(&s, "sub/HEAD.lock.lock", false), Backing::Host);
+    let route = s.classify(b"build/HEAD", false);
+    assert!(
+        matches!(
+            &route,
+            Ok(Route {
+                decision: Decision::InExcludedDirectory { .. },
+                ..
+            })
+        ),
+        "{route:?}"
+    );
+}
