@@ -15,6 +15,7 @@
 use crate::broker::transient::{self, Limits as RunLimits, TransientError};
 use lazaret_runtime::display::escape_path;
 use lazaret_runtime::git_sentry::git_accepts_head;
+use lazaret_runtime::workspace_routing::operations::NestedGitGuards;
 use lazaret_runtime::workspace_routing::tracked::{
     IndexError, ObjectFormat, TrackedPaths, MAX_INDEX_BYTES,
 };
@@ -258,6 +259,9 @@ fn read_repository(
     if let Some(bytes) = read_ignore_file(&dirs.common_dir.join("info").join("exclude"))? {
         rules = rules.with_info_exclude(&bytes);
     }
+    if nesting > 0 {
+        rules.set_git_guards(nested_git_guards(root, dirs));
+    }
     walk(root, &mut rules, nesting, budget, watched)?;
     // Submodules the walk did not reach (inside an excluded directory).
     for link in gitlinks {
@@ -270,6 +274,26 @@ fn read_repository(
         }
     }
     Ok(rules)
+}
+
+/// How the router guards the git directory of the repository the host had
+/// at `root`, inside the workspace (spec 3.5, SR-4): by the Git Sentry's
+/// layout of its `.git` directory. A `.git` file names a git directory
+/// elsewhere (a submodule's, under the workspace's own `.git`, which the
+/// Git Sentry filter serves), and a layout that cannot be read leaves
+/// nothing in it changeable.
+fn nested_git_guards(root: &Path, dirs: &GitDirs) -> NestedGitGuards {
+    let dot_git = root.join(".git");
+    if dirs.git_dir != dot_git || dirs.common_dir != dot_git {
+        return NestedGitGuards::ReadOnly;
+    }
+    match crate::git_sentry::filter::scan_layout(&dot_git) {
+        Ok(layout) => NestedGitGuards::Layout(layout),
+        Err(e) => {
+            tracing::warn!(error = %e, "a nested repository's git directory is read-only to the sandbox");
+            NestedGitGuards::ReadOnly
+        }
+    }
 }
 
 /// Visits every directory of the working tree at `root` that Git would,

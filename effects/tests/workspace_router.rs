@@ -790,10 +790,44 @@ fn a_nested_host_repository_keeps_its_configuration_and_hooks() -> Result<(), St
     )?;
     git(&lib, &["add", "lib.c"])?;
     git(&lib, &["commit", "-q", "-m", "vendored"])?;
+    // Configuration it includes, a linked worktree and a submodule's git
+    // directory: the Git Sentry's layout guards them all.
+    io(
+        "include",
+        fs::write(lib.join(".git/extra.cfg"), "[user]\n\tname = x\n"),
+    )?;
+    git(&lib, &["config", "include.path", "extra.cfg"])?;
+    git(&lib, &["worktree", "add", "-q", "../lib-wt"])?;
+    io("modules", fs::create_dir(lib.join(".git/modules")))?;
+    git(&lib, &["init", "--bare", "-q", ".git/modules/sub"])?;
     let config = io("read", fs::read(lib.join(".git/config")))?;
     let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
     let inner = mnt.join("vendor/lib");
     let git_dir = inner.join(".git");
+
+    for (what, path) in [
+        ("included config", "extra.cfg"),
+        ("worktree gitdir", "worktrees/lib-wt/gitdir"),
+        ("worktree commondir", "worktrees/lib-wt/commondir"),
+        ("worktree config", "worktrees/lib-wt/config.worktree"),
+        ("submodule config", "modules/sub/config"),
+        ("submodule hook", "modules/sub/hooks/post-checkout"),
+    ] {
+        fails(what, EPERM, fs::write(git_dir.join(path), "[core]\n"))?;
+    }
+    fails(
+        "move a worktree's admin directory",
+        EPERM,
+        fs::rename(
+            git_dir.join("worktrees/lib-wt"),
+            git_dir.join("worktrees/x"),
+        ),
+    )?;
+    fails(
+        "worktree .git file",
+        EPERM,
+        fs::write(mnt.join("vendor/lib-wt/.git"), "gitdir: /tmp\n"),
+    )?;
 
     fails(
         "write config",

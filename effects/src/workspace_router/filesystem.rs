@@ -39,8 +39,9 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
     WriteFlags,
 };
+use lazaret_runtime::git_sentry::{Change, Origin};
 use lazaret_runtime::workspace_routing::operations::{
-    hygienic_mode, joining, may_change, may_make, NodeKind, Refusal,
+    hygienic_mode, joining, may_change, may_make, NodeKind, Operation, Refusal,
 };
 use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot, Decision};
 use rustix::fs::inotify::ReadFlags;
@@ -462,18 +463,41 @@ impl RouterFs {
             .map_err(|_| Errno::EINVAL)
     }
 
-    /// `EPERM` when the object at `path` is one a nested host repository's
-    /// Git runs or trusts ([`may_change`]).
-    fn may_change(snap: &ClassificationSnapshot, path: &[u8], dir: bool) -> Result<(), Errno> {
+    /// `EPERM` when `op` would change what a nested host repository's Git
+    /// runs or trusts ([`may_change`]).
+    fn may_change(
+        &self,
+        snap: &ClassificationSnapshot,
+        path: &[u8],
+        dir: bool,
+        op: Operation,
+    ) -> Result<(), Errno> {
         if path.is_empty() {
             // The workspace root.
             return Ok(());
         }
         let route = snap.classify(path, dir).map_err(|_| Errno::EINVAL)?;
-        may_change(&route, path).map_err(|r| {
-            tracing::info!(path = %String::from_utf8_lossy(path), "refused a change to a nested host repository's git directory");
+        may_change(snap, &route, path, op, |at| self.host_origin(at)).map_err(|r| {
+            tracing::info!(path = %String::from_utf8_lossy(path), ?op, "refused a change to a nested host repository's git directory");
             refused(r)
         })
+    }
+
+    /// Whether the host has a directory at the workspace path `path`.
+    fn host_origin(&self, path: &[u8]) -> Origin {
+        let found = rustix::fs::openat2(
+            &*self.host_root,
+            OsStr::from_bytes(path),
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .ok()
+        .and_then(|fd| stat_fd(&fd).ok());
+        match found {
+            Some(st) if is_dir(&st) => Origin::HostDirectory,
+            _ => Origin::Other,
+        }
     }
 
     /// After `name` changed through the router: if it is an ignore file,
@@ -642,7 +666,12 @@ impl RouterFs {
     ) -> Result<(Backing, Arc<OwnedFd>), Errno> {
         let name = component(name)?;
         let path = child_path(&parent.path, name);
-        Self::may_change(snap, &path, dir)?;
+        let op = if dir {
+            Operation::MakeDirectory
+        } else {
+            Operation::Rebind
+        };
+        self.may_change(snap, &path, dir, op)?;
         let backing = Self::route(snap, &path, dir)?;
         let at = self.dir_in(parent, backing, true)?.ok_or(Errno::EXDEV)?;
         Ok((backing, at))
@@ -724,8 +753,8 @@ impl RouterFs {
         let (backing, src_fd, st) = self.resolve(&snap, &from, name)?;
         let from_path = child_path(&from.path, name);
         let to_path = child_path(&to.path, newname);
-        Self::may_change(&snap, &from_path, is_dir(&st))?;
-        Self::may_change(&snap, &to_path, is_dir(&st))?;
+        self.may_change(&snap, &from_path, is_dir(&st), Operation::Rebind)?;
+        self.may_change(&snap, &to_path, is_dir(&st), Operation::Rebind)?;
         joining(backing, Self::route(&snap, &to_path, is_dir(&st))?).map_err(refused)?;
         let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
         if exchange {
@@ -843,8 +872,8 @@ impl RouterFs {
         let newname = component(newname)?;
         let st = stat_fd(&node.fd)?;
         let new_path = child_path(&to.path, newname);
-        Self::may_change(snap, &node.path, is_dir(&st))?;
-        Self::may_change(snap, &new_path, is_dir(&st))?;
+        self.may_change(snap, &node.path, is_dir(&st), Operation::LinkFrom)?;
+        self.may_change(snap, &new_path, is_dir(&st), Operation::Rebind)?;
         joining(node.backing, Self::route(snap, &new_path, is_dir(&st))?).map_err(refused)?;
         let at = self.dir_in(&to, node.backing, true)?.ok_or(Errno::EXDEV)?;
         rustix::fs::linkat(
@@ -864,7 +893,12 @@ impl RouterFs {
         let p = self.node(parent)?;
         let name = component(name)?;
         let (backing, _, st) = self.resolve(&snap, &p, name)?;
-        Self::may_change(&snap, &child_path(&p.path, name), is_dir(&st))?;
+        self.may_change(
+            &snap,
+            &child_path(&p.path, name),
+            is_dir(&st),
+            Operation::Rebind,
+        )?;
         let at = self.dir_in(&p, backing, false)?.ok_or(Errno::ENOENT)?;
         rustix::fs::unlinkat(&*at, name, flags).map_err(errno)?;
         self.changed(name.as_bytes());
@@ -883,7 +917,16 @@ impl RouterFs {
         } = change;
         let node = self.node(ino)?;
         let snap = self.snapshot.current();
-        Self::may_change(&snap, &node.path, is_dir(&stat_fd(&node.fd)?))?;
+        let dir = is_dir(&stat_fd(&node.fd)?);
+        let changes = [
+            (size.is_some(), Change::Data),
+            (uid.is_some() || gid.is_some(), Change::Owner),
+            (mode.is_some(), Change::Mode),
+            (atime.is_some() || mtime.is_some(), Change::Times),
+        ];
+        for (_, c) in changes.iter().filter(|(asked, _)| *asked) {
+            self.may_change(&snap, &node.path, dir, Operation::Change(*c))?;
+        }
         if let Some(len) = size {
             match fh.map(|fh| self.file(fh)) {
                 Some(Ok(file)) => file.set_len(len).map_err(|e| io_errno(&e))?,
@@ -920,7 +963,12 @@ impl RouterFs {
         let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC | OFlags::SYNC | OFlags::DSYNC;
         let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
         if writes {
-            Self::may_change(&self.snapshot.current(), &node.path, false)?;
+            self.may_change(
+                &self.snapshot.current(),
+                &node.path,
+                false,
+                Operation::Change(Change::Data),
+            )?;
         }
         let fd = rustix::fs::openat(
             CWD,

@@ -151,6 +151,8 @@ pub struct RepositoryRules {
     nested: BTreeMap<Vec<u8>, RepositoryRules>,
     /// Repository-relative paths of the `HEAD` entries the host had.
     host_heads: BTreeSet<Vec<u8>>,
+    /// How its git directory is guarded, when it is a nested one.
+    git_guards: Option<operations::NestedGitGuards>,
 }
 
 /// The name that makes a directory a (bare) git directory to Git, with
@@ -174,7 +176,14 @@ impl RepositoryRules {
             format: ObjectFormat::Sha1,
             nested: BTreeMap::new(),
             host_heads: BTreeSet::new(),
+            git_guards: None,
         }
+    }
+
+    /// How the git directory of this (nested) repository is guarded
+    /// ([`operations::may_change`]).
+    pub fn set_git_guards(&mut self, guards: operations::NestedGitGuards) {
+        self.git_guards = Some(guards);
     }
 
     /// A `HEAD` entry (any type) the host has at the repository-relative
@@ -306,6 +315,30 @@ impl ClassificationSnapshot {
     /// directory holding one), by this snapshot.
     pub fn tracks(&self, path: &[u8]) -> bool {
         self.root.as_ref().is_some_and(|r| r.tracked.contains(path))
+    }
+
+    /// How the git directory of the nested repository at workspace path
+    /// `repository` is guarded (`None`: no such repository, or not known).
+    pub fn nested_git_guards(&self, repository: &[u8]) -> Option<&operations::NestedGitGuards> {
+        let mut rules = self.root.as_ref()?;
+        let mut rest = repository;
+        // Bounded: each turn descends one nesting level.
+        for _ in 0..=MAX_NESTED_DEPTH {
+            if rest.is_empty() {
+                return rules.git_guards.as_ref();
+            }
+            let (root, inner) = rules.nested.iter().find_map(|(root, inner)| {
+                let after = rest.strip_prefix(root.as_slice())?;
+                match after {
+                    [] => Some((after, inner)),
+                    [b'/', more @ ..] => Some((more, inner)),
+                    _ => None,
+                }
+            })?;
+            rest = root;
+            rules = inner;
+        }
+        None
     }
 
     /// The route of `path` (from the workspace root, `/`-separated bytes);

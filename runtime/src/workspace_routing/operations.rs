@@ -3,8 +3,11 @@
 //! backings, which file types may be made, and which permission bits an
 //! object of the workspace may carry.
 
-use super::{Backing, Decision, Route};
-use crate::git_sentry::SEALED_IN_GIT_DIR;
+use super::{Backing, ClassificationSnapshot, Decision, Route};
+use crate::git_sentry::{Change, Guard, Origin, SentryLayout};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 
 /// Permission bits no object made or changed through the router carries:
 /// set-user-ID, set-group-ID and write-for-others. A set-ID executable the
@@ -34,41 +37,127 @@ pub enum Refusal {
     NestedHostGitEntry,
 }
 
-/// Whether the object at workspace `path`, classified as `route`, may be
-/// created, written, truncated, re-permissioned, renamed (from or to),
-/// removed or hard-linked through the router. A repository the host had
-/// inside the workspace (a vendored clone, a submodule's `.git` file) is
-/// host Git's as much as the workspace's own, whose git directory the Git
-/// Sentry guards (spec 3.5, SR-4): its `.git` entry, `config`,
-/// `config.worktree`, `commondir` (and their `.lock`) and everything under
-/// `hooks/` are refused; the rest of it (objects, refs, index) passes, so
-/// Git keeps working in it.
-pub fn may_change(route: &Route, path: &[u8]) -> Result<(), Refusal> {
+/// What an operation does to the object at a path, told apart as the Git
+/// Sentry's guards tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// Created (anything but a directory), removed, renamed from or to, or
+    /// made a hard link's new name.
+    Rebind,
+    /// A directory made at the path.
+    MakeDirectory,
+    /// Its content or metadata changed.
+    Change(Change),
+    /// A hard link made from it.
+    LinkFrom,
+}
+
+/// How the router guards the git directory of a repository the host had
+/// inside the workspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NestedGitGuards {
+    /// By the Git Sentry's layout of it, read from the host: its
+    /// configuration files and what they include, its hooks, and the admin
+    /// files of its linked worktrees and submodules.
+    Layout(SentryLayout),
+    /// Its layout could not be read (a `.git` that is a file, an include
+    /// through a symbolic link, too many entries): nothing in it changes.
+    ReadOnly,
+}
+
+/// Whether `op` may happen to the object at workspace `path`, classified as
+/// `route` in `snapshot`. A repository the host had inside the workspace
+/// (a vendored clone) is host Git's as much as the workspace's own, whose
+/// git directory the Git Sentry guards (spec 3.5, SR-4): its `.git` entry
+/// never changes, and inside it the Git Sentry's own guards
+/// ([`SentryLayout`]) decide — configuration, included files and hooks
+/// are read-only, the admin files of host worktrees and submodules too,
+/// while objects, refs and the index stay writable so Git keeps working in
+/// it. `origin` tells whether the host has a directory at a workspace path
+/// (asked only below `worktrees/` and `modules/`, where the guard depends
+/// on it). Its `HEAD` is not guarded: one made invalid makes host Git look
+/// further up, where a `HEAD` the sandbox made is isolated state
+/// ([`super::Decision::SandboxRepositoryHead`]).
+pub fn may_change(
+    snapshot: &ClassificationSnapshot,
+    route: &Route,
+    path: &[u8],
+    op: Operation,
+    origin: impl FnMut(&[u8]) -> Origin,
+) -> Result<(), Refusal> {
     if route.decision != Decision::GitDirectory || route.repository.is_empty() {
         return Ok(());
     }
+    let git_dir_len = route.repository.len() + b"/.git".len();
     let Some(rest) = path
         .strip_prefix(route.repository.as_slice())
         .and_then(|r| r.strip_prefix(b"/.git"))
     else {
         return Ok(());
     };
-    let sealed = match rest.strip_prefix(b"/") {
-        None => rest.is_empty(),
-        Some(inner) => {
-            // The files the Git Sentry seals in every git directory, the
-            // lock file host Git renames over each, and the hooks.
-            let name = inner.strip_suffix(b".lock").unwrap_or(inner);
-            SEALED_IN_GIT_DIR.iter().any(|s| s.as_bytes() == name)
-                || inner == b"hooks"
-                || inner.starts_with(b"hooks/")
-        }
+    let allowed = match rest.strip_prefix(b"/") {
+        // The `.git` entry itself keeps its place and permissions (its
+        // times move as its children change).
+        None => !rest.is_empty() || op == Operation::Change(Change::Times),
+        Some(inner) => match snapshot.nested_git_guards(&route.repository) {
+            Some(NestedGitGuards::Layout(layout)) => {
+                let guard = guard_in(layout, &path[..git_dir_len], inner, origin);
+                match guard {
+                    // Not validated here (see above).
+                    Guard::Head | Guard::HeadLock => true,
+                    _ => match op {
+                        Operation::Rebind => guard.may_rebind(),
+                        Operation::MakeDirectory => guard.may_make_directory(),
+                        Operation::Change(change) => guard.may_change(change),
+                        Operation::LinkFrom => guard.may_link_from(),
+                    },
+                }
+            }
+            Some(NestedGitGuards::ReadOnly) | None => false,
+        },
     };
-    if sealed {
-        Err(Refusal::NestedHostGitEntry)
-    } else {
+    if allowed {
         Ok(())
+    } else {
+        Err(Refusal::NestedHostGitEntry)
     }
+}
+
+/// The guard of `inner` (a path inside the git directory at workspace path
+/// `git_dir`) by `layout`, found from the root one component at a time, as
+/// the Git Sentry finds it.
+fn guard_in(
+    layout: &SentryLayout,
+    git_dir: &[u8],
+    inner: &[u8],
+    mut origin: impl FnMut(&[u8]) -> Origin,
+) -> Guard {
+    let mut guard = layout.root();
+    let mut rel: Option<PathBuf> = Some(PathBuf::new());
+    let mut end = 0;
+    for (i, part) in inner.split(|b| *b == b'/').enumerate() {
+        end = if i == 0 {
+            part.len()
+        } else {
+            end + 1 + part.len()
+        };
+        let name = OsStr::from_bytes(part);
+        let from = if guard.guards_by_origin() {
+            let mut at = git_dir.to_vec();
+            at.push(b'/');
+            at.extend_from_slice(&inner[..end]);
+            origin(&at)
+        } else {
+            Origin::Other
+        };
+        let next = layout.child(guard, rel.as_deref(), name, from);
+        rel = match rel {
+            Some(p) if next.keeps_path() => Some(p.join(name)),
+            _ => None,
+        };
+        guard = next;
+    }
+    guard
 }
 
 /// The kinds of object `mknod` can make.
@@ -107,6 +196,9 @@ pub fn joining(source: Backing, destination: Backing) -> Result<Backing, Refusal
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::git_sentry::HostGitDir;
+    use crate::workspace_routing::tracked::TrackedPaths;
+    use crate::workspace_routing::RepositoryRules;
 
     #[test]
     fn set_id_and_world_write_bits_are_cleared_and_nothing_else() {
@@ -139,51 +231,149 @@ mod tests {
         }
     }
 
+    /// A workspace with a nested repository at `vendor/lib` guarded by
+    /// `guards`.
+    fn with_nested(guards: Option<NestedGitGuards>) -> ClassificationSnapshot {
+        let mut nested = RepositoryRules::new(TrackedPaths::default(), false);
+        if let Some(g) = guards {
+            nested.set_git_guards(g);
+        }
+        let mut outer = RepositoryRules::new(TrackedPaths::default(), false);
+        outer.add_nested(b"vendor/lib", nested);
+        ClassificationSnapshot::of_repository(outer)
+    }
+
+    fn layout() -> SentryLayout {
+        let dirs = [
+            HostGitDir {
+                path: PathBuf::new(),
+                worktrees: vec!["wt".into()],
+                includes: vec![PathBuf::from("extra.cfg")],
+            },
+            HostGitDir {
+                path: PathBuf::from("modules/sub"),
+                ..HostGitDir::default()
+            },
+        ];
+        match SentryLayout::new(&dirs) {
+            Ok(l) => l,
+            Err(e) => panic!("layout: {e}"),
+        }
+    }
+
+    /// The host has directories at these workspace paths.
+    fn host_dirs(dirs: &'static [&'static str]) -> impl FnMut(&[u8]) -> Origin {
+        move |p| {
+            if dirs.iter().any(|d| d.as_bytes() == p) {
+                Origin::HostDirectory
+            } else {
+                Origin::Other
+            }
+        }
+    }
+
     #[test]
-    fn a_nested_host_repository_keeps_its_configuration_and_hooks() {
+    fn a_nested_host_repository_is_guarded_as_the_git_sentry_guards_the_workspaces() {
+        let s = with_nested(Some(NestedGitGuards::Layout(layout())));
         let nested = git_directory(b"vendor/lib");
-        for sealed in [
-            &b"vendor/lib/.git"[..],
-            b"vendor/lib/.git/config",
-            b"vendor/lib/.git/config.lock",
-            b"vendor/lib/.git/config.worktree",
-            b"vendor/lib/.git/commondir",
-            b"vendor/lib/.git/hooks",
-            b"vendor/lib/.git/hooks/pre-commit",
-            b"vendor/lib/.git/hooks/sub/x",
+        let origin = || host_dirs(&["vendor/lib/.git/worktrees/host-made"]);
+        let check = |path: &str, op| may_change(&s, &nested, path.as_bytes(), op, origin());
+        let data = Operation::Change(Change::Data);
+        for (path, op) in [
+            ("vendor/lib/.git", Operation::Rebind),
+            ("vendor/lib/.git", Operation::Change(Change::Mode)),
+            ("vendor/lib/.git/config", data),
+            ("vendor/lib/.git/config", Operation::Rebind),
+            ("vendor/lib/.git/config.lock", Operation::Rebind),
+            ("vendor/lib/.git/config.worktree", Operation::Rebind),
+            ("vendor/lib/.git/commondir", Operation::Rebind),
+            ("vendor/lib/.git/config", Operation::LinkFrom),
+            ("vendor/lib/.git/extra.cfg", data),
+            ("vendor/lib/.git/hooks", Operation::Rebind),
+            ("vendor/lib/.git/hooks/pre-commit", Operation::Rebind),
+            ("vendor/lib/.git/hooks/pre-commit", data),
+            ("vendor/lib/.git/worktrees/wt/gitdir", data),
+            ("vendor/lib/.git/worktrees/wt/commondir", Operation::Rebind),
+            ("vendor/lib/.git/worktrees/wt", Operation::Rebind),
+            (
+                "vendor/lib/.git/worktrees/host-made/gitdir",
+                Operation::Rebind,
+            ),
+            ("vendor/lib/.git/modules/sub/config", data),
+            (
+                "vendor/lib/.git/modules/sub/hooks/post-checkout",
+                Operation::Rebind,
+            ),
+            ("vendor/lib/.git/objects", Operation::Rebind),
+            ("vendor/lib/.git/refs", Operation::Change(Change::Mode)),
         ] {
             assert_eq!(
-                may_change(&nested, sealed),
+                check(path, op),
                 Err(Refusal::NestedHostGitEntry),
-                "{}",
-                String::from_utf8_lossy(sealed)
+                "{path} {op:?}"
             );
         }
-        for open in [
-            &b"vendor/lib/.git/index"[..],
-            b"vendor/lib/.git/index.lock",
-            b"vendor/lib/.git/HEAD",
-            b"vendor/lib/.git/objects/ab/cdef",
-            b"vendor/lib/.git/refs/heads/main",
-            b"vendor/lib/.git/configx",
-            b"vendor/lib/.git/hooksx",
-            b"vendor/lib/.gitx",
+        for (path, op) in [
+            ("vendor/lib/.git", Operation::Change(Change::Times)),
+            ("vendor/lib/.git/index", data),
+            ("vendor/lib/.git/index.lock", Operation::Rebind),
+            ("vendor/lib/.git/HEAD", Operation::Rebind),
+            ("vendor/lib/.git/HEAD.lock", Operation::Rebind),
+            ("vendor/lib/.git/objects/ab", Operation::MakeDirectory),
+            ("vendor/lib/.git/objects/ab/cdef", Operation::Rebind),
+            ("vendor/lib/.git/refs/heads/config", Operation::Rebind),
+            ("vendor/lib/.git/configx", data),
+            ("vendor/lib/.git/worktrees/new", Operation::MakeDirectory),
+            ("vendor/lib/.git/worktrees/wt/index", data),
+            (
+                "vendor/lib/.git/modules/sub/objects/ab",
+                Operation::MakeDirectory,
+            ),
+            ("vendor/lib/.gitx", Operation::Rebind),
         ] {
-            assert_eq!(
-                may_change(&nested, open),
-                Ok(()),
-                "{}",
-                String::from_utf8_lossy(open)
-            );
+            assert_eq!(check(path, op), Ok(()), "{path} {op:?}");
         }
+    }
+
+    #[test]
+    fn a_nested_repository_without_a_layout_is_read_only() {
+        let nested = git_directory(b"vendor/lib");
+        for guards in [Some(NestedGitGuards::ReadOnly), None] {
+            let s = with_nested(guards);
+            for path in ["vendor/lib/.git/index", "vendor/lib/.git/objects/ab"] {
+                assert_eq!(
+                    may_change(
+                        &s,
+                        &nested,
+                        path.as_bytes(),
+                        Operation::Rebind,
+                        host_dirs(&[])
+                    ),
+                    Err(Refusal::NestedHostGitEntry),
+                    "{path}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_nested_host_git_directories_are_guarded() {
+        let s = with_nested(None);
         // The workspace's own git directory is the Git Sentry's, and other
         // decisions are not git directories.
-        assert_eq!(may_change(&git_directory(b""), b".git/config"), Ok(()));
+        let op = Operation::Change(Change::Data);
+        assert_eq!(
+            may_change(&s, &git_directory(b""), b".git/config", op, host_dirs(&[])),
+            Ok(())
+        );
         let ordinary = Route {
             decision: Decision::Unmatched,
             ..git_directory(b"vendor/lib")
         };
-        assert_eq!(may_change(&ordinary, b"vendor/lib/.git/config"), Ok(()));
+        assert_eq!(
+            may_change(&s, &ordinary, b"vendor/lib/.git/config", op, host_dirs(&[])),
+            Ok(())
+        );
     }
 
     #[test]
