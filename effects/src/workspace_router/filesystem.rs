@@ -14,6 +14,8 @@
 //! - **Rename and hard link** stay in one backing, or fail with `EXDEV`
 //!   before either changes; `RENAME_WHITEOUT` is `EOPNOTSUPP`; device nodes
 //!   are `EPERM` ([`operations`]).
+//! - **Allocation, hole queries, copy range, `user.*` extended
+//!   attributes** act on the object in its own backing (`extended.rs`).
 //! - **Modes**: no object made or changed through the router keeps
 //!   set-user-ID, set-group-ID or write-for-others bits
 //!   ([`operations::hygienic_mode`]).
@@ -28,16 +30,19 @@
 //! ([`super::invalidation`]); elsewhere timeouts are zero. Bounded: at most [`MAX_INODES`] inodes, [`MAX_HANDLES`] open
 //! handles and [`MAX_DIR_ENTRIES`] entries per listing.
 
+mod extended;
+
 use super::invalidation::{HostEvent, HostWatches, Invalidation};
 use crate::fuse_passthrough::{
     attr, component, dirent_kind, errno, io_errno, kind_of, lock, open_path, proc_path, read_at,
     reply_entries, reply_statfs, set_times, stat_fd, sync,
 };
+use extended::Xattr;
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lazaret_runtime::git_sentry::{Change, Origin};
 use lazaret_runtime::workspace_routing::operations::{
@@ -235,7 +240,7 @@ pub(crate) struct KernelCache {
 fn refused(r: Refusal) -> Errno {
     match r {
         Refusal::CrossBacking => Errno::EXDEV,
-        Refusal::Whiteout => Errno::EOPNOTSUPP,
+        Refusal::Whiteout | Refusal::UnsupportedAttribute => Errno::EOPNOTSUPP,
         Refusal::DeviceNode | Refusal::NestedHostGitEntry => Errno::EPERM,
     }
 }
@@ -1552,6 +1557,85 @@ impl Filesystem for RouterFs {
         reply: ReplyEmpty,
     ) {
         let r = self.file(fh).and_then(|f| sync(&f, datasync));
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.do_fallocate(fh, offset, length, mode);
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let r = self.do_lseek(fh, offset, whence);
+        reply!(reply, r, |at| reply.offset(at));
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let r = self.do_copy_range((fh_in, offset_in), (fh_out, offset_out), len, flags.bits());
+        reply!(reply, r, |n| reply.written(n));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = self.do_getxattr(ino, name, size);
+        reply!(reply, r, |x| match x {
+            Xattr::Size(n) => reply.size(n),
+            Xattr::Data(d) => reply.data(&d),
+        });
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.do_listxattr(ino, size);
+        reply!(reply, r, |x| match x {
+            Xattr::Size(n) => reply.size(n),
+            Xattr::Data(d) => reply.data(&d),
+        });
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.do_change_xattr(ino, name, Some((value, flags)));
+        reply!(reply, r, |()| reply.ok());
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.do_change_xattr(ino, name, None);
         reply!(reply, r, |()| reply.ok());
     }
 

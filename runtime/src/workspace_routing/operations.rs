@@ -35,6 +35,32 @@ pub enum Refusal {
     /// A change to what a nested host repository's Git runs or trusts
     /// ([`may_change`]): `EPERM`.
     NestedHostGitEntry,
+    /// Setting or removing an extended attribute outside `user.*`
+    /// ([`may_set_attribute`]): `EOPNOTSUPP`, as from a file system without
+    /// that namespace.
+    UnsupportedAttribute,
+}
+
+/// Whether the extended attribute `name` is shown (read or listed) through
+/// the router: `user.*` only. Others (`security.*`, `trusted.*`) are the
+/// host's business and read as absent; POSIX ACLs never reach the router
+/// (the kernel serves them only to a FUSE file system that asks it to
+/// enforce them, and the router does not ask, see [`may_set_attribute`]).
+pub fn shows_attribute(name: &[u8]) -> bool {
+    name.starts_with(b"user.")
+}
+
+/// Whether the extended attribute `name` may be set or removed through the
+/// router (spec 3.5: "`user.*` extended attributes"). Not a POSIX ACL: an
+/// ACL can give users other than the developer write access to a host
+/// file, which mode hygiene exists to prevent; nor `security.*` (a file
+/// capability on a host executable) or `trusted.*`.
+pub fn may_set_attribute(name: &[u8]) -> Result<(), Refusal> {
+    if name.starts_with(b"user.") {
+        Ok(())
+    } else {
+        Err(Refusal::UnsupportedAttribute)
+    }
 }
 
 /// What an operation does to the object at a path, told apart as the Git
@@ -212,6 +238,30 @@ mod tests {
             assert_eq!(m & CLEARED_MODE_BITS, 0, "{mode:o}");
             assert_eq!(m | (mode & CLEARED_MODE_BITS), mode, "{mode:o}");
         }
+    }
+
+    #[test]
+    fn only_user_attributes_are_shown_and_set() {
+        assert_eq!(may_set_attribute(b"user.mime_type"), Ok(()));
+        for name in [
+            &b"system.posix_acl_access"[..],
+            b"system.posix_acl_default",
+            b"security.capability",
+            b"security.selinux",
+            b"trusted.overlay.opaque",
+            b"user",
+            b"users.x",
+        ] {
+            assert_eq!(
+                may_set_attribute(name),
+                Err(Refusal::UnsupportedAttribute),
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+        }
+        assert!(shows_attribute(b"user.x"));
+        assert!(!shows_attribute(b"system.posix_acl_access"));
+        assert!(!shows_attribute(b"security.capability"));
     }
 
     #[test]
