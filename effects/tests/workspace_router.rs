@@ -925,6 +925,13 @@ fn an_index_never_tracks_a_path_only_isolated_state_holds() -> Result<(), String
     let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
     let sentry = tmp.path().join("sentry");
     io("mkdir", fs::create_dir(&sentry))?;
+    // A repository the host had inside, whose own rules ignore `out/`.
+    let lib = ws.join("vendor/lib");
+    io("mkdir", fs::create_dir_all(&lib))?;
+    git(&lib, &["init", "-q"])?;
+    io(".gitignore", fs::write(lib.join(".gitignore"), "out/\n"))?;
+    git(&lib, &["add", ".gitignore"])?;
+    git(&lib, &["commit", "-q", "-m", "vendored"])?;
     let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
     let judge = IndexJudge {
         git_dir: ws.join(".git"),
@@ -1019,6 +1026,26 @@ fn an_index_never_tracks_a_path_only_isolated_state_holds() -> Result<(), String
     eventually("the host object again", || {
         fs::read_to_string(mnt.join("node_modules/late.js")).is_ok_and(|t| t == "host again\n")
     })?;
+
+    // The nested repository's index, renamed through the router, is judged
+    // by its own rules the same way.
+    let inner = mnt.join("vendor/lib");
+    io("mkdir", fs::create_dir_all(inner.join("out")))?;
+    io("write", fs::write(inner.join("out/gen.c"), "int g;\n"))?;
+    assert!(iso.join("vendor/lib/out/gen.c").exists());
+    let before = io("read", fs::read(lib.join(".git/index")))?;
+    match git(&inner, &["add", "-f", "out/gen.c"]) {
+        Err(e) if e.contains("index") => {}
+        other => {
+            return Err(format!(
+                "nested git add -f of an isolated-only path: {other:?}"
+            ))
+        }
+    }
+    assert_eq!(io("read", fs::read(lib.join(".git/index")))?, before);
+    io("write", fs::write(inner.join("lib.c"), "int x;\n"))?;
+    git(&inner, &["add", "lib.c"])?;
+    assert_eq!(git(&lib, &["ls-files"])?, ".gitignore\nlib.c\n");
     sentry_mount.unmount().map_err(|e| e.to_string())?;
     router.unmount().map_err(|e| e.to_string())?;
     Ok(())

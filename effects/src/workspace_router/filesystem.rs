@@ -488,6 +488,45 @@ impl RouterFs {
         })
     }
 
+    /// Before a rename of `object` (`st`) onto `to`: when `to` is the index
+    /// of a nested host repository, the judgement of the object as its next
+    /// index (spec 3.5, index publication: `EBUSY` for one that would track
+    /// an isolated-only path). The workspace's own index is the Git Sentry
+    /// filter's to judge.
+    fn judge_nested_index(
+        &self,
+        snap: &ClassificationSnapshot,
+        object: &OwnedFd,
+        st: &Stat,
+        to: &[u8],
+    ) -> Result<(), Errno> {
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return Ok(());
+        }
+        let route = snap.classify(to, false).map_err(|_| Errno::EINVAL)?;
+        let repository = route.repository;
+        let is_its_index = route.decision == Decision::GitDirectory
+            && !repository.is_empty()
+            && to.strip_prefix(repository.as_slice()) == Some(b"/.git/index".as_slice());
+        if !is_its_index {
+            return Ok(());
+        }
+        // Through the descriptor (a regular file, checked above).
+        let proposed = rustix::fs::openat(
+            CWD,
+            proc_path(object),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        super::index_admission::judge(
+            snap,
+            &repository,
+            &proposed,
+            (&self.host_root, &self.isolated_root),
+        )
+    }
+
     /// Whether the host has a directory at the workspace path `path`.
     fn host_origin(&self, path: &[u8]) -> Origin {
         let found = rustix::fs::openat2(
@@ -775,6 +814,9 @@ impl RouterFs {
         }
         if is_dir(&st) {
             self.subtree_keeps_its_routes(&snap, backing, &src_fd, &from_path, &to_path)?;
+        }
+        if !exchange {
+            self.judge_nested_index(&snap, &src_fd, &st, &to_path)?;
         }
         let src_dir = self.dir_in(&from, backing, false)?.ok_or(Errno::ENOENT)?;
         let dst_dir = self.dir_in(&to, backing, true)?.ok_or(Errno::EXDEV)?;

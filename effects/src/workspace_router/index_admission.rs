@@ -10,7 +10,7 @@ use crate::git_sentry::filesystem::IndexAdmission;
 use fuser::Errno;
 use lazaret_runtime::workspace_routing::index_admission::{admit, ObjectKind};
 use lazaret_runtime::workspace_routing::tracked::{index_entries, MAX_INDEX_BYTES};
-use lazaret_runtime::workspace_routing::Backing;
+use lazaret_runtime::workspace_routing::{Backing, ClassificationSnapshot};
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
@@ -28,34 +28,51 @@ pub struct RoutedIndexAdmission {
 
 impl IndexAdmission for RoutedIndexAdmission {
     fn admit(&self, proposed: &OwnedFd) -> Result<(), Errno> {
-        let _span = tracing::info_span!("AdmitIndex").entered();
-        let current = self.published.current();
-        let Some(format) = current.object_format() else {
-            return Ok(());
-        };
-        let bytes = read_all(proposed)?;
-        // An index the decoder cannot read is not judged: the snapshot
-        // watcher cannot read it either and keeps the prior snapshot in force,
-        // so nothing moves between backings.
-        let entries = match index_entries(&bytes, format) {
-            Ok(entries) => entries,
-            Err(e) => {
-                tracing::info!(error = %e, "the proposed index cannot be decoded; not judged");
-                return Ok(());
-            }
-        };
-        admit(&current, &entries, |backing, path| {
-            let root = match backing {
-                Backing::Host => &self.host_root,
-                Backing::Isolated => &self.isolated_root,
-            };
-            object_kind(root, path)
-        })
-        .map_err(|refusal| {
-            tracing::warn!(%refusal, "refused an index that would track an isolated-only path (EBUSY)");
-            Errno::EBUSY
-        })
+        judge(
+            &self.published.current(),
+            b"",
+            proposed,
+            (&self.host_root, &self.isolated_root),
+        )
     }
+}
+
+/// The judgement of `proposed` (open for reading) as the next index of the
+/// repository at workspace path `repository` (empty: the workspace's own)
+/// by the snapshot `current` and what the two backings (`roots`: host,
+/// isolated) hold: `EBUSY` when it would track an isolated-only path.
+pub(super) fn judge(
+    current: &ClassificationSnapshot,
+    repository: &[u8],
+    proposed: &OwnedFd,
+    (host_root, isolated_root): (&OwnedFd, &OwnedFd),
+) -> Result<(), Errno> {
+    let _span = tracing::info_span!("AdmitIndex").entered();
+    let Some(format) = current.object_format(repository) else {
+        return Ok(());
+    };
+    let bytes = read_all(proposed)?;
+    // An index the decoder cannot read is not judged: the snapshot watcher
+    // cannot read it either and keeps the prior snapshot in force, so
+    // nothing moves between backings.
+    let entries = match index_entries(&bytes, format) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::info!(error = %e, "the proposed index cannot be decoded; not judged");
+            return Ok(());
+        }
+    };
+    admit(current, repository, &entries, |backing, path| {
+        let root = match backing {
+            Backing::Host => host_root,
+            Backing::Isolated => isolated_root,
+        };
+        object_kind(root, path)
+    })
+    .map_err(|refusal| {
+        tracing::warn!(%refusal, "refused an index that would track an isolated-only path (EBUSY)");
+        Errno::EBUSY
+    })
 }
 
 /// What `root` holds at the workspace path `path`, found without following

@@ -52,48 +52,65 @@ pub struct IsolatedOnly {
     pub path: Vec<u8>,
 }
 
-/// The entries of `proposed` (the workspace repository's next index) that
-/// `current` neither tracks nor routes to the host: each would move from
-/// isolated state to the host when the index is published.
-pub fn made_tracked<'a>(
+/// An entry of a proposed index, at its workspace path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MadeTracked {
+    /// The path from the workspace root.
+    pub path: Vec<u8>,
+    /// The kind of object the entry records.
+    pub kind: EntryKind,
+}
+
+/// The entries of `proposed` (the next index of the repository at workspace
+/// path `repository`, empty for the workspace's own) that `current` neither
+/// tracks nor routes to the host: each would move from isolated state to
+/// the host when the index is published.
+pub fn made_tracked(
     current: &ClassificationSnapshot,
-    proposed: &'a [IndexEntry],
-) -> Vec<&'a IndexEntry> {
+    repository: &[u8],
+    proposed: &[IndexEntry],
+) -> Vec<MadeTracked> {
     proposed
         .iter()
-        .filter(|e| !current.tracks(&e.path))
-        .filter(|e| {
+        .filter(|e| !current.tracks(repository, &e.path))
+        .filter_map(|e| {
+            let mut path = repository.to_vec();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&e.path);
             let dir = matches!(e.kind, EntryKind::Gitlink | EntryKind::Directory);
             // A path the classification refuses is never served by either
             // backing: nothing of it can move.
             current
-                .classify(&e.path, dir)
+                .classify(&path, dir)
                 .is_ok_and(|route| route.backing == Backing::Isolated)
+                .then_some(MadeTracked { path, kind: e.kind })
         })
         .collect()
 }
 
-/// Whether `proposed` may replace the current index of the workspace
-/// classified by `current`. `object` tells what a backing holds at a path
+/// Whether `proposed` may replace the current index of the repository at
+/// workspace path `repository` (empty: the workspace's own), classified by
+/// `current`. `object` tells what a backing holds at a workspace path
 /// (`None`: nothing). An entry made tracked whose isolated object exists
 /// needs a host object of the kind the entry records; an entry with no
 /// object in either backing is a tracked path deleted from the worktree, as
 /// Git allows.
 pub fn admit(
     current: &ClassificationSnapshot,
+    repository: &[u8],
     proposed: &[IndexEntry],
     mut object: impl FnMut(Backing, &[u8]) -> Option<ObjectKind>,
 ) -> Result<(), IsolatedOnly> {
-    for entry in made_tracked(current, proposed) {
+    for entry in made_tracked(current, repository, proposed) {
         if object(Backing::Isolated, &entry.path).is_none() {
             continue;
         }
         if object(Backing::Host, &entry.path).is_some_and(|kind| entry.kind.matches(kind)) {
             continue;
         }
-        return Err(IsolatedOnly {
-            path: entry.path.clone(),
-        });
+        return Err(IsolatedOnly { path: entry.path });
     }
     Ok(())
 }
@@ -133,7 +150,7 @@ mod tests {
         proposed: &[IndexEntry],
         world: &HashMap<(Backing, Vec<u8>), ObjectKind>,
     ) -> Result<(), IsolatedOnly> {
-        admit(current, proposed, |b, p| {
+        admit(current, b"", proposed, |b, p| {
             world.get(&(b, p.to_vec())).copied()
         })
     }
@@ -150,16 +167,16 @@ mod tests {
             entry("node_modules/m/index.js", EntryKind::File),
             entry("node_modules", EntryKind::Gitlink),
         ];
-        let made: Vec<&[u8]> = made_tracked(&current, &proposed)
+        let made: Vec<Vec<u8>> = made_tracked(&current, b"", &proposed)
             .into_iter()
-            .map(|e| e.path.as_slice())
+            .map(|e| e.path)
             .collect();
         assert_eq!(
             made,
             vec![
-                b"x.log".as_slice(),
-                b"node_modules/m/index.js",
-                b"node_modules"
+                b"x.log".to_vec(),
+                b"node_modules/m/index.js".to_vec(),
+                b"node_modules".to_vec()
             ]
         );
     }
@@ -234,6 +251,36 @@ mod tests {
     }
 
     #[test]
+    fn a_nested_repositorys_index_is_judged_by_its_own_paths() {
+        let mut inner =
+            RepositoryRules::new(TrackedPaths::from_paths([b"lib.c".to_vec()], false), false);
+        inner.add_gitignore(b"", b"out/\n");
+        let mut outer = RepositoryRules::new(TrackedPaths::default(), false);
+        outer.add_nested(b"vendor/lib", inner);
+        let current = ClassificationSnapshot::of_repository(outer);
+        let proposed = [
+            entry("lib.c", EntryKind::File),
+            entry("out/gen.c", EntryKind::File),
+            entry("new.c", EntryKind::File),
+        ];
+        let made: Vec<Vec<u8>> = made_tracked(&current, b"vendor/lib", &proposed)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(made, vec![b"vendor/lib/out/gen.c".to_vec()]);
+        let world = objects(&[(Backing::Isolated, "vendor/lib/out/gen.c", ObjectKind::File)]);
+        let r = admit(&current, b"vendor/lib", &proposed, |b, p| {
+            world.get(&(b, p.to_vec())).copied()
+        });
+        assert_eq!(
+            r,
+            Err(IsolatedOnly {
+                path: b"vendor/lib/out/gen.c".to_vec()
+            })
+        );
+    }
+
+    #[test]
     fn ordinary_commits_look_at_no_object() {
         let current = snapshot(&["src/a.rs"]);
         let proposed = [
@@ -241,7 +288,7 @@ mod tests {
             entry("src/b.rs", EntryKind::File),
             entry("keep.log", EntryKind::File),
         ];
-        let r = admit(&current, &proposed, |b, p| {
+        let r = admit(&current, b"", &proposed, |b, p| {
             panic!("looked at {b:?} {}", String::from_utf8_lossy(p))
         });
         assert_eq!(r, Ok(()));

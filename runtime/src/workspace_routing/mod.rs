@@ -306,39 +306,47 @@ impl ClassificationSnapshot {
         self.root.is_some()
     }
 
-    /// The object format of the workspace's repository, if it is one.
-    pub fn object_format(&self) -> Option<ObjectFormat> {
-        self.root.as_ref().map(|r| r.format)
-    }
-
-    /// Whether the workspace's own index holds `path` (an entry, or a
-    /// directory holding one), by this snapshot.
-    pub fn tracks(&self, path: &[u8]) -> bool {
-        self.root.as_ref().is_some_and(|r| r.tracked.contains(path))
-    }
-
-    /// How the git directory of the nested repository at workspace path
-    /// `repository` is guarded (`None`: no such repository, or not known).
-    pub fn nested_git_guards(&self, repository: &[u8]) -> Option<&operations::NestedGitGuards> {
+    /// The rules of the repository whose root is the workspace path
+    /// `repository` (empty: the workspace's own), if there is one.
+    fn rules_of(&self, repository: &[u8]) -> Option<&RepositoryRules> {
         let mut rules = self.root.as_ref()?;
         let mut rest = repository;
         // Bounded: each turn descends one nesting level.
         for _ in 0..=MAX_NESTED_DEPTH {
             if rest.is_empty() {
-                return rules.git_guards.as_ref();
+                return Some(rules);
             }
-            let (root, inner) = rules.nested.iter().find_map(|(root, inner)| {
-                let after = rest.strip_prefix(root.as_slice())?;
-                match after {
-                    [] => Some((after, inner)),
+            let (below, inner) = rules.nested.iter().find_map(|(root, inner)| {
+                match rest.strip_prefix(root.as_slice())? {
+                    [] => Some((&rest[rest.len()..], inner)),
                     [b'/', more @ ..] => Some((more, inner)),
                     _ => None,
                 }
             })?;
-            rest = root;
+            rest = below;
             rules = inner;
         }
         None
+    }
+
+    /// The object format of the repository at workspace path `repository`
+    /// (empty: the workspace's own), if there is one.
+    pub fn object_format(&self, repository: &[u8]) -> Option<ObjectFormat> {
+        self.rules_of(repository).map(|r| r.format)
+    }
+
+    /// Whether the index of the repository at workspace path `repository`
+    /// holds `path` (relative to that repository: an entry, or a directory
+    /// holding one), by this snapshot.
+    pub fn tracks(&self, repository: &[u8], path: &[u8]) -> bool {
+        self.rules_of(repository)
+            .is_some_and(|r| r.tracked.contains(path))
+    }
+
+    /// How the git directory of the nested repository at workspace path
+    /// `repository` is guarded (`None`: no such repository, or not known).
+    pub fn nested_git_guards(&self, repository: &[u8]) -> Option<&operations::NestedGitGuards> {
+        self.rules_of(repository)?.git_guards.as_ref()
     }
 
     /// The route of `path` (from the workspace root, `/`-separated bytes);
