@@ -962,6 +962,51 @@ fn an_index_never_tracks_a_path_only_isolated_state_holds() -> Result<(), String
     }
     assert_eq!(host_index()?, before, "the index changed");
     assert!(!ws.join(".git/index.lock").exists(), "a lock was left");
+    // The same index made outside, then moved in by hand: EBUSY for a
+    // rename and for an exchange; the index in force changes in no other
+    // way (in place, through a second name).
+    let proposed = tmp.path().join("proposed");
+    io("copy", fs::write(&proposed, &before))?;
+    let made = Command::new("git")
+        .args(["-c", "safe.directory=*", &git_dir, &work_tree])
+        .args(["add", "-f", "node_modules/made/x.js"])
+        .env("GIT_INDEX_FILE", &proposed)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", tmp.path())
+        .output()
+        .map_err(|e| format!("git: {e}"))?;
+    assert!(made.status.success(), "{made:?}");
+    let lock = sentry.join("index.lock");
+    io("lock", fs::write(&lock, io("read", fs::read(&proposed))?))?;
+    const EBUSY: i32 = 16;
+    fails("rename", EBUSY, fs::rename(&lock, sentry.join("index")))?;
+    let exchange = rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        &lock,
+        rustix::fs::CWD,
+        sentry.join("index"),
+        rustix::fs::RenameFlags::EXCHANGE,
+    );
+    fails("exchange", EBUSY, exchange.map_err(std::io::Error::from))?;
+    io("unlock", fs::remove_file(&lock))?;
+    fails(
+        "write in place",
+        EBUSY,
+        fs::OpenOptions::new()
+            .write(true)
+            .open(sentry.join("index")),
+    )?;
+    fails(
+        "second name",
+        EBUSY,
+        fs::hard_link(sentry.join("index"), sentry.join("index2")),
+    )?;
+    fails(
+        "made in place",
+        EBUSY,
+        fs::File::create(sentry.join("index")),
+    )?;
+    assert_eq!(host_index()?, before, "the index changed");
     assert_eq!(git(&ws, &["ls-files", "node_modules"])?, "");
     assert_eq!(
         io(

@@ -378,6 +378,8 @@ pub struct JudgedIndex {
     /// The (device, inode) of the workspace's git directory (the common
     /// directory, or a linked worktree's directory inside it).
     pub dir: (u64, u64),
+    /// That directory (`O_PATH`): the index in force is looked up in it.
+    pub dir_fd: Arc<OwnedFd>,
     /// Who judges.
     pub admission: Arc<dyn IndexAdmission>,
 }
@@ -668,7 +670,25 @@ impl SentryFs {
             tracing::warn!("Git Sentry refused a write to a file that became HEAD");
             return Err(Errno::EPERM);
         }
+        self.not_the_judged_index(id)?;
         Ok(file)
+    }
+
+    /// `EBUSY` when `id` is the workspace's index in force: it changes only
+    /// by a judged rename ([`Self::judge_index`]), never in place, through
+    /// a descriptor kept from before the rename, or through a second name.
+    fn not_the_judged_index(&self, id: (u64, u64)) -> Result<(), Errno> {
+        let Some(index) = &self.index else {
+            return Ok(());
+        };
+        let current = open_path(&index.dir_fd, OsStr::new(INDEX))
+            .and_then(|fd| stat_fd(&fd))
+            .map(|st| (st.st_dev, st.st_ino));
+        if current == Ok(id) {
+            tracing::warn!("Git Sentry refused changing the index other than by a judged rename");
+            return Err(Errno::EBUSY);
+        }
+        Ok(())
     }
 
     fn created_entry(
@@ -728,6 +748,8 @@ impl SentryFs {
         let node = self.node(ino)?;
         if size.is_some() {
             Self::may_change(&node, Change::Data)?;
+            let st = stat_fd(&node.fd)?;
+            self.not_the_judged_index((st.st_dev, st.st_ino))?;
         }
         if mode.is_some() {
             Self::may_change(&node, Change::Mode)?;
@@ -786,6 +808,8 @@ impl SentryFs {
         let writes = raw.intersects(OFlags::WRONLY | OFlags::RDWR | OFlags::TRUNC);
         if writes {
             Self::may_change(&node, Change::Data)?;
+            let st = stat_fd(&node.fd)?;
+            self.not_the_judged_index((st.st_dev, st.st_ino))?;
         }
         let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC | OFlags::SYNC | OFlags::DSYNC;
         let fd = rustix::fs::openat(
@@ -814,6 +838,10 @@ impl SentryFs {
         let name = component(name)?;
         let _naming = self.writing();
         self.may_rebind(&p, name)?;
+        // A new index is made by a judged rename, never in place.
+        if name == INDEX && self.holds_judged_index(&p)? {
+            return Err(Errno::EBUSY);
+        }
         let raw = OFlags::from_bits_retain(u32::from_ne_bytes(flags.to_ne_bytes()));
         let keep = OFlags::RWMODE | OFlags::APPEND | OFlags::TRUNC;
         // Always exclusive: the kernel sends `create` only for a name its
@@ -863,9 +891,7 @@ impl SentryFs {
         }
         // Onto the workspace's index: judged with every write held off, so
         // the file judged is the file renamed.
-        let judged = !flags.contains(RenameFlags::RENAME_EXCHANGE)
-            && newname == INDEX
-            && self.holds_judged_index(&to)?;
+        let judged = newname == INDEX && self.holds_judged_index(&to)?;
         let (_naming, _judging) = if judged {
             (None, Some(self.swapping_head()))
         } else {
@@ -927,21 +953,28 @@ impl SentryFs {
         let Some(index) = &self.index else {
             return Ok(());
         };
+        // Looked at before it is opened for reading: a FIFO would block.
+        let at = open_path(&dir.fd, name)?;
+        let st = stat_fd(&at)?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
+            || u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_JUDGED_INDEX_BYTES
+            || st.st_nlink != 1
+        {
+            // Git renames a regular file of one name; a second name would
+            // write the index after the judgement.
+            tracing::warn!("Git Sentry refused an index that is not a regular file of one name");
+            return Err(Errno::EBUSY);
+        }
         let proposed = rustix::fs::openat(
-            &*dir.fd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+            CWD,
+            proc_path(&at),
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
             Mode::empty(),
         )
         .map_err(errno)?;
-        let st = stat_fd(&proposed)?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile
-            || u64::try_from(st.st_size).unwrap_or(u64::MAX) > MAX_JUDGED_INDEX_BYTES
-        {
-            // Git writes a regular file; nothing else is an index host Git
-            // reads, and the router's snapshot refuses it too.
-            return Ok(());
-        }
+        // Writes wait while it is judged (the caller holds `head_swap`), and
+        // once it is the index a descriptor kept from before writes no more
+        // (`not_the_judged_index`).
         index.admission.admit(&proposed)
     }
 
@@ -964,6 +997,7 @@ impl SentryFs {
         // A second name for a symbolic link already in the git directory
         // would plant it where host Git follows it (see `symlink`).
         let st = stat_fd(&src.fd)?;
+        self.not_the_judged_index((st.st_dev, st.st_ino))?;
         if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink {
             tracing::warn!("Git Sentry refused a hard link of a symbolic link");
             return Err(Errno::EPERM);

@@ -330,12 +330,24 @@ pub fn mount(
     let index = match index {
         None => None,
         Some(IndexJudge { git_dir, admission }) => {
-            let st = rustix::fs::stat(&git_dir).map_err(|source| FilterError::Open {
+            let open_err = |source| FilterError::Open {
                 path: git_dir.clone(),
                 source,
-            })?;
+            };
+            let dir = rustix::fs::openat(
+                rustix::fs::CWD,
+                &git_dir,
+                rustix::fs::OFlags::PATH
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(open_err)?;
+            let st = rustix::fs::fstat(&dir).map_err(open_err)?;
             Some(JudgedIndex {
                 dir: (st.st_dev, st.st_ino),
+                dir_fd: Arc::new(dir),
                 admission,
             })
         }

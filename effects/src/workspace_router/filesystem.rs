@@ -511,6 +511,10 @@ impl RouterFs {
         if !is_its_index {
             return Ok(());
         }
+        if st.st_nlink != 1 {
+            // A second name would write the index after the judgement.
+            return Err(Errno::EBUSY);
+        }
         // Through the descriptor (a regular file, checked above).
         let proposed = rustix::fs::openat(
             CWD,
@@ -815,9 +819,7 @@ impl RouterFs {
         if is_dir(&st) {
             self.subtree_keeps_its_routes(&snap, backing, &src_fd, &from_path, &to_path)?;
         }
-        if !exchange {
-            self.judge_nested_index(&snap, &src_fd, &st, &to_path)?;
-        }
+        self.judge_nested_index(&snap, &src_fd, &st, &to_path)?;
         let src_dir = self.dir_in(&from, backing, false)?.ok_or(Errno::ENOENT)?;
         let dst_dir = self.dir_in(&to, backing, true)?.ok_or(Errno::EXDEV)?;
         let mut f = rustix::fs::RenameFlags::empty();

@@ -52,16 +52,12 @@ pub(super) fn judge(
         return Ok(());
     };
     let bytes = read_all(proposed)?;
-    // An index the decoder cannot read is not judged: the snapshot watcher
-    // cannot read it either and keeps the prior snapshot in force, so
-    // nothing moves between backings.
-    let entries = match index_entries(&bytes, format) {
-        Ok(entries) => entries,
-        Err(e) => {
-            tracing::info!(error = %e, "the proposed index cannot be decoded; not judged");
-            return Ok(());
-        }
-    };
+    // An index that cannot be judged is refused (the snapshot cannot be
+    // read from it either: a split index, one too large).
+    let entries = index_entries(&bytes, format).map_err(|e| {
+        tracing::warn!(error = %e, "refused an index that cannot be decoded (EBUSY)");
+        Errno::EBUSY
+    })?;
     admit(current, repository, &entries, |backing, path| {
         let root = match backing {
             Backing::Host => host_root,

@@ -103,7 +103,33 @@ pub fn admit(
     proposed: &[IndexEntry],
     mut object: impl FnMut(Backing, &[u8]) -> Option<ObjectKind>,
 ) -> Result<(), IsolatedOnly> {
+    // Directories already looked at (bounded by the entries' ancestors).
+    let mut seen: std::collections::BTreeSet<Vec<u8>> = std::collections::BTreeSet::new();
     for entry in made_tracked(current, repository, proposed) {
+        // A directory on the way that becomes tracked (it will hold an
+        // entry) is host-backed from then on: an isolated one there needs a
+        // host directory too, or everything in it would be hidden.
+        let below = repository.len() + usize::from(!repository.is_empty());
+        let slashes = entry.path[below..]
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .map(|(i, _)| below + i);
+        for end in slashes {
+            let dir = &entry.path[..end];
+            if !seen.insert(dir.to_vec()) || current.tracks(repository, &dir[below..]) {
+                continue;
+            }
+            let isolated_now = current
+                .classify(dir, true)
+                .is_ok_and(|route| route.backing == Backing::Isolated);
+            if isolated_now
+                && object(Backing::Isolated, dir).is_some()
+                && object(Backing::Host, dir) != Some(ObjectKind::Directory)
+            {
+                return Err(IsolatedOnly { path: dir.to_vec() });
+            }
+        }
         if object(Backing::Isolated, &entry.path).is_none() {
             continue;
         }
@@ -278,6 +304,27 @@ mod tests {
                 path: b"vendor/lib/out/gen.c".to_vec()
             })
         );
+    }
+
+    #[test]
+    fn an_isolated_directory_is_never_made_tracked_by_an_entry_below_it() {
+        // `git update-index --add --cacheinfo ... node_modules/zz`: no
+        // object of the entry anywhere, but `node_modules` would become
+        // host-backed and hide the isolated tree.
+        let current = snapshot(&[]);
+        let proposed = [entry("node_modules/zz", EntryKind::File)];
+        let world = objects(&[(Backing::Isolated, "node_modules", ObjectKind::Directory)]);
+        assert_eq!(
+            check(&current, &proposed, &world),
+            Err(IsolatedOnly {
+                path: b"node_modules".to_vec()
+            })
+        );
+        let both = objects(&[
+            (Backing::Isolated, "node_modules", ObjectKind::Directory),
+            (Backing::Host, "node_modules", ObjectKind::Directory),
+        ]);
+        assert_eq!(check(&current, &proposed, &both), Ok(()));
     }
 
     #[test]

@@ -410,8 +410,10 @@ impl ClassificationSnapshot {
                 _ if *part == HEAD => Some(relative),
                 _ => None,
             };
-            if head.is_some_and(|head| !rules.host_heads.contains(head))
-                && !tracked
+            // A lock goes where its `HEAD` goes: tracked when the `HEAD` is.
+            if head.is_some_and(|head| {
+                !rules.host_heads.contains(head) && !rules.tracked.contains(head)
+            }) && !tracked
                 && excluded.is_none()
             {
                 return Ok(isolated(
