@@ -771,6 +771,74 @@ fn host_changes_reach_the_sandbox_through_the_kernels_caches() -> Result<(), Str
     Ok(())
 }
 
+/// A directory some process works in keeps its place while the host and
+/// the sandbox change it: the router tells the kernel a changed entry has
+/// expired rather than that it is gone, so Git, started in it after the
+/// change, still finds its working directory.
+#[test]
+fn a_directory_in_use_keeps_its_place_while_it_changes() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_directory_in_use_keeps_its_place_while_it_changes");
+    }
+    use std::io::BufRead as _;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    io("mkdir", fs::create_dir(ws.join("src/in-use")))?;
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    let mut child = io(
+        "spawn",
+        Command::new("sh")
+            .args([
+                "-c",
+                "cd src/in-use && echo in && read _ && exec git rev-parse --show-prefix",
+            ])
+            .current_dir(&mnt)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", &mnt)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn(),
+    )?;
+    let mut stdout = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let mut line = String::new();
+    io("ready", stdout.read_line(&mut line))?;
+    assert_eq!(line, "in\n");
+    // A host change and one through the router, each an event on the
+    // directory's own entry.
+    io(
+        "host chmod",
+        fs::set_permissions(ws.join("src/in-use"), fs::Permissions::from_mode(0o750)),
+    )?;
+    eventually("the host's chmod", || {
+        fs::metadata(mnt.join("src/in-use")).is_ok_and(|m| m.mode() & 0o777 == 0o750)
+    })?;
+    io(
+        "chmod inside",
+        fs::set_permissions(mnt.join("src/in-use"), fs::Permissions::from_mode(0o700)),
+    )?;
+    // The router looks at host events every 250 ms: both have been taken.
+    std::thread::sleep(std::time::Duration::from_millis(750));
+    io(
+        "go",
+        child.stdin.take().ok_or("no stdin")?.write_all(b"go\n"),
+    )?;
+    let out = io("wait", child.wait_with_output())?;
+    let mut rest = String::new();
+    io(
+        "prefix",
+        std::io::Read::read_to_string(&mut stdout, &mut rest),
+    )?;
+    assert!(
+        out.status.success(),
+        "git lost its working directory: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rest, "src/in-use/\n");
+    router.unmount().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// A repository the host had inside the workspace (a vendored clone) is
 /// host Git's: through the router its configuration, `commondir`, hooks and
 /// `.git` entry cannot be changed (`EPERM`), while Git keeps working in it.

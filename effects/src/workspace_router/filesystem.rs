@@ -45,6 +45,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lazaret_runtime::git_sentry::{Change, Origin};
+use lazaret_runtime::workspace_routing::index_admission::ObjectKind;
 use lazaret_runtime::workspace_routing::operations::{
     hygienic_mode, joining, may_change, may_make, NodeKind, Operation, Refusal,
 };
@@ -303,19 +304,26 @@ fn beneath(root: &OwnedFd, path: &[u8], make: bool) -> Result<Option<OwnedFd>, E
 /// The object at the workspace path `path` beneath `root` (`O_PATH`, no
 /// symbolic link followed on the way or at the end, never above `root`),
 /// provided it is still the object `id` (device, inode); `ESTALE` when
-/// another object took its place.
+/// another object took its place or none is there any more. The object may
+/// live on at another path (the host moved it or a directory above it, and
+/// the kernel, whose entries only expire, still holds it below the new
+/// name): on `ESTALE` the kernel looks the path up again, and that lookup
+/// records the object's new path.
 fn reopen(root: &OwnedFd, path: &[u8], id: (u64, u64)) -> Result<OwnedFd, Errno> {
     let fd = if path.is_empty() {
         rustix::io::dup(root).map_err(errno)?
     } else {
-        rustix::fs::openat2(
+        match rustix::fs::openat2(
             root,
             OsStr::from_bytes(path),
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
-        .map_err(errno)?
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Err(Errno::ESTALE),
+            Err(e) => return Err(errno(e)),
+        }
     };
     let st = stat_fd(&fd)?;
     if (st.st_dev, st.st_ino) != id {
@@ -533,17 +541,8 @@ impl RouterFs {
 
     /// Whether the host has a directory at the workspace path `path`.
     fn host_origin(&self, path: &[u8]) -> Origin {
-        let found = rustix::fs::openat2(
-            &*self.host_root,
-            OsStr::from_bytes(path),
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
-        .ok()
-        .and_then(|fd| stat_fd(&fd).ok());
-        match found {
-            Some(st) if is_dir(&st) => Origin::HostDirectory,
+        match super::index_admission::object_kind(&self.host_root, path) {
+            Some(ObjectKind::Directory) => Origin::HostDirectory,
             _ => Origin::Other,
         }
     }

@@ -73,7 +73,7 @@ pub(super) fn judge(
 
 /// What `root` holds at the workspace path `path`, found without following
 /// a symbolic link and never above `root`.
-fn object_kind(root: &OwnedFd, path: &[u8]) -> Option<ObjectKind> {
+pub(super) fn object_kind(root: &OwnedFd, path: &[u8]) -> Option<ObjectKind> {
     let fd = rustix::fs::openat2(
         root,
         OsStr::from_bytes(path),

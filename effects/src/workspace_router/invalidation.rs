@@ -18,11 +18,16 @@
 //!   kernel knows whose route changed is dropped (`KernelCache::
 //!   after_publication`).
 //!
+//! An entry is dropped by making it expire
+//! ([`KernelNotifier`](super::connection::KernelNotifier)): the kernel
+//! looks it up again on its next use and keeps it if it is the same object.
+//!
 //! A change is seen after it happened: between a host change and its drop
 //! (a few milliseconds) the sandbox may see the prior state, and a
 //! replaced object answers `ESTALE`, on which the kernel looks its path up
 //! again.
 
+use super::connection::KernelNotifier;
 use super::filesystem::KernelCache;
 use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 use std::collections::HashMap;
@@ -153,26 +158,6 @@ pub(crate) enum Invalidation {
     Attributes(u64),
 }
 
-/// Tells the kernel to drop each of `drops`. Never called with a lock of
-/// the router held: the kernel may wait, before it drops an entry, for a
-/// request on its directory that the router is serving.
-pub(crate) fn send(notifier: &fuser::Notifier, drops: Vec<Invalidation>) {
-    for drop in drops {
-        let sent = match &drop {
-            Invalidation::Entry { parent, name } => {
-                notifier.inval_entry(fuser::INodeNo(*parent), name)
-            }
-            Invalidation::Inode(ino) => notifier.inval_inode(fuser::INodeNo(*ino), 0, 0),
-            Invalidation::Attributes(ino) => notifier.inval_inode(fuser::INodeNo(*ino), -1, 0),
-        };
-        if let Err(e) = sent {
-            // The connection is ending (unmount), or the kernel forgot the
-            // object: nothing is cached any more either way.
-            tracing::debug!(error = %e, ?drop, "a kernel cache invalidation was not taken");
-        }
-    }
-}
-
 /// Reads host changes from `events` (the watches' instance) and drops
 /// what the kernel caches of them, until `stop`. Each turn handles at most
 /// [`MAX_EVENTS_PER_TURN`] events; a lost event queue (overflow) drops
@@ -180,7 +165,7 @@ pub(crate) fn send(notifier: &fuser::Notifier, drops: Vec<Invalidation>) {
 pub(crate) fn follow_host(
     events: OwnedFd,
     cache: KernelCache,
-    notifier: fuser::Notifier,
+    notifier: KernelNotifier,
     stop: Arc<AtomicBool>,
 ) {
     let mut buf = vec![MaybeUninit::<u8>::uninit(); 64 * 1024];
@@ -199,7 +184,7 @@ pub(crate) fn follow_host(
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "the router stopped following host changes; the kernel's caches are dropped");
-                send(&notifier, cache.everything_of_the_host());
+                notifier.send(cache.everything_of_the_host());
                 cache.stop_caching();
                 return;
             }
@@ -236,6 +221,6 @@ pub(crate) fn follow_host(
         } else {
             cache.after_host_events(&batch)
         };
-        send(&notifier, drops);
+        notifier.send(drops);
     }
 }

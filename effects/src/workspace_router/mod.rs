@@ -6,6 +6,7 @@
 //! private. The Runtime Supervisor mounts it before runsc starts and binds
 //! it at `/workspace` (`coordinator::supervisor::mount_router`).
 
+mod connection;
 pub mod filesystem;
 pub mod index_admission;
 pub mod invalidation;
@@ -13,6 +14,7 @@ pub mod invalidation;
 use crate::workspace_routing::{
     read_snapshot_and_inputs, InputState, RoutingInputError, SnapshotInputs,
 };
+use connection::{mount_device, KernelNotifier};
 use filesystem::{KernelCache, PublishedSnapshot, RouterFs};
 use index_admission::RoutedIndexAdmission;
 use invalidation::{follow_host, HostWatches, MAX_WATCHES};
@@ -64,8 +66,7 @@ pub enum RouterError {
 /// A mounted router; [`MountedRouter::unmount`] (or dropping it) unmounts.
 #[derive(Debug)]
 pub struct MountedRouter {
-    session: Option<fuser::BackgroundSession>,
-    mountpoint: PathBuf,
+    mounted: Mounted,
     watcher: Watcher,
     admission: Arc<RoutedIndexAdmission>,
 }
@@ -103,7 +104,7 @@ impl Drop for Watcher {
 struct Publication {
     published: Arc<PublishedSnapshot>,
     cache: KernelCache,
-    notifier: fuser::Notifier,
+    notifier: KernelNotifier,
 }
 
 impl Publication {
@@ -115,7 +116,7 @@ impl Publication {
         // lookup in flight in its directory has ended.
         self.published.publish(snapshot);
         let drops = self.cache.after_publication(&self.published.current());
-        invalidation::send(&self.notifier, drops);
+        self.notifier.send(drops);
     }
 }
 
@@ -207,7 +208,7 @@ fn settled_before(fingerprint: &[InputState], started: SystemTime) -> bool {
 impl MountedRouter {
     /// Where the router is mounted.
     pub fn mountpoint(&self) -> &Path {
-        &self.mountpoint
+        &self.mounted.mountpoint
     }
 
     /// The judge of the workspace's next index, for the Git Sentry filter
@@ -220,18 +221,52 @@ impl MountedRouter {
     /// unmounts too).
     pub fn unmount(mut self) -> io::Result<()> {
         self.watcher.stop();
-        match self.session.take() {
+        self.mounted.unmount()
+    }
+}
+
+/// The mount and the session serving it.
+#[derive(Debug)]
+struct Mounted {
+    /// None until the session runs.
+    session: Option<fuser::BackgroundSession>,
+    mountpoint: PathBuf,
+    /// Whether the mount is still there.
+    live: bool,
+}
+
+impl Mounted {
+    /// Unmounts and waits for the session to end. A mount still in use
+    /// (`EBUSY`) is detached: nothing stays mounted either way.
+    fn unmount(&mut self) -> io::Result<()> {
+        use rustix::mount::{unmount, UnmountFlags};
+        if !self.live {
+            return Ok(());
+        }
+        self.live = false;
+        if let Err(e) = unmount(&self.mountpoint, UnmountFlags::empty()) {
+            let _ = unmount(&self.mountpoint, UnmountFlags::DETACH);
+            return Err(e.into());
+        }
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        match session.join() {
             // Requests still queued when the unmount lands make the kernel
             // end the connection as aborted: unmounted all the same.
-            Some(s) => match s.umount_and_join() {
-                Err(e)
-                    if e.raw_os_error() == Some(rustix::io::Errno::CONNABORTED.raw_os_error()) =>
-                {
-                    Ok(())
-                }
-                other => other,
-            },
-            None => Ok(()),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::CONNABORTED.raw_os_error()) => {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.live {
+            // The session thread ends with the connection.
+            let _ = rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH);
         }
     }
 }
@@ -284,11 +319,6 @@ pub fn mount(
         isolated_root: rustix::io::fcntl_dupfd_cloexec(&isolated, 0).map_err(dup_err)?,
     });
     let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName("lazaret-router".to_owned()),
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
     config.n_threads = Some(THREADS);
     config.clone_fd = true;
     let mount_err = |source| RouterError::Mount {
@@ -313,11 +343,20 @@ pub fn mount(
         source,
     })?;
     let cache = fs.kernel_cache();
-    let session = fuser::Session::new(fs, mountpoint, &config).map_err(mount_err)?;
-    let session = session.spawn().map_err(mount_err)?;
+    let device = mount_device(mountpoint).map_err(|e| mount_err(e.into()))?;
+    // From here on, dropping `mounted` unmounts.
+    let mut mounted = Mounted {
+        session: None,
+        mountpoint: mountpoint.to_owned(),
+        live: true,
+    };
+    let notifier = KernelNotifier::new(
+        rustix::io::fcntl_dupfd_cloexec(&device, 0).map_err(|e| mount_err(e.into()))?,
+    );
+    let session = fuser::Session::from_fd(fs, device, config.acl, config).map_err(mount_err)?;
+    mounted.session = Some(session.spawn().map_err(mount_err)?);
     let stop = Arc::new(AtomicBool::new(false));
-    // From here on, dropping `watcher` stops the threads started so far
-    // and dropping `session` unmounts.
+    // From here on, dropping `watcher` stops the threads started so far.
     let mut watcher = Watcher {
         stop: Arc::clone(&stop),
         nudge,
@@ -326,7 +365,7 @@ pub fn mount(
     let publication = Publication {
         published,
         cache: cache.clone(),
-        notifier: session.notifier(),
+        notifier: notifier.clone(),
     };
     let (workspace_path, watch_stop) = (workspace.to_owned(), Arc::clone(&stop));
     watcher.threads.push(
@@ -335,7 +374,6 @@ pub fn mount(
             .spawn(move || watch(workspace_path, inputs, publication, nudged, watch_stop))
             .map_err(mount_err)?,
     );
-    let notifier = session.notifier();
     watcher.threads.push(
         std::thread::Builder::new()
             .name("routing-follow".to_owned())
@@ -343,8 +381,7 @@ pub fn mount(
             .map_err(mount_err)?,
     );
     Ok(MountedRouter {
-        session: Some(session),
-        mountpoint: mountpoint.to_owned(),
+        mounted,
         watcher,
         admission,
     })
