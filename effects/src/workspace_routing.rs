@@ -14,8 +14,8 @@
 
 use crate::broker::transient::{self, Limits as RunLimits, TransientError};
 use lazaret_runtime::display::escape_path;
-use lazaret_runtime::git_sentry::git_accepts_head;
-use lazaret_runtime::workspace_routing::operations::NestedGitGuards;
+use lazaret_runtime::git_sentry::{git_accepts_head, MAX_HEAD_BYTES};
+use lazaret_runtime::workspace_routing::operations::{HostHeadGuards, NestedGitGuards};
 use lazaret_runtime::workspace_routing::tracked::{
     IndexError, ObjectFormat, TrackedPaths, MAX_INDEX_BYTES,
 };
@@ -296,6 +296,36 @@ fn nested_git_guards(root: &Path, dirs: &GitDirs) -> NestedGitGuards {
     }
 }
 
+/// How the router guards `dir`, a directory of a working tree where the
+/// host has the `HEAD` entry `head` of type `file_type` (spec 3.5, SR-4):
+/// as a bare repository's git directory when Git would accept the `HEAD`
+/// (a symbolic link is taken as one it accepts), else by keeping the `HEAD`
+/// as it is.
+fn host_head_guards(dir: &Path, head: &Path, file_type: fs::FileType) -> HostHeadGuards {
+    let accepted = if file_type.is_symlink() {
+        true
+    } else if file_type.is_file() {
+        let limit = u64::try_from(MAX_HEAD_BYTES).unwrap_or(u64::MAX);
+        // One Git cannot read is one it does not accept.
+        read_optional(head, limit)
+            .ok()
+            .flatten()
+            .is_some_and(|content| git_accepts_head(&content))
+    } else {
+        false
+    };
+    if !accepted {
+        return HostHeadGuards::FrozenHead;
+    }
+    HostHeadGuards::GitDirectory(match crate::git_sentry::filter::scan_layout(dir) {
+        Ok(layout) => NestedGitGuards::Layout(layout),
+        Err(e) => {
+            tracing::warn!(error = %e, path = %dir.display(), "a directory the host's HEAD makes a git directory is read-only to the sandbox");
+            NestedGitGuards::ReadOnly
+        }
+    })
+}
+
 /// Visits every directory of the working tree at `root` that Git would,
 /// breadth first (a directory's `.gitignore` is read before anything below
 /// it is judged).
@@ -348,6 +378,10 @@ fn walk(
             child.extend_from_slice(name.as_bytes());
             if is_head {
                 rules.add_host_head(&child);
+                rules.add_host_head_directory(
+                    &relative,
+                    host_head_guards(&dir, &entry.path(), file_type),
+                );
             }
             if !file_type.is_dir() || name == ".git" {
                 continue;

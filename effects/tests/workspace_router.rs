@@ -612,6 +612,151 @@ fn a_bare_repository_made_inside_is_never_the_hosts() -> Result<(), String> {
     Ok(())
 }
 
+/// A bare repository the host had in the workspace keeps its
+/// configuration and hooks, and stays where it is; a `HEAD` Git does not
+/// accept stays so. Each attack works on a plain copy of the tree (the
+/// control) and runs nothing through the router.
+#[test]
+fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_bare_repository_the_host_had_keeps_its_configuration");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    // The host's tree: a bare repository and a directory with a `HEAD` Git
+    // does not accept, both untracked.
+    let host_tree = |root: &Path| -> Result<(), String> {
+        fixture(root)?;
+        io("mkdir", fs::create_dir(root.join("tools")))?;
+        git(root, &["init", "--bare", "-q", "tools/cache.git"])?;
+        io("mkdir", fs::create_dir(root.join("notes")))?;
+        io("HEAD", fs::write(root.join("notes/HEAD"), "not a head\n"))?;
+        Ok(())
+    };
+    // `top`: where the sandbox's steps run; `host`: the same tree as host
+    // Git sees it. Each step's result is returned, not asserted.
+    let attack = |top: &Path,
+                  host: &Path,
+                  marker: &Path|
+     -> Vec<(&'static str, std::io::Result<()>)> {
+        let monitor = host.join("tools/monitor.sh");
+        let config = format!(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n\tfsmonitor = {}\n",
+            monitor.display()
+        );
+        let script = format!("#!/bin/sh\ntouch {}\n", marker.display());
+        vec![
+            (
+                "monitor",
+                fs::write(top.join("tools/monitor.sh"), &script).and_then(|()| {
+                    fs::set_permissions(
+                        top.join("tools/monitor.sh"),
+                        fs::Permissions::from_mode(0o755),
+                    )
+                }),
+            ),
+            (
+                "config",
+                fs::OpenOptions::new()
+                    .append(true)
+                    .open(top.join("tools/cache.git/config"))
+                    .and_then(|mut f| f.write_all(config.as_bytes())),
+            ),
+            (
+                "hook",
+                fs::write(top.join("tools/cache.git/hooks/post-checkout"), &script),
+            ),
+            (
+                "HEAD",
+                fs::write(top.join("notes/HEAD"), "ref: refs/heads/main\n"),
+            ),
+            ("objects", fs::create_dir(top.join("notes/objects"))),
+            ("refs", fs::create_dir(top.join("notes/refs"))),
+            ("notes config", fs::write(top.join("notes/config"), &config)),
+        ]
+    };
+    // Whether host Git started in each directory ran the monitor.
+    let ran = |host: &Path, marker: &Path| -> Vec<bool> {
+        ["tools/cache.git", "notes"]
+            .iter()
+            .map(|dir| {
+                let _ = fs::remove_file(marker);
+                let _ = git(&host.join(dir), &["status", "--short"]);
+                marker.exists()
+            })
+            .collect()
+    };
+
+    // Control: straight on the host, the attack works.
+    let control = tmp.path().join("control");
+    io("mkdir", fs::create_dir(&control))?;
+    host_tree(&control)?;
+    let control_marker = tmp.path().join("control-marker");
+    for (step, r) in attack(&control, &control, &control_marker) {
+        io(step, r)?;
+    }
+    assert_eq!(
+        ran(&control, &control_marker),
+        [true, true],
+        "an attack did not work without the router: this test proves nothing"
+    );
+
+    // Through the router.
+    let (ws, iso, mnt) = (
+        tmp.path().join("ws"),
+        tmp.path().join("iso"),
+        tmp.path().join("mnt"),
+    );
+    for d in [&ws, &iso, &mnt] {
+        io("mkdir", fs::create_dir(d))?;
+    }
+    host_tree(&ws)?;
+    let config_before = io("config", fs::read(ws.join("tools/cache.git/config")))?;
+    let marker = tmp.path().join("marker");
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    for (step, r) in attack(&mnt, &ws, &marker) {
+        match step {
+            "config" | "hook" | "HEAD" => fails(step, EPERM, r)?,
+            _ => io(step, r)?,
+        }
+    }
+    // It does not move away from its guards, nor does a directory above it.
+    fails(
+        "move",
+        EPERM,
+        fs::rename(mnt.join("tools/cache.git"), mnt.join("tools/moved.git")),
+    )?;
+    fails(
+        "move above",
+        EPERM,
+        fs::rename(mnt.join("tools"), mnt.join("tools2")),
+    )?;
+    // The sandbox's Git still writes objects and refs in it.
+    let bare = format!("--git-dir={}", mnt.join("tools/cache.git").display());
+    let blob = git(&mnt, &[bare.as_str(), "hash-object", "-w", "README"])?;
+    git(
+        &mnt,
+        &[bare.as_str(), "update-ref", "refs/tags/t", blob.trim()],
+    )?;
+    router.unmount().map_err(|e| e.to_string())?;
+
+    assert_eq!(
+        io("config", fs::read(ws.join("tools/cache.git/config")))?,
+        config_before
+    );
+    assert!(!ws.join("tools/cache.git/hooks/post-checkout").exists());
+    assert_eq!(
+        io("HEAD", fs::read_to_string(ws.join("notes/HEAD")))?,
+        "not a head\n"
+    );
+    assert!(ws.join("tools/cache.git/refs/tags/t").exists());
+    assert_eq!(
+        ran(&ws, &marker),
+        [false, false],
+        "host git ran the planted monitor"
+    );
+    Ok(())
+}
+
 /// The kernel keeps every inode it has looked up until memory pressure
 /// (zero-timeout dentries stay in its unused-dentry cache), and runsc pins
 /// the ones it retains: a router holding a descriptor per inode ran out of

@@ -242,7 +242,9 @@ fn refused(r: Refusal) -> Errno {
     match r {
         Refusal::CrossBacking => Errno::EXDEV,
         Refusal::Whiteout | Refusal::UnsupportedAttribute => Errno::EOPNOTSUPP,
-        Refusal::DeviceNode | Refusal::NestedHostGitEntry => Errno::EPERM,
+        Refusal::DeviceNode | Refusal::NestedHostGitEntry | Refusal::HostHeadDirectory => {
+            Errno::EPERM
+        }
     }
 }
 
@@ -491,7 +493,7 @@ impl RouterFs {
         }
         let route = snap.classify(path, dir).map_err(|_| Errno::EINVAL)?;
         may_change(snap, &route, path, op, |at| self.host_origin(at)).map_err(|r| {
-            tracing::info!(path = %String::from_utf8_lossy(path), ?op, "refused a change to a nested host repository's git directory");
+            tracing::info!(path = %String::from_utf8_lossy(path), ?op, refusal = ?r, "refused a change to a host repository's git directory");
             refused(r)
         })
     }

@@ -151,6 +151,9 @@ pub struct RepositoryRules {
     nested: BTreeMap<Vec<u8>, RepositoryRules>,
     /// Repository-relative paths of the `HEAD` entries the host had.
     host_heads: BTreeSet<Vec<u8>>,
+    /// The directories (outside any git directory) those `HEAD`s sit in,
+    /// by repository-relative path, and how each is guarded.
+    host_head_dirs: BTreeMap<Vec<u8>, operations::HostHeadGuards>,
     /// How its git directory is guarded, when it is a nested one.
     git_guards: Option<operations::NestedGitGuards>,
 }
@@ -176,6 +179,7 @@ impl RepositoryRules {
             format: ObjectFormat::Sha1,
             nested: BTreeMap::new(),
             host_heads: BTreeSet::new(),
+            host_head_dirs: BTreeMap::new(),
             git_guards: None,
         }
     }
@@ -191,6 +195,13 @@ impl RepositoryRules {
     /// is isolated ([`Decision::SandboxRepositoryHead`]).
     pub fn add_host_head(&mut self, path: &[u8]) {
         self.host_heads.insert(path.to_vec());
+    }
+
+    /// How the directory at the repository-relative `dir` (the root: empty),
+    /// where the host had a `HEAD`, is guarded
+    /// ([`operations::may_change`]).
+    pub fn add_host_head_directory(&mut self, dir: &[u8], guards: operations::HostHeadGuards) {
+        self.host_head_dirs.insert(dir.to_vec(), guards);
     }
 
     /// The repository's object format (`extensions.objectFormat`; SHA-1
@@ -349,6 +360,67 @@ impl ClassificationSnapshot {
         self.rules_of(repository)?.git_guards.as_ref()
     }
 
+    /// The nearest directory above workspace path `path` (a proper
+    /// ancestor) where the host had a `HEAD`, by the rules of the
+    /// repository at workspace path `repository`: its workspace path and
+    /// guards.
+    pub fn host_head_directory(
+        &self,
+        repository: &[u8],
+        path: &[u8],
+    ) -> Option<(Vec<u8>, &operations::HostHeadGuards)> {
+        let rules = self.rules_of(repository)?;
+        let relative = match repository {
+            [] => path,
+            _ => path.strip_prefix(repository)?.strip_prefix(b"/")?,
+        };
+        if relative.is_empty() {
+            return None;
+        }
+        // Bounded by the path's components, deepest first; the repository's
+        // root (empty) last.
+        let mut end = relative.len();
+        loop {
+            let cut = relative[..end].iter().rposition(|b| *b == b'/');
+            let dir = &relative[..cut.unwrap_or(0)];
+            if let Some(g) = rules.host_head_dirs.get(dir) {
+                return Some((joined(repository, dir), g));
+            }
+            end = cut?;
+        }
+    }
+
+    /// Whether a directory where the host had a `HEAD` Git accepts lies at
+    /// or below workspace path `path` (in any repository).
+    pub fn holds_host_git_directory(&self, path: &[u8]) -> bool {
+        let Some(root) = self.root.as_ref() else {
+            return false;
+        };
+        // (rules, the workspace path of their repository), bounded by
+        // MAX_NESTED_DEPTH levels.
+        let mut level = vec![(root, Vec::new())];
+        for _ in 0..=MAX_NESTED_DEPTH {
+            let mut next = Vec::new();
+            for (rules, at) in level {
+                for (dir, guards) in &rules.host_head_dirs {
+                    if matches!(guards, operations::HostHeadGuards::GitDirectory(_))
+                        && at_or_below(&joined(&at, dir), path)
+                    {
+                        return true;
+                    }
+                }
+                for (root, inner) in &rules.nested {
+                    next.push((inner, joined(&at, root)));
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            level = next;
+        }
+        false
+    }
+
     /// The route of `path` (from the workspace root, `/`-separated bytes);
     /// `is_dir` says whether the path names a directory.
     pub fn classify(&self, path: &[u8], is_dir: bool) -> Result<Route, PathError> {
@@ -468,6 +540,24 @@ impl ClassificationSnapshot {
         // `components` never returns an empty list.
         Err(PathError::EmptyComponent)
     }
+}
+
+/// Workspace path `base` joined with the path `rest` relative to it.
+fn joined(base: &[u8], rest: &[u8]) -> Vec<u8> {
+    let mut full = base.to_vec();
+    if !full.is_empty() && !rest.is_empty() {
+        full.push(b'/');
+    }
+    full.extend_from_slice(rest);
+    full
+}
+
+/// Whether workspace path `candidate` is `path` or lies below it.
+fn at_or_below(candidate: &[u8], path: &[u8]) -> bool {
+    path.is_empty()
+        || candidate
+            .strip_prefix(path)
+            .is_some_and(|rest| rest.is_empty() || rest.first() == Some(&b'/'))
 }
 
 fn host(decision: Decision, repository: Vec<u8>) -> Route {

@@ -35,6 +35,10 @@ pub enum Refusal {
     /// A change to what a nested host repository's Git runs or trusts
     /// ([`may_change`]): `EPERM`.
     NestedHostGitEntry,
+    /// A change that would let a directory where the host had a `HEAD`
+    /// become, or stop being guarded as, a bare repository host Git uses
+    /// ([`may_change`]): `EPERM`.
+    HostHeadDirectory,
     /// Setting or removing an extended attribute outside `user.*`
     /// ([`may_set_attribute`]): `EOPNOTSUPP`, as from a file system without
     /// that namespace.
@@ -91,6 +95,23 @@ pub enum NestedGitGuards {
     ReadOnly,
 }
 
+/// How the router guards a directory outside any git directory where the
+/// host had an entry named `HEAD` when the snapshot was read. Host Git
+/// started in such a directory (or below it) takes it for a bare repository
+/// once its `HEAD` is one Git accepts and `objects/` and `refs/` are beside
+/// it, and then obeys its `config` and hooks (spec 3.5, SR-4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostHeadGuards {
+    /// Its `HEAD` is one Git accepts: the directory is (or becomes, with
+    /// `objects/` and `refs/`) a bare repository, guarded as a nested
+    /// repository's git directory is; neither it nor a directory above it
+    /// moves or goes away, so the guards stay on its path.
+    GitDirectory(NestedGitGuards),
+    /// Its `HEAD` is not one Git accepts (or not a file): it stays as the
+    /// host had it, so the directory never becomes a repository.
+    FrozenHead,
+}
+
 /// Whether `op` may happen to the object at workspace `path`, classified as
 /// `route` in `snapshot`. A repository the host had inside the workspace
 /// (a vendored clone) is host Git's as much as the workspace's own, whose
@@ -109,8 +130,9 @@ pub fn may_change(
     route: &Route,
     path: &[u8],
     op: Operation,
-    origin: impl FnMut(&[u8]) -> Origin,
+    mut origin: impl FnMut(&[u8]) -> Origin,
 ) -> Result<(), Refusal> {
+    may_change_host_head_directory(snapshot, route, path, op, &mut origin)?;
     if route.decision != Decision::GitDirectory || route.repository.is_empty() {
         return Ok(());
     }
@@ -127,7 +149,7 @@ pub fn may_change(
         None => !rest.is_empty() || op == Operation::Change(Change::Times),
         Some(inner) => match snapshot.nested_git_guards(&route.repository) {
             Some(NestedGitGuards::Layout(layout)) => {
-                let guard = guard_in(layout, &path[..git_dir_len], inner, origin);
+                let guard = guard_in(layout, &path[..git_dir_len], inner, &mut origin);
                 match guard {
                     // Not validated here (see above).
                     Guard::Head | Guard::HeadLock => true,
@@ -149,6 +171,56 @@ pub fn may_change(
     }
 }
 
+/// The part of [`may_change`] for directories where the host had a `HEAD`
+/// ([`HostHeadGuards`]). Inside one whose `HEAD` Git accepts, the Git
+/// Sentry's layout of it decides as for a nested repository's git
+/// directory (its `HEAD` is not guarded: made invalid, host Git looks
+/// further up); a `HEAD` Git does not accept never changes; a directory
+/// holding one of the first kind is neither moved nor removed.
+fn may_change_host_head_directory(
+    snapshot: &ClassificationSnapshot,
+    route: &Route,
+    path: &[u8],
+    op: Operation,
+    origin: &mut impl FnMut(&[u8]) -> Origin,
+) -> Result<(), Refusal> {
+    if op == Operation::Rebind && snapshot.holds_host_git_directory(path) {
+        return Err(Refusal::HostHeadDirectory);
+    }
+    if route.backing != Backing::Host {
+        // Host Git never sees it.
+        return Ok(());
+    }
+    let Some((dir, guards)) = snapshot.host_head_directory(&route.repository, path) else {
+        return Ok(());
+    };
+    // `dir` is a proper ancestor of `path`.
+    let inner = &path[dir.len() + 1..];
+    let allowed = match guards {
+        HostHeadGuards::FrozenHead => {
+            inner != super::HEAD
+                || matches!(op, Operation::LinkFrom | Operation::Change(Change::Times))
+        }
+        HostHeadGuards::GitDirectory(NestedGitGuards::Layout(layout)) => {
+            match guard_in(layout, &dir, inner, origin) {
+                Guard::Head | Guard::HeadLock => true,
+                guard => match op {
+                    Operation::Rebind => guard.may_rebind(),
+                    Operation::MakeDirectory => guard.may_make_directory(),
+                    Operation::Change(change) => guard.may_change(change),
+                    Operation::LinkFrom => guard.may_link_from(),
+                },
+            }
+        }
+        HostHeadGuards::GitDirectory(NestedGitGuards::ReadOnly) => false,
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(Refusal::HostHeadDirectory)
+    }
+}
+
 /// The guard of `inner` (a path inside the git directory at workspace path
 /// `git_dir`) by `layout`, found from the root one component at a time, as
 /// the Git Sentry finds it.
@@ -156,7 +228,7 @@ fn guard_in(
     layout: &SentryLayout,
     git_dir: &[u8],
     inner: &[u8],
-    mut origin: impl FnMut(&[u8]) -> Origin,
+    origin: &mut impl FnMut(&[u8]) -> Origin,
 ) -> Guard {
     let mut guard = layout.root();
     let mut rel: Option<PathBuf> = Some(PathBuf::new());
@@ -440,6 +512,153 @@ mod tests {
         assert_eq!(
             joining(Backing::Isolated, Backing::Host),
             Err(Refusal::CrossBacking)
+        );
+    }
+
+    fn worktree_path(backing: Backing, repository: &[u8]) -> Route {
+        Route {
+            backing,
+            decision: Decision::Unmatched,
+            repository: repository.to_vec(),
+        }
+    }
+
+    /// A workspace where the host had a `HEAD` Git accepts in
+    /// `tools/cache.git` (guarded by the test layout), one it does not accept
+    /// in `docs`, and a nested repository at `vendor/lib` with a bare
+    /// repository of its own at `fixtures/r.git`.
+    fn with_host_heads() -> ClassificationSnapshot {
+        let mut nested = RepositoryRules::new(TrackedPaths::default(), false);
+        nested.add_host_head_directory(
+            b"fixtures/r.git",
+            HostHeadGuards::GitDirectory(NestedGitGuards::ReadOnly),
+        );
+        let mut outer = RepositoryRules::new(TrackedPaths::default(), false);
+        outer.add_host_head_directory(
+            b"tools/cache.git",
+            HostHeadGuards::GitDirectory(NestedGitGuards::Layout(layout())),
+        );
+        outer.add_host_head_directory(b"docs", HostHeadGuards::FrozenHead);
+        outer.add_nested(b"vendor/lib", nested);
+        ClassificationSnapshot::of_repository(outer)
+    }
+
+    #[test]
+    fn a_bare_repository_the_host_had_is_guarded_like_a_git_directory() {
+        let s = with_host_heads();
+        let host = worktree_path(Backing::Host, b"");
+        let check = |path: &str, op| may_change(&s, &host, path.as_bytes(), op, host_dirs(&[]));
+        let data = Operation::Change(Change::Data);
+        for (path, op) in [
+            ("tools/cache.git/config", data),
+            ("tools/cache.git/config", Operation::Rebind),
+            ("tools/cache.git/commondir", Operation::Rebind),
+            ("tools/cache.git/config.worktree", Operation::Rebind),
+            ("tools/cache.git/extra.cfg", data),
+            ("tools/cache.git/hooks", Operation::MakeDirectory),
+            ("tools/cache.git/hooks/post-update", Operation::Rebind),
+            ("tools/cache.git/objects", Operation::Rebind),
+            // Neither it nor a directory above it moves or goes away.
+            ("tools/cache.git", Operation::Rebind),
+            ("tools", Operation::Rebind),
+        ] {
+            assert_eq!(
+                check(path, op),
+                Err(Refusal::HostHeadDirectory),
+                "{path} {op:?}"
+            );
+        }
+        for (path, op) in [
+            ("tools/cache.git/HEAD", data),
+            ("tools/cache.git/HEAD.lock", Operation::Rebind),
+            ("tools/cache.git/objects/ab", Operation::MakeDirectory),
+            ("tools/cache.git/refs/heads/main", Operation::Rebind),
+            ("tools/cache.git", Operation::Change(Change::Times)),
+            ("tools/cache.gitx/config", data),
+            ("tools/other", Operation::Rebind),
+            ("tools/cache.git.d", Operation::Rebind),
+        ] {
+            assert_eq!(check(path, op), Ok(()), "{path} {op:?}");
+        }
+        // What isolated state holds there host Git never sees.
+        let isolated = worktree_path(Backing::Isolated, b"");
+        assert_eq!(
+            may_change(
+                &s,
+                &isolated,
+                b"tools/cache.git/hooks/x",
+                Operation::Rebind,
+                host_dirs(&[])
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_head_git_does_not_accept_stays_as_the_host_had_it() {
+        let s = with_host_heads();
+        let host = worktree_path(Backing::Host, b"");
+        let check = |path: &str, op| may_change(&s, &host, path.as_bytes(), op, host_dirs(&[]));
+        for op in [
+            Operation::Change(Change::Data),
+            Operation::Change(Change::Mode),
+            Operation::Rebind,
+        ] {
+            assert_eq!(
+                check("docs/HEAD", op),
+                Err(Refusal::HostHeadDirectory),
+                "{op:?}"
+            );
+        }
+        for (path, op) in [
+            ("docs/HEAD", Operation::Change(Change::Times)),
+            ("docs/HEAD", Operation::LinkFrom),
+            ("docs/config", Operation::Rebind),
+            ("docs/hooks", Operation::MakeDirectory),
+            // Moved, its `HEAD` is one the host did not have at the new
+            // path: isolated, never made valid on the host.
+            ("docs", Operation::Rebind),
+        ] {
+            assert_eq!(check(path, op), Ok(()), "{path} {op:?}");
+        }
+    }
+
+    #[test]
+    fn a_nested_repositorys_bare_repository_is_guarded_by_its_rules() {
+        let s = with_host_heads();
+        let nested = worktree_path(Backing::Host, b"vendor/lib");
+        assert_eq!(
+            may_change(
+                &s,
+                &nested,
+                b"vendor/lib/fixtures/r.git/objects/ab",
+                Operation::MakeDirectory,
+                host_dirs(&[])
+            ),
+            Err(Refusal::HostHeadDirectory)
+        );
+        let outer = worktree_path(Backing::Host, b"");
+        for path in ["vendor", "vendor/lib", "vendor/lib/fixtures"] {
+            assert_eq!(
+                may_change(
+                    &s,
+                    &outer,
+                    path.as_bytes(),
+                    Operation::Rebind,
+                    host_dirs(&[])
+                ),
+                Err(Refusal::HostHeadDirectory),
+                "{path}"
+            );
+        }
+        assert_eq!(
+            s.host_head_directory(b"vendor/lib", b"vendor/lib/fixtures/r.git/x")
+                .map(|(dir, _)| dir),
+            Some(b"vendor/lib/fixtures/r.git".to_vec())
+        );
+        assert_eq!(
+            s.host_head_directory(b"", b"vendor/lib/fixtures/r.git/x"),
+            None
         );
     }
 }
