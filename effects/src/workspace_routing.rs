@@ -139,10 +139,25 @@ pub fn read_snapshot_and_inputs(
     let mut inputs = SnapshotInputs::default();
     // A `.git` appearing at the root makes it a repository.
     inputs.paths.push(workspace.join(".git"));
-    let Some(dirs) = repository_dirs(workspace)? else {
-        return Ok((ClassificationSnapshot::without_repository(), inputs));
-    };
     let mut budget = MAX_WALK_ENTRIES;
+    let Some(dirs) = repository_dirs(workspace)? else {
+        // No ignore file applies, but the repositories and `HEAD`s the host
+        // has in the tree are found as in a repository (spec 3.5, SR-4: a
+        // folder of projects).
+        let mut rules = RepositoryRules::new(TrackedPaths::default(), false);
+        walk(
+            workspace,
+            &mut rules,
+            Ignores::Skipped,
+            0,
+            &mut budget,
+            &mut inputs.paths,
+        )?;
+        return Ok((
+            ClassificationSnapshot::of_tree_without_repository(rules),
+            inputs,
+        ));
+    };
     for user_config in user_config_files() {
         inputs.paths.push(user_config);
     }
@@ -262,7 +277,7 @@ fn read_repository(
     if nesting > 0 {
         rules.set_git_guards(nested_git_guards(root, dirs));
     }
-    walk(root, &mut rules, nesting, budget, watched)?;
+    walk(root, &mut rules, Ignores::Read, nesting, budget, watched)?;
     // Submodules the walk did not reach (inside an excluded directory).
     for link in gitlinks {
         let sub_root = root.join(OsStr::from_bytes(&link));
@@ -326,12 +341,21 @@ fn host_head_guards(dir: &Path, head: &Path, file_type: fs::FileType) -> HostHea
     })
 }
 
+/// Whether a walk reads `.gitignore` files: in a repository's working
+/// tree, not in a tree that is no repository.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ignores {
+    Read,
+    Skipped,
+}
+
 /// Visits every directory of the working tree at `root` that Git would,
 /// breadth first (a directory's `.gitignore` is read before anything below
 /// it is judged).
 fn walk(
     root: &Path,
     rules: &mut RepositoryRules,
+    ignores: Ignores,
     nesting: usize,
     budget: &mut usize,
     watched: &mut Vec<PathBuf>,
@@ -343,15 +367,28 @@ fn walk(
         } else {
             root.join(OsStr::from_bytes(&relative))
         };
-        let gitignore = dir.join(".gitignore");
-        if let Some(bytes) = read_ignore_file(&gitignore)? {
-            rules.add_gitignore(&relative, &bytes);
+        if ignores == Ignores::Read {
+            let gitignore = dir.join(".gitignore");
+            if let Some(bytes) = read_ignore_file(&gitignore)? {
+                rules.add_gitignore(&relative, &bytes);
+            }
+            watched.push(gitignore);
         }
-        watched.push(gitignore);
-        let entries = fs::read_dir(&dir).map_err(|source| RoutingInputError::Read {
-            path: dir.clone(),
-            source,
-        })?;
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // Git skips a directory it cannot read ("could not open
+            // directory"); so does the router, which cannot serve it either.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                tracing::debug!(path = %dir.display(), "an unreadable directory is not looked inside");
+                continue;
+            }
+            Err(source) => {
+                return Err(RoutingInputError::Read {
+                    path: dir.clone(),
+                    source,
+                })
+            }
+        };
         for entry in entries {
             let entry = entry.map_err(|source| RoutingInputError::Read {
                 path: dir.clone(),

@@ -757,6 +757,72 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
     Ok(())
 }
 
+/// A workspace that is no repository (a folder of projects): each project's
+/// repository is the host's, guarded and classified by its own rules, and
+/// a repository the sandbox makes anywhere else, at the root too, is never
+/// the host's.
+#[test]
+fn a_folder_of_projects_keeps_each_projects_repository() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_folder_of_projects_keeps_each_projects_repository");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = (
+        tmp.path().join("ws"),
+        tmp.path().join("iso"),
+        tmp.path().join("mnt"),
+    );
+    for d in [&ws, &iso, &mnt] {
+        io("mkdir", fs::create_dir(d))?;
+    }
+    io("mkdir", fs::create_dir(ws.join("projects")))?;
+    let app = ws.join("projects/app");
+    io("mkdir", fs::create_dir(&app))?;
+    fixture(&app)?;
+    io("notes", fs::write(ws.join("notes.txt"), "notes\n"))?;
+    let config_before = io("config", fs::read(app.join(".git/config")))?;
+
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    let inside = mnt.join("projects/app");
+    // The project's repository works inside, by its own rules.
+    assert_eq!(git(&inside, &["status", "--porcelain"])?, "");
+    io("edit", fs::write(inside.join("README"), "changed\n"))?;
+    io("build", fs::write(inside.join("build/new.o"), "object\n"))?;
+    assert_eq!(git(&inside, &["status", "--porcelain"])?, " M README\n");
+    fails(
+        "project config",
+        EPERM,
+        fs::OpenOptions::new()
+            .append(true)
+            .open(inside.join(".git/config")),
+    )?;
+    // Outside the project nothing is ignored; a repository made there, or at
+    // the root, is the sandbox's.
+    io("edit notes", fs::write(mnt.join("notes.txt"), "more\n"))?;
+    git(&mnt, &["init", "-q"])?;
+    git(&mnt, &["init", "--bare", "-q", "tools/cache"])?;
+    router.unmount().map_err(|e| e.to_string())?;
+
+    assert_eq!(
+        io("README", fs::read_to_string(app.join("README")))?,
+        "changed\n"
+    );
+    assert!(!app.join("build/new.o").exists());
+    assert!(iso.join("projects/app/build/new.o").exists());
+    assert_eq!(
+        io("config", fs::read(app.join(".git/config")))?,
+        config_before
+    );
+    assert_eq!(
+        io("notes", fs::read_to_string(ws.join("notes.txt")))?,
+        "more\n"
+    );
+    assert!(!ws.join(".git").exists());
+    assert!(!ws.join("tools/cache/HEAD").exists());
+    assert!(iso.join("tools/cache/HEAD").exists());
+    Ok(())
+}
+
 /// The kernel keeps every inode it has looked up until memory pressure
 /// (zero-timeout dentries stay in its unused-dentry cache), and runsc pins
 /// the ones it retains: a router holding a descriptor per inode ran out of

@@ -295,32 +295,53 @@ impl RepositoryRules {
 /// The complete, immutable classification of one workspace at one moment.
 #[derive(Clone, Debug)]
 pub struct ClassificationSnapshot {
-    /// `None`: the workspace is no Git repository, so nothing is ignored.
-    root: Option<RepositoryRules>,
+    /// The workspace's rules: its repository's, or (`repository` false)
+    /// those of a tree that is no repository, which hold no ignore file and
+    /// no index, only the repositories and `HEAD`s the host had in it.
+    root: RepositoryRules,
+    /// Whether the workspace is a Git repository.
+    repository: bool,
 }
 
 impl ClassificationSnapshot {
     /// The snapshot of a workspace whose repository has `rules`.
     pub fn of_repository(rules: RepositoryRules) -> Self {
-        Self { root: Some(rules) }
+        Self {
+            root: rules,
+            repository: true,
+        }
     }
 
-    /// The snapshot of a workspace that is no Git repository: every path is
-    /// host-backed (Git reads no ignore file outside a repository), except a
-    /// `.git` the sandbox makes and what is below it.
+    /// The snapshot of a workspace that is no Git repository, with the
+    /// repositories and `HEAD`s the host had in it (`rules`, holding no
+    /// ignore file and no index): nothing is ignored (Git reads no ignore
+    /// file outside a repository), so every path is host-backed, except a
+    /// `.git` the sandbox makes (the root's too) and a `HEAD` the host did
+    /// not have, and what is below them; inside a repository the host had,
+    /// that repository's rules.
+    pub fn of_tree_without_repository(rules: RepositoryRules) -> Self {
+        Self {
+            root: rules,
+            repository: false,
+        }
+    }
+
+    /// [`Self::of_tree_without_repository`] of a tree where the host had
+    /// nothing.
     pub fn without_repository() -> Self {
-        Self { root: None }
+        Self::of_tree_without_repository(RepositoryRules::new(TrackedPaths::default(), false))
     }
 
     /// Whether the workspace was a Git repository when this was read.
     pub fn has_repository(&self) -> bool {
-        self.root.is_some()
+        self.repository
     }
 
     /// The rules of the repository whose root is the workspace path
-    /// `repository` (empty: the workspace's own), if there is one.
+    /// `repository` (empty: the workspace's own, or the tree's), if there
+    /// is one.
     fn rules_of(&self, repository: &[u8]) -> Option<&RepositoryRules> {
-        let mut rules = self.root.as_ref()?;
+        let mut rules = &self.root;
         let mut rest = repository;
         // Bounded: each turn descends one nesting level.
         for _ in 0..=MAX_NESTED_DEPTH {
@@ -393,12 +414,9 @@ impl ClassificationSnapshot {
     /// Whether a directory where the host had a `HEAD` Git accepts lies at
     /// or below workspace path `path` (in any repository).
     pub fn holds_host_git_directory(&self, path: &[u8]) -> bool {
-        let Some(root) = self.root.as_ref() else {
-            return false;
-        };
         // (rules, the workspace path of their repository), bounded by
         // MAX_NESTED_DEPTH levels.
-        let mut level = vec![(root, Vec::new())];
+        let mut level = vec![(&self.root, Vec::new())];
         for _ in 0..=MAX_NESTED_DEPTH {
             let mut next = Vec::new();
             for (rules, at) in level {
@@ -425,25 +443,7 @@ impl ClassificationSnapshot {
     /// `is_dir` says whether the path names a directory.
     pub fn classify(&self, path: &[u8], is_dir: bool) -> Result<Route, PathError> {
         let parts = components(path)?;
-        let Some(mut rules) = self.root.as_ref() else {
-            // No repository on the host: any `.git` is the sandbox's.
-            let mut end = 0;
-            for (i, part) in parts.iter().enumerate() {
-                end = if i == 0 {
-                    part.len()
-                } else {
-                    end + 1 + part.len()
-                };
-                if *part == b".git" {
-                    let entry = path[..end].to_vec();
-                    return Ok(isolated(
-                        Decision::SandboxGitDirectory { entry },
-                        Vec::new(),
-                    ));
-                }
-            }
-            return Ok(host(Decision::Unmatched, Vec::new()));
-        };
+        let mut rules = &self.root;
         // Offset of the current repository's root in `path` (0, or just
         // after a nested repository's root and its `/`).
         let mut base = 0;
@@ -463,7 +463,8 @@ impl ClassificationSnapshot {
                 // At a repository's root (the workspace's, or a nested one
                 // found on the host) it is that repository's git directory.
                 // Anywhere else the host had no repository: the sandbox's.
-                return Ok(if relative == b".git" && excluded.is_none() {
+                let at_root = relative == b".git" && (self.repository || base > 0);
+                return Ok(if at_root && excluded.is_none() {
                     host(Decision::GitDirectory, repository.to_vec())
                 } else {
                     isolated(

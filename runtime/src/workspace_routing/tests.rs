@@ -129,6 +129,49 @@ fn without_a_repository_everything_is_host_backed() {
     assert_eq!(backing(&s, "node_modules", true), Backing::Host);
 }
 
+/// A folder of projects: the workspace is no repository, but the
+/// repositories the host had in it are classified by their own rules, and
+/// the `.git` and `HEAD` rules hold everywhere else.
+#[test]
+fn a_tree_without_a_repository_keeps_the_repositories_the_host_had_in_it() {
+    let mut project = RepositoryRules::new(tracked(&["src/main.rs"]), false);
+    project.add_gitignore(b"", b"target/\n");
+    let mut tree = RepositoryRules::new(tracked(&[]), false);
+    tree.add_nested(b"projects/app", project);
+    tree.add_host_head(b"fixtures/bare.git/HEAD");
+    let s = ClassificationSnapshot::of_tree_without_repository(tree);
+    assert!(!s.has_repository());
+    // Host repository: its git directory and its rules.
+    assert_eq!(
+        s.classify(b"projects/app/.git/config", false).map(|r| (
+            r.backing,
+            r.decision,
+            r.repository
+        )),
+        Ok((
+            Backing::Host,
+            Decision::GitDirectory,
+            b"projects/app".to_vec()
+        ))
+    );
+    assert_eq!(
+        backing(&s, "projects/app/src/main.rs", false),
+        Backing::Host
+    );
+    assert_eq!(backing(&s, "projects/app/target", true), Backing::Isolated);
+    // Outside it nothing is ignored.
+    assert_eq!(backing(&s, "node_modules", true), Backing::Host);
+    assert_eq!(backing(&s, "projects/target", true), Backing::Host);
+    // A `.git` the sandbox makes, at the root too, is its own.
+    for path in [".git", "projects/new/.git", ".git/config"] {
+        assert_eq!(backing(&s, path, true), Backing::Isolated, "{path}");
+    }
+    // A `HEAD` the host had is the host's; one it did not have is isolated.
+    assert_eq!(backing(&s, "fixtures/bare.git/HEAD", false), Backing::Host);
+    assert_eq!(backing(&s, "made/HEAD", false), Backing::Isolated);
+    assert_eq!(backing(&s, "HEAD", false), Backing::Isolated);
+}
+
 #[test]
 fn malformed_paths_are_refused() {
     let s = ClassificationSnapshot::without_repository();
