@@ -404,7 +404,9 @@ fn walk(
                     source,
                 })?;
             let name = entry.file_name();
-            let is_head = name == "HEAD";
+            // Where Git folds case, `head` is the file system's `HEAD`.
+            let is_head = name == "HEAD"
+                || (rules.ignore_case() && name.as_bytes().eq_ignore_ascii_case(b"HEAD"));
             if !is_head && (!file_type.is_dir() || name == ".git") {
                 continue;
             }

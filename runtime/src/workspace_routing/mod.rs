@@ -459,10 +459,13 @@ impl ClassificationSnapshot {
             let last = i + 1 == parts.len();
             let dir = !last || is_dir;
             let relative = &path[base..end];
-            if *part == b".git" {
+            // Any spelling: on a file system that folds case, `.GIT` is the
+            // host's `.git`, beside the Git Sentry's mount of it.
+            if part.eq_ignore_ascii_case(b".git") {
                 // At a repository's root (the workspace's, or a nested one
-                // found on the host) it is that repository's git directory.
-                // Anywhere else the host had no repository: the sandbox's.
+                // found on the host) it is that repository's git directory,
+                // by its own name only. Anywhere else the host had no
+                // repository: the sandbox's.
                 let at_root = relative == b".git" && (self.repository || base > 0);
                 return Ok(if at_root && excluded.is_none() {
                     host(Decision::GitDirectory, repository.to_vec())
@@ -478,10 +481,21 @@ impl ClassificationSnapshot {
             let tracked = rules.tracked.contains(relative);
             // `HEAD.lock` goes where its `HEAD` goes: Git writes `HEAD` by
             // renaming it.
-            let head = match part.strip_suffix(b".lock") {
-                Some(stem) if stem == HEAD => Some(&relative[..relative.len() - 5]),
-                _ if *part == HEAD => Some(relative),
-                _ => None,
+            let head = if names_head(part, rules.case) {
+                Some(relative)
+            } else {
+                match part
+                    .len()
+                    .checked_sub(LOCK.len())
+                    .map(|at| part.split_at(at))
+                {
+                    Some((stem, lock))
+                        if names_head(stem, rules.case) && same_name(lock, LOCK, rules.case) =>
+                    {
+                        Some(&relative[..relative.len() - LOCK.len()])
+                    }
+                    _ => None,
+                }
             };
             // A lock goes where its `HEAD` goes: tracked when the `HEAD` is.
             if head.is_some_and(|head| {
@@ -541,6 +555,24 @@ impl ClassificationSnapshot {
         // `components` never returns an empty list.
         Err(PathError::EmptyComponent)
     }
+}
+
+/// The suffix of Git's lock files.
+const LOCK: &[u8] = b".lock";
+
+/// Whether `name` and `other` name the same entry in a repository whose
+/// `core.ignoreCase` says `case` (Git sets it where the file system folds
+/// ASCII case).
+fn same_name(name: &[u8], other: &[u8], case: Case) -> bool {
+    match case {
+        Case::Fold => name.eq_ignore_ascii_case(other),
+        Case::Sensitive => name == other,
+    }
+}
+
+/// Whether `name` is `HEAD` to such a repository.
+fn names_head(name: &[u8], case: Case) -> bool {
+    same_name(name, HEAD, case)
 }
 
 /// Workspace path `base` joined with the path `rest` relative to it.

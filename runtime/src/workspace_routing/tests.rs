@@ -172,6 +172,39 @@ fn a_tree_without_a_repository_keeps_the_repositories_the_host_had_in_it() {
     assert_eq!(backing(&s, "HEAD", false), Backing::Isolated);
 }
 
+/// On a file system that folds case another spelling of `.git` is the
+/// host's git directory beside the Git Sentry's mount of it: every other
+/// spelling is the sandbox's. Where the repository says the file system
+/// folds case (`core.ignoreCase`), every spelling of `HEAD` and
+/// `HEAD.lock` the host did not have is isolated too.
+#[test]
+fn other_spellings_of_git_and_head_are_the_sandboxs() {
+    let mut folding = RepositoryRules::new(tracked(&[]), true);
+    folding.add_host_head(b"fixtures/HEAD");
+    let s = ClassificationSnapshot::of_repository(folding);
+    for path in [
+        ".GIT",
+        ".Git/config",
+        "src/.gIt",
+        "head",
+        "a/Head.LOCK",
+        "a/HEAD.lock",
+    ] {
+        assert_eq!(backing(&s, path, false), Backing::Isolated, "{path}");
+    }
+    assert_eq!(backing(&s, ".git/config", false), Backing::Host);
+    assert_eq!(backing(&s, "fixtures/HEAD", false), Backing::Host);
+    assert_eq!(backing(&s, "heads", false), Backing::Host);
+    // A file system that does not fold case: only `HEAD` is a `HEAD`.
+    let sensitive =
+        ClassificationSnapshot::of_repository(RepositoryRules::new(tracked(&[]), false));
+    assert_eq!(backing(&sensitive, ".GIT", true), Backing::Isolated);
+    for path in ["head", "a/Head.lock"] {
+        assert_eq!(backing(&sensitive, path, false), Backing::Host, "{path}");
+    }
+    assert_eq!(backing(&sensitive, "a/HEAD.lock", false), Backing::Isolated);
+}
+
 #[test]
 fn malformed_paths_are_refused() {
     let s = ClassificationSnapshot::without_repository();
