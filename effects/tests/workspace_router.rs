@@ -757,6 +757,55 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
     Ok(())
 }
 
+/// A nested repository whose `.git` file names a git directory elsewhere in
+/// the workspace (`git init --separate-git-dir`): that directory holds a
+/// `HEAD` Git accepts, so its configuration and hooks are guarded there.
+#[test]
+fn a_separate_git_directory_in_the_workspace_is_guarded() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_separate_git_directory_in_the_workspace_is_guarded");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    io("mkdir", fs::create_dir_all(ws.join("vendor/lib")))?;
+    io("mkdir", fs::create_dir_all(ws.join("meta")))?;
+    git(
+        &ws.join("vendor/lib"),
+        &["init", "-q", "--separate-git-dir", "../../meta/lib.git"],
+    )?;
+    let config_before = io("config", fs::read(ws.join("meta/lib.git/config")))?;
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    fails(
+        "config",
+        EPERM,
+        fs::OpenOptions::new()
+            .append(true)
+            .open(mnt.join("meta/lib.git/config")),
+    )?;
+    fails(
+        "hook",
+        EPERM,
+        fs::write(mnt.join("meta/lib.git/hooks/pre-commit"), "#!/bin/sh\n"),
+    )?;
+    fails(
+        "move",
+        EPERM,
+        fs::rename(mnt.join("meta"), mnt.join("meta2")),
+    )?;
+    // Git keeps working in the nested repository.
+    io("file", fs::write(mnt.join("vendor/lib/a.txt"), "a\n"))?;
+    git(&mnt.join("vendor/lib"), &["add", "a.txt"])?;
+    git(&mnt.join("vendor/lib"), &["commit", "-q", "-m", "a"])?;
+    router.unmount().map_err(|e| e.to_string())?;
+    assert_eq!(
+        io("config", fs::read(ws.join("meta/lib.git/config")))?,
+        config_before
+    );
+    assert!(!ws.join("meta/lib.git/hooks/pre-commit").exists());
+    assert_eq!(git(&ws.join("vendor/lib"), &["log", "--format=%s"])?, "a\n");
+    Ok(())
+}
+
 /// A workspace that is no repository (a folder of projects): each project's
 /// repository is the host's, guarded and classified by its own rules, and
 /// a repository the sandbox makes anywhere else, at the root too, is never
