@@ -264,6 +264,7 @@ fn read_repository(
         }
     };
     let gitlinks = tracked.gitlinks().to_vec();
+    let tracked_heads: Vec<Vec<u8>> = tracked.heads().into_iter().map(<[u8]>::to_vec).collect();
     let mut rules = RepositoryRules::new(tracked, ignore_case).with_object_format(format);
     if let Some(file) = global_excludes(&dirs.git_dir)? {
         watched.push(file.clone());
@@ -278,6 +279,24 @@ fn read_repository(
         rules.set_git_guards(nested_git_guards(root, dirs));
     }
     walk(root, &mut rules, Ignores::Read, nesting, budget, watched)?;
+    // Tracked `HEAD`s the walk did not reach (inside an excluded directory):
+    // a tracked bare repository there is as much the host's.
+    for head in tracked_heads {
+        if rules.has_host_head(&head) {
+            continue;
+        }
+        let path = root.join(OsStr::from_bytes(&head));
+        let Some(meta) = lstat(&path).or_else(|e| unread(e, &path))? else {
+            continue;
+        };
+        let dir = head
+            .iter()
+            .rposition(|b| *b == b'/')
+            .map_or(&head[..0], |at| &head[..at]);
+        let guards = host_head_guards(path.parent().unwrap_or(root), &path, meta.file_type());
+        rules.add_host_head(&head);
+        rules.add_host_head_directory(dir, guards);
+    }
     // Submodules the walk did not reach (inside an excluded directory).
     for link in gitlinks {
         let sub_root = root.join(OsStr::from_bytes(&link));
@@ -341,6 +360,19 @@ fn host_head_guards(dir: &Path, head: &Path, file_type: fs::FileType) -> HostHea
     })
 }
 
+/// How the walk takes `e`, met reading the repository at `root` below the
+/// one walked: the walk's bound is an error, anything else leaves that
+/// repository unread (logged).
+fn unread<T: Default>(e: RoutingInputError, root: &Path) -> Result<T, RoutingInputError> {
+    match e {
+        RoutingInputError::TooManyEntries => Err(e),
+        other => {
+            tracing::warn!(error = %other, path = %root.display(), "a repository in the workspace could not be read; its git directory is hidden from the sandbox");
+            Ok(T::default())
+        }
+    }
+}
+
 /// Whether a walk reads `.gitignore` files: in a repository's working
 /// tree, not in a tree that is no repository.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -377,9 +409,15 @@ fn walk(
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             // Git skips a directory it cannot read ("could not open
-            // directory"); so does the router, which cannot serve it either.
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                tracing::debug!(path = %dir.display(), "an unreadable directory is not looked inside");
+            // directory"); so does the router, which cannot serve it
+            // either. One removed while the walk ran has nothing to find.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::PermissionDenied | io::ErrorKind::NotFound
+                ) =>
+            {
+                tracing::debug!(path = %dir.display(), error = %e, "a directory is not looked inside");
                 continue;
             }
             Err(source) => {
@@ -429,10 +467,21 @@ fn walk(
                 continue;
             }
             let child_root = entry.path();
-            match repository_dirs(&child_root)? {
+            // A repository below that cannot be read (its `.git` unreadable
+            // or malformed, its configuration refused) is none to the
+            // router: its `.git` is then hidden and never the sandbox's to
+            // change, and the walk goes on through it as through any
+            // directory. Only the walk's own bound ends the snapshot.
+            let found = repository_dirs(&child_root).or_else(|e| unread(e, &child_root))?;
+            match found {
                 Some(dirs) if nesting < MAX_NESTED_DEPTH => {
-                    let inner = read_repository(&child_root, &dirs, nesting + 1, budget, watched)?;
-                    rules.add_nested(&child, inner);
+                    match read_repository(&child_root, &dirs, nesting + 1, budget, watched) {
+                        Ok(inner) => rules.add_nested(&child, inner),
+                        Err(e) => {
+                            unread::<()>(e, &child_root)?;
+                            queue.push_back(child);
+                        }
+                    }
                 }
                 // Deeper than the bound: its contents follow the enclosing
                 // repository's rules, which see an untracked directory.

@@ -623,13 +623,19 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
     }
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     // The host's tree: a bare repository and a directory with a `HEAD` Git
-    // does not accept, both untracked.
+    // does not accept, both untracked, and a tracked bare repository inside
+    // a directory the rules exclude (which no walk looks into).
     let host_tree = |root: &Path| -> Result<(), String> {
         fixture(root)?;
         io("mkdir", fs::create_dir(root.join("tools")))?;
         git(root, &["init", "--bare", "-q", "tools/cache.git"])?;
         io("mkdir", fs::create_dir(root.join("notes")))?;
         io("HEAD", fs::write(root.join("notes/HEAD"), "not a head\n"))?;
+        git(root, &["init", "--bare", "-q", "build/fx.git"])?;
+        git(
+            root,
+            &["add", "-f", "build/fx.git/HEAD", "build/fx.git/config"],
+        )?;
         Ok(())
     };
     // `top`: where the sandbox's steps run; `host`: the same tree as host
@@ -666,6 +672,13 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
                 fs::write(top.join("tools/cache.git/hooks/post-checkout"), &script),
             ),
             (
+                "tracked config",
+                fs::OpenOptions::new()
+                    .append(true)
+                    .open(top.join("build/fx.git/config"))
+                    .and_then(|mut f| f.write_all(config.as_bytes())),
+            ),
+            (
                 "HEAD",
                 fs::write(top.join("notes/HEAD"), "ref: refs/heads/main\n"),
             ),
@@ -676,7 +689,7 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
     };
     // Whether host Git started in each directory ran the monitor.
     let ran = |host: &Path, marker: &Path| -> Vec<bool> {
-        ["tools/cache.git", "notes"]
+        ["tools/cache.git", "notes", "build/fx.git"]
             .iter()
             .map(|dir| {
                 let _ = fs::remove_file(marker);
@@ -696,7 +709,7 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
     }
     assert_eq!(
         ran(&control, &control_marker),
-        [true, true],
+        [true, true, true],
         "an attack did not work without the router: this test proves nothing"
     );
 
@@ -715,10 +728,21 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
     let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
     for (step, r) in attack(&mnt, &ws, &marker) {
         match step {
-            "config" | "hook" | "HEAD" => fails(step, EPERM, r)?,
+            "config" | "hook" | "HEAD" | "tracked config" => fails(step, EPERM, r)?,
             _ => io(step, r)?,
         }
     }
+    // Neither `HEAD` changes: not in place, not by a second name.
+    fails(
+        "bare HEAD",
+        EPERM,
+        fs::write(mnt.join("tools/cache.git/HEAD"), "garbage\n"),
+    )?;
+    fails(
+        "HEAD link",
+        EPERM,
+        fs::hard_link(mnt.join("notes/HEAD"), mnt.join("notes/alias")),
+    )?;
     // It does not move away from its guards, nor does a directory above it.
     fails(
         "move",
@@ -751,7 +775,7 @@ fn a_bare_repository_the_host_had_keeps_its_configuration() -> Result<(), String
     assert!(ws.join("tools/cache.git/refs/tags/t").exists());
     assert_eq!(
         ran(&ws, &marker),
-        [false, false],
+        [false, false, false],
         "host git ran the planted monitor"
     );
     Ok(())

@@ -197,6 +197,12 @@ impl RepositoryRules {
         self.host_heads.insert(path.to_vec());
     }
 
+    /// Whether the host's `HEAD` at the repository-relative `path` is
+    /// recorded ([`Self::add_host_head`]).
+    pub fn has_host_head(&self, path: &[u8]) -> bool {
+        self.host_heads.contains(path)
+    }
+
     /// How the directory at the repository-relative `dir` (the root: empty),
     /// where the host had a `HEAD`, is guarded
     /// ([`operations::may_change`]).
@@ -381,34 +387,48 @@ impl ClassificationSnapshot {
         self.rules_of(repository)?.git_guards.as_ref()
     }
 
-    /// The nearest directory above workspace path `path` (a proper
-    /// ancestor) where the host had a `HEAD`, by the rules of the
-    /// repository at workspace path `repository`: its workspace path and
-    /// guards.
-    pub fn host_head_directory(
+    /// Every directory above workspace path `path` (a proper ancestor)
+    /// where the host had a `HEAD`, in whichever repository's rules (or the
+    /// tree's) recorded it: its workspace path and guards, outermost first.
+    pub fn host_head_directories(
         &self,
-        repository: &[u8],
         path: &[u8],
-    ) -> Option<(Vec<u8>, &operations::HostHeadGuards)> {
-        let rules = self.rules_of(repository)?;
-        let relative = match repository {
-            [] => path,
-            _ => path.strip_prefix(repository)?.strip_prefix(b"/")?,
-        };
-        if relative.is_empty() {
-            return None;
-        }
-        // Bounded by the path's components, deepest first; the repository's
-        // root (empty) last.
-        let mut end = relative.len();
-        loop {
-            let cut = relative[..end].iter().rposition(|b| *b == b'/');
-            let dir = &relative[..cut.unwrap_or(0)];
-            if let Some(g) = rules.host_head_dirs.get(dir) {
-                return Some((joined(repository, dir), g));
+    ) -> Vec<(Vec<u8>, &operations::HostHeadGuards)> {
+        let mut found = Vec::new();
+        let mut rules = &self.root;
+        // The workspace path of `rules`' repository, and `path` relative to it.
+        let mut base: Vec<u8> = Vec::new();
+        let mut relative = path;
+        // Bounded: each turn descends one nesting level.
+        for _ in 0..=MAX_NESTED_DEPTH {
+            if relative.is_empty() {
+                break;
             }
-            end = cut?;
+            let mut ancestors: Vec<&[u8]> = vec![&b""[..]];
+            ancestors.extend(
+                relative
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| **b == b'/')
+                    .map(|(at, _)| &relative[..at]),
+            );
+            for dir in ancestors {
+                if let Some(g) = rules.host_head_dirs.get(dir) {
+                    found.push((joined(&base, dir), g));
+                }
+            }
+            let inner = rules.nested.iter().find_map(|(root, inner)| {
+                let rest = relative.strip_prefix(root.as_slice())?.strip_prefix(b"/")?;
+                Some((root, inner, rest))
+            });
+            let Some((root, inner, rest)) = inner else {
+                break;
+            };
+            base = joined(&base, root);
+            rules = inner;
+            relative = rest;
         }
+        found
     }
 
     /// Whether a directory where the host had a `HEAD` Git accepts lies at
@@ -498,11 +518,9 @@ impl ClassificationSnapshot {
                 }
             };
             // A lock goes where its `HEAD` goes: tracked when the `HEAD` is.
-            if head.is_some_and(|head| {
-                !rules.host_heads.contains(head) && !rules.tracked.contains(head)
-            }) && !tracked
-                && excluded.is_none()
-            {
+            // A tracked `HEAD` the host does not have is the sandbox's too: made
+            // on the host, it would complete a repository host Git uses.
+            if head.is_some_and(|head| !rules.host_heads.contains(head)) {
                 return Ok(isolated(
                     Decision::SandboxRepositoryHead {
                         entry: path[..end].to_vec(),
@@ -576,7 +594,7 @@ fn names_head(name: &[u8], case: Case) -> bool {
 }
 
 /// Workspace path `base` joined with the path `rest` relative to it.
-fn joined(base: &[u8], rest: &[u8]) -> Vec<u8> {
+pub(crate) fn joined(base: &[u8], rest: &[u8]) -> Vec<u8> {
     let mut full = base.to_vec();
     if !full.is_empty() && !rest.is_empty() {
         full.push(b'/');

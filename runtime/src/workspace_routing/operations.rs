@@ -191,34 +191,39 @@ fn may_change_host_head_directory(
         // Host Git never sees it.
         return Ok(());
     }
-    let Some((dir, guards)) = snapshot.host_head_directory(&route.repository, path) else {
-        return Ok(());
-    };
-    // `dir` is a proper ancestor of `path`.
-    let inner = &path[dir.len() + 1..];
-    let allowed = match guards {
-        HostHeadGuards::FrozenHead => {
-            inner != super::HEAD
-                || matches!(op, Operation::LinkFrom | Operation::Change(Change::Times))
-        }
-        HostHeadGuards::GitDirectory(NestedGitGuards::Layout(layout)) => {
-            match guard_in(layout, &dir, inner, origin) {
-                Guard::Head | Guard::HeadLock => true,
-                guard => match op {
-                    Operation::Rebind => guard.may_rebind(),
-                    Operation::MakeDirectory => guard.may_make_directory(),
-                    Operation::Change(change) => guard.may_change(change),
-                    Operation::LinkFrom => guard.may_link_from(),
-                },
+    // Every such directory above the path has its say: a bare repository's
+    // worktree admin directory has a `HEAD` of its own.
+    for (dir, guards) in snapshot.host_head_directories(path) {
+        // `dir` is a proper ancestor of `path` (the root: empty).
+        let inner = if dir.is_empty() {
+            path
+        } else {
+            &path[dir.len() + 1..]
+        };
+        // The `HEAD` decides what the directory is: it stays as the host
+        // had it (any spelling: a file system may fold case).
+        let names_head = inner.eq_ignore_ascii_case(super::HEAD);
+        let allowed = match guards {
+            _ if names_head => op == Operation::Change(Change::Times),
+            HostHeadGuards::FrozenHead => true,
+            HostHeadGuards::GitDirectory(NestedGitGuards::Layout(layout)) => {
+                match guard_in(layout, &dir, inner, origin) {
+                    Guard::HeadLock => true,
+                    guard => match op {
+                        Operation::Rebind => guard.may_rebind(),
+                        Operation::MakeDirectory => guard.may_make_directory(),
+                        Operation::Change(change) => guard.may_change(change),
+                        Operation::LinkFrom => guard.may_link_from(),
+                    },
+                }
             }
+            HostHeadGuards::GitDirectory(NestedGitGuards::ReadOnly) => false,
+        };
+        if !allowed {
+            return Err(Refusal::HostHeadDirectory);
         }
-        HostHeadGuards::GitDirectory(NestedGitGuards::ReadOnly) => false,
-    };
-    if allowed {
-        Ok(())
-    } else {
-        Err(Refusal::HostHeadDirectory)
     }
+    Ok(())
 }
 
 /// The guard of `inner` (a path inside the git directory at workspace path
@@ -241,10 +246,7 @@ fn guard_in(
         };
         let name = OsStr::from_bytes(part);
         let from = if guard.guards_by_origin() {
-            let mut at = git_dir.to_vec();
-            at.push(b'/');
-            at.extend_from_slice(&inner[..end]);
-            origin(&at)
+            origin(&super::joined(git_dir, &inner[..end]))
         } else {
             Origin::Other
         };
@@ -558,6 +560,11 @@ mod tests {
             ("tools/cache.git/hooks", Operation::MakeDirectory),
             ("tools/cache.git/hooks/post-update", Operation::Rebind),
             ("tools/cache.git/objects", Operation::Rebind),
+            // Its `HEAD` stays: it decides what the directory is.
+            ("tools/cache.git/HEAD", data),
+            ("tools/cache.git/HEAD", Operation::Rebind),
+            ("tools/cache.git/HEAD", Operation::LinkFrom),
+            ("tools/cache.git/head", data),
             // Neither it nor a directory above it moves or goes away.
             ("tools/cache.git", Operation::Rebind),
             ("tools", Operation::Rebind),
@@ -569,7 +576,7 @@ mod tests {
             );
         }
         for (path, op) in [
-            ("tools/cache.git/HEAD", data),
+            ("tools/cache.git/HEAD", Operation::Change(Change::Times)),
             ("tools/cache.git/HEAD.lock", Operation::Rebind),
             ("tools/cache.git/objects/ab", Operation::MakeDirectory),
             ("tools/cache.git/refs/heads/main", Operation::Rebind),
@@ -603,16 +610,19 @@ mod tests {
             Operation::Change(Change::Data),
             Operation::Change(Change::Mode),
             Operation::Rebind,
+            // A second name would write it.
+            Operation::LinkFrom,
         ] {
-            assert_eq!(
-                check("docs/HEAD", op),
-                Err(Refusal::HostHeadDirectory),
-                "{op:?}"
-            );
+            for path in ["docs/HEAD", "docs/Head"] {
+                assert_eq!(
+                    check(path, op),
+                    Err(Refusal::HostHeadDirectory),
+                    "{path} {op:?}"
+                );
+            }
         }
         for (path, op) in [
             ("docs/HEAD", Operation::Change(Change::Times)),
-            ("docs/HEAD", Operation::LinkFrom),
             ("docs/config", Operation::Rebind),
             ("docs/hooks", Operation::MakeDirectory),
             // Moved, its `HEAD` is one the host did not have at the new
@@ -651,14 +661,63 @@ mod tests {
                 "{path}"
             );
         }
+        let dirs = |path: &[u8]| -> Vec<Vec<u8>> {
+            s.host_head_directories(path)
+                .into_iter()
+                .map(|(dir, _)| dir)
+                .collect()
+        };
         assert_eq!(
-            s.host_head_directory(b"vendor/lib", b"vendor/lib/fixtures/r.git/x")
-                .map(|(dir, _)| dir),
-            Some(b"vendor/lib/fixtures/r.git".to_vec())
+            dirs(b"vendor/lib/fixtures/r.git/x"),
+            [b"vendor/lib/fixtures/r.git".to_vec()]
         );
-        assert_eq!(
-            s.host_head_directory(b"", b"vendor/lib/fixtures/r.git/x"),
-            None
+        assert!(dirs(b"vendor/lib/fixtures/r.git").is_empty());
+        assert!(dirs(b"vendor/lib/fixtures/r.gitx/config").is_empty());
+    }
+
+    /// The workspace root itself where the host had a `HEAD` (a tree that
+    /// is no repository but a bare one), and a directory with a `HEAD` of
+    /// its own inside a guarded one (a worktree's admin directory): every
+    /// such directory above a path has its say, across repositories.
+    #[test]
+    fn every_host_head_directory_above_a_path_has_its_say() {
+        let mut tree = RepositoryRules::new(TrackedPaths::default(), false);
+        tree.add_host_head_directory(
+            b"",
+            HostHeadGuards::GitDirectory(NestedGitGuards::Layout(layout())),
         );
+        tree.add_host_head_directory(
+            b"worktrees/wt",
+            HostHeadGuards::GitDirectory(NestedGitGuards::Layout(layout())),
+        );
+        let mut nested = RepositoryRules::new(TrackedPaths::default(), false);
+        nested.add_host_head_directory(b"", HostHeadGuards::FrozenHead);
+        tree.add_nested(b"sub", nested);
+        let s = ClassificationSnapshot::of_tree_without_repository(tree);
+        let host = worktree_path(Backing::Host, b"");
+        let check = |path: &str, op| may_change(&s, &host, path.as_bytes(), op, host_dirs(&[]));
+        let data = Operation::Change(Change::Data);
+        for (path, op) in [
+            ("config", data),
+            ("HEAD", data),
+            ("hooks/pre-commit", Operation::Rebind),
+            // Sealed by the outer layout though its own would let it be.
+            ("worktrees/wt/gitdir", data),
+            // The nested repository's frozen `HEAD`.
+            ("sub/HEAD", data),
+        ] {
+            assert_eq!(
+                check(path, op),
+                Err(Refusal::HostHeadDirectory),
+                "{path} {op:?}"
+            );
+        }
+        for (path, op) in [
+            ("objects/ab", Operation::MakeDirectory),
+            ("src/main.rs", data),
+            ("sub/config", data),
+        ] {
+            assert_eq!(check(path, op), Ok(()), "{path} {op:?}");
+        }
     }
 }

@@ -280,18 +280,22 @@ fn git_directories_are_the_hosts_only_where_the_host_had_a_repository() {
 }
 
 #[test]
-fn a_head_is_the_hosts_only_where_the_host_had_one_or_tracks_it() {
+fn a_head_is_the_hosts_only_where_the_host_had_one() {
     let mut nested = RepositoryRules::new(tracked(&[]), false);
     nested.add_host_head(b"fixtures/bare/HEAD");
-    let mut outer = RepositoryRules::new(tracked(&["docs/HEAD"]), false);
+    let mut outer = RepositoryRules::new(tracked(&["docs/HEAD", "gone/HEAD"]), false);
     outer.add_gitignore(b"", b"build/\n!HEAD\n");
     outer.add_host_head(b"HEAD");
+    outer.add_host_head(b"docs/HEAD");
     outer.add_nested(b"vendor/lib", nested);
     let s = ClassificationSnapshot::of_repository(outer);
-    // Had by the host, or tracked: the usual rules.
+    // Had by the host: the usual rules.
     assert_eq!(backing(&s, "HEAD", false), Backing::Host);
     assert_eq!(backing(&s, "HEAD.lock", false), Backing::Host);
     assert_eq!(backing(&s, "docs/HEAD", false), Backing::Host);
+    // Tracked but missing on the host: made there, it would complete a
+    // repository host Git uses.
+    assert_eq!(backing(&s, "gone/HEAD", false), Backing::Isolated);
     assert_eq!(
         backing(&s, "vendor/lib/fixtures/bare/HEAD", false),
         Backing::Host
@@ -314,7 +318,9 @@ fn a_head_is_the_hosts_only_where_the_host_had_one_or_tracks_it() {
             "{path}: {route:?}"
         );
     }
-    // Other names are not markers, and an excluded directory decides first.
+    // Other names are not markers; in an excluded directory too a `HEAD`
+    // the host did not have is the sandbox's (a tracked one there would
+    // otherwise be the host's).
     assert_eq!(backing(&s, "sub/head", false), Backing::Host);
     assert_eq!(backing(&s, "sub/HEADS", false), Backing::Host);
     assert_eq!(backing(&s, "sub/ORIG_HEAD.lock", false), Backing::Host);
@@ -324,7 +330,8 @@ fn a_head_is_the_hosts_only_where_the_host_had_one_or_tracks_it() {
         matches!(
             &route,
             Ok(Route {
-                decision: Decision::InExcludedDirectory { .. },
+                backing: Backing::Isolated,
+                decision: Decision::SandboxRepositoryHead { .. },
                 ..
             })
         ),

@@ -110,6 +110,28 @@ impl TrackedPaths {
         &self.gitlinks
     }
 
+    /// The tracked paths named `HEAD` in any spelling — entries, and
+    /// directories holding one — in bytewise order, each once: where a
+    /// tracked bare repository (a test fixture) may be, also inside a
+    /// directory the rules exclude, which no walk looks into.
+    pub fn heads(&self) -> std::collections::BTreeSet<&[u8]> {
+        let mut heads = std::collections::BTreeSet::new();
+        for path in &self.paths {
+            let mut end = 0;
+            for (i, part) in path.split(|b| *b == b'/').enumerate() {
+                end = if i == 0 {
+                    part.len()
+                } else {
+                    end + 1 + part.len()
+                };
+                if part.eq_ignore_ascii_case(b"HEAD") {
+                    heads.insert(&path[..end]);
+                }
+            }
+        }
+        heads
+    }
+
     /// Whether `path` is an index entry, or a directory holding one.
     pub fn contains(&self, path: &[u8]) -> bool {
         match &self.folded {
