@@ -1050,6 +1050,22 @@ fn host_changes_reach_the_sandbox_through_the_kernels_caches() -> Result<(), Str
             && fs::read_to_string(mnt.join("lib/mod.rs")).is_ok_and(|t| t == "pub fn f() {}\n")
     })?;
     fails("moved away", ENOENT, fs::metadata(mnt.join("src")))?;
+    // What the kernel cached below the moved directory follows later host
+    // changes at the new path.
+    let mut host = io(
+        "host open moved",
+        fs::OpenOptions::new()
+            .append(true)
+            .open(ws.join("lib/mod.rs")),
+    )?;
+    io("host append moved", host.write_all(b"// more\n"))?;
+    drop(host);
+    eventually("the host's change below the moved directory (stat)", || {
+        fs::metadata(mnt.join("lib/mod.rs")).is_ok_and(|m| m.len() == 22)
+    })?;
+    eventually("the host's change below the moved directory", || {
+        fs::read_to_string(mnt.join("lib/mod.rs")).is_ok_and(|t| t == "pub fn f() {}\n// more\n")
+    })?;
     drop(kept);
     router.unmount().map_err(|e| e.to_string())?;
     Ok(())
