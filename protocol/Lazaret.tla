@@ -17,8 +17,8 @@ CONSTANTS
     MaxGen,             \* bound on Domain generations
     MaxUnackedChunks,   \* escalation result chunks HC retains unacknowledged (spec 3.8: 8)
     RequiredRoles       \* the roles a generation of this Domain acquires: all of Roles
-                        \* in Lazaret.cfg (the spec); the roles a build implements in
-                        \* LazaretBuild.cfg (Lazaret-notes.md "Required roles")
+                        \* in Lazaret.cfg (the spec, a routed Domain); all but GitRouting
+                        \* in LazaretUnrouted.cfg (Lazaret-notes.md "Required roles")
 
 VARIABLES
     hc,             \* per coordinator instance: its lifecycle

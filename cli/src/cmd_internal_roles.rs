@@ -1,18 +1,21 @@
 //! The hidden role subcommands of the process chain: `__coordinator` (the
-//! Host Coordinator), `__supervisor` (the Runtime Supervisor) and `__enter`
-//! (what an exec client runs as before it becomes `runsc exec`), and the
+//! Host Coordinator), `__supervisor` (the Runtime Supervisor),
+//! `__git-routing` (a routed Domain's routing daemon) and `__enter` (what
+//! an exec client runs as before it becomes `runsc exec`), and the
 //! removal worker of `lazaret state reset` and `lazaret state gc`
 //! (`__remove-tree`), and the preparation's mount-point worker
 //! (`__mount-points`).
 use crate::report::errln;
 use clap::Args;
 use lazaret_effects::coordinator::enter::{run_enter, EnterArgs, EnterError};
+use lazaret_effects::coordinator::git_routing::{run_git_routing, GitRoutingError, RoutingArgs};
 use lazaret_effects::coordinator::host::{
     run_coordinator, CoordinatorArgs, Outcome, SandboxBinaries,
 };
 use lazaret_effects::coordinator::nsys::RealNs;
 use lazaret_effects::coordinator::supervisor::run_supervisor;
 use lazaret_effects::coordinator::LOST_LOCK_EXIT;
+use lazaret_effects::network::authority::RealAuthority;
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::process_identity::real::RealProcessSys;
 use lazaret_runtime::display::escape_line;
@@ -135,6 +138,36 @@ pub fn supervisor(args: SupervisorCommand) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("lazaret __supervisor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct GitRoutingCommand {
+    /// --workspace P --isolated P --router-at P [--common P --git-dir P
+    /// --filter-at P] [--editor-dir P]... --ready-fd N --exit-fd N
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<OsString>,
+}
+
+pub fn git_routing(command: GitRoutingCommand) -> ExitCode {
+    git_routing_with(&command.args)
+}
+
+/// The routing daemon (spec 3.5) on its arguments (after the subcommand
+/// name): also run in place by a released `__wrapper` whose target is
+/// `lazaret __git-routing`. Its errors go to the Runtime Supervisor's
+/// stderr, the coordinator's log.
+pub fn git_routing_with(argv: &[OsString]) -> ExitCode {
+    init_diagnostics();
+    let served = RoutingArgs::parse(argv)
+        .map_err(GitRoutingError::from)
+        .and_then(|args| run_git_routing(&RealNs, &RealAuthority, &args));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            errln!("lazaret __git-routing: {e}");
             ExitCode::FAILURE
         }
     }

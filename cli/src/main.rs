@@ -66,6 +66,9 @@ enum Command {
     /// Internal: the generation's Runtime Supervisor.
     #[command(name = lazaret_effects::coordinator::SUPERVISOR_SUBCOMMAND, hide = true)]
     InternalSupervisor(cmd_internal_roles::SupervisorCommand),
+    /// Internal: a routed Domain's routing daemon.
+    #[command(name = lazaret_effects::coordinator::git_routing::GIT_ROUTING_SUBCOMMAND, hide = true)]
+    InternalGitRouting(cmd_internal_roles::GitRoutingCommand),
     /// Internal: an exec client entering the supervisor's namespaces.
     #[command(name = lazaret_effects::coordinator::ENTER_SUBCOMMAND, hide = true)]
     InternalEnter(cmd_internal_roles::EnterCommand),
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Command::InternalCoordinator(args) => return cmd_internal_roles::coordinator(args),
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
+        Command::InternalGitRouting(args) => return cmd_internal_roles::git_routing(args),
         Command::InternalRemoveTree(args) => return cmd_internal_roles::remove_tree(args),
         Command::InternalMountPoints(args) => return cmd_internal_roles::mount_points(args),
         Command::Doctor(args) => {

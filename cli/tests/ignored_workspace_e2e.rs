@@ -9,7 +9,7 @@
 mod support;
 use support::{
     assert_failed, assert_succeeded, chown_tree, default_image, domain_root, guest_results,
-    host_git, text, Env, ONE_AT_A_TIME,
+    host_git, signal_through_pidfd, text, Env, ONE_AT_A_TIME,
 };
 
 use std::os::unix::fs::PermissionsExt;
@@ -183,6 +183,89 @@ fn ignored_paths_are_the_domains_own_and_persist_across_launches() {
     );
     env.assert_nothing_left();
     env.assert_traces_replay();
+    // The router is a participant of the generation: its daemon staged and
+    // committed through RS, its mount committed, and all of it released.
+    let steps = routing_steps(&env);
+    for step in [
+        "RecordIntent(GitRouting)",
+        "StageProcess(GitRoutingDaemon)",
+        "CommitProcess(GitRoutingDaemon)",
+        "CommitParticipant(GitRouting)",
+        "RecordReleaseIntent(GitRouting)",
+        "CleanParticipant(GitRouting)",
+    ] {
+        assert!(steps.iter().any(|s| s == step), "{step} not in {steps:?}");
+    }
+}
+
+/// The trace steps of this scenario's generations that name the router's
+/// role or slot, as `Action(Param)`.
+fn routing_steps(env: &Env) -> Vec<String> {
+    let lines: Vec<serde_json::Value> = env
+        .traces()
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines
+        .iter()
+        .filter_map(|l| {
+            let param = l["params"]
+                .as_object()?
+                .values()
+                .filter_map(|v| v.as_str())
+                .find(|v| v.starts_with("GitRouting"))?;
+            Some(format!("{}({param})", l["action"].as_str()?))
+        })
+        .collect()
+}
+
+/// Spec 3.5: the router's loss fails the Domain closed. The routing
+/// daemon killed under a running session ends the session with a message
+/// naming the router; the release proves the daemon gone (nothing is
+/// left, the store holds only clean generations, the trace replays) and
+/// the next launch serves the workspace again.
+#[test]
+fn the_routers_loss_fails_the_domain_closed() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("router-loss", &default_image());
+    repository(&env);
+    let mut session = env.spawn(&[
+        "default",
+        "--",
+        "sh",
+        "-c",
+        "cat /workspace/a.txt && sleep 120",
+    ]);
+    // The session runs in the sandbox once its first output arrives.
+    let mut first = String::new();
+    let mut stdout = std::io::BufReader::new(session.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut first).unwrap();
+    assert_eq!(first, "host\n");
+    let daemon = env
+        .processes()
+        .into_iter()
+        .find(|p| p.contains(" __git-routing "))
+        .expect("a routing daemon");
+    let pid = daemon.split(':').next().unwrap();
+    signal_through_pidfd(pid, rustix::process::Signal::KILL);
+    let out = session.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("the routing daemon of the ignored-path router ended"),
+        "{}",
+        text(&out.stderr)
+    );
+    env.assert_nothing_left();
+    let out = env.run(&["default", "--", "cat", "/workspace/a.txt"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "host\n");
+    env.assert_nothing_left();
 }
 
 /// `isolate_gitignored = false` opts out: the workspace is bound as it is,
@@ -208,4 +291,6 @@ fn isolate_gitignored_false_shares_the_ignored_paths_too() {
     assert_eq!(text(&out.stdout), "SECRET=host\n");
     assert!(env.workspace.join("node_modules").is_dir());
     env.assert_nothing_left();
+    // No router, no routing participant (protocol/LazaretUnrouted.cfg).
+    assert_eq!(routing_steps(&env), Vec::<String>::new());
 }

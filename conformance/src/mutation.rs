@@ -475,7 +475,7 @@ that guard masked) and re-explores the model breadth-first with its `.cfg`\n\
 constants, checking every `Inv_*` invariant on every state and every\n\
 box-action property (`Live_* == [][A]_v`) on every step, as TLC does; a\n\
 mutant that survives is explored again in each further configuration the\n\
-model is checked in (`LazaretBuild.cfg` for `Lazaret`), named where it is\n\
+model is checked in (`LazaretUnrouted.cfg` for `Lazaret`), named where it is\n\
 killed there. **Killed**: an invariant, an action property, `TypeOK` or the\n\
 evaluation of the model fails. **Equivalent**: the mutant reaches the same\n\
 states with the same steps (state, different next state) in its own\n\

@@ -2,7 +2,7 @@
 //! model's own configuration cannot tell apart is checked again in every
 //! other configuration TLC and stateright check the model in.
 use lazaret_conformance::mutation::{mutant_verdict, Verdict};
-use lazaret_generated::{lazaret, ModelEntry, FURTHER_CONFIGURATIONS, LAZARET_BUILD, MODELS};
+use lazaret_generated::{lazaret, ModelEntry, FURTHER_CONFIGURATIONS, LAZARET_UNROUTED, MODELS};
 
 fn lazaret_entry() -> Result<&'static ModelEntry, &'static str> {
     MODELS
@@ -12,7 +12,7 @@ fn lazaret_entry() -> Result<&'static ModelEntry, &'static str> {
 }
 
 /// `RecordIntent`'s `r \in RequiredRoles` is always true under
-/// `Lazaret.cfg`, which requires every role; `LazaretBuild.cfg` requires
+/// `Lazaret.cfg`, which requires every role; `LazaretUnrouted.cfg` requires
 /// fewer, and there the mutant records intent for a role the build never
 /// acquires, which a property catches.
 #[test]
@@ -20,11 +20,11 @@ fn a_mutant_the_specification_configuration_misses_dies_in_the_build_one(
 ) -> Result<(), Box<dyn std::error::Error>> {
     assert!(FURTHER_CONFIGURATIONS
         .iter()
-        .any(|f| f.cfg_file == LAZARET_BUILD.cfg_file));
+        .any(|f| f.cfg_file == LAZARET_UNROUTED.cfg_file));
     let own = lazaret_entry()?;
     let verdict = mutant_verdict::<lazaret::Model>(
         own,
-        &[&LAZARET_BUILD],
+        &[&LAZARET_UNROUTED],
         "RecordIntent",
         "r \\in RequiredRoles",
         4,
@@ -32,7 +32,7 @@ fn a_mutant_the_specification_configuration_misses_dies_in_the_build_one(
     match verdict {
         Some(Verdict::Killed {
             config: Some(cfg), ..
-        }) => assert_eq!(cfg, LAZARET_BUILD.cfg_file),
+        }) => assert_eq!(cfg, LAZARET_UNROUTED.cfg_file),
         other => return Err(format!("{other:?}").into()),
     }
     Ok(())

@@ -3,7 +3,7 @@
 use std::collections::{HashSet, VecDeque};
 
 use lazaret_generated::support::{Cfg, Protocol};
-use lazaret_generated::{lazaret, prepared_lower, ModelEntry, LAZARET_BUILD, MODELS};
+use lazaret_generated::{lazaret, prepared_lower, ModelEntry, LAZARET_UNROUTED, MODELS};
 
 /// Breadth-first over at most `limit` reachable states: each one's view
 /// reads back as the same state.
@@ -51,7 +51,7 @@ fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
         146_051
     );
     assert_eq!(
-        round_trip::<lazaret::Model>(&LAZARET_BUILD, 300_000)?,
+        round_trip::<lazaret::Model>(&LAZARET_UNROUTED, 300_000)?,
         133_481
     );
     assert_eq!(

@@ -119,6 +119,80 @@ impl ReadinessError {
     }
 }
 
+/// A long-lived child's two pipes: the one it reports readiness on (one
+/// byte; EOF if it dies first) and the one whose closing makes it exit.
+#[derive(Debug)]
+pub struct ChildPipes {
+    pub ready_read: std::os::fd::OwnedFd,
+    pub ready_write: std::os::fd::OwnedFd,
+    pub exit_read: std::os::fd::OwnedFd,
+    /// Held by the parent for the child's whole life: when it closes (at
+    /// stop, or because the parent died) the child exits.
+    pub exit_write: std::os::fd::OwnedFd,
+}
+
+impl ChildPipes {
+    pub fn new() -> io::Result<Self> {
+        use rustix::pipe::{pipe_with, PipeFlags};
+        let (ready_read, ready_write) = pipe_with(PipeFlags::CLOEXEC)?;
+        let (exit_read, exit_write) = pipe_with(PipeFlags::CLOEXEC)?;
+        Ok(Self {
+            ready_read,
+            ready_write,
+            exit_read,
+            exit_write,
+        })
+    }
+}
+
+/// Waits for the one readiness byte target `what` writes to `ready`, for
+/// at most `within`; `running` says whether it still runs (`Err` once it
+/// ended). EOF without the byte is [`ReadinessError::Silent`].
+pub fn await_ready_byte(
+    what: &'static str,
+    ready: &std::os::fd::OwnedFd,
+    within: std::time::Duration,
+    running: impl Fn() -> Result<(), ReadinessError>,
+) -> Result<(), ReadinessError> {
+    use std::io::Read as _;
+    let io =
+        |step: &'static str| move |source: io::Error| ReadinessError::Io { what, step, source };
+    let deadline = std::time::Instant::now() + within;
+    // Bounded: one poll per 50 ms until the deadline.
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(ReadinessError::Timeout { what, within });
+        }
+        let ts = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            ready,
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => {}
+            Ok(_) => {
+                let mut byte = [0u8; 1];
+                let mut file = std::fs::File::from(
+                    ready
+                        .try_clone()
+                        .map_err(io("duplicating its readiness pipe"))?,
+                );
+                return match file.read(&mut byte) {
+                    Ok(1) => Ok(()),
+                    Ok(_) => Err(ReadinessError::Silent { what }),
+                    Err(e) => Err(io("reading its readiness pipe")(e)),
+                };
+            }
+            Err(e) => return Err(io("polling its readiness pipe")(e.into())),
+        }
+        running()?;
+    }
+}
+
 /// A child whose exact staged ownership is durable and whose barrier was
 /// released. Staged ownership authorizes exact cleanup only.
 #[derive(Debug)]

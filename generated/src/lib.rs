@@ -105,18 +105,18 @@ pub const MODELS: &[ModelEntry] = &[
 ];
 
 /// The Lazaret protocol with the roles this build acquires
-/// (`protocol/LazaretBuild.cfg`): checked like the specification's
+/// (`protocol/LazaretUnrouted.cfg`): checked like the specification's
 /// configuration, and the source of the product's `RequiredRoles`.
-pub const LAZARET_BUILD: ModelEntry = ModelEntry {
+pub const LAZARET_UNROUTED: ModelEntry = ModelEntry {
     name: "Lazaret",
     tla: "protocol/Lazaret.tla",
-    cfg_file: "protocol/LazaretBuild.cfg",
-    cfg_text: include_str!("../../protocol/LazaretBuild.cfg"),
+    cfg_file: "protocol/LazaretUnrouted.cfg",
+    cfg_text: include_str!("../../protocol/LazaretUnrouted.cfg"),
 };
 
 /// Configurations a model is checked in besides its own `.cfg` (by TLC and
 /// stateright alike, `conformance/tests/protocol.rs`).
-pub const FURTHER_CONFIGURATIONS: &[ModelEntry] = &[LAZARET_BUILD];
+pub const FURTHER_CONFIGURATIONS: &[ModelEntry] = &[LAZARET_UNROUTED];
 
 /// Runs `v` on the model called `name`; `None` if there is no such model.
 pub fn visit_model<V: ModelVisitor>(name: &str, v: V) -> Option<V::Output> {

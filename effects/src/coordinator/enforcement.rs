@@ -9,10 +9,10 @@
 //! then enters that namespace itself, installs the deny routes and the
 //! egress filter, and compares the rtnetlink projection with the one
 //! derived from the policy before runsc imports anything.
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lazaret_runtime::config::DerivedNetworkPolicy;
 use lazaret_runtime::network::topology::{MTU, SLIRP_NETWORK, TAP_DEVICE};
@@ -23,7 +23,7 @@ use lazaret_runtime::network::{
 
 use super::nsys::NamespaceSys;
 use crate::broker::sys::TargetCommand;
-use crate::broker::ReadinessError;
+use crate::broker::ChildPipes;
 use crate::network::canary::ipv6_off;
 use crate::network::nft::{NftError, NftSys};
 use crate::network::rtnl::{RouteSys, RtnlError};
@@ -78,39 +78,13 @@ pub fn create_enforcement_namespace<N: NamespaceSys>(ns: &N) -> Result<OwnedFd, 
         .map_err(EnforcementError::Namespace)
 }
 
-/// The connectivity helper's descriptors: the namespace it joins, the
-/// pipe it reports readiness on, and the pipe whose closing makes it exit.
-#[derive(Debug)]
-pub struct HelperPipes {
-    pub ready_read: OwnedFd,
-    pub ready_write: OwnedFd,
-    pub exit_read: OwnedFd,
-    /// Held by the supervisor for the helper's whole life: when it closes
-    /// (at stop, or because the supervisor died) slirp4netns exits.
-    pub exit_write: OwnedFd,
-}
-
-impl HelperPipes {
-    pub fn new() -> io::Result<Self> {
-        use rustix::pipe::{pipe_with, PipeFlags};
-        let (ready_read, ready_write) = pipe_with(PipeFlags::CLOEXEC)?;
-        let (exit_read, exit_write) = pipe_with(PipeFlags::CLOEXEC)?;
-        Ok(Self {
-            ready_read,
-            ready_write,
-            exit_read,
-            exit_write,
-        })
-    }
-}
-
 /// FR-16: slirp4netns with the product CIDR and flags, attached to the
 /// enforcement namespace by the inherited descriptor `netns` (the path
 /// mode; docs/network.md: it then joins the namespace with the
 /// supervisor's authority in the Domain user namespace, sandboxed and
 /// under seccomp). `--disable-host-loopback`: the gateway is not the
 /// host's 127.0.0.1.
-pub fn helper_command(netns: &OwnedFd, pipes: &HelperPipes) -> TargetCommand {
+pub fn helper_command(netns: &OwnedFd, pipes: &ChildPipes) -> TargetCommand {
     let ns = netns.as_raw_fd();
     let ready = pipes.ready_write.as_raw_fd();
     let exit = pipes.exit_read.as_raw_fd();
@@ -135,59 +109,6 @@ pub fn helper_command(netns: &OwnedFd, pipes: &HelperPipes) -> TargetCommand {
 
 /// The connectivity helper, as readiness errors name it.
 pub const HELPER: &str = "slirp4netns";
-
-/// Waits for slirp4netns's readiness byte (`tap0` up with its address and
-/// default route), or [`HELPER_READY_TIMEOUT`]; `running` says whether it
-/// still runs (`Err` once it ended).
-pub fn await_helper_ready(
-    ready: &OwnedFd,
-    running: impl Fn() -> Result<(), ReadinessError>,
-) -> Result<(), ReadinessError> {
-    let io = |step: &'static str| {
-        move |source: io::Error| ReadinessError::Io {
-            what: HELPER,
-            step,
-            source,
-        }
-    };
-    let deadline = Instant::now() + HELPER_READY_TIMEOUT;
-    // Bounded: one poll per 50 ms until the deadline.
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ReadinessError::Timeout {
-                what: HELPER,
-                within: HELPER_READY_TIMEOUT,
-            });
-        }
-        let ts = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 50_000_000,
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            ready,
-            rustix::event::PollFlags::IN,
-        )];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(0) | Err(rustix::io::Errno::INTR) => {}
-            Ok(_) => {
-                let mut byte = [0u8; 1];
-                let mut file = std::fs::File::from(
-                    ready
-                        .try_clone()
-                        .map_err(io("duplicating its readiness pipe"))?,
-                );
-                return match file.read(&mut byte) {
-                    Ok(1) => Ok(()),
-                    Ok(_) => Err(ReadinessError::Silent { what: HELPER }),
-                    Err(e) => Err(io("reading its readiness pipe")(e)),
-                };
-            }
-            Err(e) => return Err(io("polling its readiness pipe")(e.into())),
-        }
-        running()?;
-    }
-}
 
 /// Moves the calling thread into the enforcement namespace.
 pub fn enter<N: NamespaceSys>(ns: &N, netns: &OwnedFd) -> Result<(), EnforcementError> {
@@ -318,7 +239,7 @@ mod tests {
     #[test]
     fn the_helper_runs_with_the_product_cidr_and_sandboxing() -> io::Result<()> {
         let netns: OwnedFd = std::fs::File::open("/dev/null")?.into();
-        let pipes = HelperPipes::new()?;
+        let pipes = ChildPipes::new()?;
         let cmd = helper_command(&netns, &pipes);
         let argv: Vec<String> = cmd
             .argv

@@ -13,7 +13,7 @@ use crate::crash_point::crash_point;
 use crate::trace_log::{prune_oldest, TraceLog};
 use lazaret_generated::lazaret::{Action, CoordinatorsId, State};
 use lazaret_runtime::coordinator::host_model::{
-    DurableView, HostModel, HostModelError, ProcessView,
+    DurableView, HostModel, HostModelError, ProcessView, Routing,
 };
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::records::ids::CoordinatorId;
@@ -45,13 +45,15 @@ pub struct HcModel {
 }
 
 impl HcModel {
-    /// The core for generation `generation`, its trace written to `path`.
+    /// The core for generation `generation` of a Domain served with
+    /// `routing`, its trace written to `path`.
     pub fn new(
         coordinator: String,
         generation: u64,
+        routing: Routing,
         path: PathBuf,
     ) -> Result<Self, HostModelError> {
-        let model = HostModel::new(coordinator, generation)?;
+        let model = HostModel::new(coordinator, generation, routing)?;
         let log = TraceLog::create(path, &model.header());
         Ok(Self {
             model,
@@ -419,7 +421,7 @@ mod tests {
     fn a_trace_moves_under_the_archive() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join(trace_name(3));
-        let mut m = HcModel::new("hc-t".into(), 3, path.clone())?;
+        let mut m = HcModel::new("hc-t".into(), 3, Routing::Unrouted, path.clone())?;
         let c = m.me();
         m.take(Action::AcquireDomainLock { c }, None)?;
         assert!(m.take(Action::StartGeneration { c }, None).is_err());

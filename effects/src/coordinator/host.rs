@@ -45,7 +45,7 @@ use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
 };
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
-use lazaret_runtime::coordinator::host_model::{HostModelError, ProcessView};
+use lazaret_runtime::coordinator::host_model::{HostModelError, ProcessView, Routing};
 use lazaret_runtime::coordinator::launch::step_name;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
@@ -267,6 +267,14 @@ pub enum CoordinatorError {
     /// RS's staged or committed ownership message does not decode.
     #[error("Runtime Supervisor: its process ownership message: {0}")]
     StagedRecord(#[source] MessageError),
+    /// A released role's own child process could not be proved absent
+    /// (FR-7): the role keeps its release intent.
+    #[error("generation {generation}: releasing {role}: {source}")]
+    ChildPresent {
+        generation: u64,
+        role: &'static str,
+        source: AbsenceError,
+    },
     /// The stopped runtime could not be proved absent (FR-7).
     #[error("generation {generation}: stopping the runtime: {source}")]
     Shutdown {
@@ -473,7 +481,14 @@ pub fn run_coordinator(
     })?;
     let broker = Broker::claim(RealProcessSys, program.clone())?;
     let id = next_generation(&store, &store_path)?;
-    let model = own_trace(name, id, &paths)?;
+    // Spec 3.5: a routed Domain's generations acquire the GitRouting
+    // participant too.
+    let routing = if config.selected().isolate_gitignored() {
+        Routing::Routed
+    } else {
+        Routing::Unrouted
+    };
+    let model = own_trace(name, id, routing, &paths)?;
     let mut hc = Hc {
         broker,
         store: &store,
@@ -536,11 +551,12 @@ pub fn run_coordinator(
 fn own_trace(
     name: String,
     id: GenerationId,
+    routing: Routing,
     paths: &DomainPaths,
 ) -> Result<HcModel, CoordinatorError> {
     let path = paths.runtime.join(trace_name(id.0));
     if !path.exists() {
-        return HcModel::new(name, id.0, path).map_err(CoordinatorError::Trace);
+        return HcModel::new(name, id.0, routing, path).map_err(CoordinatorError::Trace);
     }
     let mut model = HcModel::resume(path.clone()).map_err(|e| CoordinatorError::Recovery {
         generation: id.0,

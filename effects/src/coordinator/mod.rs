@@ -13,6 +13,7 @@ pub mod client;
 mod election;
 pub mod enforcement;
 pub mod enter;
+pub mod git_routing;
 pub mod guest_runner;
 pub mod hc_model;
 pub mod host;

@@ -14,6 +14,10 @@ pub trait NamespaceSys {
     /// returns a descriptor of the namespace. The caller and the children
     /// it forks stay in the host network namespace.
     fn create_network_namespace(&self, sysctls: &[(&Path, &str)]) -> io::Result<OwnedFd>;
+    /// `unshare(CLONE_NEWNET)` for the calling thread: a namespace of its
+    /// own with nothing but a down loopback; threads it creates afterwards
+    /// share it.
+    fn unshare_network(&self) -> io::Result<()>;
     /// `setns(fd, CLONE_NEWNET)` for the calling thread.
     fn enter_network_namespace(&self, fd: BorrowedFd<'_>) -> io::Result<()>;
     /// `unshare(CLONE_NEWNS)`: the generation's mount namespace.
@@ -74,6 +78,14 @@ impl NamespaceSys for RealNs {
                 .join()
                 .map_err(|_| io::Error::other("the namespace thread panicked"))?
         })
+    }
+
+    fn unshare_network(&self) -> io::Result<()> {
+        // SAFETY: CLONE_NEWNET does not unshare the descriptor table
+        // (CLONE_FILES), which is what makes unshare unsafe for Rust's fd
+        // ownership; it affects this thread only.
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }?;
+        Ok(())
     }
 
     fn enter_network_namespace(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -211,6 +223,9 @@ impl NamespaceSys for RecordingNs {
             .collect();
         self.record("create_network_namespace", written.concat())?;
         Ok(std::fs::File::open("/dev/null")?.into())
+    }
+    fn unshare_network(&self) -> io::Result<()> {
+        self.record("unshare_network", String::new())
     }
     fn enter_network_namespace(&self, _fd: BorrowedFd<'_>) -> io::Result<()> {
         self.record("enter_network_namespace", String::new())

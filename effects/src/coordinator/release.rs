@@ -126,11 +126,14 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
             r: Roles::PreparedLower,
             ..
         } => clean_prepared_lower(hc),
-        Action::CleanParticipant { r, .. } => hc.apply(&[StoreOp::Participant {
-            generation,
-            role: participant_role(r),
-            op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
-        }]),
+        Action::CleanParticipant { r, .. } => {
+            children_absent(hc, r)?;
+            hc.apply(&[StoreOp::Participant {
+                generation,
+                role: participant_role(r),
+                op: ParticipantOp::Clean(AbsenceProof::ExactAbsence),
+            }])
+        }
         Action::CleanBareIntent { r, .. } => hc.apply(&[StoreOp::Participant {
             generation,
             role: participant_role(r),
@@ -144,6 +147,32 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
             action: lazaret_generated::lazaret::action_name(&other),
         }),
     })
+}
+
+/// Spec 3.3 release: a role's own child process — the routing daemon of
+/// GitRouting, the connectivity helper of Helper — is proved absent by
+/// its exact recorded identity before the role is recorded clean (RS
+/// stopped it, or it died with RS: both are RS's children, killed on
+/// their parent's death). One still present after the grace is ended
+/// through that exact match; one that cannot be proved absent keeps the
+/// participant's release intent for the next coordinator.
+fn children_absent(hc: &Hc<'_, '_>, r: Roles) -> Result<(), CoordinatorError> {
+    let role = participant_role(r);
+    let (what, child) = match recorded(hc, role)? {
+        Some(ParticipantOwnership::GitRouting(g)) => ("routing daemon", g.daemon),
+        Some(ParticipantOwnership::Helper(h)) => ("connectivity helper", h.connectivity_helper),
+        _ => return Ok(()),
+    };
+    let Some(identity) = child.identity() else {
+        return Ok(());
+    };
+    wait_absent(&RealProcessSys, (what, Some(identity)), None)
+        .map(drop)
+        .map_err(|source| CoordinatorError::ChildPresent {
+            generation: hc.id.0,
+            role: r.name(),
+            source,
+        })
 }
 
 /// How long the exec clients of the last sessions may take to leave the

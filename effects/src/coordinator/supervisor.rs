@@ -1,7 +1,8 @@
 //! The Runtime Supervisor (spec 3.1, 3.3, 3.7): started by HC through the
 //! broker, it unshares its user namespace and waits for HC's verified maps,
 //! creates the enforcement network namespace (IPv6 off), acquires the
-//! connectivity helper (slirp4netns) through its broker, enters the
+//! routing daemon of a routed Domain (spec 3.5, [`super::git_routing`]) and
+//! the connectivity helper (slirp4netns) through its broker, enters the
 //! namespace with a new mount namespace, installs and observes the derived
 //! policy (`enforcement`), waits for HC's MarkNetworkReady, writes the
 //! bundle and launches the non-detached `runsc run --network=sandbox`
@@ -13,15 +14,17 @@
 //! on HC loss (EOF on the lifetime channel) or when RS dies — makes init exit,
 //! and `runsc run` then deletes the container and its state itself.
 use super::channel::{self, ChannelError};
-use super::enforcement::{self, EnforcementError, HelperPipes};
+use super::enforcement::{self, EnforcementError};
+use super::git_routing::{self, RoutingPlan, SentryPlan};
 use super::nsys::NamespaceSys;
 use crate::broker::ledger::StagingContext;
 use crate::broker::remote::{CoordinatorLink, LinkError, RemoteLedger};
 use crate::broker::sys::TargetCommand;
-use crate::broker::{Broker, BrokerError, ReadinessError};
+use crate::broker::{Broker, BrokerError, ChildPipes, CommittedChild, ReadinessError};
 use crate::confined::{ConfinedSys, FileKind, RealSys};
 use crate::crash_point::{crash_point, fault};
-use crate::git_sentry::filter::{FilterError, IndexJudge};
+use crate::git_sentry::filter::FilterError;
+use crate::git_sentry::EditorDirs;
 use crate::git_sentry::{self, GitSentryError};
 use crate::network::authority::{AuthoritySys, RealAuthority};
 use crate::network::canary::{self, CanaryError, CanaryNetwork, InitPipes, RealCanary};
@@ -31,9 +34,8 @@ use crate::network::rtnl::NetlinkRoutes;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
 use crate::state_anchor::destinations::{self, DestinationError};
-use crate::state_anchor::{self, real::RealAnchorSys, AnchorError, MOUNT_POINTS_DIR};
+use crate::state_anchor::{self, real::RealAnchorSys, AnchorError, AnchorSys, MOUNT_POINTS_DIR};
 use crate::workspace_owner::{self, RealOwnerSys};
-use crate::workspace_router::{self, MountedRouter, RouterError};
 use lazaret_runtime::bundle::{
     build_spec, worktree_git_file, BundleError, BundlePlan, BundleVolume, GitSentry, INIT_DIR,
 };
@@ -91,10 +93,12 @@ pub enum SupervisorError {
     EditorDirs(#[source] GitSentryError),
     #[error("opening the Domain's Ignored Workspace State {}: {source}", .path.display())]
     IgnoredState { path: PathBuf, source: io::Error },
-    #[error("the ignored-path router: {0}")]
-    Router(#[source] RouterError),
-    #[error("making {} inside the ignored-path router for its transient cover: {source}", .path.display())]
-    EditorDirInRouter { path: PathBuf, source: io::Error },
+    #[error("acquiring the routing daemon of the ignored-path router: {0}")]
+    GitRouting(#[source] BrokerError),
+    #[error("the ignored-path router did not start: {0}")]
+    GitRoutingNotReady(#[source] BrokerError),
+    #[error("the ignored-path router's mount at {}: {source}", .path.display())]
+    GitRoutingMount { path: PathBuf, source: io::Error },
     #[error("{path}: the workspace is no longer the directory the configuration loaded (now {found}); expected the same directory at the handoff to runsc")]
     WorkspaceChanged { path: PathBuf, found: String },
     #[error("{path}: the source of the volume at {container} is no longer the object the configuration loaded (now {found}); expected the same object at the handoff to runsc")]
@@ -144,6 +148,12 @@ pub enum SupervisorError {
     HelperLost {
         status: Result<ChildState, io::ErrorKind>,
     },
+    #[error(
+        "the routing daemon of the ignored-path router ended ({status:?}); the sandbox was stopped, its workspace is gone"
+    )]
+    GitRoutingLost {
+        status: Result<ChildState, io::ErrorKind>,
+    },
 }
 
 fn kernel(step: &'static str) -> impl FnOnce(io::Error) -> SupervisorError {
@@ -154,9 +164,41 @@ fn kernel(step: &'static str) -> impl FnOnce(io::Error) -> SupervisorError {
 #[derive(Debug)]
 struct ChannelLink<'a> {
     stream: &'a UnixStream,
+    /// The slot RS is acquiring over this link, if any: its crash points
+    /// are named after it (docs/crash-points.md).
+    #[cfg(feature = "crash-points")]
+    slot: Option<HostProcessOwnershipSlot>,
 }
 
-impl ChannelLink<'_> {
+impl<'a> ChannelLink<'a> {
+    fn new(stream: &'a UnixStream) -> Self {
+        Self {
+            stream,
+            #[cfg(feature = "crash-points")]
+            slot: None,
+        }
+    }
+
+    /// The link of one RS-launched acquisition of `slot`.
+    fn acquiring(stream: &'a UnixStream, slot: HostProcessOwnershipSlot) -> Self {
+        #[cfg(not(feature = "crash-points"))]
+        let _ = slot;
+        Self {
+            stream,
+            #[cfg(feature = "crash-points")]
+            slot: Some(slot),
+        }
+    }
+
+    /// A crash point's step: `phase`, with the slot being acquired.
+    #[cfg(feature = "crash-points")]
+    fn step(&self, phase: &str) -> String {
+        match self.slot {
+            Some(slot) => format!("{phase}-{slot:?}"),
+            None => phase.to_owned(),
+        }
+    }
+
     fn send(&mut self, message: &SupervisorMessage) -> Result<(), LinkError> {
         let mut s = self.stream;
         channel::send(&mut s, "supervisor", message).map_err(|e| LinkError::Channel(Box::new(e)))
@@ -178,10 +220,10 @@ fn unexpected(expected: &'static str, got: &CoordinatorCommand) -> LinkError {
 impl CoordinatorLink for ChannelLink<'_> {
     fn confirm_intent(&mut self, context: &StagingContext) -> Result<(), LinkError> {
         self.send(&SupervisorMessage::ConfirmIntent(context.slot))?;
-        crash_point!(Rs, "intent", "before-ack", "ConfirmIntent");
+        crash_point!(Rs, self.step("intent"), "before-ack", "ConfirmIntent");
         match self.receive()? {
             CoordinatorCommand::IntentConfirmed => {
-                crash_point!(Rs, "intent", "after-ack", "IntentConfirmed");
+                crash_point!(Rs, self.step("intent"), "after-ack", "IntentConfirmed");
                 Ok(())
             }
             CoordinatorCommand::Refused(why) => Err(LinkError::Refused(why)),
@@ -192,10 +234,10 @@ impl CoordinatorLink for ChannelLink<'_> {
         self.send(&SupervisorMessage::Staged(message.to_vec()))
     }
     fn receive_ack(&mut self) -> Result<Option<Vec<u8>>, LinkError> {
-        crash_point!(Rs, "staged", "before-ack", "Staged");
+        crash_point!(Rs, self.step("staged"), "before-ack", "Staged");
         match self.receive()? {
             CoordinatorCommand::Ack(bytes) => {
-                crash_point!(Rs, "staged", "after-ack", "Ack");
+                crash_point!(Rs, self.step("staged"), "after-ack", "Ack");
                 Ok(Some(bytes))
             }
             CoordinatorCommand::Refused(why) => Err(LinkError::Refused(why)),
@@ -205,10 +247,10 @@ impl CoordinatorLink for ChannelLink<'_> {
     fn report_committed(&mut self, staged: &StagedProcessOwnership) -> Result<(), LinkError> {
         let bytes = staged.encode()?;
         self.send(&SupervisorMessage::Committed(bytes))?;
-        crash_point!(Rs, "committed", "before-ack", "Committed");
+        crash_point!(Rs, self.step("committed"), "before-ack", "Committed");
         match self.receive()? {
             CoordinatorCommand::IntentConfirmed => {
-                crash_point!(Rs, "committed", "after-ack", "IntentConfirmed");
+                crash_point!(Rs, self.step("committed"), "after-ack", "IntentConfirmed");
                 Ok(())
             }
             CoordinatorCommand::Refused(why) => Err(LinkError::Refused(why)),
@@ -235,7 +277,7 @@ fn mount_state_anchors(
     plan: &SupervisorPlan,
     stream: &UnixStream,
 ) -> Result<AnchorMounts, SupervisorError> {
-    let mut link = ChannelLink { stream };
+    let mut link = ChannelLink::new(stream);
     match link.receive()? {
         CoordinatorCommand::MountStateAnchors => {}
         CoordinatorCommand::Refused(why) => return Err(SupervisorError::Refused(why)),
@@ -355,11 +397,21 @@ fn release_state_anchors(plan: &SupervisorPlan, mounts: &AnchorMounts) {
 /// files, binaries) but not its anchors directory, whose mount points may
 /// still carry the Domain's State Anchors: a recursive removal there would
 /// delete the agent's persistent state through the overlay.
-/// [`release_state_anchors`] removes the rest with `rmdir` only.
+/// [`release_state_anchors`] removes the rest with `rmdir` only. The mount
+/// points of the router and the Git Sentry filter likewise go by `rmdir`
+/// only: should either still be mounted, a recursive removal would delete
+/// the workspace or its git directory through it (the Host Coordinator
+/// removes what is left, outside this mount namespace).
 fn remove_generation_files(generation: &Path) -> io::Result<()> {
     for entry in std::fs::read_dir(generation)? {
         let entry = entry?;
         if entry.file_name() == MOUNT_POINTS_DIR {
+            continue;
+        }
+        if entry.file_name() == ROUTER_DIR || entry.file_name() == GIT_SENTRY_DIR {
+            if let Err(e) = std::fs::remove_dir(entry.path()) {
+                tracing::warn!(error = %e, path = %entry.path().display(), "a mount point left for the coordinator");
+            }
             continue;
         }
         if entry.file_type()?.is_dir() {
@@ -627,23 +679,14 @@ fn restore_workspace_owner(workspace: &OwnedFd) {
     }
 }
 
-/// Unmounts the Git Sentry filter and the ignored-path router once runsc
-/// has exited. A failure leaves nothing behind: the mounts live only in
-/// this process's mount namespace, which ends with it.
-fn unmount_filters(
-    filter: Option<git_sentry::filter::MountedFilter>,
-    router: Option<MountedRouter>,
-) {
+/// Unmounts an unrouted Domain's Git Sentry filter once runsc has exited.
+/// A failure leaves nothing behind: the mount lives only in this process's
+/// mount namespace, which ends with it.
+fn unmount_filter(filter: Option<git_sentry::filter::MountedFilter>) {
     if let Some(f) = filter {
         let at = f.mountpoint().to_owned();
         if let Err(e) = f.unmount() {
             tracing::warn!(error = %e, path = %at.display(), "unmounting the Git Sentry filter");
-        }
-    }
-    if let Some(r) = router {
-        let at = r.mountpoint().to_owned();
-        if let Err(e) = r.unmount() {
-            tracing::warn!(error = %e, path = %at.display(), "unmounting the ignored-path router");
         }
     }
 }
@@ -690,7 +733,7 @@ pub fn run_supervisor<N: NamespaceSys>(
             })
         }
     };
-    let mut link = ChannelLink { stream: &stream };
+    let mut link = ChannelLink::new(&stream);
     ns.unshare_user()
         .map_err(kernel("unshare(CLONE_NEWUSER)"))?;
     link.send(&SupervisorMessage::UserNamespace {
@@ -804,7 +847,7 @@ fn check_handoff(
 /// The connectivity helper while the supervisor runs: its committed
 /// ownership and the write end of its exit pipe.
 struct Helper {
-    child: crate::broker::CommittedChild,
+    child: CommittedChild,
     exit: OwnedFd,
 }
 
@@ -828,6 +871,186 @@ fn end_child(broker: &Broker<RealProcessSys>, handle: &ProcessHandle, grace: Dur
     }
 }
 
+/// A routed Domain's routing daemon while the supervisor runs: its
+/// committed ownership, the write end of its exit pipe and where it
+/// mounted the router and the Git Sentry filter.
+struct RoutingDaemon {
+    child: CommittedChild,
+    exit: OwnedFd,
+    router: PathBuf,
+    filter: Option<PathBuf>,
+}
+
+impl RoutingDaemon {
+    /// Closes the exit pipe (the daemon unmounts and exits), reaps it
+    /// (killed through its pidfd if it does not end in time), then
+    /// detaches whatever it left mounted (a daemon killed before it
+    /// unmounted leaves its mounts without a server): nothing of the router
+    /// outlives this, and no later removal of the generation directory can
+    /// reach the workspace through it.
+    fn stop<N: NamespaceSys>(self, ns: &N, broker: &Broker<RealProcessSys>) {
+        let _span = tracing::info_span!("StopGitRouting").entered();
+        drop(self.exit);
+        end_child(broker, self.child.handle(), GRACEFUL_STOP);
+        for at in self.filter.iter().chain([&self.router]) {
+            match ns.unmount(at) {
+                // Not a mount point: the daemon unmounted it.
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %at.display(), "detaching a mount of the routing daemon")
+                }
+                Ok(()) => {
+                    tracing::warn!(path = %at.display(), "the routing daemon left a mount; detached")
+                }
+            }
+        }
+    }
+}
+
+/// The long-lived children RS acquired before the sandbox: the routing
+/// daemon (routed Domains) and the connectivity helper. Their loss ends
+/// the sandbox ([`serve`]).
+struct Children {
+    routing: Option<RoutingDaemon>,
+    helper: Helper,
+}
+
+impl Children {
+    /// Stops the routing daemon, once runsc has exited.
+    fn stop_routing<N: NamespaceSys>(&mut self, ns: &N, broker: &Broker<RealProcessSys>) {
+        if let Some(daemon) = self.routing.take() {
+            daemon.stop(ns, broker);
+        }
+    }
+}
+
+/// Spec 3.5: acquires the routing daemon through this process's broker
+/// (slot GitRoutingDaemon, staged through HC), committed once it reported
+/// the router and the filter mounted; then reports the router's mount for
+/// `CommitParticipant(GitRouting)`. The daemon is this binary, run in
+/// this mount namespace.
+fn acquire_git_routing<N: NamespaceSys>(
+    ns: &N,
+    broker: &mut Broker<RealProcessSys>,
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+    routing: RoutingPlan,
+) -> Result<RoutingDaemon, SupervisorError> {
+    let _span = tracing::info_span!("AcquireGitRouting").entered();
+    let dirs = std::iter::once(&routing.router_at).chain(routing.sentry.iter().map(|s| &s.at));
+    for dir in dirs {
+        std::fs::create_dir_all(dir).map_err(|source| SupervisorError::Write {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let program = std::env::current_exe().map_err(kernel("locating the lazaret binary"))?;
+    let router = routing.router_at.clone();
+    let filter = routing.sentry.as_ref().map(|s| s.at.clone());
+    let acquired = acquire_ready_child(
+        broker,
+        plan,
+        stream,
+        HostProcessOwnershipSlot::GitRoutingDaemon,
+        git_routing::DAEMON,
+        git_routing::READY_TIMEOUT,
+        |pipes| git_routing::daemon_command(&program, routing, pipes),
+    );
+    let daemon = match acquired {
+        Ok((child, exit)) => RoutingDaemon {
+            child,
+            exit,
+            router,
+            filter,
+        },
+        Err(failure) => {
+            // A daemon that died mid-mount leaves its mounts without a server.
+            for at in filter.iter().chain([&router]) {
+                let _ = ns.unmount(at);
+            }
+            return Err(match failure {
+                ChildFailure::Pipes(e) => kernel("pipes for the routing daemon")(e),
+                ChildFailure::Acquire(e) => SupervisorError::GitRouting(e),
+                ChildFailure::NotReady(e) => SupervisorError::GitRoutingNotReady(e),
+            });
+        }
+    };
+    let reported = RealAnchorSys
+        .mount_identity(&daemon.router)
+        .map_err(|source| SupervisorError::GitRoutingMount {
+            path: daemon.router.clone(),
+            source,
+        })
+        .and_then(|mount| {
+            crash_point!(Rs, "git-routing", "before-report", "GitRoutingMounted");
+            let mut link = ChannelLink::new(stream);
+            Ok(link.send(&SupervisorMessage::GitRoutingMounted(mount))?)
+        });
+    match reported {
+        Ok(()) => Ok(daemon),
+        Err(e) => {
+            daemon.stop(ns, broker);
+            Err(e)
+        }
+    }
+}
+
+/// Why a long-lived child of RS was not acquired.
+enum ChildFailure {
+    Pipes(io::Error),
+    Acquire(BrokerError),
+    NotReady(BrokerError),
+}
+
+/// Acquires RS's long-lived child `slot` (`what` in errors) through this
+/// process's broker, staged through HC, the command `target` gives for its
+/// pipes; committed once it wrote its readiness byte within `within`.
+/// Returns it with the write end of its exit pipe. A child that is not
+/// ready in time is ended (its exit pipe closed, then killed) and reaped.
+#[allow(clippy::too_many_arguments)] // the acquisition's context, one each
+fn acquire_ready_child(
+    broker: &mut Broker<RealProcessSys>,
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+    slot: HostProcessOwnershipSlot,
+    what: &'static str,
+    within: Duration,
+    target: impl FnOnce(&ChildPipes) -> TargetCommand,
+) -> Result<(CommittedChild, OwnedFd), ChildFailure> {
+    let pipes = ChildPipes::new().map_err(ChildFailure::Pipes)?;
+    let context = StagingContext {
+        domain_id: DomainId(plan.domain_id),
+        generation_id: GenerationId(plan.generation_id),
+        coordinator_id: CoordinatorId(plan.coordinator_id),
+        slot,
+    };
+    let mut ledger = RemoteLedger::new(ChannelLink::acquiring(stream, slot), context);
+    let acquired = broker.acquire(&target(&pipes), &mut ledger);
+    let ChildPipes {
+        ready_read,
+        ready_write,
+        exit_read,
+        exit_write,
+    } = pipes;
+    // Only the child keeps these ends: its readiness pipe reports EOF if
+    // it dies, and nothing else can make it exit.
+    drop((ready_write, exit_read));
+    let child = acquired.map_err(ChildFailure::Acquire)?;
+    let committed = broker.commit(child, &mut ledger, |sys, handle| {
+        crate::broker::await_ready_byte(what, &ready_read, within, || {
+            ReadinessError::running(what, handle.peek(sys))
+        })
+    });
+    match committed {
+        Ok(child) => Ok((child, exit_write)),
+        Err(failure) => {
+            drop(exit_write);
+            end_child(broker, failure.child.handle(), GRACEFUL_STOP);
+            Err(ChildFailure::NotReady(failure.error))
+        }
+    }
+}
+
 /// FR-16: acquires slirp4netns through this process's broker (slot
 /// HelperConnectivityHelper, staged through HC) while this thread is still
 /// in the host network namespace, attached to `netns`; committed once it
@@ -839,40 +1062,21 @@ fn acquire_helper(
     netns: &OwnedFd,
 ) -> Result<Helper, SupervisorError> {
     let _span = tracing::info_span!("AcquireHelper").entered();
-    let pipes = HelperPipes::new().map_err(kernel("pipes for the connectivity helper"))?;
-    let context = StagingContext {
-        domain_id: DomainId(plan.domain_id),
-        generation_id: GenerationId(plan.generation_id),
-        coordinator_id: CoordinatorId(plan.coordinator_id),
-        slot: HostProcessOwnershipSlot::HelperConnectivityHelper,
-    };
-    let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
-    let target = enforcement::helper_command(netns, &pipes);
-    let acquired = broker.acquire(&target, &mut ledger);
-    let HelperPipes {
-        ready_read,
-        ready_write,
-        exit_read,
-        exit_write,
-    } = pipes;
-    // Only slirp4netns keeps these ends: its readiness pipe reports EOF if
-    // it dies, and nothing else can make it exit.
-    drop((ready_write, exit_read));
-    let child = acquired.map_err(SupervisorError::Helper)?;
-    let committed = broker.commit(child, &mut ledger, |sys, handle| {
-        enforcement::await_helper_ready(&ready_read, || {
-            ReadinessError::running(enforcement::HELPER, handle.peek(sys))
-        })
-    });
-    match committed {
-        Ok(child) => Ok(Helper {
-            child,
-            exit: exit_write,
-        }),
-        Err(failure) => {
-            drop(exit_write);
-            end_child(broker, failure.child.handle(), GRACEFUL_STOP);
-            Err(EnforcementError::HelperNotReady(failure.error.to_string()).into())
+    let acquired = acquire_ready_child(
+        broker,
+        plan,
+        stream,
+        HostProcessOwnershipSlot::HelperConnectivityHelper,
+        enforcement::HELPER,
+        enforcement::HELPER_READY_TIMEOUT,
+        |pipes| enforcement::helper_command(netns, pipes),
+    );
+    match acquired {
+        Ok((child, exit)) => Ok(Helper { child, exit }),
+        Err(ChildFailure::Pipes(e)) => Err(kernel("pipes for the connectivity helper")(e)),
+        Err(ChildFailure::Acquire(e)) => Err(SupervisorError::Helper(e)),
+        Err(ChildFailure::NotReady(e)) => {
+            Err(EnforcementError::HelperNotReady(e.to_string()).into())
         }
     }
 }
@@ -907,7 +1111,7 @@ fn ready_network<N: NamespaceSys>(
         routes = projection.ipv4_routes.len(),
         "the enforcement namespace shows the derived policy"
     );
-    let mut link = ChannelLink { stream };
+    let mut link = ChannelLink::new(stream);
     link.send(&SupervisorMessage::NetworkInstalled {
         namespace: own_network_namespace()?,
         policy_digest: plan.policy_digest,
@@ -948,16 +1152,48 @@ fn launch_and_serve<N: NamespaceSys>(
     let netns = enforcement::create_enforcement_namespace(ns)?;
     let program = std::env::current_exe().map_err(kernel("locating the lazaret binary"))?;
     let mut broker = Broker::claim(RealProcessSys, program)?;
-    let helper = acquire_helper(&mut broker, plan, stream, &netns)?;
+    let generation = PathBuf::from(&plan.generation_dir);
+    let prepared = prepare_workspace(plan, &generation)?;
+    // The model's acquisition order: the router before the helper.
+    let routing = match &plan.ignored_state {
+        None => None,
+        Some(isolated) => Some(acquire_git_routing(
+            ns,
+            &mut broker,
+            plan,
+            stream,
+            routing_plan(&prepared, &generation, isolated),
+        )?),
+    };
+    let helper = match acquire_helper(&mut broker, plan, stream, &netns) {
+        Ok(helper) => helper,
+        Err(e) => {
+            if let Some(daemon) = routing {
+                daemon.stop(ns, &broker);
+            }
+            return Err(e);
+        }
+    };
+    let mut children = Children { routing, helper };
     let served = ready_network(ns, plan, stream, &netns, &policy).and_then(|canary| {
         let sandbox = SandboxInputs {
             netns: &netns,
             policy: &policy,
             canary,
         };
-        run_sandbox(ns, plan, stream, hc_gone, &mut broker, &helper, sandbox)
+        run_sandbox(
+            ns,
+            plan,
+            stream,
+            hc_gone,
+            &mut broker,
+            &mut children,
+            sandbox,
+            prepared,
+        )
     });
-    helper.stop(&broker);
+    children.stop_routing(ns, &broker);
+    children.helper.stop(&broker);
     served
 }
 
@@ -1009,77 +1245,40 @@ fn without_network_administration<T: Send>(work: impl FnOnce() -> T + Send) -> i
     })
 }
 
-/// The Git Sentry filter, mounted without network administration (its
-/// threads outlive the supervisor's drop). Mounting needs only
-/// CAP_SYS_ADMIN in the Domain user namespace.
+/// The Git Sentry filter of an unrouted Domain, mounted without network
+/// administration (its threads outlive the supervisor's drop). Mounting
+/// needs only CAP_SYS_ADMIN in the Domain user namespace. (A routed
+/// Domain's filter is its routing daemon's.)
 fn mount_filter(
     common: &Path,
     at: &Path,
-    index: Option<IndexJudge>,
 ) -> Result<git_sentry::filter::MountedFilter, SupervisorError> {
-    without_network_administration(|| git_sentry::filter::mount(common, at, index))
+    without_network_administration(|| git_sentry::filter::mount(common, at, None))
         .map_err(kernel(
             "dropping CAP_NET_ADMIN before the Git Sentry filter",
         ))?
         .map_err(SupervisorError::GitSentryFilter)
 }
 
-/// The ignored-path router of `workspace` over `isolated`, mounted without
-/// network administration (spec 3.5, SR-13), with a mount point inside it
-/// for each editor directory the bundle covers with a tmpfs: an ignored
-/// one is served from the isolated backing, where it may not exist yet.
-fn mount_router(
-    workspace: &Path,
-    isolated: &Path,
-    at: &Path,
-    editor_dirs: &[PathBuf],
-) -> Result<MountedRouter, SupervisorError> {
-    std::fs::create_dir_all(at).map_err(|source| SupervisorError::Write {
-        path: at.to_owned(),
-        source,
-    })?;
-    let router =
-        without_network_administration(|| workspace_router::mount(workspace, isolated, at))
-            .map_err(kernel(
-                "dropping CAP_NET_ADMIN before the ignored-path router",
-            ))?
-            .map_err(SupervisorError::Router)?;
-    for d in editor_dirs {
-        let path = at.join(d);
-        match std::fs::create_dir(&path) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(SupervisorError::EditorDirInRouter { path, source: e })
-            }
-            _ => {}
-        }
-    }
-    Ok(router)
+/// The workspace as RS prepared it before any child (spec 3.2 handoff,
+/// SR-4, SR-13): checked to be the loaded directory, what the sandbox
+/// re-owns listed for the restore, the Git Sentry's plan and the editor
+/// directories made for this sandbox (held until RS exits: removed again,
+/// when still empty, once it has stopped).
+struct PreparedWorkspace {
+    path: PathBuf,
+    owned: Vec<(OwnedFd, VolumeSourceKind)>,
+    marker: PathBuf,
+    git: GitSentry,
+    /// (common directory, the workspace's own git directory).
+    git_dirs: Option<(PathBuf, PathBuf)>,
+    editor_dirs: EditorDirs,
 }
 
-/// From the enforcement namespace, ready, to the sandbox's end.
-fn run_sandbox<N: NamespaceSys>(
-    ns: &N,
+fn prepare_workspace(
     plan: &SupervisorPlan,
-    stream: &UnixStream,
-    hc_gone: &UnixStream,
-    broker: &mut Broker<RealProcessSys>,
-    helper: &Helper,
-    sandbox: SandboxInputs<'_>,
-) -> Result<(), SupervisorError> {
-    let SandboxInputs {
-        netns,
-        policy,
-        canary,
-    } = sandbox;
-    let generation = PathBuf::from(&plan.generation_dir);
-    let bundle = generation.join("bundle");
-    let runsc_root = generation.join("runsc");
-    std::fs::create_dir_all(&runsc_root).map_err(|source| SupervisorError::Write {
-        path: runsc_root.clone(),
-        source,
-    })?;
-    bound_resources(ns, &runsc_root)?;
-    let netns = verified_namespace_path(netns)?;
+    generation: &Path,
+) -> Result<PreparedWorkspace, SupervisorError> {
     let workspace = PathBuf::from(&plan.workspace);
     let workspace_fd = check_workspace(&RealSys, &workspace, plan.workspace_object)?;
     let volume_fds = check_volumes(&RealSys, &plan.volumes)?;
@@ -1126,11 +1325,6 @@ fn run_sandbox<N: NamespaceSys>(
         source,
     })?;
     let git = git_sentry::resolve(&workspace).map_err(SupervisorError::GitSentryLayout)?;
-    // SR-4: the common git directory is served through the Git Sentry
-    // filter, mounted in this private mount namespace before runsc starts and
-    // kept until runsc has exited; the bundle binds it in place of the host
-    // git directory.
-    // (common directory, the workspace's own git directory)
     let git_dirs = match &git {
         GitSentry::NoRepository => None,
         GitSentry::Repository { .. } => Some((workspace.join(".git"), workspace.join(".git"))),
@@ -1140,40 +1334,99 @@ fn run_sandbox<N: NamespaceSys>(
             ..
         } => Some((common_dir.clone(), common_dir.join(worktree_dir))),
     };
-    // Held until RS exits: editor directories made for this sandbox are
-    // removed again (when still empty) once it has stopped.
     let editor_dirs =
         git_sentry::editor_dirs(&workspace, &generation.join(git_sentry::EDITOR_RECORD))
             .map_err(SupervisorError::EditorDirs)?;
-    // SR-13: the sandbox's workspace is the router's tree; ignored untracked
-    // paths are the Domain's own, never the host's.
-    let router = match &plan.ignored_state {
-        None => None,
-        Some(isolated) => Some(mount_router(
-            &workspace,
-            Path::new(isolated),
-            &generation.join("router"),
-            &editor_dirs.names,
-        )?),
+    Ok(PreparedWorkspace {
+        path: workspace,
+        owned,
+        marker,
+        git,
+        git_dirs,
+        editor_dirs,
+    })
+}
+
+/// Where the Git Sentry filter is mounted in the generation directory.
+const GIT_SENTRY_DIR: &str = "git-sentry";
+/// Where the ignored-path router is mounted in the generation directory.
+pub const ROUTER_DIR: &str = "router";
+
+/// The routing daemon's plan for a routed Domain whose Ignored Workspace
+/// State is `isolated` (spec 3.5): the router of the prepared workspace,
+/// the Git Sentry filter of its repository under it.
+fn routing_plan(workspace: &PreparedWorkspace, generation: &Path, isolated: &str) -> RoutingPlan {
+    RoutingPlan {
+        workspace: workspace.path.clone(),
+        isolated: PathBuf::from(isolated),
+        router_at: generation.join(ROUTER_DIR),
+        sentry: workspace
+            .git_dirs
+            .as_ref()
+            .map(|(common, git_dir)| SentryPlan {
+                common: common.clone(),
+                git_dir: git_dir.clone(),
+                at: generation.join(GIT_SENTRY_DIR),
+            }),
+        editor_dirs: workspace.editor_dirs.names.clone(),
+    }
+}
+
+/// From the enforcement namespace, ready, to the sandbox's end.
+#[allow(clippy::too_many_arguments)] // each is one acquired resource of the launch
+fn run_sandbox<N: NamespaceSys>(
+    ns: &N,
+    plan: &SupervisorPlan,
+    stream: &UnixStream,
+    hc_gone: &UnixStream,
+    broker: &mut Broker<RealProcessSys>,
+    children: &mut Children,
+    sandbox: SandboxInputs<'_>,
+    prepared: PreparedWorkspace,
+) -> Result<(), SupervisorError> {
+    let SandboxInputs {
+        netns,
+        policy,
+        canary,
+    } = sandbox;
+    let PreparedWorkspace {
+        path: _,
+        owned,
+        marker,
+        git,
+        git_dirs,
+        editor_dirs,
+    } = prepared;
+    let generation = PathBuf::from(&plan.generation_dir);
+    let bundle = generation.join("bundle");
+    let runsc_root = generation.join("runsc");
+    std::fs::create_dir_all(&runsc_root).map_err(|source| SupervisorError::Write {
+        path: runsc_root.clone(),
+        source,
+    })?;
+    bound_resources(ns, &runsc_root)?;
+    let netns = verified_namespace_path(netns)?;
+    // SR-4: the common git directory is served through the Git Sentry
+    // filter — the routing daemon's in a routed Domain, this process's
+    // otherwise — mounted in this private mount namespace before runsc
+    // starts and kept until runsc has exited; the bundle binds it in place
+    // of the host git directory. SR-13: a routed Domain's workspace is the
+    // router's tree.
+    let (filter, git_filter, router) = match &children.routing {
+        Some(daemon) => (None, daemon.filter.clone(), Some(daemon.router.clone())),
+        None => match git_dirs {
+            None => (None, None, None),
+            Some((common, _)) => {
+                let at = generation.join(GIT_SENTRY_DIR);
+                std::fs::create_dir_all(&at).map_err(|source| SupervisorError::Write {
+                    path: at.clone(),
+                    source,
+                })?;
+                let filter = mount_filter(&common, &at)?;
+                (Some(filter), Some(at), None)
+            }
+        },
     };
-    let filter = match git_dirs {
-        None => None,
-        Some((common, git_dir)) => {
-            let at = generation.join("git-sentry");
-            std::fs::create_dir_all(&at).map_err(|source| SupervisorError::Write {
-                path: at.clone(),
-                source,
-            })?;
-            // spec 3.5: the router judges an index before the sandbox's
-            // rename makes it the workspace's.
-            let index = router.as_ref().map(|r| IndexJudge {
-                git_dir,
-                admission: r.index_admission(),
-            });
-            Some(mount_filter(&common, &at, index)?)
-        }
-    };
-    let git_filter = filter.as_ref().map(|f| f.mountpoint().to_owned());
     let network_files = generation.join("net");
     enforcement::write_network_files(&network_files, policy)?;
     let bundle_digest = write_bundle(
@@ -1181,7 +1434,7 @@ fn run_sandbox<N: NamespaceSys>(
         WorkspaceServing {
             git,
             git_filter,
-            router: router.as_ref().map(|r| r.mountpoint().to_owned()),
+            router,
             editor_dirs: editor_dirs.names.clone(),
         },
         &bundle,
@@ -1228,7 +1481,7 @@ fn run_sandbox<N: NamespaceSys>(
         coordinator_id: CoordinatorId(plan.coordinator_id),
         slot: HostProcessOwnershipSlot::SandboxAttachedRunsc,
     };
-    let mut ledger = RemoteLedger::new(ChannelLink { stream }, context);
+    let mut ledger = RemoteLedger::new(ChannelLink::acquiring(stream, context.slot), context);
     let mut argv: Vec<std::ffi::OsString> = vec!["runsc".into()];
     argv.extend(
         runsc_globals(&runsc_root, runsc_dcache(plan.runsc_dcache))
@@ -1302,7 +1555,8 @@ fn run_sandbox<N: NamespaceSys>(
             drop(init_w);
             end_child(broker, failure.child.handle(), STOP_TIMEOUT);
             let tail = stderr_tail.join().unwrap_or_default();
-            unmount_filters(filter, router);
+            unmount_filter(filter);
+            children.stop_routing(ns, broker);
             restore_owners(&owned);
             let _ = std::fs::remove_file(&marker);
             drop(editor_dirs);
@@ -1339,7 +1593,7 @@ fn run_sandbox<N: NamespaceSys>(
                 },
             )?;
             crash_point!(Rs, "running", "after-report", "SandboxRunning");
-            serve(stream, handle, hc_gone, helper)?
+            serve(stream, handle, hc_gone, children)?
         }
     };
     let _span = tracing::info_span!("StopSandbox").entered();
@@ -1352,7 +1606,8 @@ fn run_sandbox<N: NamespaceSys>(
         wait_exit(handle, STOP_TIMEOUT).map_err(kernel("waiting for runsc run"))?;
     }
     let _ = stderr_tail.join();
-    unmount_filters(filter, router);
+    unmount_filter(filter);
+    children.stop_routing(ns, broker);
     // The sandbox is gone: what it re-owned in the workspace and the
     // read-write volumes goes back to the developer, then the marker goes.
     restore_owners(&owned);
@@ -1377,33 +1632,55 @@ fn run_sandbox<N: NamespaceSys>(
 }
 
 /// Serves until Stop, HC loss (EOF or the parent-death signal), or the
-/// sandbox ending on its own; the helper's loss is returned (already told
-/// to HC) for the caller to end with.
+/// sandbox ending on its own; the loss of a child the sandbox depends on
+/// (the connectivity helper, the routing daemon) is returned, already told
+/// to HC, for the caller to end with.
 fn serve(
     stream: &UnixStream,
     handle: &ProcessHandle,
     hc_gone: &UnixStream,
-    helper: &Helper,
+    children: &Children,
 ) -> Result<Option<SupervisorError>, SupervisorError> {
     let mut rx = stream;
+    let helper = children.helper.child.handle();
+    let routing = children.routing.as_ref().map(|d| d.child.handle());
     loop {
-        let mut fds = [
+        let mut fds = vec![
             rustix::event::PollFd::new(&rx, rustix::event::PollFlags::IN),
             rustix::event::PollFd::new(handle.pidfd(), rustix::event::PollFlags::IN),
             rustix::event::PollFd::new(hc_gone, rustix::event::PollFlags::IN),
-            rustix::event::PollFd::new(helper.child.handle().pidfd(), rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(helper.pidfd(), rustix::event::PollFlags::IN),
         ];
+        if let Some(daemon) = routing {
+            fds.push(rustix::event::PollFd::new(
+                daemon.pidfd(),
+                rustix::event::PollFlags::IN,
+            ));
+        }
         match rustix::event::poll(&mut fds, None) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(kernel("poll")(e.into())),
         }
         // Spec 3.7 helper loss: without slirp4netns the Domain fails closed.
-        if !fds[3].revents().is_empty() {
-            let status = helper.child.handle().peek(&RealProcessSys);
+        let lost = if !fds[3].revents().is_empty() {
+            let status = helper.peek(&RealProcessSys);
             tracing::warn!(?status, "the connectivity helper slirp4netns ended");
-            let lost = SupervisorError::HelperLost {
+            Some(SupervisorError::HelperLost {
                 status: status.map_err(|e| e.kind()),
-            };
+            })
+        // Spec 3.5: without the router the sandbox has no workspace.
+        } else if let (Some(daemon), Some(fd)) = (routing, fds.get(4)) {
+            (!fd.revents().is_empty()).then(|| {
+                let status = daemon.peek(&RealProcessSys);
+                tracing::warn!(?status, "the routing daemon ended");
+                SupervisorError::GitRoutingLost {
+                    status: status.map_err(|e| e.kind()),
+                }
+            })
+        } else {
+            None
+        };
+        if let Some(lost) = lost {
             // Told before the sandbox stops, so every session's end
             // carries it.
             let mut tx = stream;
@@ -1603,7 +1880,7 @@ mod tests {
     /// enters the anchors' mount points: what lies beneath them (here a
     /// stand-in for an anchor's content) stays.
     #[test]
-    fn the_generation_files_go_but_never_through_an_anchor(
+    fn the_generation_files_go_but_never_through_an_anchor_or_the_router(
     ) -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let generation = dir.path().join("gen-3");
@@ -1613,12 +1890,20 @@ mod tests {
         std::fs::write(generation.join("marker"), b"")?;
         let anchored = generation.join(MOUNT_POINTS_DIR).join("usr/local/tool");
         std::fs::write(&anchored, b"agent's")?;
+        // A router mount point with content stands for one still mounted
+        // (the workspace seen through it); the filter's is empty.
+        std::fs::create_dir_all(generation.join(ROUTER_DIR))?;
+        let routed = generation.join(ROUTER_DIR).join("a.txt");
+        std::fs::write(&routed, b"host's")?;
+        std::fs::create_dir_all(generation.join(GIT_SENTRY_DIR))?;
         remove_generation_files(&generation)?;
-        let left: Vec<String> = std::fs::read_dir(&generation)?
+        let mut left: Vec<String> = std::fs::read_dir(&generation)?
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
             .collect::<Result<_, _>>()?;
-        assert_eq!(left, [MOUNT_POINTS_DIR]);
+        left.sort();
+        assert_eq!(left, [MOUNT_POINTS_DIR, ROUTER_DIR]);
         assert_eq!(std::fs::read(&anchored)?, b"agent's");
+        assert_eq!(std::fs::read(&routed)?, b"host's");
         Ok(())
     }
 

@@ -15,16 +15,17 @@
 //! generation's history), `SESSION_SLOTS` session slots, `MaxGen` 1 (the
 //! model's generation counter counts this trace's generations; the real
 //! generation ID is each line's `generation`), `MaxUnackedChunks` 8 (spec
-//! 3.8), and `RequiredRoles` from `protocol/LazaretBuild.cfg`: the roles
-//! this build acquires, checked by TLC like the specification's own
-//! configuration.
+//! 3.8), and `RequiredRoles` by how the Domain serves its workspace
+//! ([`Routing`]): every role when the ignored-path router serves it (the
+//! specification's own `protocol/Lazaret.cfg`), every role but GitRouting
+//! when it does not (`protocol/LazaretUnrouted.cfg`); TLC checks both.
 
 use lazaret_generated::lazaret::{
     Action, Constants, CoordinatorsId, Decision, Hc, LockHolder, Model, Part, ProcSlots, Roles, Rs,
     Runsc, Sess, SessionsId, Slot, State,
 };
 use lazaret_generated::support::{Cfg, CfgError, Protocol, StepError};
-use lazaret_generated::LAZARET_BUILD;
+use lazaret_generated::{ModelEntry, LAZARET_UNROUTED, MODELS};
 use serde_json::{json, Value};
 
 use crate::core::{Core, CoreError};
@@ -40,6 +41,30 @@ const RELEASE_ORDER: [Roles; 7] = [
     Roles::StateAnchor,
     Roles::PreparedLower,
 ];
+
+/// How the Domain serves its workspace, which decides the roles its
+/// generations acquire (spec 3.5: `isolate_gitignored`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Through the ignored-path router: the GitRouting participant, its
+    /// daemon and mount, are acquired with the rest.
+    Routed,
+    /// A plain bidirectional workspace: no GitRouting participant.
+    Unrouted,
+}
+
+impl Routing {
+    /// The configuration whose `RequiredRoles` this routing acquires.
+    fn configuration(self) -> Result<&'static ModelEntry, HostModelError> {
+        match self {
+            Self::Unrouted => Ok(&LAZARET_UNROUTED),
+            Self::Routed => MODELS
+                .iter()
+                .find(|m| m.cfg_file == "protocol/Lazaret.cfg")
+                .ok_or(HostModelError::NoConfiguration("protocol/Lazaret.cfg")),
+        }
+    }
+}
 
 /// Concurrent sessions one Domain serves (each is a model session slot).
 pub const SESSION_SLOTS: u16 = 16;
@@ -72,6 +97,8 @@ pub enum HostModelError {
     Resume { line: usize, detail: String },
     #[error("the state rebuilt from the durable record violates {0}")]
     Rebuilt(&'static str),
+    #[error("no model configuration {0} in this build")]
+    NoConfiguration(&'static str),
 }
 
 /// The durable part of the model state: what the Domain Store records of a
@@ -174,10 +201,14 @@ pub struct HostModel {
 impl HostModel {
     /// A core in the model's initial state. `coordinator` names this
     /// process in the trace; `generation` is the Domain generation its
-    /// trace lines carry.
-    pub fn new(coordinator: String, generation: u64) -> Result<Self, HostModelError> {
+    /// trace lines carry; `routing` decides the roles it acquires.
+    pub fn new(
+        coordinator: String,
+        generation: u64,
+        routing: Routing,
+    ) -> Result<Self, HostModelError> {
         Ok(Self {
-            core: Core::new(constants(coordinator)?, generation)?,
+            core: Core::new(constants(coordinator, routing)?, generation)?,
             me: CoordinatorsId(0),
             start: None,
         })
@@ -190,13 +221,19 @@ impl HostModel {
     /// runtime present exactly where its process slots are still recorded,
     /// no session — and must satisfy every invariant. The trace then
     /// records this start state in its header, and this process is the
-    /// first successor.
+    /// first successor. The generation was routed if its GitRouting
+    /// participant was ever recorded; one that died before that step is
+    /// equally the state of either routing, and only released.
     pub fn recovered(
         dead: String,
         generation: u64,
         durable: &DurableView,
     ) -> Result<Self, HostModelError> {
-        let cx = constants(dead)?;
+        let routing = match durable.part.get(Roles::GitRouting.index()) {
+            Some(Part::None) | None => Routing::Unrouted,
+            Some(_) => Routing::Routed,
+        };
+        let cx = constants(dead, routing)?;
         let mut st = Model::init(&cx)?;
         let c = CoordinatorsId(0);
         st.hc[c.index()] = Hc::Serving;
@@ -237,7 +274,8 @@ impl HostModel {
     /// process (`coordinator`) is the second, and the lines carry
     /// generation 0.
     pub fn lock_race_loser(coordinator: String) -> Result<Self, HostModelError> {
-        let mut cx = constants(LOCK_HOLDER.to_owned())?;
+        // A loser acquires nothing: the specification's roles.
+        let mut cx = constants(LOCK_HOLDER.to_owned(), Routing::Routed)?;
         let me = CoordinatorsId(1);
         if let Some(name) = cx.coordinators.get_mut(me.index()) {
             *name = coordinator;
@@ -574,12 +612,14 @@ impl HostModel {
     }
 }
 
-/// The constants of a trace whose first coordinator is `coordinator`.
-fn constants(coordinator: String) -> Result<Constants, HostModelError> {
-    let build = Cfg::parse(LAZARET_BUILD.cfg_file, LAZARET_BUILD.cfg_text)
+/// The constants of a trace whose first coordinator is `coordinator`, in a
+/// Domain served with `routing`.
+fn constants(coordinator: String, routing: Routing) -> Result<Constants, HostModelError> {
+    let entry = routing.configuration()?;
+    let build = Cfg::parse(entry.cfg_file, entry.cfg_text)
         .and_then(|c| Constants::from_cfg(&c))
         .map_err(|source| HostModelError::Cfg {
-            file: LAZARET_BUILD.cfg_file,
+            file: entry.cfg_file,
             source,
         })?;
     let mut coordinators = vec![coordinator];
@@ -715,11 +755,92 @@ pub(crate) mod tests {
         ]
     }
 
+    /// A routed Domain's launch path: the unrouted one with the
+    /// ignored-path router's participant after the State Anchors (the
+    /// model's `AcquireRank`): its intent, its daemon staged and committed
+    /// through RS, its mount committed.
+    pub(crate) fn routed_launch_steps(c: CoordinatorsId) -> Vec<Action> {
+        let mut steps = launch_steps(c);
+        let after = Action::CommitParticipant {
+            c,
+            r: Roles::StateAnchor,
+        };
+        let at = steps.iter().position(|a| *a == after).map_or(0, |i| i + 1);
+        let routing = [
+            Action::RecordIntent {
+                c,
+                r: Roles::GitRouting,
+            },
+            Action::StageProcess {
+                c,
+                ps: ProcSlots::GitRoutingDaemon,
+            },
+            Action::CommitProcess {
+                c,
+                ps: ProcSlots::GitRoutingDaemon,
+            },
+            Action::CommitParticipant {
+                c,
+                r: Roles::GitRouting,
+            },
+        ];
+        steps.splice(at..at, routing);
+        steps
+    }
+
+    /// A routed Domain acquires every role, GitRouting after the State
+    /// Anchors; its launch, teardown and release replay clean.
+    #[test]
+    fn the_routed_launch_path_replays() -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-routed".into(), 8, Routing::Routed)?;
+        assert_eq!(m.required_roles(), Roles::ALL.to_vec());
+        let c = m.me();
+        let mut text = m.header().to_json() + "\n";
+        let steps = routed_launch_steps(c);
+        assert_eq!(steps.len(), launch_steps(c).len() + 4);
+        for a in steps {
+            text += &m.take(a)?.to_json();
+            text.push('\n');
+        }
+        assert_eq!(m.state().decision, Decision::Published);
+        text += &m.take(Action::BeginTeardown { c })?.to_json();
+        text.push('\n');
+        let released = release_all(&mut m)?;
+        assert!(released.contains("\"GitRouting\""), "{released}");
+        text += &released;
+        match replay_text("routed.jsonl", &text)? {
+            Outcome::Conforms { .. } => Ok(()),
+            Outcome::Diverged(d) => Err(format!("diverged: {d:?}").into()),
+        }
+    }
+
+    /// An unrouted Domain's core cannot take the router's steps.
+    #[test]
+    fn an_unrouted_domain_never_records_the_router() -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-unrouted".into(), 8, Routing::Unrouted)?;
+        let c = m.me();
+        let steps = routed_launch_steps(c);
+        let routing = steps
+            .iter()
+            .position(|a| {
+                *a == Action::RecordIntent {
+                    c,
+                    r: Roles::GitRouting,
+                }
+            })
+            .ok_or("no router intent")?;
+        for a in &steps[..routing] {
+            m.take(*a)?;
+        }
+        assert!(m.check(&steps[routing]).is_err());
+        Ok(())
+    }
+
     /// The launch path of this build is enabled step by step, and its
     /// trace (header included) replays clean.
     #[test]
     fn the_build_launch_path_replays() -> Result<(), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-test".into(), 7)?;
+        let mut m = HostModel::new("hc-test".into(), 7, Routing::Unrouted)?;
         assert_eq!(
             m.required_roles(),
             vec![
@@ -771,7 +892,7 @@ pub(crate) mod tests {
     #[test]
     fn an_observation_that_differs_from_the_step_fails_replay(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-test".into(), 7)?;
+        let mut m = HostModel::new("hc-test".into(), 7, Routing::Unrouted)?;
         let c = m.me();
         let mut agreeing = m.header().to_json() + "\n";
         let steps = launch_steps(c);
@@ -817,7 +938,7 @@ pub(crate) mod tests {
     /// whole file replays from Init.
     #[test]
     fn a_successor_continues_a_dead_coordinators_trace() -> Result<(), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-dead".into(), 4)?;
+        let mut m = HostModel::new("hc-dead".into(), 4, Routing::Unrouted)?;
         let dead = m.me();
         let mut text = m.header().to_json() + "\n";
         for a in launch_steps(dead) {
@@ -860,7 +981,7 @@ pub(crate) mod tests {
         // A coordinator that died after a durable write and before its
         // trace line: the store is one step ahead and the successor takes
         // exactly that step for it.
-        let mut m = HostModel::new("hc-dead".into(), 5)?;
+        let mut m = HostModel::new("hc-dead".into(), 5, Routing::Unrouted)?;
         let dead = m.me();
         for a in launch_steps(dead).into_iter().take(4) {
             m.take(a)?;
@@ -889,7 +1010,7 @@ pub(crate) mod tests {
     #[test]
     fn a_recovery_without_the_trace_starts_from_the_durable_record(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let mut served = HostModel::new("hc-dead".into(), 6)?;
+        let mut served = HostModel::new("hc-dead".into(), 6, Routing::Unrouted)?;
         let dead = served.me();
         for a in launch_steps(dead) {
             served.take(a)?;
@@ -935,7 +1056,7 @@ pub(crate) mod tests {
     #[test]
     fn next_release_walks_every_release_to_retirement() -> Result<(), Box<dyn std::error::Error>> {
         for cut in [4, 6, 7, 8, 9, 10, 12, 16, 19, 25] {
-            let mut m = HostModel::new("hc".into(), 1)?;
+            let mut m = HostModel::new("hc".into(), 1, Routing::Unrouted)?;
             let c = m.me();
             assert_eq!(launch_steps(c).len(), 25);
             for a in launch_steps(c).into_iter().take(cut) {
@@ -1006,7 +1127,7 @@ pub(crate) mod tests {
     /// A step out of order is refused with its guard and changes nothing.
     #[test]
     fn a_disabled_step_is_refused_and_not_applied() -> Result<(), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-test".into(), 1)?;
+        let mut m = HostModel::new("hc-test".into(), 1, Routing::Unrouted)?;
         let c = m.me();
         let before = m.state().clone();
         let err = m
@@ -1060,7 +1181,7 @@ pub(crate) mod tests {
             Outcome::Diverged(d) => return Err(format!("{d:?}").into()),
         }
         // A winner's core is no loser: the race is lost only from Idle.
-        let mut winner = HostModel::new("hc-winner".into(), 1)?;
+        let mut winner = HostModel::new("hc-winner".into(), 1, Routing::Unrouted)?;
         winner.take(Action::AcquireDomainLock { c: winner.me() })?;
         assert!(winner.lock_race_lost().is_empty());
         Ok(())
@@ -1072,7 +1193,7 @@ pub(crate) mod tests {
     #[test]
     fn an_abandoned_bootstrap_fails_closed_and_writes_nothing(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-test".into(), 2)?;
+        let mut m = HostModel::new("hc-test".into(), 2, Routing::Unrouted)?;
         let c = m.me();
         assert!(m.check(&Action::AbandonBootstrap { c }).is_err());
         let mut text = m.header().to_json() + "\n";
@@ -1092,7 +1213,7 @@ pub(crate) mod tests {
             replay_text("abandoned", &text)?,
             Outcome::Conforms { steps: 2, .. }
         ));
-        let mut leader = HostModel::new("hc-leader".into(), 3)?;
+        let mut leader = HostModel::new("hc-leader".into(), 3, Routing::Unrouted)?;
         let c = leader.me();
         leader.take(Action::AcquireDomainLock { c })?;
         leader.take(Action::BootstrapVacantDomain { c })?;
@@ -1152,7 +1273,7 @@ pub(crate) mod tests {
             ),
         ];
         for (supervisor_signalled, runsc_outlived, expected) in cases {
-            let mut m = HostModel::new("hc".into(), 1)?;
+            let mut m = HostModel::new("hc".into(), 1, Routing::Unrouted)?;
             serving_one_session(&mut m)?;
             let end = RuntimeSeen::Ended {
                 supervisor_signalled,
@@ -1170,7 +1291,7 @@ pub(crate) mod tests {
         }
         // runsc gone under a running supervisor: its end alone, once; the
         // supervisor's exit after it is the one step left.
-        let mut m = HostModel::new("hc".into(), 1)?;
+        let mut m = HostModel::new("hc".into(), 1, Routing::Unrouted)?;
         serving_one_session(&mut m)?;
         let steps = m.runtime_ended(RuntimeSeen::RunscGone);
         assert_eq!(steps, [Action::AttachedRunscEnds]);
@@ -1192,7 +1313,7 @@ pub(crate) mod tests {
     #[test]
     fn a_generation_whose_runtime_ended_is_torn_down_and_replays(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc".into(), 3)?;
+        let mut m = HostModel::new("hc".into(), 3, Routing::Unrouted)?;
         let c = m.me();
         let mut text = serving_one_session(&mut m)?;
         let registered = SessionsId(0);
@@ -1252,7 +1373,7 @@ pub(crate) mod tests {
     #[test]
     fn a_process_observation_that_differs_from_the_step_fails_replay(
     ) -> Result<(), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc".into(), 5)?;
+        let mut m = HostModel::new("hc".into(), 5, Routing::Unrouted)?;
         let c = m.me();
         let mut text = m.header().to_json() + "\n";
         for a in launch_steps(c) {

@@ -127,18 +127,22 @@ pub fn step_name(a: &Action) -> String {
 }
 
 /// Whether the step follows a report of the Runtime Supervisor (spec 3.3:
-/// RS is the causal parent of the helper and of attached runsc; spec 3.7:
-/// RS installs the policy before the Network role records its intent; the
-/// running sandbox precedes `CommitParticipant(Sandbox)`).
+/// RS is the causal parent of the routing daemon, the helper and attached
+/// runsc, whose roles record their intent when RS's broker confirms it;
+/// spec 3.5: the router's mount precedes `CommitParticipant(GitRouting)`;
+/// spec 3.7: RS installs the policy before the Network role records its
+/// intent; the running sandbox precedes `CommitParticipant(Sandbox)`).
 fn reported_by_supervisor(a: &Action) -> bool {
     match *a {
         Action::StageProcess { ps, .. } | Action::CommitProcess { ps, .. } => {
             ps != ProcSlots::SandboxRuntimeSupervisor
         }
-        Action::RecordIntent { r, .. } => matches!(r, Roles::Helper | Roles::Network),
+        Action::RecordIntent { r, .. } => {
+            matches!(r, Roles::GitRouting | Roles::Helper | Roles::Network)
+        }
         // Spec 3.6 step 4: RS mounts the anchors in its mount namespace.
         Action::AcquireSnapshot { r, .. } => r == Roles::StateAnchor,
-        Action::CommitParticipant { r, .. } => r == Roles::Sandbox,
+        Action::CommitParticipant { r, .. } => matches!(r, Roles::GitRouting | Roles::Sandbox),
         _ => false,
     }
 }
@@ -146,13 +150,14 @@ fn reported_by_supervisor(a: &Action) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::host_model::tests::launch_steps;
+    use crate::coordinator::host_model::tests::{launch_steps, routed_launch_steps};
+    use crate::coordinator::host_model::Routing;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-    /// A coordinator that leads a Vacant Domain.
-    fn leading() -> Result<HostModel, Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-launch".into(), 3)?;
+    /// A coordinator that leads a Vacant Domain served with `routing`.
+    fn leading(routing: Routing) -> Result<HostModel, Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-launch".into(), 3, routing)?;
         let c = m.me();
         m.take(Action::AcquireDomainLock { c })?;
         m.take(Action::BootstrapVacantDomain { c })?;
@@ -164,7 +169,14 @@ mod tests {
     /// enabled: the list's order decides nothing the guards do not.
     #[test]
     fn the_launch_is_the_models_one_enabled_path() -> TestResult {
-        let mut m = leading()?;
+        for routing in [Routing::Unrouted, Routing::Routed] {
+            one_enabled_path(routing)?;
+        }
+        Ok(())
+    }
+
+    fn one_enabled_path(routing: Routing) -> TestResult {
+        let mut m = leading(routing)?;
         let c = m.me();
         let mut taken = Vec::new();
         for _ in 0..64 {
@@ -182,7 +194,11 @@ mod tests {
             m.take(a)?;
             taken.push(a);
         }
-        assert_eq!(taken, launch_steps(c)[2..]);
+        let path = match routing {
+            Routing::Unrouted => launch_steps(c),
+            Routing::Routed => routed_launch_steps(c),
+        };
+        assert_eq!(taken, path[2..]);
         Ok(())
     }
 
@@ -191,7 +207,41 @@ mod tests {
     /// itself.
     #[test]
     fn the_supervisor_reports_what_it_launches() -> TestResult {
-        let mut m = leading()?;
+        let unrouted = reported(Routing::Unrouted)?;
+        assert_eq!(
+            unrouted,
+            [
+                "AcquireSnapshot(StateAnchor)",
+                "RecordIntent(Helper)",
+                "StageProcess(HelperConnectivityHelper)",
+                "CommitProcess(HelperConnectivityHelper)",
+                "RecordIntent(Network)",
+                "StageProcess(SandboxAttachedRunsc)",
+                "CommitProcess(SandboxAttachedRunsc)",
+                "CommitParticipant(Sandbox)",
+            ]
+        );
+        // A routed Domain's RS also launches the routing daemon and
+        // reports its mount, between the anchors and the helper.
+        let mut routed = unrouted.clone();
+        routed.splice(
+            1..1,
+            [
+                "RecordIntent(GitRouting)",
+                "StageProcess(GitRoutingDaemon)",
+                "CommitProcess(GitRoutingDaemon)",
+                "CommitParticipant(GitRouting)",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(reported(Routing::Routed)?, routed);
+        Ok(())
+    }
+
+    /// The launch steps RS reports, by name, in a Domain served with
+    /// `routing`.
+    fn reported(routing: Routing) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        let mut m = leading(routing)?;
         let mut reported = Vec::new();
         for _ in 0..64 {
             match next_launch(&m) {
@@ -204,20 +254,7 @@ mod tests {
                 LaunchNext::Stuck => return Err("stuck".into()),
             }
         }
-        assert_eq!(
-            reported,
-            [
-                "AcquireSnapshot(StateAnchor)",
-                "RecordIntent(Helper)",
-                "StageProcess(HelperConnectivityHelper)",
-                "CommitProcess(HelperConnectivityHelper)",
-                "RecordIntent(Network)",
-                "StageProcess(SandboxAttachedRunsc)",
-                "CommitProcess(SandboxAttachedRunsc)",
-                "CommitParticipant(Sandbox)",
-            ]
-        );
-        Ok(())
+        Ok(reported)
     }
 
     /// A launch whose runtime ended under it never publishes: the core
@@ -225,9 +262,9 @@ mod tests {
     /// generation). A coordinator that does not lead has nothing to launch.
     #[test]
     fn a_launch_whose_runtime_ended_is_stuck() -> TestResult {
-        let idle = HostModel::new("hc-idle".into(), 3)?;
+        let idle = HostModel::new("hc-idle".into(), 3, Routing::Unrouted)?;
         assert_eq!(next_launch(&idle), LaunchNext::Stuck);
-        let mut m = leading()?;
+        let mut m = leading(Routing::Routed)?;
         for _ in 0..7 {
             match next_launch(&m) {
                 LaunchNext::Take(a) | LaunchNext::OnReport(a) => m.take(a).map(drop)?,

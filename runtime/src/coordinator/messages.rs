@@ -4,7 +4,7 @@
 //! reading anything else.
 use serde::{Deserialize, Serialize};
 
-use crate::records::participant::{AnchorMounts, NamespaceIdentity};
+use crate::records::participant::{AnchorMounts, MountIdentity, NamespaceIdentity};
 use crate::records::process::HostProcessOwnershipSlot;
 
 /// The CLI <-> HC protocol version.
@@ -126,8 +126,8 @@ pub enum CoordinatorMessage {
 pub enum SupervisorMessage {
     /// RS unshared its user namespace and waits for verified maps.
     UserNamespace { pid: u32 },
-    /// spec 3.3 step 1 for an RS-launched child's slot (the connectivity
-    /// helper, then the attached runsc).
+    /// spec 3.3 step 1 for an RS-launched child's slot (the routing
+    /// daemon, the connectivity helper, then the attached runsc).
     ConfirmIntent(HostProcessOwnershipSlot),
     /// spec 3.3 step 6: the encoded `StagedProcessOwnership`.
     Staged(Vec<u8>),
@@ -146,6 +146,10 @@ pub enum SupervisorMessage {
     /// Spec 3.6 step 4: the State Anchors of the plan are mounted in RS's
     /// mount namespace (in the plan's order), as RS observed them.
     StateAnchorsMounted(AnchorMounts),
+    /// Spec 3.5: the committed routing daemon mounted the ignored-path
+    /// router (and the Git Sentry filter under it) in RS's mount
+    /// namespace; the router's mount as RS observed it.
+    GitRoutingMounted(MountIdentity),
     /// The sandbox runs; sessions may exec into it.
     SandboxRunning {
         container_id: String,

@@ -81,13 +81,14 @@ pub fn next_recovery(model: &HostModel, seen: Recovering) -> RecoveryNext {
 mod tests {
     use super::*;
     use crate::coordinator::host_model::tests::launch_steps;
+    use crate::coordinator::host_model::Routing;
     use crate::replay::{replay_text, Outcome};
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
     /// A dead coordinator's published generation, as its trace.
     fn dead_published() -> Result<String, Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-dead".into(), 4)?;
+        let mut m = HostModel::new("hc-dead".into(), 4, Routing::Unrouted)?;
         let mut text = m.header().to_json() + "\n";
         for a in launch_steps(m.me()) {
             text += &(m.take(a)?.to_json() + "\n");

@@ -187,6 +187,7 @@ fn registered(model: &HostModel, s: SessionsId) -> bool {
 mod tests {
     use super::*;
     use crate::coordinator::host_model::tests::launch_steps;
+    use crate::coordinator::host_model::Routing;
     use crate::coordinator::host_model::SESSION_SLOTS;
     use crate::replay::{replay_text, Outcome};
 
@@ -194,7 +195,7 @@ mod tests {
 
     /// A coordinator that bootstrapped a Vacant Domain, with its trace.
     fn vacant() -> Result<(HostModel, String), Box<dyn std::error::Error>> {
-        let mut m = HostModel::new("hc-test".into(), 3)?;
+        let mut m = HostModel::new("hc-test".into(), 3, Routing::Unrouted)?;
         let c = m.me();
         let mut text = m.header().to_json() + "\n";
         for a in [

@@ -13,7 +13,7 @@
 
 use lazaret_generated::lazaret::{Action, Decision, Hc, Part, Rs, Runsc, Sess, SessionsId};
 
-use super::host_model::HostModel;
+use super::host_model::{HostModel, Routing};
 use super::launch::{next_launch, LaunchNext};
 use super::recovery::{next_recovery, Recovering, RecoveryNext};
 use super::serve::{self, Admission};
@@ -29,8 +29,8 @@ struct Run {
 }
 
 impl Run {
-    fn new() -> TestResult<Self> {
-        let model = HostModel::new("hc-first".into(), 9)?;
+    fn new(routing: Routing) -> TestResult<Self> {
+        let model = HostModel::new("hc-first".into(), 9, routing)?;
         let text = model.header().to_json() + "\n";
         Ok(Self {
             model,
@@ -101,8 +101,8 @@ impl Run {
 }
 
 /// The first coordinator's trace after its first `k` steps of `life`.
-fn cut(life: &[Action], k: usize) -> TestResult<String> {
-    let mut run = Run::new()?;
+fn cut(routing: Routing, life: &[Action], k: usize) -> TestResult<String> {
+    let mut run = Run::new(routing)?;
     for a in &life[..k] {
         run.take(*a)?;
     }
@@ -192,15 +192,15 @@ fn assert_recovered(text: &str, model: &HostModel, what: &str) -> TestResult {
 /// A crash after every step of a whole coordinator life, and of the
 /// successor's recovery after each of those, ends recovered: the core's
 /// decisions reach a clean Domain from every point, both when RS and
-/// runsc went together and when runsc outlived RS.
-#[test]
-fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult {
-    let life = Run::new()?.whole_life()?;
-    assert_eq!(life.len(), 51, "{life:?}");
+/// runsc went together and when runsc outlived RS. Returns how many runs
+/// that took.
+fn every_crash_is_recovered(routing: Routing, life_steps: usize) -> TestResult<usize> {
+    let life = Run::new(routing)?.whole_life()?;
+    assert_eq!(life.len(), life_steps, "{life:?}");
     let mut runs = 0;
     // The last step is ExitCoordinator: a crash after it is no crash.
     for k in 0..life.len() {
-        let dead = cut(&life, k)?;
+        let dead = cut(routing, &life, k)?;
         for runsc_outlived in [false, true] {
             let (whole, model) = continue_recovery(&dead, runsc_outlived, 64)?;
             let what = format!("crash after {k} steps (runsc outlived: {runsc_outlived})");
@@ -221,8 +221,22 @@ fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult
             }
         }
     }
-    // 51 crash points, two ways the runtime ended, and each successor's
-    // recovery cut after every one of its steps.
-    assert_eq!(runs, 1265);
+    Ok(runs)
+}
+
+/// Every crash of an unrouted Domain's coordinator life: 51 crash points,
+/// two ways the runtime ended, and each successor's recovery cut after
+/// every one of its steps.
+#[test]
+fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult {
+    assert_eq!(every_crash_is_recovered(Routing::Unrouted, 51)?, 1265);
+    Ok(())
+}
+
+/// The same for a routed Domain, whose life has the ignored-path router's
+/// four launch steps and its two release steps more: 57 crash points.
+#[test]
+fn a_routed_domain_recovers_from_a_crash_at_every_step() -> TestResult {
+    assert_eq!(every_crash_is_recovered(Routing::Routed, 57)?, 1534);
     Ok(())
 }

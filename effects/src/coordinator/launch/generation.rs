@@ -50,6 +50,7 @@ pub(super) fn launching(
         prepared,
         generation: hc.id,
         dir,
+        workspace: std::path::PathBuf::from(&running.workspace),
         network: NetworkInputs {
             domain_id: DomainId(running.domain_id),
             configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),

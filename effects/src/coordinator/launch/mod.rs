@@ -8,10 +8,12 @@
 //! - the Runtime Supervisor's causal acquisition ([`runtime_supervisor`]):
 //!   `RecordIntent(Sandbox)` and `StageProcess`, then, once its user
 //!   namespace is verified, `CommitProcess`;
-//! - what RS reports as it launches the connectivity helper and attached
-//!   runsc and installs the network ([`reports`]);
+//! - what RS reports as it launches the routing daemon (a routed Domain's
+//!   router), the connectivity helper and attached runsc and installs the
+//!   network ([`reports`]);
 //! - the participants' own steps ([`participants`]):
-//!   `CommitParticipant(Helper)`, the network's snapshot and
+//!   `CommitParticipant(GitRouting)` and `CommitParticipant(Helper)`, the
+//!   network's snapshot and
 //!   `MarkNetworkReady`, `CommitParticipant(Sandbox)`, and the
 //!   publication's `RecordIntent`, `AcquireSnapshot` and `Publish`.
 //!
@@ -148,6 +150,8 @@ struct Launching {
     generation: GenerationId,
     /// The generation's directory (its `sbin` holds the static binaries).
     dir: PathBuf,
+    /// The canonical workspace.
+    workspace: PathBuf,
     network: NetworkInputs,
     container_id: String,
     supervisor: Supervisor,

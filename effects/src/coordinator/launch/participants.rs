@@ -8,8 +8,8 @@ use lazaret_runtime::coordinator::messages::CoordinatorCommand;
 use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::records::ids::{ContainerId, GenerationId, HostPath, Sha256Digest};
 use lazaret_runtime::records::participant::{
-    HelperOwnership, NetworkOwnership, NetworkReadinessEvidence, ParticipantOwnership,
-    ParticipantRole, PublicationOwnership,
+    GitRoutingOwnership, HelperOwnership, MountIdentity, NetworkOwnership,
+    NetworkReadinessEvidence, ParticipantOwnership, ParticipantRole, PublicationOwnership,
 };
 use lazaret_runtime::records::process::{HostProcessIdentity, PersistedHostProcessOwnership};
 use lazaret_runtime::records::readiness::{
@@ -18,6 +18,8 @@ use lazaret_runtime::records::readiness::{
 
 use super::super::channel;
 use super::super::host::{CoordinatorError, Hc, LaunchInputs};
+use super::super::paths::DomainPaths;
+use super::super::supervisor::ROUTER_DIR;
 use super::reports::RunningSandbox;
 use super::{decision_value, participant_role, Launching};
 use crate::broker::CommittedChild;
@@ -72,6 +74,46 @@ pub(super) fn snapshot(
         .participant(generation, role)
         .map_err(|e| hc.store_err(e))?
         .and_then(|p| p.ownership))
+}
+
+/// CommitParticipant(GitRouting), on RS's report of the router's `mount`
+/// (spec 3.5; schemas `GitRoutingOwnership`): the snapshot, whose daemon
+/// slot is committed, gains the router's mount point in the generation
+/// directory, its host root (the workspace) and isolated root (the
+/// Domain's Ignored Workspace State) and the mount, and becomes Prepared in
+/// the same transaction.
+pub(super) fn commit_git_routing(
+    hc: &mut Hc<'_, '_>,
+    l: &Launching,
+    paths: &DomainPaths,
+    mount: MountIdentity,
+) -> Result<(), CoordinatorError> {
+    let invalid = |what: &'static str| move |source| CoordinatorError::RecordValue { what, source };
+    let path = |p: &std::path::Path, what: &'static str| {
+        HostPath::new(p.display().to_string().into_bytes()).map_err(invalid(what))
+    };
+    let Some(ParticipantOwnership::GitRouting(current)) =
+        snapshot(hc, l.generation, ParticipantRole::GitRouting)?
+    else {
+        return Err(CoordinatorError::NoSnapshot { role: "GitRouting" });
+    };
+    let routing = GitRoutingOwnership {
+        mountpoint: Some(path(&l.dir.join(ROUTER_DIR), "router mount point")?),
+        host_root: Some(path(&l.workspace, "router host root")?),
+        isolated_root: Some(path(&paths.ignored_state(), "router isolated root")?),
+        mount: Some(mount),
+        ..current
+    };
+    let c = hc.model.me();
+    participant_step(
+        hc,
+        Action::CommitParticipant {
+            c,
+            r: Roles::GitRouting,
+        },
+        ParticipantRole::GitRouting,
+        ParticipantOp::Activate(ParticipantOwnership::GitRouting(routing)),
+    )
 }
 
 /// CommitParticipant(Helper): the helper's snapshot gains the generation's

@@ -18,7 +18,7 @@ use super::super::absence::observe_slot;
 use super::super::channel;
 use super::super::host::{CoordinatorError, Hc};
 use super::super::paths::DomainPaths;
-use super::participants::{commit_sandbox, record_intent};
+use super::participants::{commit_git_routing, commit_sandbox, record_intent};
 use super::storage::acquire_state_anchor_snapshot;
 use super::Launching;
 use crate::domain_store::{accept_staged_ownership, SlotTarget, StoreOp};
@@ -44,6 +44,26 @@ pub(super) fn on_report(
     for _ in 0..MESSAGES_PER_REPORT {
         let message = channel::receive::<SupervisorMessage>(l.channel()?, "supervisor")?;
         let reply = match (expected, message) {
+            // Spec 3.3 step 1 for the routing daemon: its role's bare
+            // intent.
+            (
+                Action::RecordIntent {
+                    r: Roles::GitRouting,
+                    ..
+                },
+                SupervisorMessage::ConfirmIntent(HostProcessOwnershipSlot::GitRoutingDaemon),
+            ) => record_intent(hc, l.generation, Roles::GitRouting)
+                .map(|()| CoordinatorCommand::IntentConfirmed),
+            // Spec 3.5: the committed daemon's router is mounted; RS goes
+            // on with the helper without an answer (a refusal ends the
+            // launch).
+            (
+                Action::CommitParticipant {
+                    r: Roles::GitRouting,
+                    ..
+                },
+                SupervisorMessage::GitRoutingMounted(mount),
+            ) => return commit_git_routing(hc, l, paths, mount),
             // Spec 3.3 step 1 for the helper: its role's bare intent.
             (
                 Action::RecordIntent {
@@ -151,9 +171,11 @@ fn answer(
     }
 }
 
-/// The model slot of a child RS stages: the helper or attached runsc.
+/// The model slot of a child RS stages: the routing daemon, the helper or
+/// attached runsc.
 fn rs_launched_slot(slot: HostProcessOwnershipSlot) -> Result<ProcSlots, CoordinatorError> {
     match slot {
+        HostProcessOwnershipSlot::GitRoutingDaemon => Ok(ProcSlots::GitRoutingDaemon),
         HostProcessOwnershipSlot::HelperConnectivityHelper => {
             Ok(ProcSlots::HelperConnectivityHelper)
         }
