@@ -159,11 +159,13 @@ pub(crate) enum Invalidation {
 }
 
 /// Reads host changes from `events` (the watches' instance) and drops
-/// what the kernel caches of them, until `stop`. Each turn handles at most
-/// [`MAX_EVENTS_PER_TURN`] events; a lost event queue (overflow) drops
-/// everything the kernel holds of the host.
+/// what the kernel caches of them, until `stop` — seen at once when the
+/// write end of `woken` closes, within [`POLL_INTERVAL`] otherwise. Each
+/// turn handles at most [`MAX_EVENTS_PER_TURN`] events; a lost event queue
+/// (overflow) drops everything the kernel holds of the host.
 pub(crate) fn follow_host(
     events: OwnedFd,
+    woken: OwnedFd,
     cache: KernelCache,
     notifier: KernelNotifier,
     stop: Arc<AtomicBool>,
@@ -175,12 +177,14 @@ pub(crate) fn follow_host(
     };
     // Bounded by `stop`: each turn waits at most POLL_INTERVAL.
     while !stop.load(Ordering::SeqCst) {
-        let mut fds = [rustix::event::PollFd::new(
-            &events,
-            rustix::event::PollFlags::IN,
-        )];
+        let mut fds = [
+            rustix::event::PollFd::new(&events, rustix::event::PollFlags::IN),
+            rustix::event::PollFd::new(&woken, rustix::event::PollFlags::IN),
+        ];
         match rustix::event::poll(&mut fds, Some(&timeout)) {
             Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            // Woken: the router is being unmounted.
+            Ok(_) if !fds[1].revents().is_empty() => return,
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "the router stopped following host changes; the kernel's caches are dropped");

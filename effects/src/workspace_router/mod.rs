@@ -77,6 +77,9 @@ pub struct MountedRouter {
 struct Watcher {
     stop: Arc<AtomicBool>,
     nudge: SyncSender<()>,
+    /// The write end of the pipe the host-following thread polls besides
+    /// its events: closing it wakes that thread at once.
+    wake: Option<std::os::fd::OwnedFd>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -84,6 +87,7 @@ impl Watcher {
     fn stop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.nudge.try_send(());
+        drop(self.wake.take());
         // Bounded: two threads.
         for t in self.threads.drain(..) {
             if t.join().is_err() {
@@ -356,10 +360,13 @@ pub fn mount(
     let session = fuser::Session::from_fd(fs, device, config.acl, config).map_err(mount_err)?;
     mounted.session = Some(session.spawn().map_err(mount_err)?);
     let stop = Arc::new(AtomicBool::new(false));
+    let (woken, wake) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| mount_err(e.into()))?;
     // From here on, dropping `watcher` stops the threads started so far.
     let mut watcher = Watcher {
         stop: Arc::clone(&stop),
         nudge,
+        wake: Some(wake),
         threads: Vec::with_capacity(2),
     };
     let publication = Publication {
@@ -377,7 +384,7 @@ pub fn mount(
     watcher.threads.push(
         std::thread::Builder::new()
             .name("routing-follow".to_owned())
-            .spawn(move || follow_host(events, cache, notifier, stop))
+            .spawn(move || follow_host(events, woken, cache, notifier, stop))
             .map_err(mount_err)?,
     );
     Ok(MountedRouter {
