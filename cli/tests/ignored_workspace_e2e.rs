@@ -227,9 +227,11 @@ fn routing_steps(env: &Env) -> Vec<String> {
 
 /// Spec 3.5: the router's loss fails the Domain closed. The routing
 /// daemon killed under a running session ends the session with a message
-/// naming the router; the release proves the daemon gone (nothing is
-/// left, the store holds only clean generations, the trace replays) and
-/// the next launch serves the workspace again.
+/// naming the router; the release proves the daemon gone (nothing is left,
+/// the store holds only clean generations, the trace replays) and the next
+/// launch serves the workspace again. (A daemon whose FUSE session stops
+/// serving exits and is lost the same way:
+/// `effects/tests/workspace_router.rs::a_daemon_whose_router_stops_serving_ends`.)
 #[test]
 fn the_routers_loss_fails_the_domain_closed() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

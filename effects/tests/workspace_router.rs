@@ -1071,6 +1071,104 @@ fn host_changes_reach_the_sandbox_through_the_kernels_caches() -> Result<(), Str
     Ok(())
 }
 
+/// The routing daemon ends when its router stops serving (its FUSE
+/// session's request loop ended: every access would fail with `ENOTCONN`),
+/// so that RS, which watches the daemon, fails the Domain closed; and it
+/// ends cleanly when its exit pipe closes.
+#[test]
+fn a_daemon_whose_router_stops_serving_ends() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_daemon_whose_router_stops_serving_ends");
+    }
+    use lazaret_effects::broker::{await_ready_byte, ChildPipes};
+    use lazaret_effects::coordinator::git_routing::{
+        run_git_routing, GitRoutingError, RoutingArgs, RoutingPlan, DAEMON, READY_TIMEOUT,
+    };
+    use lazaret_effects::coordinator::nsys::RecordingNs;
+    use lazaret_effects::network::authority::RecordingAuthority;
+    use std::os::fd::{AsRawFd as _, IntoRawFd as _};
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    // Each run: the daemon on a thread, as the wrapper runs it in place.
+    let start = |ws: &Path, iso: &Path, mnt: &Path| -> Result<_, String> {
+        let ChildPipes {
+            ready_read,
+            ready_write,
+            exit_read,
+            exit_write,
+        } = io("pipes", ChildPipes::new())?;
+        let args = RoutingArgs {
+            plan: RoutingPlan {
+                workspace: ws.to_owned(),
+                isolated: iso.to_owned(),
+                router_at: mnt.to_owned(),
+                sentry: None,
+                editor_dirs: Vec::new(),
+            },
+            ready_fd: ready_write.into_raw_fd(),
+            exit_fd: exit_read.into_raw_fd(),
+        };
+        let daemon = std::thread::spawn(move || {
+            run_git_routing(
+                &RecordingNs::default(),
+                &RecordingAuthority::default(),
+                &args,
+            )
+        });
+        await_ready_byte(DAEMON, &ready_read, READY_TIMEOUT, || Ok(()))
+            .map_err(|e| e.to_string())?;
+        Ok((daemon, exit_write))
+    };
+    // Its mount detached (nothing else holds it): the session ends, the
+    // daemon ends within its check interval, naming the router.
+    let (daemon, _exit) = start(&ws, &iso, &mnt)?;
+    io("read through the router", fs::read(mnt.join("README")))?;
+    io(
+        "detach",
+        rustix::mount::unmount(&mnt, rustix::mount::UnmountFlags::DETACH).map_err(Into::into),
+    )?;
+    eventually("the daemon's end", || daemon.is_finished())?;
+    match daemon.join().map_err(|_| "the daemon panicked")? {
+        Err(GitRoutingError::StoppedServing(what)) => assert_eq!(what, "ignored-path router"),
+        other => return Err(format!("{other:?}")),
+    }
+    // Its exit pipe closed: it unmounts and ends without error.
+    let (daemon, exit) = start(&ws, &iso, &mnt)?;
+    assert!(exit.as_raw_fd() > 2);
+    drop(exit);
+    eventually("the daemon's end", || daemon.is_finished())?;
+    daemon
+        .join()
+        .map_err(|_| "the daemon panicked")?
+        .map_err(|e| e.to_string())?;
+    let mounted = io("mountinfo", fs::read_to_string("/proc/self/mountinfo"))?;
+    assert!(!mounted.contains(&*mnt.to_string_lossy()), "{mounted}");
+    Ok(())
+}
+
+/// A router whose mount is taken away (here: detached; the kernel then
+/// ends its FUSE connection) says it no longer serves, which is what ends
+/// the routing daemon and with it the Domain (spec 3.5, router loss).
+#[test]
+fn a_router_whose_mount_is_taken_away_stops_serving() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_router_whose_mount_is_taken_away_stops_serving");
+    }
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    io("read through the router", fs::read(mnt.join("README")))?;
+    assert!(router.serving());
+    io(
+        "detach",
+        rustix::mount::unmount(&mnt, rustix::mount::UnmountFlags::DETACH).map_err(Into::into),
+    )?;
+    eventually("the session's end", || !router.serving())?;
+    // Unmounting what is already gone is no error and leaves nothing.
+    io("unmount", router.unmount())?;
+    Ok(())
+}
+
 /// A directory some process works in keeps its place while the host and
 /// the sandbox change it: the router tells the kernel a changed entry has
 /// expired rather than that it is gone, so Git, started in it after the

@@ -205,6 +205,8 @@ pub enum GitRoutingError {
     Ready(#[source] io::Error),
     #[error("waiting on the exit pipe: {0}")]
     Wait(#[source] io::Error),
+    #[error("the {0} stopped serving its mount")]
+    StoppedServing(&'static str),
     #[error("unmounting {}: {source}", escape_path(.path))]
     Unmount { path: PathBuf, source: io::Error },
 }
@@ -296,21 +298,48 @@ pub fn run_git_routing<N: NamespaceSys, A: AuthoritySys>(
         .map_err(|e| GitRoutingError::Ready(e.into()))
         .map(drop);
     drop(ready);
-    let served = reported.and_then(|()| await_eof(exit.as_fd()));
+    let served = reported.and_then(|()| serve(exit.as_fd(), &serving));
     let unmounted = serving.unmount();
     served.and(unmounted)
 }
 
-/// Blocks until `exit` reports EOF (its write end closed everywhere).
-fn await_eof(exit: BorrowedFd<'_>) -> Result<(), GitRoutingError> {
-    let mut byte = [0u8; 1];
-    // Bounded: only EINTR repeats; the write end never writes.
+/// How often the daemon checks that both mounts are still served.
+const SERVING_CHECK: Duration = Duration::from_secs(1);
+
+/// Serves until `exit` reports EOF (its write end closed everywhere), or
+/// until a mount is no longer served: a FUSE session whose request loop
+/// ended leaves `/workspace` failing with `ENOTCONN`, which must end the
+/// daemon so that RS fails the Domain closed (its loss), not go on.
+fn serve(exit: BorrowedFd<'_>, serving: &Serving) -> Result<(), GitRoutingError> {
+    let timeout = rustix::event::Timespec {
+        tv_sec: i64::try_from(SERVING_CHECK.as_secs()).unwrap_or(1),
+        tv_nsec: 0,
+    };
+    // Bounded by the exit pipe's EOF or a session's end; each turn waits
+    // at most SERVING_CHECK.
     loop {
-        match rustix::io::read(exit, &mut byte) {
-            Ok(0) => return Ok(()),
-            Ok(_) => {}
-            Err(rustix::io::Errno::INTR) => {}
+        let mut fds = [rustix::event::PollFd::new(
+            &exit,
+            rustix::event::PollFlags::IN,
+        )];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => {}
+            Ok(_) => {
+                let mut byte = [0u8; 1];
+                match rustix::io::read(exit, &mut byte) {
+                    Ok(0) => return Ok(()),
+                    // The write end never writes; EINTR repeats.
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(GitRoutingError::Wait(e.into())),
+                }
+            }
             Err(e) => return Err(GitRoutingError::Wait(e.into())),
+        }
+        if !serving.router.serving() {
+            return Err(GitRoutingError::StoppedServing("ignored-path router"));
+        }
+        if serving.filter.as_ref().is_some_and(|f| !f.serving()) {
+            return Err(GitRoutingError::StoppedServing("Git Sentry filter"));
         }
     }
 }

@@ -74,6 +74,15 @@ impl MountedFilter {
         &self.mountpoint
     }
 
+    /// Whether the FUSE session still serves the mount: `false` once its
+    /// request loop ended (the mount was taken away or the kernel ended
+    /// the connection).
+    pub fn serving(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| !s.guard.is_finished())
+    }
+
     /// Unmounts and joins the request threads.
     pub fn unmount(mut self) -> io::Result<()> {
         match self.session.take() {

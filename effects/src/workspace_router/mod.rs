@@ -3,8 +3,9 @@
 //! the classification snapshot is read from the host
 //! ([`crate::workspace_routing::read_snapshot`]) and the router is mounted
 //! on an empty directory, in the caller's mount namespace, which must be
-//! private. The Runtime Supervisor mounts it before runsc starts and binds
-//! it at `/workspace` (`coordinator::supervisor::mount_router`).
+//! private. A routed Domain's routing daemon mounts it in the Runtime
+//! Supervisor's mount namespace before runsc starts, and the bundle binds
+//! it at `/workspace` (`coordinator::git_routing`).
 
 mod connection;
 pub mod filesystem;
@@ -215,6 +216,16 @@ impl MountedRouter {
         &self.mounted.mountpoint
     }
 
+    /// Whether the FUSE session still serves the mount: `false` once its
+    /// request loop ended (the mount was taken away or the kernel ended
+    /// the connection), when every access fails with `ENOTCONN`.
+    pub fn serving(&self) -> bool {
+        self.mounted
+            .session
+            .as_ref()
+            .is_some_and(|s| !s.guard.is_finished())
+    }
+
     /// The judge of the workspace's next index, for the Git Sentry filter
     /// (spec 3.5, index publication).
     pub fn index_admission(&self) -> Arc<RoutedIndexAdmission> {
@@ -248,9 +259,14 @@ impl Mounted {
             return Ok(());
         }
         self.live = false;
-        if let Err(e) = unmount(&self.mountpoint, UnmountFlags::empty()) {
-            let _ = unmount(&self.mountpoint, UnmountFlags::DETACH);
-            return Err(e.into());
+        match unmount(&self.mountpoint, UnmountFlags::empty()) {
+            // Not a mount point any more: it was taken away (the session
+            // ended with it), nothing is left to unmount.
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => {
+                let _ = unmount(&self.mountpoint, UnmountFlags::DETACH);
+                return Err(e.into());
+            }
         }
         let Some(session) = self.session.take() else {
             return Ok(());
