@@ -133,18 +133,9 @@ fn an_equal_prefix_conflict_is_refused_at_load() {
     assert!(env.processes().is_empty(), "{:?}", env.processes());
 }
 
-/// Spec 3.7 "Authority drop", seen from outside while a session runs: no
-/// thread of the Runtime Supervisor (the Git Sentry filter's among them)
-/// holds CAP_NET_ADMIN in any set (SR-5), and its enforcement namespace has
-/// no canary link left, only `lo` and `tap0`.
-fn assert_supervisor_attested(env: &Env) {
-    let supervisors: Vec<String> = env
-        .processes()
-        .into_iter()
-        .filter(|p| p.contains("__supervisor") && !p.contains("__wrapper"))
-        .collect();
-    assert_eq!(supervisors.len(), 1, "{:?}", env.processes());
-    let pid = supervisors[0].split(':').next().unwrap().to_owned();
+/// No task of process `pid` holds CAP_NET_ADMIN in any set (SR-5);
+/// returns how many tasks were checked.
+fn assert_no_network_administration(pid: &str) -> usize {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
     let mut checked = 0;
     for task in tasks.flatten() {
@@ -164,17 +155,52 @@ fn assert_supervisor_attested(env: &Env) {
         }
         checked += 1;
     }
-    // The main thread, runsc's stderr reader and the filter's threads.
-    assert!(checked >= 3, "{checked} tasks");
+    checked
+}
+
+/// The network links process `pid` sees, sorted.
+fn links_of(pid: &str) -> Vec<String> {
     let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap();
-    let mut links: Vec<&str> = dev
+    let mut links: Vec<String> = dev
         .lines()
         .skip(2)
         .filter_map(|l| l.split(':').next())
-        .map(str::trim)
+        .map(|l| l.trim().to_owned())
         .collect();
     links.sort_unstable();
-    assert_eq!(links, ["lo", "tap0"], "{dev}");
+    links
+}
+
+/// The one process of this Domain whose command line names `role` (and
+/// not `but`).
+fn role_pid(env: &Env, role: &str, but: &str) -> String {
+    let found: Vec<String> = env
+        .processes()
+        .into_iter()
+        .filter(|p| p.contains(role) && !p.contains(but))
+        .collect();
+    assert_eq!(found.len(), 1, "{role}: {:?}", env.processes());
+    found[0].split(':').next().unwrap().to_owned()
+}
+
+/// Spec 3.7 "Authority drop", seen from outside while a session runs: no
+/// thread of the Runtime Supervisor holds CAP_NET_ADMIN in any set (SR-5),
+/// and its enforcement namespace has no canary link left, only `lo` and
+/// `tap0`. The routing daemon (spec 3.5), which serves the router and the
+/// Git Sentry filter, holds no CAP_NET_ADMIN either and has no network
+/// but its own down loopback.
+fn assert_supervisor_attested(env: &Env) {
+    let supervisor = role_pid(env, "__supervisor", "__wrapper");
+    // The main thread and runsc's stderr reader.
+    let checked = assert_no_network_administration(&supervisor);
+    assert!(checked >= 2, "{checked} tasks");
+    assert_eq!(links_of(&supervisor), ["lo", "tap0"]);
+    // Run in place by its launch wrapper: the wrapper's command line.
+    let daemon = role_pid(env, " __git-routing ", "__supervisor");
+    // The main thread and the router's and filter's threads.
+    let checked = assert_no_network_administration(&daemon);
+    assert!(checked >= 3, "{checked} tasks");
+    assert_eq!(links_of(&daemon), ["lo"]);
 }
 
 /// Spec 3.7 helper loss: slirp4netns killed with SIGKILL mid-session fails
