@@ -413,10 +413,15 @@ fn ending(f: &Finished, expected_stdout: &str, crashes: Crashes) -> Result<Endin
         return Ok(Ending::Killed);
     }
     if crashes == Crashes::ItsExecClient {
-        return if f.status.code() == Some(125)
-            && f.stderr.starts_with("lazaret: error: ")
-            && f.stderr.contains("ended without the command's status")
-        {
+        // The exec client dies as it is released: the coordinator sees that
+        // either while it waits for its readiness (the session could not be
+        // started) or once it committed it (the session ended without the
+        // command's status), whichever comes first; both are Lazaret's
+        // error, never a command status.
+        let lost = f.stderr.contains("ended without the command's status")
+            || f.stderr
+                .contains("the exec client ended before it was ready");
+        return if f.status.code() == Some(125) && f.stderr.starts_with("lazaret: error: ") && lost {
             Ok(Ending::SessionLost)
         } else {
             Err(format!(
