@@ -43,8 +43,8 @@ VARIABLES
     runtimeEnded,   \* the generation's RS or attached runsc ended on its own while the HC
                     \* held the lease (observed through the lifetime channel and pidfds)
     termsLeft,      \* the generation records session terminals that are not clean although
-                    \* their sessions are over (spec 3.4: a retained release, a failed start,
-                    \* the sessions of a lost HC); cleaned only after runtime absence
+                    \* their sessions are over (spec 3.4: a retained release, the sessions of
+                    \* a lost HC); cleaned only after runtime absence
     actor           \* the lock holder acting for the Domain: set by each step it takes for
                     \* the Domain, "None" once the lock is released or lost; elections,
                     \* clients, the sandbox and process ends leave it (OR-1 actor identity)
@@ -138,7 +138,19 @@ ReleaseRank(r) ==
     ELSE IF r = "StateAnchor" THEN 6
     ELSE 7
 
-NoSessionsLeft == \A s \in Sessions : sess[s] \notin {"Registered", "Closing"}
+\* Session phases whose Session Terminal is recorded in the Domain Store and
+\* not yet clean (spec 3.4, schemas.md "Session terminal ownership"):
+\* Starting is the terminal's Intent (acquisition steps 1-3), Registered its
+\* Running record, Closing its ReleaseIntent.
+TerminalRecorded == {"Starting", "Registered", "Closing"}
+
+NoSessionsLeft == \A s \in Sessions : sess[s] \notin TerminalRecorded
+
+\* What the Domain Store's terminal rows of the generation say, as one bit:
+\* some terminal is not clean (a live session's, or one left over).  The
+\* product reads it back after every step and replay compares it
+\* (docs/durable-state.md "The model's durable variables").
+TerminalsUnclean == termsLeft \/ \E s \in Sessions : sess[s] \in TerminalRecorded
 
 -----------------------------------------------------------------------------
 TypeOK ==
@@ -151,7 +163,7 @@ TypeOK ==
     /\ slot \in [ProcSlots -> {"Unassigned", "Staged", "Committed"}]
     /\ rs \in {"Absent", "Running", "LeaseLost"}
     /\ runsc \in {"Absent", "Running"}
-    /\ sess \in [Sessions -> {"Absent", "Connecting", "Enrolled", "Registered", "Closing"}]
+    /\ sess \in [Sessions -> {"Absent", "Connecting", "Enrolled", "Starting", "Registered", "Closing"}]
     /\ sessGen \in [Sessions -> 0..MaxGen]
     /\ sessFp \in [Sessions -> {"None", "Match", "Mismatch"}]
     /\ route \in [Sessions -> {"None", "Sandbox", "Prompt", "HostProcess"}]
@@ -466,15 +478,29 @@ RefuseStaleCredential(c, s) ==
                    route, ptyFwd,
                    esc, escMatch, escApproval, escUnacked, escCancel>>
 
-\* Registration; the Session Terminal reaches Running (spec 3.4 steps 1-5) and
+\* Spec 3.4 acquisition step 1: the Host Coordinator records the enrolled
+\* session's terminal intent in the Domain Store before it allocates the PTY
+\* or starts the exec wrapper (steps 2-3).  No terminal event is admitted
+\* yet.  A runtime the HC has seen end starts no terminal (FR-2).
+RecordTerminalIntent(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ decision = "Published"
+    /\ sess[s] = "Enrolled"
+    /\ sessGen[s] = gen
+    /\ runtimeEnded = FALSE
+    /\ sess' = [sess EXCEPT ![s] = "Starting"]
+    /\ actor' = c
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sessGen, sessFp, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
+\* Registration; the Session Terminal reaches Running (spec 3.4 steps 4-5) and
 \* terminal events are admitted on the sandbox route.  The session's exec
 \* client runs in the one running sandbox (FR-2): a runtime the HC has seen
 \* end admits no new session.
 RegisterSession(c, s) ==
     /\ hc[c] \in LeaderPhases
     /\ decision = "Published"
-    /\ sess[s] = "Enrolled"
-    /\ sessGen[s] = gen
+    /\ sess[s] = "Starting"
     /\ rs = "Running"
     /\ runsc = "Running"
     /\ sess' = [sess EXCEPT ![s] = "Registered"]
@@ -502,6 +528,18 @@ CloseSession(c, s) ==
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sessGen, sessFp>>
 
+\* Spec 3.4 "Failure before the running state never admits the terminal": a
+\* live HC ends whatever of the exec client and guest group it started and
+\* records the terminal's release intent; the release then finishes or is
+\* retained like a closed session's.  No route was ever admitted.
+AbortSessionStart(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ sess[s] = "Starting"
+    /\ sess' = [sess EXCEPT ![s] = "Closing"]
+    /\ actor' = c
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sessGen, sessFp, route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
+
 \* Physical terminal release done (exec client reaped, PTY closed, terminal
 \* record clean); the session slot is free.
 FinishSessionRelease(c, s) ==
@@ -528,17 +566,16 @@ RetainSessionRelease(c, s) ==
     /\ UNCHANGED <<runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
-\* Client side: a client that is not (or no longer) registered gives up.
+\* Client side: a client whose terminal is not recorded gives up (one that
+\* was refused, or whose session the HC never started).  It leaves no
+\* terminal: a session whose terminal intent is recorded ends through the
+\* HC's release (AbortSessionStart, CloseSession).
 ClientExits(s) ==
     /\ sess[s] \in {"Connecting", "Enrolled"}
     /\ sess' = [sess EXCEPT ![s] = "Absent"]
     /\ sessGen' = [sessGen EXCEPT ![s] = 0]
     /\ sessFp' = [sessFp EXCEPT ![s] = "None"]
-    \* An enrolled client of the published generation may leave a terminal
-    \* intent behind (its session failed to start, spec 3.4 "Failure before
-    \* the running state never admits the terminal").
-    /\ termsLeft' = (termsLeft \/ (sess[s] = "Enrolled" /\ decision = "Published"))
-    /\ UNCHANGED <<actor, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+    /\ UNCHANGED <<actor, termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    route, ptyFwd, esc, escMatch, escApproval, escUnacked, escCancel>>
 
 -----------------------------------------------------------------------------
@@ -780,6 +817,7 @@ BeginTeardown(c) ==
     /\ decision = "Published"
     /\ \A s \in Sessions : sess[s] # "Registered"
     /\ \A s \in Sessions : sess[s] # "Closing"
+    /\ \A s \in Sessions : sess[s] # "Starting"
     /\ decision' = "TearingDown"
     /\ sess' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN "Absent" ELSE sess[s]]
     /\ sessGen' = [s \in Sessions |-> IF sess[s] \in {"Connecting", "Enrolled"} THEN 0 ELSE sessGen[s]]
@@ -923,13 +961,9 @@ HostCoordinatorLost(c) ==
     /\ escUnacked' = [s \in Sessions |-> 0]
     /\ escCancel' = [s \in Sessions |-> FALSE]
     /\ runtimeEnded' = FALSE
-    \* Spec 3.4: the lost HC's session terminals stay as recorded (an enrolled
-    \* session may have recorded its terminal intent) until recovery cleans
-    \* them after runtime absence.
-    /\ termsLeft' = \/ termsLeft
-                    \/ \E s \in Sessions :
-                        \/ sess[s] \in {"Registered", "Closing"}
-                        \/ sess[s] = "Enrolled" /\ decision = "Published"
+    \* Spec 3.4: the lost HC's session terminals stay as recorded until
+    \* recovery cleans them after runtime absence.
+    /\ termsLeft' = TerminalsUnclean
     /\ actor' = "None"
     /\ UNCHANGED <<recordIdentity, decision, gen, part, slot, runsc>>
 
@@ -1020,7 +1054,9 @@ Next ==
     \/ \E c \in Coordinators, s \in Sessions : EnrollClient(c, s)
     \/ \E c \in Coordinators, s \in Sessions : RefuseConfigurationMismatch(c, s)
     \/ \E c \in Coordinators, s \in Sessions : RefuseStaleCredential(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : RecordTerminalIntent(c, s)
     \/ \E c \in Coordinators, s \in Sessions : RegisterSession(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : AbortSessionStart(c, s)
     \/ \E c \in Coordinators, s \in Sessions : CloseSession(c, s)
     \/ \E c \in Coordinators, s \in Sessions : FinishSessionRelease(c, s)
     \/ \E c \in Coordinators, s \in Sessions : RetainSessionRelease(c, s)
@@ -1082,10 +1118,13 @@ SessionServiceStep(s) ==
         \/ ApplyCancellation(c, s)
         \/ FinishSessionRelease(c, s)
         \/ RetainSessionRelease(c, s)
+        \/ RegisterSession(c, s)
+        \/ AbortSessionStart(c, s)
 
-\* Once the HC has seen the runtime end it closes every session (its event
-\* loop's reaction to the lifetime channel).
-RuntimeLossClose(s) == runtimeEnded /\ \E c \in Coordinators : CloseSession(c, s)
+\* Once the HC has seen the runtime end it closes every session, and ends
+\* every start (its event loop's reaction to the lifetime channel).
+RuntimeLossClose(s) ==
+    runtimeEnded /\ \E c \in Coordinators : CloseSession(c, s) \/ AbortSessionStart(c, s)
 
 \* All HC steps that bootstrap, tear down or recover the generation.
 GenerationReleaseStep ==
@@ -1135,7 +1174,7 @@ Inv_OR1_RuntimeLeaseHeldByLeader ==
 \* generation and its one committed sandbox.
 Inv_FR2_SessionsShareOneSandbox ==
     \A s \in Sessions :
-        sess[s] \in {"Registered", "Closing"} =>
+        sess[s] \in TerminalRecorded =>
             /\ sessGen[s] = gen
             /\ decision = "Published"
             /\ part["Sandbox"] = "Committed"
@@ -1194,16 +1233,16 @@ Inv_SR8_AutoApprovalOnlyForExactRule ==
 
 \* SR-9: only a credential of the current generation registers.
 Inv_SR9_StaleCredentialNeverRegisters ==
-    \A s \in Sessions : sess[s] \in {"Registered", "Closing"} => sessGen[s] = gen
+    \A s \in Sessions : sess[s] \in TerminalRecorded => sessGen[s] = gen
 
 Inv_SR9_FingerprintMismatchNeverEnrolled ==
-    \A s \in Sessions : sess[s] \in {"Enrolled", "Registered", "Closing"} => sessFp[s] = "Match"
+    \A s \in Sessions : sess[s] \in {"Enrolled"} \cup TerminalRecorded => sessFp[s] = "Match"
 
 \* SR-16: session control and escalation exist only on the live Host
 \* Coordinator face of the published generation.
 Inv_SR16_SessionControlOnlyOnCoordinatorFace ==
     \A s \in Sessions :
-        (sess[s] \in {"Registered", "Closing"} \/ esc[s] # "None") =>
+        (sess[s] \in TerminalRecorded \/ esc[s] # "None") =>
             (decision = "Published" /\ \E c \in Coordinators : hc[c] \in LeaderPhases)
 
 \* SR-17: the sandbox attachment is authorised by the generation's committed
@@ -1342,7 +1381,7 @@ Inv_Spec_LeaseLostRuntimeKeepsItsRecord ==
 \* retained release, a failed start and a lost HC's sessions are all cleaned
 \* before the generation is Vacant.
 Inv_Spec_RetiredGenerationLeavesNoTerminal ==
-    decision = "Vacant" => termsLeft = FALSE
+    decision = "Vacant" => ~TerminalsUnclean
 
 -----------------------------------------------------------------------------
 \* Temporal properties
@@ -1413,6 +1452,29 @@ Live_Spec_MismatchedRecordRetained ==
 \* absent.
 Live_Spec_TerminalsCleanedAfterRuntimeAbsence ==
     [][(termsLeft = TRUE /\ termsLeft' = FALSE) => (rs = "Absent" /\ runsc = "Absent")]_vars
+
+\* Spec 3.4 physical Session Terminal acquisition and release (schemas.md
+\* "Session terminal ownership": Intent -> Running -> ReleaseIntent ->
+\* Clean): a session's terminal intent is recorded only after its
+\* enrollment, it runs only after its intent, its release intent follows its
+\* intent or its running record, and a recorded terminal leaves its session
+\* clean only through the live HC's release (from Closing); otherwise it is
+\* left recorded for the generation's release (retained, or its HC lost).
+TerminalStep(s) ==
+    /\ (sess[s] # "Starting" /\ sess'[s] = "Starting") => sess[s] = "Enrolled"
+    /\ (sess[s] # "Registered" /\ sess'[s] = "Registered") => sess[s] = "Starting"
+    /\ (sess[s] # "Closing" /\ sess'[s] = "Closing") => sess[s] \in {"Starting", "Registered"}
+    /\ (sess[s] \in TerminalRecorded /\ sess'[s] \notin TerminalRecorded) =>
+           \/ sess[s] = "Closing" /\ lockHolder' # "None"
+           \/ termsLeft' = TRUE
+
+Live_Spec_TerminalLifecycleOrder ==
+    [][\A s \in Sessions : TerminalStep(s)]_vars
+
+\* Spec 3.4: a terminal's acquisition ends, in its running record or in its
+\* release, unless its HC is lost.
+Live_Spec_TerminalStartEnds ==
+    \A s \in Sessions : (sess[s] = "Starting") ~> (sess[s] # "Starting")
 
 \* OR-2: an accepted request resolves to a delivered result unless its
 \* session disconnects (or its coordinator is lost) first.

@@ -765,7 +765,12 @@ fn every_crash_point_of_a_joining_session_recovers() {
         + 1;
     let mut points = passed(&lines[mark..end], false, &before);
     points.extend(passed(&log_lines(&second_log), true, &BTreeSet::new()));
-    for label in ["ConnectClient", "RegisterSession", "CloseSession"] {
+    for label in [
+        "ConnectClient",
+        "RecordTerminalIntent",
+        "RegisterSession",
+        "CloseSession",
+    ] {
         assert!(
             points.iter().any(|p| p.label.starts_with(label)),
             "the enumerating run passed no {label} point: {points:?}"

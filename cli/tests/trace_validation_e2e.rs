@@ -12,15 +12,12 @@
 mod support;
 use support::{default_image, replay_trace, text, Env, ONE_AT_A_TIME};
 
-#[test]
-fn a_step_whose_effect_wrote_something_else_fails_replay() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let env = Env::new("hidden-divergence", &default_image());
+/// One run of `-- true` with the crash-point build's `fault`: it ends as
+/// usual, nothing left running and the store clean, and its one trace
+/// fails replay; returns what replay said.
+fn faulted_run_fails_replay(env: &Env, fault: &str) -> String {
     let out = env
-        .command_env(
-            &["default", "--", "true"],
-            &[("LAZARET_FAULT", "teardown-keeps-published")],
-        )
+        .command_env(&["default", "--", "true"], &[("LAZARET_FAULT", fault)])
         .output()
         .unwrap();
     // Hidden: the session, the teardown and the store's end state are all
@@ -38,20 +35,20 @@ fn a_step_whose_effect_wrote_something_else_fails_replay() {
         "{said}{}",
         text(&replay.stderr)
     );
-    assert!(said.contains("BeginTeardown("), "{said}");
     assert!(
         said.contains("what the product observed after the step differs"),
         "{said}"
     );
-    assert!(
-        said.contains("decision: model \"TearingDown\" | observed \"Published\""),
-        "{said}"
-    );
-    // The same Domain without the fault: its trace replays, observations
-    // included.
+    said
+}
+
+/// The same Domain without the fault: the second trace replays,
+/// observations included; returns its text.
+fn clean_run_replays(env: &Env) -> String {
     let out = env.run(&["default", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_running();
+    env.assert_store_clean();
     let traces = env.traces();
     assert_eq!(traces.len(), 2, "{traces:?}");
     let clean = std::fs::read_to_string(&traces[1]).unwrap();
@@ -64,4 +61,42 @@ fn a_step_whose_effect_wrote_something_else_fails_replay() {
         text(&replay.stdout),
         text(&replay.stderr)
     );
+    clean
+}
+
+#[test]
+fn a_step_whose_effect_wrote_something_else_fails_replay() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("hidden-divergence", &default_image());
+    let said = faulted_run_fails_replay(&env, "teardown-keeps-published");
+    assert!(said.contains("BeginTeardown("), "{said}");
+    assert!(
+        said.contains("decision: model \"TearingDown\" | observed \"Published\""),
+        "{said}"
+    );
+    clean_run_replays(&env);
+}
+
+/// The Session Terminal rows are observed too (`termsLeft`): a piped
+/// command that completed by itself has its release retained (its guest
+/// group is not observed, docs/terminals.md), and the fault
+/// `retained-release-cleaned` makes the effect record that terminal clean
+/// while the step says `RetainSessionRelease` — the durable record of a
+/// release that never proved its processes absent (spec 3.4 release step
+/// 3). The run ends clean; replay fails at that step on `termsLeft`.
+#[test]
+fn a_retained_release_recorded_clean_fails_replay() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("hidden-terminal", &default_image());
+    let said = faulted_run_fails_replay(&env, "retained-release-cleaned");
+    assert!(said.contains("RetainSessionRelease("), "{said}");
+    assert!(
+        said.contains("termsLeft: model true | observed false"),
+        "{said}"
+    );
+    // Without the fault the same release is retained, observed left, and
+    // cleaned by the teardown's CleanSessionTerminals.
+    let clean = clean_run_replays(&env);
+    assert!(clean.contains("\"termsLeft\":true"), "{clean}");
+    assert!(clean.contains("CleanSessionTerminals"), "{clean}");
 }

@@ -48,11 +48,11 @@ fn entry(name: &str) -> Result<&'static ModelEntry, String> {
 fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
     assert_eq!(
         round_trip::<lazaret::Model>(entry("Lazaret")?, 400_000)?,
-        146_051
+        151_350
     );
     assert_eq!(
         round_trip::<lazaret::Model>(&LAZARET_UNROUTED, 300_000)?,
-        133_481
+        138_678
     );
     assert_eq!(
         round_trip::<prepared_lower::Model>(entry("PreparedLower")?, 30_000)?,

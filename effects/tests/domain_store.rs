@@ -632,3 +632,46 @@ fn one_generation_is_read_exactly_among_its_neighbours() {
     }
     assert_eq!(store.generation_document(GenerationId(3)).unwrap(), None);
 }
+
+/// Trace validation's `termsLeft` (docs/durable-state.md "The model's
+/// durable variables"): a terminal row that is not clean counts as left
+/// unless the observing coordinator serves its session; a recovery, which
+/// serves none, sees every unclean row; a clean row never counts.
+#[test]
+fn terminal_rows_are_observed_as_terms_left_unless_served() {
+    use lazaret_effects::coordinator::observed::durable_view;
+    let dir = tempfile::tempdir().unwrap();
+    let lock = DomainLock::try_acquire(&dir.path().join("domain.lock")).unwrap();
+    let store = DomainStore::create(&lock, &dir.path().join("domain.redb"), BOOT).unwrap();
+    seeded(&store);
+    store
+        .apply(&[StoreOp::SetDurableDecision {
+            generation: GEN,
+            decision: ModelValue::new("Published").unwrap(),
+        }])
+        .unwrap();
+    let terms_left = |served: &[SessionId]| {
+        durable_view(&store, GEN, served)
+            .unwrap()
+            .unwrap()
+            .terms_left
+    };
+    // The seeded session's terminal intent.
+    assert_eq!(terms_left(&[SESSION]), Some(false));
+    assert_eq!(terms_left(&[]), Some(true));
+    // Another coordinator's session: left for this one.
+    assert_eq!(terms_left(&[SessionId([0x11; 16])]), Some(true));
+    // A bare intent is cleaned after runtime absence.
+    store
+        .apply(&[StoreOp::Terminal {
+            generation: GEN,
+            session: SESSION,
+            op: TerminalOp::Clean(AbsenceProof::SealedRuntimeAbsence),
+        }])
+        .unwrap();
+    assert_eq!(terms_left(&[]), Some(false));
+    // No such generation: nothing is observed.
+    assert!(durable_view(&store, GenerationId(9), &[])
+        .unwrap()
+        .is_none());
+}

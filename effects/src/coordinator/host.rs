@@ -21,13 +21,16 @@ use super::recovery::{recover_all, RecoveryError};
 use super::release::{abort, teardown};
 use super::release_gate::ReleaseGate;
 use super::runtime_end::record_runtime_end;
-use super::session::{random_bytes, start_session, SessionContext, SessionLinks};
+use super::session::{
+    random_bytes, record_terminal_intent, start_session, SessionContext, SessionLinks,
+};
 use super::session_release::ReleaseOutcome;
 use super::supervisor::{runsc_dcache, runsc_globals};
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
 use crate::config_resolve::{load_configuration, LoadError, LoadRequest, ResolvedVolumeSource};
 use crate::confined::{ConfinedError, OpenedObject, RealSys};
+use crate::crash_point::fault;
 use crate::domain_lock::DomainLockError;
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
 use crate::image::reference::ReferenceError;
@@ -62,7 +65,7 @@ use lazaret_runtime::records::process::{
     HostProcessIdentity, HostProcessOwnershipSlot, MessageError, PersistedHostProcessOwnership,
     PidfsProcessIdentityV1,
 };
-use lazaret_runtime::records::terminal::SessionTerminalState;
+use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -196,6 +199,9 @@ pub enum CoordinatorError {
     NoSnapshot { role: &'static str },
     #[error("a published generation without a launched sandbox")]
     NoLaunchedSandbox,
+    /// Spec 3.4 acquisition step 1: the terminal intent was not recorded.
+    #[error("recording the session's terminal intent: {0}")]
+    TerminalIntent(#[source] Box<super::session::SessionError>),
     /// A prepared artifact's record names an ID that is not 64 hex digits.
     #[error("the prepared lower's artifact ID {found:?} is not 64 hex digits")]
     ArtifactId { found: String },
@@ -348,7 +354,9 @@ pub(super) struct Hc<'s, 'l> {
     pub id: GenerationId,
     pub coordinator_id: CoordinatorId,
     pub generation: Option<LaunchedGeneration>,
-    /// The Domain Store session of each registered model session slot.
+    /// The Domain Store session of each model session slot whose terminal
+    /// is recorded (from `RecordTerminalIntent` until its release
+    /// finishes or is retained).
     pub sessions: std::collections::HashMap<SessionsId, SessionId>,
     /// This coordinator's own pidfs identity (its committed direct edges).
     pub own: PidfsProcessIdentityV1,
@@ -392,7 +400,11 @@ impl<'s, 'l> Hc<'s, 'l> {
 
     /// Reads this generation's record back after a step's effect.
     pub fn observer(&self) -> Observer<'s, 'l> {
-        Observer::new(self.store, self.id)
+        Observer::new(
+            self.store,
+            self.id,
+            self.sessions.values().copied().collect(),
+        )
     }
 
     /// One Domain Store transaction.
@@ -812,9 +824,11 @@ impl LaunchInputs<'_> {
 }
 
 /// A connected, matching CLI joins the published generation (its
-/// `ConnectClient` taken): EnrollClient, and RegisterSession once its exec
-/// client runs (ClientExits when it cannot be started). `timings` are the
-/// launch's phases when this client's connection launched the generation.
+/// `ConnectClient` taken): EnrollClient, RecordTerminalIntent (spec 3.4
+/// acquisition step 1), and RegisterSession once its exec client runs; a
+/// session that cannot be started is released (AbortSessionStart, then
+/// FinishSessionRelease). `timings` are the launch's phases when this
+/// client's connection launched the generation.
 fn admit(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
@@ -841,6 +855,13 @@ fn admit(
         reply(&mut stream, &joined);
         Ok(())
     })?;
+    let session = SessionId(random_bytes().map_err(CoordinatorError::Boot)?);
+    hc.step(Action::RecordTerminalIntent { c, s }, |hc| {
+        record_terminal_intent(hc.store, generation, session)
+            .map_err(|e| CoordinatorError::TerminalIntent(Box::new(e)))?;
+        hc.sessions.insert(s, session);
+        Ok(())
+    })?;
     let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };
@@ -853,7 +874,6 @@ fn admit(
         container_id: &g.container_id,
         environment: launch.environment,
     };
-    let session = SessionId(random_bytes().map_err(CoordinatorError::Boot)?);
     let links = SessionLinks {
         ended: forward_end(events_tx, s),
         running: forward_running(events_tx, s),
@@ -875,30 +895,38 @@ fn admit(
             .map_err(|e| e.to_string())
         });
     match start {
-        Ok(session) => hc.step(Action::RegisterSession { c, s }, |hc| {
-            hc.sessions.insert(s, session);
-            Ok(())
-        }),
-        Err(e) => hc.step(Action::ClientExits { s }, |hc| {
-            // Whatever of the session's terminal was recorded is released:
-            // no exec client of it is left.
-            // A bare terminal intent stays until the teardown's sweep.
-            hc.sessions.insert(s, session);
-            if let Err(e) = terminal_op(hc, s, false).and_then(|()| clean_terminal(hc, s)) {
-                tracing::warn!(error = %e, "releasing the terminal of a session that did not start");
+        Ok(()) => hc.step(Action::RegisterSession { c, s }, |_| Ok(())),
+        Err(e) => {
+            // Spec 3.4 "Failure before the running state never admits the
+            // terminal": no exec client of the session is left
+            // (`start_session`), so its release intent is recorded and
+            // its terminal cleaned; a bare intent (nothing of the terminal
+            // was acquired) becomes clean only after runtime absence
+            // (schemas.md "Session terminal ownership"), so its release is
+            // retained for the generation's release.
+            let retained = bare_intent(hc, s)?;
+            let end = serve::on_session_ended(hc.model.model(), s, retained);
+            if let Some(abort) = end.close {
+                hc.step(abort.action, |hc| release_terminal(hc, abort.s))?;
             }
-            hc.sessions.remove(&s);
-            reply(
-                &mut stream,
-                &CoordinatorMessage::Refused(Refusal::SessionFailed(e)),
-            );
-            Ok(())
-        }),
+            hc.step(end.finish, |hc| {
+                if retained {
+                    hc.sessions.remove(&s);
+                } else {
+                    clean_terminal(hc, s)?;
+                }
+                reply(
+                    &mut stream,
+                    &CoordinatorMessage::Refused(Refusal::SessionFailed(e)),
+                );
+                Ok(())
+            })
+        }
     }
 }
 
-/// CloseSession: the session terminal's durable ReleaseIntent (evidence
-/// kept) before its release.
+/// CloseSession or AbortSessionStart: the session terminal's durable
+/// ReleaseIntent (evidence kept) before its release.
 fn release_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorError> {
     terminal_op(hc, s, false)
 }
@@ -927,6 +955,14 @@ fn finish_terminal(
     match outcome {
         ReleaseOutcome::Clean => clean_terminal(hc, s),
         ReleaseOutcome::Retained(reason) => {
+            // Fault `retained-release-cleaned` (crash-point builds only):
+            // the effect records the retained terminal clean, as if its
+            // processes were proved absent, while the step says it is
+            // retained. Nothing in the run notices; only trace validation
+            // does (the observed `termsLeft`).
+            if fault!("retained-release-cleaned") {
+                return clean_terminal(hc, s);
+            }
             tracing::info!(
                 ?reason,
                 "RetainReleaseIntent: the terminal stays ReleaseIntent until the runtime is gone"
@@ -935,6 +971,21 @@ fn finish_terminal(
             Ok(())
         }
     }
+}
+
+/// Whether the session's terminal is a bare intent: nothing of it was
+/// acquired (no identity recorded).
+fn bare_intent(hc: &Hc<'_, '_>, s: SessionsId) -> Result<bool, CoordinatorError> {
+    let Some(&session) = hc.sessions.get(&s) else {
+        return Ok(false);
+    };
+    let terminal = hc
+        .store
+        .terminal(hc.id, session)
+        .map_err(|e| hc.store_err(e))?;
+    Ok(terminal.is_some_and(|t| {
+        t.state == SessionTerminalState::Intent && t.snapshot == TerminalSnapshot::default()
+    }))
 }
 
 fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), CoordinatorError> {
@@ -946,11 +997,14 @@ fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), Co
         .store
         .terminal(generation, session)
         .map_err(|e| hc.store_err(e))?;
-    let op = match terminal.map(|t| t.state) {
-        Some(SessionTerminalState::Intent | SessionTerminalState::Running) if !clean => {
+    let op = match terminal.map(|t| (t.state, t.snapshot == TerminalSnapshot::default())) {
+        // A bare intent is its own release intent: it has nothing to
+        // release, and is cleaned after runtime absence.
+        Some((SessionTerminalState::Intent, true)) => return Ok(()),
+        Some((SessionTerminalState::Intent | SessionTerminalState::Running, _)) if !clean => {
             TerminalOp::BeginRelease
         }
-        Some(SessionTerminalState::ReleaseIntent) if clean => {
+        Some((SessionTerminalState::ReleaseIntent, _)) if clean => {
             TerminalOp::Clean(AbsenceProof::ExactAbsence)
         }
         _ => return Ok(()),

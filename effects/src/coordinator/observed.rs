@@ -16,30 +16,46 @@
 //! - `part[r]`: no participant row is `None`; `Intent` without ownership is
 //!   `Intent`, with a snapshot `Acquiring`; every other state by name;
 //! - `slot[ps]`: the owning participant's snapshot slot: `Staged`,
-//!   `Committed`, or `Unassigned` (also when absent).
+//!   `Committed`, or `Unassigned` (also when absent);
+//! - `termsLeft`: some Session Terminal row of the generation is not
+//!   `Clean` although its session is not one the observing coordinator
+//!   serves (spec 3.4: a retained release; for a recovery, which serves
+//!   none, every unclean row, the dead coordinator's sessions included).
 use super::launch::participant_role;
 use crate::domain_store::{DomainStore, StoreError};
 use lazaret_generated::lazaret::{Decision, Part, ProcSlots, Roles, Slot};
 use lazaret_runtime::coordinator::host_model::DurableView;
-use lazaret_runtime::records::ids::GenerationId;
+use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::participant::ParticipantState;
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, PersistedHostProcessOwnership};
+use lazaret_runtime::records::terminal::SessionTerminalState;
 
-/// Where a step's effect is read back: the Domain Store and the generation.
-#[derive(Clone, Copy, Debug)]
+/// Where a step's effect is read back: the Domain Store, the generation,
+/// and the sessions the observing coordinator serves (whose terminals are
+/// not left over).
+#[derive(Clone, Debug)]
 pub struct Observer<'s, 'l> {
     store: &'s DomainStore<'l>,
     generation: GenerationId,
+    served: Vec<SessionId>,
 }
 
 impl<'s, 'l> Observer<'s, 'l> {
-    pub fn new(store: &'s DomainStore<'l>, generation: GenerationId) -> Self {
-        Self { store, generation }
+    pub fn new(
+        store: &'s DomainStore<'l>,
+        generation: GenerationId,
+        served: Vec<SessionId>,
+    ) -> Self {
+        Self {
+            store,
+            generation,
+            served,
+        }
     }
 
     /// [`durable_view`] of the generation.
     pub fn read(&self) -> Result<Option<DurableView>, ObserveError> {
-        durable_view(self.store, self.generation)
+        durable_view(self.store, self.generation, &self.served)
     }
 }
 
@@ -53,11 +69,13 @@ pub enum ObserveError {
 }
 
 /// The Domain Store's record of generation `g` as the model's durable
-/// variables; `None` when the store has no such generation (before
-/// `StartGeneration` writes it).
+/// variables, read by a coordinator serving the sessions `served`; `None`
+/// when the store has no such generation (before `StartGeneration` writes
+/// it).
 pub fn durable_view(
     store: &DomainStore<'_>,
     g: GenerationId,
+    served: &[SessionId],
 ) -> Result<Option<DurableView>, ObserveError> {
     let Some(document) = store.generation_document(g)? else {
         return Ok(None);
@@ -108,9 +126,14 @@ pub fn durable_view(
             }
         })
         .collect();
+    let terms_left = document
+        .terminals
+        .iter()
+        .any(|t| t.state != SessionTerminalState::Clean && !served.contains(&t.session_id));
     Ok(Some(DurableView {
         decision,
         part,
         slot,
+        terms_left: Some(terms_left),
     }))
 }

@@ -139,7 +139,8 @@ fn durable_view(hc: &Hc<'_, '_>, g: GenerationId) -> Result<DurableView, Coordin
         generation: g.0,
         source,
     };
-    observed::durable_view(hc.store, g)
+    // Recovery serves none of the generation's sessions.
+    observed::durable_view(hc.store, g, &[])
         .map_err(|e| failed(RecoveryError::Observe(e)))?
         .ok_or_else(|| failed(RecoveryError::NoSuchGeneration))
 }
@@ -151,7 +152,7 @@ fn durable_view(hc: &Hc<'_, '_>, g: GenerationId) -> Result<DurableView, Coordin
 /// [`refuse_mismatched_record`].
 fn catch_up(hc: &mut Hc<'_, '_>) -> Result<Option<RecoveryError>, CoordinatorError> {
     let store = durable_view(hc, hc.id)?;
-    if hc.model.model().durable() == store {
+    if hc.model.model().durable_unserved() == store {
         return Ok(None);
     }
     let step = hc
@@ -163,14 +164,16 @@ fn catch_up(hc: &mut Hc<'_, '_>) -> Result<Option<RecoveryError>, CoordinatorErr
     let Some(action) = step else {
         return Ok(Some(RecoveryError::TraceAndStoreDiffer {
             store: format!("{store:?}"),
-            trace: format!("{:?}", hc.model.model().durable()),
+            trace: format!("{:?}", hc.model.model().durable_unserved()),
         }));
     };
     tracing::info!(
         ?action,
         "the dead coordinator's last durable step, taken for its trace"
     );
-    hc.model.take(action, Some(&store))?;
+    // Its line carries what this process read, but not of the terminal
+    // rows: the dead coordinator served those sessions, this one does not.
+    hc.model.take(action, Some(&store.without_terminals()))?;
     Ok(None)
 }
 

@@ -152,11 +152,38 @@ pub struct SessionLinks {
     pub release: ReleaseGate,
 }
 
-/// Spawns the exec client for `argv` as Domain Store session `session`
-/// and starts the forwarding threads; `links.ended` is told when the session is
-/// over. The CLI stream is answered with `Exited` by the session itself. On
-/// an error no exec client of the session is left (the broker reaps a
-/// refused wrapper, a failed commit is waited for).
+/// Spec 3.4 acquisition step 1 (the model's `RecordTerminalIntent`): the
+/// session and its terminal intent in one Domain Store transaction, before
+/// any PTY or exec client exists.
+pub fn record_terminal_intent(
+    store: &DomainStore<'_>,
+    generation: GenerationId,
+    session: SessionId,
+) -> Result<(), SessionError> {
+    let _span = tracing::info_span!("RecordTerminalIntent").entered();
+    store.apply(&[
+        StoreOp::InsertSession(Session {
+            generation_id: generation,
+            session_id: session,
+            cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
+            session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
+            session_phase: ModelValue::new("Active").map_err(SessionError::SessionPhase)?,
+        }),
+        StoreOp::InsertTerminalIntent {
+            generation,
+            session,
+        },
+    ])?;
+    Ok(())
+}
+
+/// Spec 3.4 acquisition steps 2-3 for Domain Store session `session`,
+/// whose terminal intent is recorded ([`record_terminal_intent`]): spawns
+/// the exec client for `hello`'s argv and starts the forwarding threads;
+/// `links.ended` is told when the session is over. The CLI stream is
+/// answered with `Exited` by the session itself. On an error no exec
+/// client of the session is left (the broker reaps a refused wrapper, a
+/// failed commit is waited for).
 #[allow(clippy::too_many_arguments)]
 pub fn start_session(
     broker: &mut Broker<RealProcessSys>,
@@ -166,23 +193,8 @@ pub fn start_session(
     hello: &Hello,
     client: UnixStream,
     links: SessionLinks,
-) -> Result<SessionId, SessionError> {
+) -> Result<(), SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
-    store.apply(&[
-        StoreOp::InsertSession(Session {
-            generation_id: ctx.generation,
-            session_id: session,
-            cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
-            session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
-            session_phase: ModelValue::new("Active").map_err(SessionError::SessionPhase)?,
-        }),
-        // Step 1 (terminal intent) in the same transaction: one fsync fewer on
-        // the join path; the ledger then finds the intent with an unassigned slot.
-        StoreOp::InsertTerminalIntent {
-            generation: ctx.generation,
-            session,
-        },
-    ])?;
     let mut ledger = StoreLedger::new(
         store,
         SlotTarget::Terminal {
@@ -251,7 +263,7 @@ pub fn start_session(
             release: links.release,
         })
         .map_err(SessionError::Pipe)?;
-        return Ok(session);
+        return Ok(());
     }
     let (in_r, in_w) = pipe()?;
     let (out_r, out_w) = pipe()?;
@@ -281,7 +293,7 @@ pub fn start_session(
         release: links.release,
     })
     .map_err(SessionError::Pipe)?;
-    Ok(session)
+    Ok(())
 }
 
 fn commit(

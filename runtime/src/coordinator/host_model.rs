@@ -103,12 +103,19 @@ pub enum HostModelError {
 
 /// The durable part of the model state: what the Domain Store records of a
 /// generation (`decision`, and `part` and `slot` indexed like `Roles::ALL`
-/// and `ProcSlots::ALL`).
+/// and `ProcSlots::ALL`), and what its Session Terminal rows say of
+/// `termsLeft`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DurableView {
     pub decision: Decision,
     pub part: Vec<Part>,
     pub slot: Vec<Slot>,
+    /// `termsLeft` as the observing process reads it (spec 3.4): some
+    /// terminal row of the generation is not clean although the observer
+    /// serves no session of it. The serving coordinator's own live
+    /// sessions do not count; for a process that serves none (a recovery),
+    /// every unclean row does. `None`: not observed.
+    pub terms_left: Option<bool>,
 }
 
 impl DurableView {
@@ -116,6 +123,24 @@ impl DurableView {
     /// `part` and `slot` in `state_view`'s encoding, so replay compares
     /// them with the model's successor variable by variable.
     pub fn observed(&self) -> Value {
+        let mut view = self.durable_variables();
+        if let (Some(left), Value::Object(vars)) = (self.terms_left, &mut view) {
+            vars.insert("termsLeft".to_owned(), Value::from(left));
+        }
+        view
+    }
+
+    /// The same view with the terminal rows unobserved: a step the dead
+    /// coordinator took and recovery records for it (`HostModel::catch_up`)
+    /// was observed by a process that did not serve its sessions.
+    pub fn without_terminals(&self) -> Self {
+        Self {
+            terms_left: None,
+            ..self.clone()
+        }
+    }
+
+    fn durable_variables(&self) -> Value {
         let named = |names: Vec<&'static str>, values: Vec<&'static str>| {
             Value::Object(
                 names
@@ -255,10 +280,14 @@ impl HostModel {
         } else {
             Runsc::Absent
         };
-        // The dead coordinator's session terminals are not in the durable
-        // view: a live generation may have some left, which the recovery
-        // cleans after runtime absence (`CleanSessionTerminals`).
-        st.terms_left = st.decision != Decision::Vacant;
+        // The dead coordinator's session terminals, as its rows say: every
+        // unclean one is left over (no session is served), and the
+        // recovery cleans them after runtime absence
+        // (`CleanSessionTerminals`). Unobserved, a live generation is taken
+        // to have some.
+        st.terms_left = durable
+            .terms_left
+            .unwrap_or(st.decision != Decision::Vacant);
         let core = Core::from_state(cx, generation, st.clone()).map_err(HostModelError::Rebuilt)?;
         Ok(Self {
             core,
@@ -369,16 +398,27 @@ impl HostModel {
         ))
     }
 
-    /// The durable part of the current state.
+    /// The durable part of the current state, as the serving coordinator
+    /// observes it.
     pub fn durable(&self) -> DurableView {
         durable_of(self.state())
+    }
+
+    /// The durable part of the current state as a process that serves none
+    /// of its sessions observes it (a recovery reading a dead
+    /// coordinator's generation): the terminals of the sessions recorded
+    /// in the state count as left (the model's `TerminalsUnclean`).
+    pub fn durable_unserved(&self) -> DurableView {
+        unserved_of(self.state())
     }
 
     /// A coordinator that died after the durable effect of a step and
     /// before its trace line leaves the Domain Store one step ahead of the
     /// trace. Returns the one step of `c` enabled now whose durable result
-    /// is `store`; `None` when there is none or more than one (the trace
-    /// and the store then disagree in a way recovery must not guess at).
+    /// is `store` (read by a process serving none of its sessions, so a
+    /// terminal intent written or cleaned untraced shows); `None` when
+    /// there is none or more than one (the trace and the store then
+    /// disagree in a way recovery must not guess at).
     pub fn catch_up(&self, c: CoordinatorsId, store: &DurableView) -> Option<Action> {
         let cx = self.core.constants();
         let name = cx.coordinators.get(c.index())?;
@@ -390,7 +430,7 @@ impl HostModel {
                 .any(|(k, v)| *k == "c" && v == name)
                 && self.core.check(a).is_ok()
                 && Model::step(cx, self.state(), a, None)
-                    .is_ok_and(|next| durable_of(&next) == *store)
+                    .is_ok_and(|next| unserved_of(&next) == *store)
         });
         let first = found.next()?;
         found.next().is_none().then_some(first)
@@ -638,6 +678,20 @@ fn durable_of(st: &State) -> DurableView {
         decision: st.decision,
         part: st.part.clone(),
         slot: st.slot.clone(),
+        terms_left: Some(st.terms_left),
+    }
+}
+
+/// The model's `TerminalsUnclean`: `termsLeft`, or a session whose terminal
+/// is recorded (spec 3.4 Intent, Running or ReleaseIntent).
+fn unserved_of(st: &State) -> DurableView {
+    let recorded = st
+        .sess
+        .iter()
+        .any(|s| matches!(s, Sess::Starting | Sess::Registered | Sess::Closing));
+    DurableView {
+        terms_left: Some(st.terms_left || recorded),
+        ..durable_of(st)
     }
 }
 
@@ -659,6 +713,20 @@ pub(crate) mod tests {
     use super::*;
     use crate::replay::{replay_text, Outcome};
     use lazaret_generated::lazaret::ProcSlots;
+
+    /// A matching client's session in the published generation, up to
+    /// its running terminal.
+    fn joined(c: CoordinatorsId, s: SessionsId) -> [Action; 4] {
+        [
+            Action::ConnectClient {
+                s,
+                f: lazaret_generated::lazaret::FingerprintResults::Match,
+            },
+            Action::EnrollClient { c, s },
+            Action::RecordTerminalIntent { c, s },
+            Action::RegisterSession { c, s },
+        ]
+    }
 
     /// This build's launch path, bootstrap included.
     pub(crate) fn launch_steps(c: CoordinatorsId) -> Vec<Action> {
@@ -859,17 +927,11 @@ pub(crate) mod tests {
             text.push('\n');
         }
         let s = m.free_session().ok_or("no free session")?;
-        for a in [
-            Action::ConnectClient {
-                s,
-                f: lazaret_generated::lazaret::FingerprintResults::Match,
-            },
-            Action::EnrollClient { c, s },
-            Action::RegisterSession { c, s },
+        for a in joined(c, s).into_iter().chain([
             Action::CloseSession { c, s },
             Action::FinishSessionRelease { c, s },
             Action::BeginTeardown { c },
-        ] {
+        ]) {
             text += &m.take(a)?.to_json();
             text.push('\n');
         }
@@ -879,7 +941,7 @@ pub(crate) mod tests {
         text += &m.take(Action::ExitCoordinator { c })?.to_json();
         text.push('\n');
         match replay_text("host.jsonl", &text)? {
-            Outcome::Conforms { steps, .. } => assert_eq!(steps, 45),
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, 46),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         Ok(())
@@ -929,6 +991,76 @@ pub(crate) mod tests {
                 assert_eq!(d.diff[0].trace, "Starting");
             }
             Outcome::Conforms { .. } => panic!("a hidden divergence replayed clean"),
+        }
+        Ok(())
+    }
+
+    /// Trace validation of the terminal rows (spec 3.4 release step 3): a
+    /// release whose terminal stayed in release intent but whose step said
+    /// `FinishSessionRelease` (the store read back shows a terminal left)
+    /// diverges at that step on `termsLeft`; said as `RetainSessionRelease`
+    /// it replays, and the release then cleans it.
+    #[test]
+    fn a_retained_release_traced_as_finished_fails_replay() -> Result<(), Box<dyn std::error::Error>>
+    {
+        fn faithful(m: &mut HostModel, a: Action) -> Result<String, CoreError> {
+            let mut line = m.take_observed(a, None, ProcessView::default())?;
+            line.observed = Some(m.durable().observed());
+            Ok(line.to_json() + "\n")
+        }
+        // A served generation whose one session is closing, each step
+        // observed as a faithful effect leaves the store.
+        let closing = || -> Result<(HostModel, String, SessionsId), Box<dyn std::error::Error>> {
+            let mut m = HostModel::new("hc-test".into(), 8, Routing::Unrouted)?;
+            let c = m.me();
+            let s = m.free_session().ok_or("no free session")?;
+            let mut text = m.header().to_json() + "\n";
+            let session = joined(c, s)
+                .into_iter()
+                .chain([Action::CloseSession { c, s }]);
+            for a in launch_steps(c).into_iter().chain(session) {
+                text += &faithful(&mut m, a)?;
+            }
+            Ok((m, text, s))
+        };
+        // The store after a retained release: the terminal's row is still
+        // ReleaseIntent, and this coordinator no longer serves the session.
+        let (mut m, text, s) = closing()?;
+        let c = m.me();
+        let before = u64::try_from(text.lines().count() - 1)?;
+        let retained_rows = DurableView {
+            terms_left: Some(true),
+            ..m.durable()
+        };
+        let hidden = m.take_observed(
+            Action::FinishSessionRelease { c, s },
+            Some(&retained_rows),
+            ProcessView::default(),
+        )?;
+        match replay_text("hidden.jsonl", &(text + &hidden.to_json() + "\n"))? {
+            Outcome::Diverged(d) => {
+                assert_eq!(d.step, before + 1);
+                assert_eq!(d.action, "FinishSessionRelease");
+                assert_eq!(d.reason, crate::replay::Reason::ObservationMismatch);
+                let vars: Vec<&str> = d.diff.iter().map(|v| v.var.as_str()).collect();
+                assert_eq!(vars, ["termsLeft"], "{:?}", d.diff);
+            }
+            Outcome::Conforms { .. } => panic!("a hidden retained release replayed clean"),
+        }
+        let (mut m, mut text, s) = closing()?;
+        let retained = m.take_observed(
+            Action::RetainSessionRelease { c, s },
+            Some(&retained_rows),
+            ProcessView::default(),
+        )?;
+        text += &(retained.to_json() + "\n");
+        text += &faithful(&mut m, Action::BeginTeardown { c })?;
+        let release = release_all(&mut m)?;
+        assert!(release.contains("CleanSessionTerminals"), "{release}");
+        text += &release;
+        match replay_text("retained.jsonl", &text)? {
+            Outcome::Conforms { .. } => {}
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         Ok(())
     }
@@ -1015,30 +1147,44 @@ pub(crate) mod tests {
         for a in launch_steps(dead) {
             served.take(a)?;
         }
-        let mut r = HostModel::recovered("hc-dead".into(), 6, &served.durable())?;
-        assert_eq!(r.holders(), vec![dead]);
-        let me = r.me();
-        let mut text = r.header().to_json() + "\n";
-        for a in [
-            Action::HostCoordinatorLost { c: dead },
-            Action::RuntimeSupervisorLeaseLossTeardown,
-            Action::AcquireDomainLock { c: me },
-            Action::BootstrapRecover { c: me },
-        ] {
-            text += &r.take(a)?.to_json();
-            text.push('\n');
-        }
-        text += &release_all(&mut r)?;
-        match replay_text("gen-6.jsonl", &text)? {
-            Outcome::Conforms {
-                steps,
-                recorded_start,
-                ..
-            // The release includes `CleanSessionTerminals`: the record
-            // cannot say whether the dead coordinator's sessions left
-            // terminals, so the rebuilt state assumes they may have.
-            } => assert_eq!((steps, recorded_start), (17, true)),
-            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        // The terminal rows as a recovery reads them: none unclean (the
+        // dead coordinator served no session), or one left; unobserved, a
+        // live generation is taken to have some.
+        let exact = served.durable_unserved();
+        assert_eq!(exact.terms_left, Some(false));
+        for (terms_left, cleans) in [(Some(false), false), (Some(true), true), (None, true)] {
+            let durable = DurableView {
+                terms_left,
+                ..exact.clone()
+            };
+            let mut r = HostModel::recovered("hc-dead".into(), 6, &durable)?;
+            assert_eq!(r.holders(), vec![dead]);
+            let me = r.me();
+            let mut text = r.header().to_json() + "\n";
+            for a in [
+                Action::HostCoordinatorLost { c: dead },
+                Action::RuntimeSupervisorLeaseLossTeardown,
+                Action::AcquireDomainLock { c: me },
+                Action::BootstrapRecover { c: me },
+            ] {
+                text += &r.take(a)?.to_json();
+                text.push('\n');
+            }
+            let release = release_all(&mut r)?;
+            assert_eq!(
+                release.contains("CleanSessionTerminals"),
+                cleans,
+                "{release}"
+            );
+            text += &release;
+            match replay_text("gen-6.jsonl", &text)? {
+                Outcome::Conforms {
+                    steps,
+                    recorded_start,
+                    ..
+                } => assert_eq!((steps, recorded_start), (16 + u64::from(cleans), true)),
+                Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+            }
         }
         // A durable record no state satisfies is refused: the publication
         // committed while the generation is only starting.
@@ -1233,6 +1379,7 @@ pub(crate) mod tests {
                 f: lazaret_generated::lazaret::FingerprintResults::Match,
             },
             Action::EnrollClient { c, s },
+            Action::RecordTerminalIntent { c, s },
             Action::RegisterSession { c, s },
         ]);
         for a in steps {
@@ -1341,11 +1488,12 @@ pub(crate) mod tests {
             text += &m.take(a)?.to_json();
             text.push('\n');
         }
-        let refused = m.check(&Action::RegisterSession { c, s: late });
+        // No terminal is started in a runtime seen to end (FR-2).
+        let refused = m.check(&Action::RecordTerminalIntent { c, s: late });
         assert!(
             refused
                 .as_ref()
-                .is_err_and(|e| e.to_string().contains("rs = \"Running\"")),
+                .is_err_and(|e| e.to_string().contains("runtimeEnded = FALSE")),
             "{refused:?}"
         );
         for a in [

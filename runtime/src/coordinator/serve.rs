@@ -41,8 +41,10 @@ pub enum Admission {
     /// launch runs (`StartGeneration` .. `Publish`), then joins as
     /// [`Admission::Join`]; a failed launch ends with `ClientExits`.
     Launch,
-    /// `EnrollClient` in the published generation, then `RegisterSession`
-    /// once its exec client runs (`ClientExits` when it cannot start).
+    /// `EnrollClient` in the published generation, `RecordTerminalIntent`,
+    /// then `RegisterSession` once its exec client runs; a session that
+    /// cannot start is released ([`on_session_ended`]: `AbortSessionStart`,
+    /// then `FinishSessionRelease` or `RetainSessionRelease`).
     Join,
     /// `ClientExits`: this coordinator saw the runtime end, and no session
     /// joins an ended sandbox (FR-2; `RegisterSession` needs it running).
@@ -91,15 +93,16 @@ pub fn on_client(model: &HostModel, matches: bool) -> Result<Option<ClientPlan>,
     Ok(Some(ClientPlan { s, admission }))
 }
 
-/// A `CloseSession` the core decided: the session and the step.
+/// The step that records a session terminal's release intent (spec 3.4
+/// release step 1): `CloseSession` or `AbortSessionStart`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Close {
     pub s: SessionsId,
     pub action: Action,
 }
 
-/// The steps of a session's end: its `CloseSession` if nothing closed it
-/// yet, then `FinishSessionRelease`.
+/// The steps of a session's end: its release intent if nothing recorded it
+/// yet, then `FinishSessionRelease` or `RetainSessionRelease`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionEnd {
     pub close: Option<Close>,
@@ -107,13 +110,18 @@ pub struct SessionEnd {
 }
 
 /// A session asks to release (spec 3.4 release step 1): `CloseSession`
-/// while it is registered; nothing when it already closed (the runtime's
-/// end closed it first).
+/// while it is registered, `AbortSessionStart` while its terminal is only
+/// intended ("Failure before the running state never admits the
+/// terminal"); nothing when its release intent is recorded already (the
+/// runtime's end closed it first).
 pub fn on_session_releasing(model: &HostModel, s: SessionsId) -> Option<Close> {
-    registered(model, s).then_some(Close {
-        s,
-        action: Action::CloseSession { c: model.me(), s },
-    })
+    let c = model.me();
+    let action = match model.state().sess.get(s.index())? {
+        Sess::Registered => Action::CloseSession { c, s },
+        Sess::Starting => Action::AbortSessionStart { c, s },
+        _ => return None,
+    };
+    Some(Close { s, action })
 }
 
 /// A session ended (its exec client reaped, its PTY closed): its release
@@ -132,9 +140,9 @@ pub fn on_session_ended(model: &HostModel, s: SessionsId, retained: bool) -> Ses
     }
 }
 
-/// The runtime ended under this coordinator: every registered session
-/// closes (each one's release finishes when its exec client is reaped,
-/// [`on_session_ended`]). The runtime's own end steps are
+/// The runtime ended under this coordinator: every registered or starting
+/// session records its release intent (each one's release finishes when
+/// its exec client is reaped, [`on_session_ended`]). The runtime's own end steps are
 /// [`HostModel::runtime_ended`]'s.
 pub fn on_runtime_lost(model: &HostModel) -> Vec<Close> {
     SessionsId::all(model.state().sess.len())
@@ -177,10 +185,6 @@ pub fn linger_over(model: &HostModel, idle: Duration) -> bool {
         && model
             .check(&Action::ExitCoordinator { c: model.me() })
             .is_ok()
-}
-
-fn registered(model: &HostModel, s: SessionsId) -> bool {
-    model.state().sess.get(s.index()) == Some(&Sess::Registered)
 }
 
 #[cfg(test)]
@@ -245,6 +249,7 @@ mod tests {
             &mut text,
             &[
                 Action::EnrollClient { c, s },
+                Action::RecordTerminalIntent { c, s },
                 Action::RegisterSession { c, s },
             ],
         )?;
@@ -327,6 +332,7 @@ mod tests {
             &mut text,
             &[
                 Action::EnrollClient { c, s },
+                Action::RecordTerminalIntent { c, s },
                 Action::RegisterSession { c, s },
             ],
         )?;
@@ -339,11 +345,12 @@ mod tests {
             &[
                 second.connect(),
                 Action::EnrollClient { c, s: second.s },
+                Action::RecordTerminalIntent { c, s: second.s },
                 Action::RegisterSession { c, s: second.s },
             ],
         )?;
         assert!(!serving_done(&m));
-        let steps = 2 + 1 + u64::try_from(launch.len())? + 2 + 3;
+        let steps = 2 + 1 + u64::try_from(launch.len())? + 3 + 4;
         assert_eq!(conforms(&text)?, steps);
         Ok(())
     }
@@ -410,6 +417,46 @@ mod tests {
         Ok(())
     }
 
+    /// A session whose exec client cannot be started never registers: its
+    /// recorded terminal intent becomes release intent (`AbortSessionStart`,
+    /// spec 3.4 "Failure before the running state never admits the
+    /// terminal") and its release finishes clean or is retained; only a
+    /// retained one is left for the generation's release (`termsLeft`).
+    #[test]
+    fn a_session_that_cannot_start_is_released_and_only_a_retained_one_is_left() -> TestResult {
+        for retained in [false, true] {
+            let (mut m, mut text, _) = serving_one()?;
+            let c = m.me();
+            let next = plan(&m, true)?;
+            let s = next.s;
+            take_all(
+                &mut m,
+                &mut text,
+                &[
+                    next.connect(),
+                    Action::EnrollClient { c, s },
+                    Action::RecordTerminalIntent { c, s },
+                ],
+            )?;
+            assert_eq!(m.state().sess[s.index()], Sess::Starting);
+            // A recorded terminal is released by the HC, never dropped by
+            // the client's exit.
+            assert!(m.check(&Action::ClientExits { s }).is_err());
+            let end = on_session_ended(&m, s, retained);
+            let abort = Close {
+                s,
+                action: Action::AbortSessionStart { c, s },
+            };
+            assert_eq!(end.close, Some(abort));
+            take_all(&mut m, &mut text, &[abort.action, end.finish])?;
+            assert_eq!(m.state().sess[s.index()], Sess::Absent);
+            assert_eq!(m.state().terms_left, retained);
+            assert_eq!(m.durable().terms_left, Some(retained));
+            conforms(&text)?;
+        }
+        Ok(())
+    }
+
     /// A session that ends without asking to release first is closed and
     /// finished by its end event alone; with every slot taken the next
     /// client is refused before it is a session; the teardown serves no
@@ -427,6 +474,7 @@ mod tests {
                 &[
                     next.connect(),
                     Action::EnrollClient { c, s: next.s },
+                    Action::RecordTerminalIntent { c, s: next.s },
                     Action::RegisterSession { c, s: next.s },
                 ],
             )?;

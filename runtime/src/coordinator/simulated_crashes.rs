@@ -50,6 +50,7 @@ impl Run {
     fn join(&mut self, s: SessionsId) -> TestResult {
         let c = self.model.me();
         self.take(Action::EnrollClient { c, s })?;
+        self.take(Action::RecordTerminalIntent { c, s })?;
         self.take(Action::RegisterSession { c, s })
     }
 
@@ -229,7 +230,7 @@ fn every_crash_is_recovered(routing: Routing, life_steps: usize) -> TestResult<u
 /// every one of its steps.
 #[test]
 fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult {
-    assert_eq!(every_crash_is_recovered(Routing::Unrouted, 51)?, 1265);
+    assert_eq!(every_crash_is_recovered(Routing::Unrouted, 53)?, 1337);
     Ok(())
 }
 
@@ -237,6 +238,6 @@ fn a_crash_at_every_step_and_in_every_recovery_step_is_recovered() -> TestResult
 /// four launch steps and its two release steps more: 57 crash points.
 #[test]
 fn a_routed_domain_recovers_from_a_crash_at_every_step() -> TestResult {
-    assert_eq!(every_crash_is_recovered(Routing::Routed, 57)?, 1534);
+    assert_eq!(every_crash_is_recovered(Routing::Routed, 59)?, 1614);
     Ok(())
 }
