@@ -65,7 +65,7 @@ use lazaret_runtime::records::process::{
     HostProcessIdentity, HostProcessOwnershipSlot, MessageError, PersistedHostProcessOwnership,
     PidfsProcessIdentityV1,
 };
-use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
+use lazaret_runtime::records::terminal::SessionTerminalState;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -983,9 +983,7 @@ fn bare_intent(hc: &Hc<'_, '_>, s: SessionsId) -> Result<bool, CoordinatorError>
         .store
         .terminal(hc.id, session)
         .map_err(|e| hc.store_err(e))?;
-    Ok(terminal.is_some_and(|t| {
-        t.state == SessionTerminalState::Intent && t.snapshot == TerminalSnapshot::default()
-    }))
+    Ok(terminal.is_some_and(|t| t.is_bare_intent()))
 }
 
 fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), CoordinatorError> {
@@ -997,7 +995,7 @@ fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), Co
         .store
         .terminal(generation, session)
         .map_err(|e| hc.store_err(e))?;
-    let op = match terminal.map(|t| (t.state, t.snapshot == TerminalSnapshot::default())) {
+    let op = match terminal.map(|t| (t.state, t.is_bare_intent())) {
         // A bare intent is its own release intent: it has nothing to
         // release, and is cleaned after runtime absence.
         Some((SessionTerminalState::Intent, true)) => return Ok(()),

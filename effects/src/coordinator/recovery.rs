@@ -34,7 +34,7 @@ use crate::domain_store::StoreOp;
 use crate::process_identity::real::RealProcessSys;
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
-use lazaret_runtime::records::terminal::{SessionTerminalState, TerminalSnapshot};
+use lazaret_runtime::records::terminal::SessionTerminalState;
 
 /// Why a dead coordinator's generation was not recovered (spec 3.3
 /// recovery): it fails closed and the generation is kept as it is.
@@ -335,8 +335,7 @@ fn terminal_releases(hc: &Hc<'_, '_>) -> Result<Vec<StoreOp>, CoordinatorError> 
             generation: generation.0,
             source: RecoveryError::Absence(source),
         })?;
-        let bare =
-            t.state == SessionTerminalState::Intent && t.snapshot == TerminalSnapshot::default();
+        let bare = t.is_bare_intent();
         if !bare && t.state != SessionTerminalState::ReleaseIntent {
             ops.push(StoreOp::Terminal {
                 generation,

@@ -47,3 +47,12 @@ pub struct SessionTerminal {
     pub state: SessionTerminalState,
     pub snapshot: TerminalSnapshot,
 }
+
+impl SessionTerminal {
+    /// A bare intent: nothing of the terminal was acquired (no identity
+    /// recorded). It has nothing to release and becomes clean only after
+    /// runtime absence (schemas.md "Session terminal ownership").
+    pub fn is_bare_intent(&self) -> bool {
+        self.state == SessionTerminalState::Intent && self.snapshot == TerminalSnapshot::default()
+    }
+}
