@@ -26,7 +26,7 @@ pub struct Target {
     pub rust: &'static str,
 }
 
-/// Every generated model: the two protocol models, then the dialect
+/// Every generated model: the protocol models, then the dialect
 /// fixtures (checked by the same conformance suite).
 pub const TARGETS: &[Target] = &[
     Target {
@@ -36,6 +36,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         tla: "protocol/PreparedLower.tla",
         rust: "generated/src/prepared_lower.rs",
+    },
+    Target {
+        tla: "protocol/SessionRelease.tla",
+        rust: "generated/src/session_release.rs",
     },
     Target {
         tla: "codegen/tests/fixtures/TwoPhase.tla",

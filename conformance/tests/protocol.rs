@@ -8,7 +8,9 @@ use lazaret_conformance::explore::{check, simulate, Checked};
 use lazaret_conformance::tlc::{run_tlc_simulation, run_tlc_with};
 use lazaret_conformance::workspace_root;
 use lazaret_generated::support::Protocol;
-use lazaret_generated::{lazaret, prepared_lower, ModelEntry, LAZARET_UNROUTED, MODELS};
+use lazaret_generated::{
+    lazaret, prepared_lower, session_release, ModelEntry, LAZARET_UNROUTED, MODELS,
+};
 
 fn model_entry(name: &str) -> Result<&'static ModelEntry, String> {
     MODELS
@@ -78,6 +80,11 @@ fn lazaret_build_roles_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn s
 #[test]
 fn prepared_lower_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn std::error::Error>> {
     tlc_and_parity::<prepared_lower::Model>(model_entry("PreparedLower")?, true)
+}
+
+#[test]
+fn session_release_tlc_clean_and_stateright_parity() -> Result<(), Box<dyn std::error::Error>> {
+    tlc_and_parity::<session_release::Model>(model_entry("SessionRelease")?, true)
 }
 
 /// The product's own sizes (protocol/LazaretProduct.cfg).

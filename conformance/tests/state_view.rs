@@ -3,7 +3,9 @@
 use std::collections::{HashSet, VecDeque};
 
 use lazaret_generated::support::{Cfg, Protocol};
-use lazaret_generated::{lazaret, prepared_lower, ModelEntry, LAZARET_UNROUTED, MODELS};
+use lazaret_generated::{
+    lazaret, prepared_lower, session_release, ModelEntry, LAZARET_UNROUTED, MODELS,
+};
 
 /// Breadth-first over at most `limit` reachable states: each one's view
 /// reads back as the same state.
@@ -57,6 +59,10 @@ fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
     assert_eq!(
         round_trip::<prepared_lower::Model>(entry("PreparedLower")?, 30_000)?,
         30_000
+    );
+    assert_eq!(
+        round_trip::<session_release::Model>(entry("SessionRelease")?, 20_000)?,
+        15_860
     );
     Ok(())
 }

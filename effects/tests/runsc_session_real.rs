@@ -539,7 +539,7 @@ fn run_release(
     let mut timer: Option<(TimerKind, Instant)> = None;
     let mut exited = false;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !(m.is_clean() || m.retained().is_some()) {
+    while !m.is_finished() {
         assert!(Instant::now() < deadline, "release did not finish: {log:?}");
         if let Some(input) = inputs.pop_front() {
             for command in m.handle(input).unwrap() {

@@ -33,6 +33,16 @@ pub mod prepared_lower {
     include!("prepared_lower.rs");
 }
 
+/// `protocol/SessionRelease.tla`: one Session Terminal's release order.
+#[allow(
+    clippy::int_plus_one,
+    clippy::nonminimal_bool,
+    clippy::if_same_then_else
+)]
+pub mod session_release {
+    include!("session_release.rs");
+}
+
 /// Dialect fixtures of `codegen/tests/fixtures/`, generated like the models.
 pub mod fixtures {
     /// `codegen/tests/fixtures/TwoPhase.tla`
@@ -91,6 +101,12 @@ pub const MODELS: &[ModelEntry] = &[
         cfg_text: include_str!("../../protocol/PreparedLower.cfg"),
     },
     ModelEntry {
+        name: "SessionRelease",
+        tla: "protocol/SessionRelease.tla",
+        cfg_file: "protocol/SessionRelease.cfg",
+        cfg_text: include_str!("../../protocol/SessionRelease.cfg"),
+    },
+    ModelEntry {
         name: "TwoPhase",
         tla: "codegen/tests/fixtures/TwoPhase.tla",
         cfg_file: "codegen/tests/fixtures/TwoPhase.cfg",
@@ -124,6 +140,7 @@ pub fn visit_model<V: ModelVisitor>(name: &str, v: V) -> Option<V::Output> {
     Some(match entry.name {
         "Lazaret" => v.visit::<lazaret::Model>(entry),
         "PreparedLower" => v.visit::<prepared_lower::Model>(entry),
+        "SessionRelease" => v.visit::<session_release::Model>(entry),
         "TwoPhase" => v.visit::<fixtures::two_phase::Model>(entry),
         "Constructs" => v.visit::<fixtures::constructs::Model>(entry),
         _ => return None,

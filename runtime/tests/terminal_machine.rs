@@ -108,13 +108,13 @@ fn accepted_commands(kind: Kind) -> Vec<Command> {
 #[test]
 fn events_by_route_table() {
     use TerminalRoute::*;
-    for route in [None, Sandbox, Prompt, HostProcess] {
+    for route in [Sandbox, Prompt, HostProcess] {
         for kind in KINDS {
             let mut m = machine();
             ok(&mut m, Input::Route(route));
             let got = m.handle(client(kind));
             let admitted = match kind {
-                Kind::Close => route != None,
+                Kind::Close => true,
                 _ => route == Sandbox,
             };
             if admitted {
@@ -244,7 +244,7 @@ fn every_event_is_refused_in_every_release_phase() {
 #[test]
 fn pty_read_budget_table() {
     use TerminalRoute::*;
-    for route in [None, Sandbox, Prompt, HostProcess] {
+    for route in [Sandbox, Prompt, HostProcess] {
         let mut m = machine();
         ok(&mut m, Input::Route(route));
         let expected = if route == Sandbox { QUEUE } else { 0 };
@@ -773,4 +773,220 @@ fn a_piped_session_observes_only_when_it_must_signal() {
             ObserveGroup,
         ]
     );
+}
+
+#[test]
+fn only_release_removes_the_route() {
+    let mut m = machine();
+    assert!(matches!(
+        m.handle(Input::Route(TerminalRoute::None)),
+        Err(Refusal::Unexpected {
+            input: "Route",
+            phase: "Running"
+        })
+    ));
+    assert_eq!(m.route(), TerminalRoute::Sandbox);
+    ok(&mut m, Input::Route(TerminalRoute::Prompt));
+    ok(&mut m, client(Kind::Close));
+    assert_eq!(m.route(), TerminalRoute::None);
+}
+
+#[test]
+fn an_exec_client_that_returns_during_a_grace_ends_the_ladder() {
+    let mut m = machine();
+    ok(&mut m, client(Kind::Close));
+    // The leader exits while the observation is outstanding; the answer,
+    // racing it, still saw the leader.
+    assert_eq!(
+        ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(0))),
+        vec![]
+    );
+    assert_eq!(
+        ok(&mut m, Input::Observed(GroupObservation::LeaderMatches)),
+        vec![
+            Command::SignalGroup(GuestSignal::Hangup),
+            Command::StartTimer {
+                timer: TimerKind::HangupGrace,
+                after_ms: T.hangup_grace_ms
+            },
+            Command::CancelTimer(TimerKind::HangupGrace),
+            Command::ReapExecClient,
+            Command::StartTimer {
+                timer: TimerKind::DrainDeadline,
+                after_ms: T.drain_deadline_ms
+            },
+        ]
+    );
+    assert_eq!(m.phase(), "Draining");
+    assert!(m.handle(Input::Timer(TimerKind::HangupGrace)).is_err());
+}
+
+/// A world that answers the machine's commands as a real one may: every
+/// outstanding observation with any outcome, armed timers by expiring, the
+/// exec client by exiting in any way (by our kill once it is asked for),
+/// the client and the output by ending at any time. `script` picks among
+/// the inputs possible at each point; once it runs out, the world answers
+/// fairly (observations empty, timers fire, the client leaves).
+struct World {
+    observe: bool,
+    timers: Vec<TimerKind>,
+    exec_running: bool,
+    output_open: bool,
+    connected: bool,
+    last_observation: Option<GroupObservation>,
+    exits: usize,
+}
+
+impl World {
+    fn inputs(&self, m: &Machine) -> Vec<Input> {
+        let mut out = Vec::new();
+        if self.observe {
+            out.extend(
+                [
+                    GroupObservation::LeaderMatches,
+                    GroupObservation::Empty,
+                    GroupObservation::LeaderAbsentGroupRemains,
+                    GroupObservation::Mismatch,
+                ]
+                .map(Input::Observed),
+            );
+        }
+        out.extend(self.timers.iter().map(|t| Input::Timer(*t)));
+        if self.exec_running {
+            out.push(Input::ExecClientExited(ExecStatus::Exited(3)));
+            out.push(Input::ExecClientExited(ExecStatus::Signalled(9)));
+            out.push(Input::ExecClientLost);
+        }
+        if self.output_open {
+            out.push(Input::OutputEof);
+            out.push(Input::OutputLost);
+            if m.pty_read_budget() > 0 {
+                out.push(Input::PtyData(chunk(b"x")));
+            }
+        }
+        if self.connected {
+            out.push(Input::ClientLost);
+            if m.phase() == "Running" {
+                out.push(client(Kind::Close));
+                out.push(Input::Route(TerminalRoute::Prompt));
+                out.push(Input::Route(TerminalRoute::Sandbox));
+            }
+        }
+        out
+    }
+
+    /// The input a fair world gives once the script is spent.
+    fn fair(&self) -> Option<Input> {
+        if self.observe {
+            return Some(Input::Observed(GroupObservation::Empty));
+        }
+        if let Some(t) = self.timers.first() {
+            return Some(Input::Timer(*t));
+        }
+        if self.connected {
+            return Some(Input::ClientLost);
+        }
+        if self.exec_running {
+            return Some(Input::ExecClientExited(ExecStatus::Signalled(9)));
+        }
+        None
+    }
+
+    fn feed(&mut self, m: &mut Machine, input: Input) -> Result<(), String> {
+        match &input {
+            Input::Observed(o) => {
+                self.observe = false;
+                self.last_observation = Some(*o);
+            }
+            Input::Timer(t) => self.timers.retain(|x| x != t),
+            Input::ExecClientExited(_) | Input::ExecClientLost => self.exec_running = false,
+            Input::OutputEof | Input::OutputLost => self.output_open = false,
+            Input::ClientLost => self.connected = false,
+            _ => {}
+        }
+        let commands = m
+            .handle(input.clone())
+            .map_err(|e| format!("{input:?} refused in {}: {e}", m.phase()))?;
+        for c in commands {
+            match c {
+                Command::ObserveGroup => self.observe = true,
+                Command::StartTimer { timer, .. } => self.timers.push(timer),
+                Command::CancelTimer(t) => self.timers.retain(|x| *x != t),
+                Command::SignalGroup(s) => {
+                    if self.last_observation != Some(GroupObservation::LeaderMatches) {
+                        return Err(format!("{s:?} after {:?}", self.last_observation));
+                    }
+                    // The observation is used up by the signal.
+                    self.last_observation = None;
+                }
+                Command::RecordClean
+                    if self.last_observation != Some(GroupObservation::Empty)
+                        || self.exec_running =>
+                {
+                    return Err(format!("Clean after {:?}", self.last_observation));
+                }
+                Command::CloseOutput => self.output_open = false,
+                _ => {}
+            }
+        }
+        self.exits += std::iter::from_fn(|| m.poll_message())
+            .take(1000)
+            .filter(|msg| matches!(msg, SessionTerminalMessage::Exit(_)))
+            .count();
+        Ok(())
+    }
+}
+
+fn release_in_world(piped: bool, script: Vec<u8>) -> Result<(), String> {
+    let mut m = if piped {
+        Machine::new_piped(S, G, T)
+    } else {
+        machine()
+    };
+    let mut w = World {
+        observe: false,
+        timers: Vec::new(),
+        exec_running: true,
+        output_open: true,
+        connected: true,
+        last_observation: None,
+        exits: 0,
+    };
+    for pick in script {
+        let inputs = w.inputs(&m);
+        if inputs.is_empty() {
+            break;
+        }
+        let input = inputs[usize::from(pick) % inputs.len()].clone();
+        w.feed(&mut m, input)?;
+    }
+    for _ in 0..64 {
+        if m.is_finished() && w.fair().is_none() {
+            break;
+        }
+        let Some(input) = w.fair() else {
+            return Err(format!("stuck in {} with nothing outstanding", m.phase()));
+        };
+        w.feed(&mut m, input)?;
+    }
+    if !m.is_finished() {
+        return Err(format!("release did not end: {}", m.phase()));
+    }
+    if w.exits > 1 {
+        return Err(format!("{} SessionExit messages", w.exits));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_release_ends_in_a_world_that_answers() {
+    fn prop(piped: bool, script: Vec<u8>) -> quickcheck::TestResult {
+        match release_in_world(piped, script) {
+            Ok(()) => quickcheck::TestResult::passed(),
+            Err(e) => quickcheck::TestResult::error(e),
+        }
+    }
+    quickcheck::QuickCheck::new()
+        .tests(20_000)
+        .quickcheck(prop as fn(bool, Vec<u8>) -> quickcheck::TestResult);
 }

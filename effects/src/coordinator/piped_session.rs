@@ -323,7 +323,7 @@ impl Driver {
                 work.push_back(Input::Observed(observation));
                 continue;
             }
-            if self.machine.is_clean() || self.machine.retained().is_some() {
+            if self.machine.is_finished() {
                 return ReleaseOutcome::of(&self.machine);
             }
             self.wait(&mut work);

@@ -391,7 +391,7 @@ impl Driver {
     }
 
     fn finished(&self) -> bool {
-        (self.machine.is_clean() || self.machine.retained().is_some()) && self.pending_out.is_none()
+        self.machine.is_finished() && self.pending_out.is_none()
     }
 
     fn feed(&mut self, input: Input, work: &mut VecDeque<Input>) {

@@ -29,7 +29,12 @@
 //! backpressure, and its client is told only the one exit.
 use super::protocol::{Chunk, SessionExit, SessionTerminalEvent, TerminalSignalKind};
 use super::queue::ClientQueue;
+use crate::core::{Core, CoreError};
 use crate::records::ids::{GenerationId, SessionId};
+use lazaret_generated::session_release::{
+    Action, Constants, Exec, Model, Output, Phases, Reason, Retained, Routes, Seen, Stages, State,
+    Timer,
+};
 use std::num::NonZeroU16;
 
 /// The modeled terminal route (protocol/Lazaret.tla `route`).
@@ -249,81 +254,35 @@ pub enum Refusal {
         input: &'static str,
         phase: &'static str,
     },
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    Hangup,
-    Terminate,
-    Kill,
-}
-
-impl Stage {
-    fn signal(self) -> GuestSignal {
-        match self {
-            Self::Hangup => GuestSignal::Hangup,
-            Self::Terminate => GuestSignal::Terminate,
-            Self::Kill => GuestSignal::Kill,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Running,
-    Observing(Stage),
-    Grace(Stage),
-    AwaitExec,
-    Draining,
-    FinalObserve,
-    Clean,
-    Retained(RetainReason),
-}
-
-impl Phase {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Running => "Running",
-            Self::Observing(_) => "Observing",
-            Self::Grace(_) => "Grace",
-            Self::AwaitExec => "AwaitExec",
-            Self::Draining => "Draining",
-            Self::FinalObserve => "FinalObserve",
-            Self::Clean => "Clean",
-            Self::Retained(_) => "Retained",
-        }
-    }
-}
-
-/// Where the exec client is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Exec {
-    Running,
-    Exited(ExecStatus),
-    Lost,
+    /// A step the machine chose broke an invariant of SessionRelease: a
+    /// defect, refused before any effect.
+    #[error("terminal of session {session}: {source}")]
+    Model {
+        session: SessionId,
+        #[source]
+        source: CoreError,
+    },
 }
 
 /// One Session Terminal, admitted after spec 3.4 acquisition step 4
 /// (Running in the Domain Store).
+///
+/// Its release order is the generated SessionRelease model
+/// (`protocol/SessionRelease.tla`): every input is that model's input
+/// step, and every decision is one of its reactions, taken first in `Next`
+/// order while one is enabled ([`Machine::react`]); the commands a
+/// reaction emits are its effects. What stays hand-written is below the
+/// model: the client queue's bytes, the exit status carried in the one
+/// `SessionExit`, and the mapping of inputs to steps.
 #[derive(Debug)]
 pub struct Machine {
     session_id: SessionId,
     generation: GenerationId,
     timings: ReleaseTimings,
-    phase: Phase,
-    route: TerminalRoute,
-    connected: bool,
-    pty_open: bool,
-    pty_eof: bool,
-    exec: Exec,
-    terminated_by_us: bool,
-    reason: Option<ReleaseReason>,
-    refused: Option<RetainReason>,
+    model: Core<Model>,
+    /// The exit status `waitid` reported, for the `SessionExit`.
+    exit_status: Option<ExecStatus>,
     queue: ClientQueue,
-    /// Whether a guest that completed by itself is observed before Clean
-    /// (Session Terminals, spec 3.4) or left to Domain teardown (the piped
-    /// form, [`Machine::new_piped`]).
-    observe_completed: bool,
 }
 
 fn event_name(event: &SessionTerminalEvent) -> &'static str {
@@ -350,87 +309,179 @@ fn input_name(input: &Input) -> &'static str {
     }
 }
 
+/// The reactions of SessionRelease (its "Reaction" disjunction), in `Next`
+/// order: the steps the Host Coordinator takes by itself.
+const REACTIONS: [Action; 10] = [
+    Action::BeginRelease,
+    Action::SignalGroup,
+    Action::WithholdSignal,
+    Action::EndGrace,
+    Action::CutGraceShort,
+    Action::TerminateExecClient,
+    Action::ReapExecClient,
+    Action::FinishDrain,
+    Action::RecordClean,
+    Action::RetainReleaseIntent,
+];
+
+/// The most reactions one input can enable in a row: each leaves its
+/// phase, and the longest chain (a returned exec client ending a grace:
+/// CutGraceShort, ReapExecClient, FinishDrain) is shorter than the phases.
+const MAX_REACTIONS_PER_INPUT: usize = 11;
+
+fn stage_signal(stage: Stages) -> GuestSignal {
+    match stage {
+        Stages::Hangup => GuestSignal::Hangup,
+        Stages::Terminate => GuestSignal::Terminate,
+        Stages::Kill => GuestSignal::Kill,
+    }
+}
+
+fn timer_kind(timer: Timer) -> Option<TimerKind> {
+    match timer {
+        Timer::None => None,
+        Timer::Hangup => Some(TimerKind::HangupGrace),
+        Timer::Terminate => Some(TimerKind::TerminateGrace),
+        Timer::Drain => Some(TimerKind::DrainDeadline),
+    }
+}
+
+fn model_route(route: TerminalRoute) -> Routes {
+    match route {
+        TerminalRoute::None => Routes::None,
+        TerminalRoute::Sandbox => Routes::Sandbox,
+        TerminalRoute::Prompt => Routes::Prompt,
+        TerminalRoute::HostProcess => Routes::HostProcess,
+    }
+}
+
+fn retain_reason(retained: Retained) -> Option<RetainReason> {
+    match retained {
+        Retained::None => None,
+        Retained::LeaderMismatch => Some(RetainReason::LeaderMismatch),
+        Retained::GroupRemains => Some(RetainReason::GroupRemains),
+        Retained::NotObserved => Some(RetainReason::NotObserved),
+    }
+}
+
 impl Machine {
-    /// A running terminal on the Sandbox route (the model's RegisterSession
-    /// sets `route = "Sandbox"`), with a client queue of `queue_bytes`.
+    /// A running terminal on the Sandbox route (SessionRelease
+    /// `AdmitInteractive`; Lazaret.tla RegisterSession sets `route =
+    /// "Sandbox"`), with a client queue of `queue_bytes`.
     pub fn new(
         session_id: SessionId,
         generation: GenerationId,
         timings: ReleaseTimings,
         queue_bytes: usize,
     ) -> Self {
-        Self {
+        Self::admitted(
             session_id,
             generation,
             timings,
-            phase: Phase::Running,
-            route: TerminalRoute::Sandbox,
-            connected: true,
-            pty_open: true,
-            pty_eof: false,
-            exec: Exec::Running,
-            terminated_by_us: false,
-            reason: None,
-            refused: None,
-            queue: ClientQueue::new(session_id, queue_bytes),
-            observe_completed: true,
-        }
+            queue_bytes,
+            Action::AdmitInteractive,
+        )
     }
 
-    /// The release machine of a piped (non-interactive) session: the same
-    /// release order on client, output or exec-client loss, but a command
-    /// that completed by itself ends in `RetainReleaseIntent(NotObserved)`
-    /// without an observation. Its client queue holds only the exit.
+    /// The release machine of a piped (non-interactive) session
+    /// (`AdmitPiped`): the same release order on client, output or
+    /// exec-client loss, but a command that completed by itself ends in
+    /// `RetainReleaseIntent(NotObserved)` without an observation. Its client
+    /// queue holds only the exit.
     pub fn new_piped(
         session_id: SessionId,
         generation: GenerationId,
         timings: ReleaseTimings,
     ) -> Self {
-        Self {
-            observe_completed: false,
-            ..Self::new(session_id, generation, timings, 0)
+        Self::admitted(session_id, generation, timings, 0, Action::AdmitPiped)
+    }
+
+    fn admitted(
+        session_id: SessionId,
+        generation: GenerationId,
+        timings: ReleaseTimings,
+        queue_bytes: usize,
+        admit: Action,
+    ) -> Self {
+        // SessionRelease's Init is constant, and both admission steps are
+        // enabled in it and break no invariant: TLC and the stateright
+        // parity check explore them (conformance/tests/protocol.rs).
+        let mut model = Core::<Model>::new(Constants {}, generation.0)
+            .unwrap_or_else(|e| unreachable!("SessionRelease Init: {e}"));
+        if let Err(e) = model.take("admit", &admit) {
+            unreachable!("SessionRelease {admit:?} refused from Init: {e}");
         }
+        Self {
+            session_id,
+            generation,
+            timings,
+            model,
+            exit_status: None,
+            queue: ClientQueue::new(session_id, queue_bytes),
+        }
+    }
+
+    fn st(&self) -> &State {
+        self.model.state()
     }
 
     pub fn session_id(&self) -> SessionId {
         self.session_id
     }
 
-    /// The phase name (for traces and state output).
+    /// The SessionRelease phase (for traces and state output).
     pub fn phase(&self) -> &'static str {
-        self.phase.name()
+        self.st().phase.name()
     }
 
     pub fn route(&self) -> TerminalRoute {
-        self.route
+        match self.st().route {
+            Routes::None => TerminalRoute::None,
+            Routes::Sandbox => TerminalRoute::Sandbox,
+            Routes::Prompt => TerminalRoute::Prompt,
+            Routes::HostProcess => TerminalRoute::HostProcess,
+        }
     }
 
     pub fn release_reason(&self) -> Option<ReleaseReason> {
-        self.reason
+        match self.st().reason {
+            Reason::None => None,
+            Reason::ClientClose => Some(ReleaseReason::ClientClose),
+            Reason::ClientLost => Some(ReleaseReason::ClientLost),
+            Reason::OutputLost => Some(ReleaseReason::OutputLost),
+            Reason::ExecClientLost => Some(ReleaseReason::ExecClientLost),
+            Reason::GuestCompleted => Some(ReleaseReason::GuestCompleted),
+        }
     }
 
     pub fn is_clean(&self) -> bool {
-        self.phase == Phase::Clean
+        self.st().phase == Phases::Clean
     }
 
     pub fn retained(&self) -> Option<RetainReason> {
-        match self.phase {
-            Phase::Retained(r) => Some(r),
+        match self.st().phase {
+            Phases::Retained => retain_reason(self.st().retained),
             _ => None,
         }
     }
 
-    /// How many bytes the effects layer may read from the PTY master now.
-    /// Zero means "do not read": off the Sandbox route, in release (except
-    /// the close-handshake drain), after EOF, or when the client queue is
-    /// full (backpressure onto the kernel PTY buffer).
+    /// Whether the terminal has finished release (Clean or retained).
+    pub fn is_finished(&self) -> bool {
+        matches!(self.st().phase, Phases::Clean | Phases::Retained)
+    }
+
+    /// How many bytes the effects layer may read from the PTY master now:
+    /// SessionRelease's `Forwarding` (the Sandbox route of a running
+    /// terminal, or the close-handshake drain, to a connected client while
+    /// the output is open), bounded by the client queue's room
+    /// (backpressure onto the kernel PTY buffer). Zero means "do not read".
     pub fn pty_read_budget(&self) -> usize {
-        let forwarding = match self.phase {
-            Phase::Running => self.route == TerminalRoute::Sandbox,
-            Phase::Draining => true,
-            _ => false,
-        };
-        if !forwarding || !self.connected || !self.pty_open || self.pty_eof {
+        let st = self.st();
+        let forwarding = ((st.phase == Phases::Running && st.route == Routes::Sandbox)
+            || st.phase == Phases::Draining)
+            && st.connected
+            && st.output == Output::Open;
+        if !forwarding {
             return 0;
         }
         self.queue.room()
@@ -438,7 +489,7 @@ impl Machine {
 
     /// The next message for the client connection.
     pub fn poll_message(&mut self) -> Option<super::protocol::SessionTerminalMessage> {
-        if !self.connected {
+        if !self.st().connected {
             return None;
         }
         self.queue.pop()
@@ -450,14 +501,19 @@ impl Machine {
 
     pub fn handle(&mut self, input: Input) -> Result<Vec<Command>, Refusal> {
         let name = input_name(&input);
-        match input {
-            Input::Client { generation, event } => self.client_event(generation, event),
+        let step = match input {
+            Input::Client { generation, event } => return self.client_event(generation, event),
             Input::Route(route) => {
-                if self.phase != Phase::Running {
-                    return self.unexpected(name);
+                if self.st().phase == Phases::Running && self.st().route == model_route(route) {
+                    return Ok(Vec::new());
                 }
-                self.route = route;
-                Ok(Vec::new())
+                match route {
+                    TerminalRoute::Sandbox => Action::RouteToSandbox,
+                    TerminalRoute::Prompt => Action::RouteToPrompt,
+                    TerminalRoute::HostProcess => Action::RouteToHostProcess,
+                    // Only release removes the route (BeginRelease).
+                    TerminalRoute::None => return self.unexpected(name),
+                }
             }
             Input::PtyData(chunk) => {
                 if chunk.len() > self.pty_read_budget() {
@@ -466,62 +522,156 @@ impl Machine {
                 self.queue
                     .push_output(chunk)
                     .map_err(|_| self.refusal_unexpected(name))?;
-                Ok(Vec::new())
+                return Ok(Vec::new());
             }
-            Input::OutputEof => {
-                if !self.pty_open || self.pty_eof {
+            Input::OutputEof => Action::OutputEnds,
+            Input::OutputLost => Action::OutputLost,
+            Input::ClientLost => Action::ClientConnectionLost,
+            Input::ExecClientExited(status @ ExecStatus::Exited(_)) => {
+                self.input_step(Action::ExecClientExits, name)?;
+                self.exit_status = Some(status);
+                return self.react();
+            }
+            Input::ExecClientExited(status @ ExecStatus::Signalled(_)) => {
+                self.input_step(Action::ExecClientSignalled, name)?;
+                self.exit_status = Some(status);
+                return self.react();
+            }
+            Input::ExecClientLost => Action::ExecClientLost,
+            Input::Observed(observation) => match observation {
+                GroupObservation::LeaderMatches => Action::ObservedLeaderMatches,
+                GroupObservation::Empty => Action::ObservedEmpty,
+                GroupObservation::LeaderAbsentGroupRemains => Action::ObservedGroupRemains,
+                GroupObservation::Mismatch => Action::ObservedMismatch,
+            },
+            Input::Timer(timer) => {
+                if timer_kind(self.st().timer) != Some(timer) {
                     return self.unexpected(name);
                 }
-                self.pty_eof = true;
-                if self.phase == Phase::Draining {
-                    let mut out = vec![Command::CancelTimer(TimerKind::DrainDeadline)];
-                    out.extend(self.finish_drain());
-                    return Ok(out);
-                }
-                Ok(Vec::new())
+                Action::TimerExpires
             }
-            Input::OutputLost => {
-                if !self.pty_open {
-                    return self.unexpected(name);
-                }
-                self.pty_eof = true;
-                match self.phase {
-                    Phase::Running => Ok(self.begin_release(ReleaseReason::OutputLost)),
-                    Phase::Draining => {
-                        let mut out = vec![Command::CancelTimer(TimerKind::DrainDeadline)];
-                        out.extend(self.finish_drain());
-                        Ok(out)
-                    }
-                    _ => Ok(Vec::new()),
-                }
-            }
-            Input::ClientLost => {
-                if !self.connected {
-                    return self.unexpected(name);
-                }
-                self.connected = false;
-                self.queue.discard();
-                match self.phase {
-                    Phase::Running => Ok(self.begin_release(ReleaseReason::ClientLost)),
-                    Phase::Draining => {
-                        let mut out = vec![Command::CancelTimer(TimerKind::DrainDeadline)];
-                        out.extend(self.finish_drain());
-                        Ok(out)
-                    }
-                    _ => Ok(Vec::new()),
-                }
-            }
-            Input::ExecClientExited(status) => self.exec_ended(Exec::Exited(status), name),
-            Input::ExecClientLost => self.exec_ended(Exec::Lost, name),
-            Input::Observed(observation) => self.observed(observation, name),
-            Input::Timer(timer) => self.timer(timer, name),
+        };
+        self.input_step(step, name)?;
+        if step == Action::ClientConnectionLost {
+            self.queue.discard();
         }
+        self.react()
+    }
+
+    /// Takes the input step `action`, or refuses the input that stands for
+    /// it when the model does not enable it here.
+    fn input_step(&mut self, action: Action, name: &'static str) -> Result<(), Refusal> {
+        match self.model.take("terminal input", &action) {
+            Ok(_line) => Ok(()),
+            Err(CoreError::Disabled { .. }) => self.unexpected(name).map(|_| ()),
+            Err(source) => Err(Refusal::Model {
+                session: self.session_id,
+                source,
+            }),
+        }
+    }
+
+    /// Takes every enabled reaction, first in `Next` order, until none is
+    /// enabled, and returns their effects in order.
+    fn react(&mut self) -> Result<Vec<Command>, Refusal> {
+        let mut out = Vec::new();
+        for _ in 0..MAX_REACTIONS_PER_INPUT {
+            let Some(action) = REACTIONS.into_iter().find(|a| self.model.check(a).is_ok()) else {
+                return Ok(out);
+            };
+            let before = self.st().clone();
+            self.model
+                .take("terminal reaction", &action)
+                .map_err(|source| Refusal::Model {
+                    session: self.session_id,
+                    source,
+                })?;
+            self.effects_of(action, &before, &mut out);
+        }
+        // Every reaction leaves its phase and none returns to it, so the
+        // chain is bounded by the phases (TLC: no cycle of reactions).
+        unreachable!(
+            "SessionRelease reactions did not settle within {MAX_REACTIONS_PER_INPUT} steps"
+        )
+    }
+
+    /// The commands that perform reaction `action` from `before`, in the
+    /// order the effects layer must carry them out: a timer the step
+    /// disarmed before it fired is cancelled first, then the step's own
+    /// effect, then a timer it armed, an observation it asked for, and the
+    /// retained release intent it decided.
+    fn effects_of(&mut self, action: Action, before: &State, out: &mut Vec<Command>) {
+        let after = self.st().clone();
+        if before.timer != after.timer && !before.expired {
+            if let Some(kind) = timer_kind(before.timer) {
+                out.push(Command::CancelTimer(kind));
+            }
+        }
+        match action {
+            Action::BeginRelease => out.push(Command::RecordReleaseIntent),
+            Action::SignalGroup => out.push(Command::SignalGroup(stage_signal(before.stage))),
+            Action::TerminateExecClient => out.push(Command::TerminateExecClient),
+            Action::ReapExecClient => out.push(Command::ReapExecClient),
+            Action::FinishDrain => {
+                if after.exits > before.exits {
+                    // The one SessionExit (Inv_Spec_AtMostOneSessionExit),
+                    // after the last forwarded byte in queue order.
+                    let exit = self.exit_record(&after);
+                    let _only_once = self.queue.push_exit(exit);
+                }
+                out.push(Command::CloseOutput);
+            }
+            Action::RecordClean => out.push(Command::RecordClean),
+            // Their effects are the timer, observation and retain commands
+            // below; input steps are never reactions.
+            Action::WithholdSignal
+            | Action::EndGrace
+            | Action::CutGraceShort
+            | Action::RetainReleaseIntent
+            | Action::AdmitInteractive
+            | Action::AdmitPiped
+            | Action::RouteToSandbox
+            | Action::RouteToPrompt
+            | Action::RouteToHostProcess
+            | Action::ClientCloses
+            | Action::ClientConnectionLost
+            | Action::OutputEnds
+            | Action::OutputLost
+            | Action::ExecClientExits
+            | Action::ExecClientSignalled
+            | Action::ExecClientLost
+            | Action::ObservedLeaderMatches
+            | Action::ObservedEmpty
+            | Action::ObservedGroupRemains
+            | Action::ObservedMismatch
+            | Action::TimerExpires
+            | Action::Terminated => {}
+        }
+        if before.timer != after.timer {
+            if let Some(kind) = timer_kind(after.timer) {
+                out.push(self.timer_cmd(kind));
+            }
+        }
+        if after.seen == Seen::Pending && before.seen != Seen::Pending {
+            out.push(Command::ObserveGroup);
+        }
+        if after.phase == Phases::Retained && before.phase != Phases::Retained {
+            if let Some(reason) = retain_reason(after.retained) {
+                out.push(Command::RetainReleaseIntent(reason));
+            }
+        }
+        tracing::debug!(
+            session = %self.session_id,
+            action = ?action,
+            phase = after.phase.name(),
+            "SessionRelease reaction"
+        );
     }
 
     fn refusal_unexpected(&self, input: &'static str) -> Refusal {
         Refusal::Unexpected {
             input,
-            phase: self.phase.name(),
+            phase: self.phase(),
         }
     }
 
@@ -547,21 +697,23 @@ impl Machine {
                 got: generation,
             });
         }
-        if self.phase != Phase::Running || !self.connected {
+        let st = self.st();
+        if st.phase != Phases::Running || !st.connected || st.close_requested {
             return Err(Refusal::InRelease {
                 session: self.session_id,
                 event: name,
             });
         }
-        // Close ends the session on any live route (the model's CloseSession
-        // has no route guard); input, resize and signals need Sandbox.
+        // Close ends the session on any live route (ClientCloses has no
+        // route guard but a live one); input, resize and signals need
+        // Sandbox (spec 3.4).
         let route_ok = match event {
-            SessionTerminalEvent::Close(_) => self.route != TerminalRoute::None,
-            _ => self.route == TerminalRoute::Sandbox,
+            SessionTerminalEvent::Close(_) => st.route != Routes::None,
+            _ => st.route == Routes::Sandbox,
         };
         if !route_ok {
             return Err(Refusal::InactiveRoute {
-                route: self.route,
+                route: self.route(),
                 event: name,
             });
         }
@@ -583,78 +735,11 @@ impl Machine {
                 Command::SignalForeground(GuestSignal::WindowChange),
             ],
             SessionTerminalEvent::Signal(s) => vec![Command::SignalForeground(s.signal.into())],
-            SessionTerminalEvent::Close(_) => self.begin_release(ReleaseReason::ClientClose),
+            SessionTerminalEvent::Close(_) => {
+                self.input_step(Action::ClientCloses, name)?;
+                self.react()?
+            }
         })
-    }
-
-    fn begin_release(&mut self, reason: ReleaseReason) -> Vec<Command> {
-        self.reason = Some(reason);
-        self.route = TerminalRoute::None;
-        let mut out = vec![Command::RecordReleaseIntent];
-        if self.exec == Exec::Running || reason == ReleaseReason::ExecClientLost {
-            // The leader may still run: observe before any signal.
-            self.phase = Phase::Observing(Stage::Hangup);
-            out.push(Command::ObserveGroup);
-        } else {
-            // The exec client returned: its leader has exited.
-            out.extend(self.collect());
-        }
-        out
-    }
-
-    fn observed(
-        &mut self,
-        observation: GroupObservation,
-        name: &'static str,
-    ) -> Result<Vec<Command>, Refusal> {
-        match self.phase {
-            Phase::Observing(stage) => {
-                if observation == GroupObservation::LeaderMatches {
-                    let mut out = vec![Command::SignalGroup(stage.signal())];
-                    match stage {
-                        Stage::Hangup => {
-                            self.phase = Phase::Grace(stage);
-                            out.push(self.timer_cmd(TimerKind::HangupGrace));
-                        }
-                        Stage::Terminate => {
-                            self.phase = Phase::Grace(stage);
-                            out.push(self.timer_cmd(TimerKind::TerminateGrace));
-                        }
-                        Stage::Kill => out.extend(self.collect()),
-                    }
-                    return Ok(out);
-                }
-                match observation {
-                    GroupObservation::Mismatch => {
-                        self.refused = Some(RetainReason::LeaderMismatch);
-                    }
-                    GroupObservation::LeaderAbsentGroupRemains => {
-                        self.refused = Some(RetainReason::GroupRemains);
-                    }
-                    GroupObservation::Empty | GroupObservation::LeaderMatches => {}
-                }
-                Ok(self.collect())
-            }
-            Phase::FinalObserve => {
-                let retain = match (self.refused, observation) {
-                    (Some(reason), _) => Some(reason),
-                    (None, GroupObservation::Empty) => None,
-                    (None, GroupObservation::Mismatch) => Some(RetainReason::LeaderMismatch),
-                    (None, _) => Some(RetainReason::GroupRemains),
-                };
-                Ok(match retain {
-                    None => {
-                        self.phase = Phase::Clean;
-                        vec![Command::RecordClean]
-                    }
-                    Some(reason) => {
-                        self.phase = Phase::Retained(reason);
-                        vec![Command::RetainReleaseIntent(reason)]
-                    }
-                })
-            }
-            _ => self.unexpected(name),
-        }
     }
 
     fn timer_cmd(&self, timer: TimerKind) -> Command {
@@ -666,113 +751,20 @@ impl Machine {
         Command::StartTimer { timer, after_ms }
     }
 
-    fn timer(&mut self, timer: TimerKind, name: &'static str) -> Result<Vec<Command>, Refusal> {
-        match (self.phase, timer) {
-            (Phase::Grace(Stage::Hangup), TimerKind::HangupGrace) => {
-                self.phase = Phase::Observing(Stage::Terminate);
-                Ok(vec![Command::ObserveGroup])
-            }
-            (Phase::Grace(Stage::Terminate), TimerKind::TerminateGrace) => {
-                self.phase = Phase::Observing(Stage::Kill);
-                Ok(vec![Command::ObserveGroup])
-            }
-            (Phase::Draining, TimerKind::DrainDeadline) => Ok(self.finish_drain()),
-            _ => self.unexpected(name),
-        }
-    }
-
-    fn exec_ended(&mut self, how: Exec, name: &'static str) -> Result<Vec<Command>, Refusal> {
-        if self.exec != Exec::Running {
-            return self.unexpected(name);
-        }
-        self.exec = how;
-        match self.phase {
-            Phase::Running => Ok(self.begin_release(match how {
-                Exec::Lost => ReleaseReason::ExecClientLost,
-                _ => ReleaseReason::GuestCompleted,
-            })),
-            Phase::Grace(stage) => {
-                let timer = match stage {
-                    Stage::Hangup => TimerKind::HangupGrace,
-                    _ => TimerKind::TerminateGrace,
-                };
-                let mut out = vec![Command::CancelTimer(timer)];
-                out.extend(self.collect());
-                Ok(out)
-            }
-            Phase::AwaitExec => Ok(self.collect()),
-            // An observation is outstanding; its answer continues the release.
-            Phase::Observing(_) => Ok(Vec::new()),
-            _ => self.unexpected(name),
-        }
-    }
-
-    /// Step 3: terminate (if needed) and reap the exec client, then drain.
-    fn collect(&mut self) -> Vec<Command> {
-        match self.exec {
-            Exec::Running => {
-                self.phase = Phase::AwaitExec;
-                self.terminated_by_us = true;
-                vec![Command::TerminateExecClient]
-            }
-            Exec::Exited(_) | Exec::Lost => {
-                let mut out = vec![Command::ReapExecClient];
-                let handshake = self.connected
-                    && matches!(
-                        self.reason,
-                        Some(ReleaseReason::ClientClose | ReleaseReason::GuestCompleted)
-                    );
-                if handshake && self.pty_open && !self.pty_eof {
-                    self.phase = Phase::Draining;
-                    out.push(self.timer_cmd(TimerKind::DrainDeadline));
-                } else {
-                    out.extend(self.finish_drain());
-                }
-                out
-            }
-        }
-    }
-
-    fn exit_record(&self) -> SessionExit {
-        match self.exec {
-            Exec::Exited(ExecStatus::Exited(code)) if !self.terminated_by_us => {
+    fn exit_record(&self, st: &State) -> SessionExit {
+        match (st.exec, self.exit_status) {
+            (Exec::Exited, Some(ExecStatus::Exited(code))) if !st.terminated_by_us => {
                 SessionExit::exited(self.session_id, code)
             }
             // `runsc exec` reports a guest killed by signal N as exit status
             // 128+N; the client itself dying by a signal that Lazaret did not
             // send (its wrapper killed before exec, an OOM kill) says nothing
             // about the command: the runtime lost it.
-            Exec::Exited(ExecStatus::Signalled(_)) if !self.terminated_by_us => {
+            (Exec::Signalled, _) if !st.terminated_by_us => {
                 SessionExit::runtime_lost(self.session_id)
             }
-            Exec::Lost => SessionExit::runtime_lost(self.session_id),
+            (Exec::Lost, _) => SessionExit::runtime_lost(self.session_id),
             _ => SessionExit::terminated(self.session_id),
         }
-    }
-
-    fn finish_drain(&mut self) -> Vec<Command> {
-        if self.connected && self.reason != Some(ReleaseReason::ClientLost) {
-            // One SessionExit, after the last forwarded byte (queue order).
-            let exit = self.exit_record();
-            // finish_drain runs once per terminal (the phase leaves
-            // Draining for good), so this is the only SessionExit.
-            let _only_once = self.queue.push_exit(exit);
-        }
-        let mut out = Vec::new();
-        if self.pty_open {
-            self.pty_open = false;
-            out.push(Command::CloseOutput);
-        }
-        if !self.observe_completed
-            && self.reason == Some(ReleaseReason::GuestCompleted)
-            && self.refused.is_none()
-        {
-            self.phase = Phase::Retained(RetainReason::NotObserved);
-            out.push(Command::RetainReleaseIntent(RetainReason::NotObserved));
-            return out;
-        }
-        self.phase = Phase::FinalObserve;
-        out.push(Command::ObserveGroup);
-        out
     }
 }

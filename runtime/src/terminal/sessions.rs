@@ -172,8 +172,8 @@ impl SessionTable {
             .get(&session)
             .ok_or(TableError::Unknown(session))?
             .machine
-            .phase();
-        if finished == "Clean" || finished == "Retained" {
+            .is_finished();
+        if finished {
             self.sessions.remove(&session);
         }
         Ok(())
