@@ -15,12 +15,13 @@ use lazaret_effects::coordinator::host::{
 use lazaret_effects::coordinator::nsys::RealNs;
 use lazaret_effects::coordinator::supervisor::run_supervisor;
 use lazaret_effects::coordinator::LOST_LOCK_EXIT;
+use lazaret_effects::inherited_fd::take_inherited;
 use lazaret_effects::network::authority::RealAuthority;
 use lazaret_effects::process_env::ProcessEnvironment;
 use lazaret_effects::process_identity::real::RealProcessSys;
 use lazaret_runtime::display::escape_line;
 use std::ffi::OsString;
-use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -103,21 +104,10 @@ pub struct SupervisorCommand {
 /// Takes ownership of an inherited descriptor named by `flag`, or says
 /// which flag named a descriptor that is not open.
 fn inherited(flag: &str, raw: RawFd) -> Result<OwnedFd, ExitCode> {
-    if raw <= 2
-        || rustix::io::fcntl_getfd(
-            // SAFETY: borrowed only for this validity check.
-            unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) },
-        )
-        .is_err()
-    {
-        errln!("lazaret __supervisor: {flag} {raw} is not an open descriptor");
-        return Err(ExitCode::from(2));
-    }
-    // SAFETY: the descriptor is open (checked above) and was inherited from
-    // the Host Coordinator for this one purpose; nothing else here owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
-    Ok(fd)
+    take_inherited(raw).map_err(|e| {
+        errln!("lazaret __supervisor: {flag} {e}");
+        ExitCode::from(2)
+    })
 }
 
 pub fn supervisor(args: SupervisorCommand) -> ExitCode {

@@ -14,6 +14,7 @@ pub mod domain_store;
 mod fuse_passthrough;
 pub mod git_sentry;
 pub mod image;
+pub mod inherited_fd;
 pub mod lock_file;
 pub mod network;
 pub mod prepare;

@@ -10,7 +10,7 @@
 //! Domain's closed failure.
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use super::nsys::NamespaceSys;
 use crate::broker::sys::TargetCommand;
 use crate::broker::ChildPipes;
 use crate::git_sentry::filter::{self, FilterError, IndexJudge, MountedFilter};
+use crate::inherited_fd::{take_inherited, NotInherited};
 use crate::network::authority::AuthoritySys;
 use crate::workspace_router::{self, MountedRouter, RouterError};
 
@@ -213,16 +214,7 @@ pub enum GitRoutingError {
 
 /// Takes ownership of the inherited descriptor `fd` named by `flag`.
 fn inherited(flag: &'static str, fd: RawFd) -> Result<OwnedFd, GitRoutingError> {
-    // SAFETY: borrowed only for this validity check.
-    let open = fd > 2 && rustix::io::fcntl_getfd(unsafe { BorrowedFd::borrow_raw(fd) }).is_ok();
-    if !open {
-        return Err(GitRoutingError::Descriptor { flag, fd });
-    }
-    // SAFETY: the descriptor is open (checked above) and was inherited from
-    // the Runtime Supervisor for this one purpose; nothing else here owns it.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let _ = rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC);
-    Ok(owned)
+    take_inherited(fd).map_err(|NotInherited { fd }| GitRoutingError::Descriptor { flag, fd })
 }
 
 /// The mounts while the daemon serves.
