@@ -636,7 +636,8 @@ fn one_generation_is_read_exactly_among_its_neighbours() {
 /// Trace validation's `termsLeft` (docs/durable-state.md "The model's
 /// durable variables"): a terminal row that is not clean counts as left
 /// unless the observing coordinator serves its session; a recovery, which
-/// serves none, sees every unclean row; a clean row never counts.
+/// serves none, sees every unclean row; a clean row never counts. Each
+/// slot's `terminalRecorded` is its served session's row not being clean.
 #[test]
 fn terminal_rows_are_observed_as_terms_left_unless_served() {
     use lazaret_effects::coordinator::observed::durable_view;
@@ -650,17 +651,24 @@ fn terminal_rows_are_observed_as_terms_left_unless_served() {
             decision: ModelValue::new("Published").unwrap(),
         }])
         .unwrap();
-    let terms_left = |served: &[SessionId]| {
-        durable_view(&store, GEN, served)
-            .unwrap()
-            .unwrap()
-            .terms_left
+    // Two slots; `served` is the session in the second, if any.
+    let slots =
+        |served: Option<SessionId>| vec![("s1".to_owned(), None), ("s2".to_owned(), served)];
+    let observe =
+        |served: Option<SessionId>| durable_view(&store, GEN, &slots(served)).unwrap().unwrap();
+    let terms_left = |served: Option<SessionId>| observe(served).terms_left;
+    let recorded = |served: Option<SessionId>| {
+        let r = observe(served).recorded.unwrap();
+        (r["s1"], r["s2"])
     };
     // The seeded session's terminal intent.
-    assert_eq!(terms_left(&[SESSION]), Some(false));
-    assert_eq!(terms_left(&[]), Some(true));
-    // Another coordinator's session: left for this one.
-    assert_eq!(terms_left(&[SessionId([0x11; 16])]), Some(true));
+    assert_eq!(terms_left(Some(SESSION)), Some(false));
+    assert_eq!(recorded(Some(SESSION)), (false, true));
+    assert_eq!(terms_left(None), Some(true));
+    assert_eq!(recorded(None), (false, false));
+    // Another coordinator's session: left for this one, and not its slot's.
+    assert_eq!(terms_left(Some(SessionId([0x11; 16]))), Some(true));
+    assert_eq!(recorded(Some(SessionId([0x11; 16]))), (false, false));
     // A bare intent is cleaned after runtime absence.
     store
         .apply(&[StoreOp::Terminal {
@@ -669,9 +677,10 @@ fn terminal_rows_are_observed_as_terms_left_unless_served() {
             op: TerminalOp::Clean(AbsenceProof::SealedRuntimeAbsence),
         }])
         .unwrap();
-    assert_eq!(terms_left(&[]), Some(false));
+    assert_eq!(terms_left(None), Some(false));
+    assert_eq!(recorded(Some(SESSION)), (false, false));
     // No such generation: nothing is observed.
-    assert!(durable_view(&store, GenerationId(9), &[])
+    assert!(durable_view(&store, GenerationId(9), &slots(None))
         .unwrap()
         .is_none());
 }

@@ -400,11 +400,12 @@ impl<'s, 'l> Hc<'s, 'l> {
 
     /// Reads this generation's record back after a step's effect.
     pub fn observer(&self) -> Observer<'s, 'l> {
-        Observer::new(
-            self.store,
-            self.id,
-            self.sessions.values().copied().collect(),
-        )
+        let names = &self.model.model().constants().sessions;
+        let slots = SessionsId::all(names.len())
+            .zip(names)
+            .map(|(s, name)| (name.clone(), self.sessions.get(&s).copied()))
+            .collect();
+        Observer::new(self.store, self.id, slots)
     }
 
     /// One Domain Store transaction.

@@ -21,6 +21,10 @@
 //!   `Clean` although its session is not one the observing coordinator
 //!   serves (spec 3.4: a retained release; for a recovery, which serves
 //!   none, every unclean row, the dead coordinator's sessions included).
+//! - `terminalRecorded`: per session slot, whether the coordinator serves a
+//!   session there whose terminal row is not `Clean` (Intent, Running or
+//!   ReleaseIntent); replay compares it with the model's `sess[s] \in
+//!   TerminalRecorded`.
 use super::launch::participant_role;
 use crate::domain_store::{DomainStore, StoreError};
 use lazaret_generated::lazaret::{Decision, Part, ProcSlots, Roles, Slot};
@@ -30,32 +34,32 @@ use lazaret_runtime::records::participant::ParticipantState;
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, PersistedHostProcessOwnership};
 use lazaret_runtime::records::terminal::SessionTerminalState;
 
+/// Each session slot of the model (by its model value's name) with the
+/// session the observing coordinator serves there, if any.
+pub type ServedSlots = Vec<(String, Option<SessionId>)>;
+
 /// Where a step's effect is read back: the Domain Store, the generation,
-/// and the sessions the observing coordinator serves (whose terminals are
-/// not left over).
+/// and the sessions the observing coordinator serves, by slot (their
+/// terminals are its own, not left over).
 #[derive(Clone, Debug)]
 pub struct Observer<'s, 'l> {
     store: &'s DomainStore<'l>,
     generation: GenerationId,
-    served: Vec<SessionId>,
+    slots: ServedSlots,
 }
 
 impl<'s, 'l> Observer<'s, 'l> {
-    pub fn new(
-        store: &'s DomainStore<'l>,
-        generation: GenerationId,
-        served: Vec<SessionId>,
-    ) -> Self {
+    pub fn new(store: &'s DomainStore<'l>, generation: GenerationId, slots: ServedSlots) -> Self {
         Self {
             store,
             generation,
-            served,
+            slots,
         }
     }
 
     /// [`durable_view`] of the generation.
     pub fn read(&self) -> Result<Option<DurableView>, ObserveError> {
-        durable_view(self.store, self.generation, &self.served)
+        durable_view(self.store, self.generation, &self.slots)
     }
 }
 
@@ -69,13 +73,13 @@ pub enum ObserveError {
 }
 
 /// The Domain Store's record of generation `g` as the model's durable
-/// variables, read by a coordinator serving the sessions `served`; `None`
-/// when the store has no such generation (before `StartGeneration` writes
-/// it).
+/// variables, read by a coordinator serving the sessions of `slots`;
+/// `None` when the store has no such generation (before `StartGeneration`
+/// writes it).
 pub fn durable_view(
     store: &DomainStore<'_>,
     g: GenerationId,
-    served: &[SessionId],
+    slots: &[(String, Option<SessionId>)],
 ) -> Result<Option<DurableView>, ObserveError> {
     let Some(document) = store.generation_document(g)? else {
         return Ok(None);
@@ -126,14 +130,26 @@ pub fn durable_view(
             }
         })
         .collect();
+    let unclean = |session: &SessionId| {
+        document
+            .terminals
+            .iter()
+            .any(|t| t.session_id == *session && t.state != SessionTerminalState::Clean)
+    };
+    let served: Vec<SessionId> = slots.iter().filter_map(|(_, s)| *s).collect();
     let terms_left = document
         .terminals
         .iter()
         .any(|t| t.state != SessionTerminalState::Clean && !served.contains(&t.session_id));
+    let recorded = slots
+        .iter()
+        .map(|(name, s)| (name.clone(), s.as_ref().is_some_and(unclean)))
+        .collect();
     Ok(Some(DurableView {
         decision,
         part,
         slot,
         terms_left: Some(terms_left),
+        recorded: Some(recorded),
     }))
 }

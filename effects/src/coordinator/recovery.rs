@@ -140,7 +140,15 @@ fn durable_view(hc: &Hc<'_, '_>, g: GenerationId) -> Result<DurableView, Coordin
         source,
     };
     // Recovery serves none of the generation's sessions.
-    observed::durable_view(hc.store, g, &[])
+    let slots: observed::ServedSlots = hc
+        .model
+        .model()
+        .constants()
+        .sessions
+        .iter()
+        .map(|name| (name.clone(), None))
+        .collect();
+    observed::durable_view(hc.store, g, &slots)
         .map_err(|e| failed(RecoveryError::Observe(e)))?
         .ok_or_else(|| failed(RecoveryError::NoSuchGeneration))
 }

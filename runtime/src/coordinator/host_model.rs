@@ -27,6 +27,7 @@ use lazaret_generated::lazaret::{
 use lazaret_generated::support::{Cfg, CfgError, Protocol, StepError};
 use lazaret_generated::{ModelEntry, LAZARET_UNROUTED, MODELS};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 use crate::core::{Core, CoreError};
 use crate::trace::{header_cfg, parse_line, TraceError, TraceLine, HEADER_ACTION};
@@ -104,7 +105,7 @@ pub enum HostModelError {
 /// The durable part of the model state: what the Domain Store records of a
 /// generation (`decision`, and `part` and `slot` indexed like `Roles::ALL`
 /// and `ProcSlots::ALL`), and what its Session Terminal rows say of
-/// `termsLeft`.
+/// `termsLeft`, and of each session slot's terminal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DurableView {
     pub decision: Decision,
@@ -116,6 +117,46 @@ pub struct DurableView {
     /// sessions do not count; for a process that serves none (a recovery),
     /// every unclean row does. `None`: not observed.
     pub terms_left: Option<bool>,
+    /// Per session slot (by its model value's name), whether the observer
+    /// serves a session there whose terminal row is recorded and not clean
+    /// (Intent, Running or ReleaseIntent): the model's `sess[s] \in
+    /// TerminalRecorded` (observed as [`TERMINAL_RECORDED`]). A process that
+    /// serves no session sees every slot `false`. `None`: not observed.
+    pub recorded: Option<BTreeMap<String, bool>>,
+}
+
+/// The observed key of [`DurableView::recorded`]; replay derives the same
+/// key from the model's `sess` ([`with_derived_variables`]).
+pub const TERMINAL_RECORDED: &str = "terminalRecorded";
+
+/// The session phases whose terminal has a durable row that is not clean
+/// (protocol/Lazaret.tla `TerminalRecorded`).
+fn terminal_recorded(s: Sess) -> bool {
+    matches!(s, Sess::Starting | Sess::Registered | Sess::Closing)
+}
+
+/// Adds to a Lazaret state view (`state_view`'s encoding) the variables a
+/// trace line observes that are functions of the state rather than
+/// variables: [`TERMINAL_RECORDED`], each session slot's `sess[s] \in
+/// TerminalRecorded`. The one place the refinement mapping derives a value
+/// (docs/durable-state.md "Trace validation").
+pub fn with_derived_variables(mut view: Value) -> Value {
+    let recorded: Option<serde_json::Map<String, Value>> =
+        view.get("sess").and_then(Value::as_object).map(|sess| {
+            sess.iter()
+                .map(|(slot, phase)| {
+                    let recorded = phase
+                        .as_str()
+                        .and_then(Sess::from_name)
+                        .is_some_and(terminal_recorded);
+                    (slot.clone(), Value::from(recorded))
+                })
+                .collect()
+        });
+    if let (Some(recorded), Value::Object(vars)) = (recorded, &mut view) {
+        vars.insert(TERMINAL_RECORDED.to_owned(), Value::Object(recorded));
+    }
+    view
 }
 
 impl DurableView {
@@ -124,8 +165,17 @@ impl DurableView {
     /// them with the model's successor variable by variable.
     pub fn observed(&self) -> Value {
         let mut view = self.durable_variables();
-        if let (Some(left), Value::Object(vars)) = (self.terms_left, &mut view) {
-            vars.insert("termsLeft".to_owned(), Value::from(left));
+        if let Value::Object(vars) = &mut view {
+            if let Some(left) = self.terms_left {
+                vars.insert("termsLeft".to_owned(), Value::from(left));
+            }
+            if let Some(recorded) = &self.recorded {
+                let slots = recorded
+                    .iter()
+                    .map(|(slot, r)| (slot.clone(), Value::from(*r)))
+                    .collect();
+                vars.insert(TERMINAL_RECORDED.to_owned(), Value::Object(slots));
+            }
         }
         view
     }
@@ -136,6 +186,7 @@ impl DurableView {
     pub fn without_terminals(&self) -> Self {
         Self {
             terms_left: None,
+            recorded: None,
             ..self.clone()
         }
     }
@@ -401,7 +452,7 @@ impl HostModel {
     /// The durable part of the current state, as the serving coordinator
     /// observes it.
     pub fn durable(&self) -> DurableView {
-        durable_of(self.state())
+        durable_of(self.core.constants(), self.state())
     }
 
     /// The durable part of the current state as a process that serves none
@@ -409,7 +460,7 @@ impl HostModel {
     /// coordinator's generation): the terminals of the sessions recorded
     /// in the state count as left (the model's `TerminalsUnclean`).
     pub fn durable_unserved(&self) -> DurableView {
-        unserved_of(self.state())
+        unserved_of(self.core.constants(), self.state())
     }
 
     /// A coordinator that died after the durable effect of a step and
@@ -430,7 +481,7 @@ impl HostModel {
                 .any(|(k, v)| *k == "c" && v == name)
                 && self.core.check(a).is_ok()
                 && Model::step(cx, self.state(), a, None)
-                    .is_ok_and(|next| unserved_of(&next) == *store)
+                    .is_ok_and(|next| unserved_of(cx, &next) == *store)
         });
         let first = found.next()?;
         found.next().is_none().then_some(first)
@@ -582,6 +633,11 @@ impl HostModel {
             .collect()
     }
 
+    /// The constants the model is sized with (the product's own sizes).
+    pub fn constants(&self) -> &Constants {
+        self.core.constants()
+    }
+
     pub fn state(&self) -> &State {
         self.core.state()
     }
@@ -673,25 +729,30 @@ fn constants(coordinator: String, routing: Routing) -> Result<Constants, HostMod
     })
 }
 
-fn durable_of(st: &State) -> DurableView {
+fn durable_of(cx: &Constants, st: &State) -> DurableView {
     DurableView {
         decision: st.decision,
         part: st.part.clone(),
         slot: st.slot.clone(),
         terms_left: Some(st.terms_left),
+        recorded: Some(
+            cx.sessions
+                .iter()
+                .zip(&st.sess)
+                .map(|(name, s)| (name.clone(), terminal_recorded(*s)))
+                .collect(),
+        ),
     }
 }
 
 /// The model's `TerminalsUnclean`: `termsLeft`, or a session whose terminal
 /// is recorded (spec 3.4 Intent, Running or ReleaseIntent).
-fn unserved_of(st: &State) -> DurableView {
-    let recorded = st
-        .sess
-        .iter()
-        .any(|s| matches!(s, Sess::Starting | Sess::Registered | Sess::Closing));
+fn unserved_of(cx: &Constants, st: &State) -> DurableView {
+    let recorded = st.sess.iter().any(|s| terminal_recorded(*s));
     DurableView {
         terms_left: Some(st.terms_left || recorded),
-        ..durable_of(st)
+        recorded: Some(cx.sessions.iter().map(|n| (n.clone(), false)).collect()),
+        ..durable_of(cx, st)
     }
 }
 
@@ -995,6 +1056,54 @@ pub(crate) mod tests {
         Ok(())
     }
 
+    /// Trace validation of each session's terminal row (spec 3.4
+    /// acquisition step 1): a `RecordTerminalIntent` whose effect left the
+    /// slot without a recorded terminal (the intent written for no session
+    /// this coordinator serves there) diverges at that step on
+    /// `terminalRecorded`, naming the slot; the faithful line replays.
+    #[test]
+    fn a_terminal_intent_missing_from_its_slot_fails_replay(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let mut m = HostModel::new("hc-test".into(), 9, Routing::Unrouted)?;
+        let c = m.me();
+        let s = m.free_session().ok_or("no free session")?;
+        let slot = m.constants().sessions[s.index()].clone();
+        let mut text = m.header().to_json() + "\n";
+        let [connect, enroll, intent, _register] = joined(c, s);
+        for a in launch_steps(c).into_iter().chain([connect, enroll]) {
+            let mut line = m.take_observed(a, None, ProcessView::default())?;
+            line.observed = Some(m.durable().observed());
+            text += &(line.to_json() + "\n");
+        }
+        let step = u64::try_from(text.lines().count())?;
+        let mut line = m.take_observed(intent, None, ProcessView::default())?;
+        let faithful = m.durable();
+        assert_eq!(faithful.recorded.as_ref().map(|r| r[&slot]), Some(true));
+        line.observed = Some(faithful.observed());
+        match replay_text("faithful.jsonl", &(text.clone() + &line.to_json() + "\n"))? {
+            Outcome::Conforms { steps, .. } => assert_eq!(steps, step),
+            Outcome::Diverged(d) => panic!("diverged: {d:?}"),
+        }
+        let mut missing = faithful.clone();
+        if let Some(r) = missing.recorded.as_mut() {
+            r.insert(slot.clone(), false);
+        }
+        line.observed = Some(missing.observed());
+        match replay_text("missing.jsonl", &(text + &line.to_json() + "\n"))? {
+            Outcome::Diverged(d) => {
+                assert_eq!(d.step, step);
+                assert_eq!(d.action, "RecordTerminalIntent");
+                assert_eq!(d.reason, crate::replay::Reason::ObservationMismatch);
+                let vars: Vec<&str> = d.diff.iter().map(|v| v.var.as_str()).collect();
+                assert_eq!(vars, [TERMINAL_RECORDED], "{:?}", d.diff);
+                assert_eq!(d.diff[0].model[&slot], true);
+                assert_eq!(d.diff[0].trace[&slot], false);
+            }
+            Outcome::Conforms { .. } => panic!("a missing terminal intent replayed clean"),
+        }
+        Ok(())
+    }
+
     /// Trace validation of the terminal rows (spec 3.4 release step 3): a
     /// release whose terminal stayed in release intent but whose step said
     /// `FinishSessionRelease` (the store read back shows a terminal left)
@@ -1028,10 +1137,10 @@ pub(crate) mod tests {
         let (mut m, text, s) = closing()?;
         let c = m.me();
         let before = u64::try_from(text.lines().count() - 1)?;
-        let retained_rows = DurableView {
-            terms_left: Some(true),
-            ..m.durable()
-        };
+        // Its slot no longer serves it: what a process serving none of the
+        // sessions reads.
+        let retained_rows = m.durable_unserved();
+        assert_eq!(retained_rows.terms_left, Some(true));
         let hidden = m.take_observed(
             Action::FinishSessionRelease { c, s },
             Some(&retained_rows),

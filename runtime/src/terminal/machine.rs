@@ -5,8 +5,10 @@
 //! the order the effects layer must perform them. Time enters only as
 //! [`Input::Timer`]; the machine asks for timers with [`Command::StartTimer`].
 //!
-//! Release order (spec 3.4 "Session close, Client connection loss, PTY loss,
-//! or exec-client loss starts the same physical release"):
+//! The release order is the generated SessionRelease model
+//! (`protocol/SessionRelease.tla`, whose notes map its actions to the spec
+//! steps); in short (spec 3.4 "Session close, Client connection loss, PTY
+//! loss, or exec-client loss starts the same physical release"):
 //! 1. record release intent (terminal events are refused from here on);
 //! 2. observe the guest leader; only while it matches: SIGHUP, grace,
 //!    observe, SIGTERM, grace, observe, SIGKILL. A mismatch refuses the
