@@ -40,8 +40,14 @@ Forwarding ==
     /\ connected
     /\ output = "Open"
 
-\* The exec client returned by itself or by our kill: its leader has exited.
-ExecReturned == exec \in {"Exited", "Signalled"}
+\* The exec client returned the guest's own status: runsc exec reports the
+\* leader's exit (a guest killed by signal N as 128+N), so the leader has
+\* exited.
+LeaderExited == exec = "Exited"
+
+\* The exec client ended without saying how the leader fared: it vanished,
+\* or a signal Lazaret did not send killed it. The leader may still run.
+ExecClientGone == exec \in {"Lost", "Signalled"}
 
 \* The close handshake (spec 3.4 "Normal guest completion"): a connection
 \* that closed or whose guest completed waits for the PTY's last bytes.
@@ -78,7 +84,8 @@ TypeOK ==
     /\ expired \in BOOLEAN
     /\ exits \in 0..2
     /\ intent \in BOOLEAN
-    /\ retained \in {"None", "LeaderMismatch", "GroupRemains", "NotObserved"}
+    /\ retained \in {"None", "LeaderMismatch", "GroupRemains", "NotObserved",
+                     "ExecClientLost"}
 
 Init ==
     /\ phase = "Admitting"
@@ -254,16 +261,16 @@ TimerExpires ==
 \* Step 1: the modeled session close removes routing and records release
 \* intent, keeping every identity; terminal events are refused from here.
 \* A leader that may still run is observed before any signal; an exec
-\* client that returned says its leader has exited.
+\* client that returned the guest's status says its leader has exited.
 BeginRelease ==
     /\ phase = "Running"
     /\ closeRequested \/ ~connected \/ output = "Lost" \/ exec # "Running"
-    /\ phase' = IF ExecReturned THEN "Collecting" ELSE "Observing"
-    /\ seen' = IF ExecReturned THEN "None" ELSE "Pending"
+    /\ phase' = IF LeaderExited THEN "Collecting" ELSE "Observing"
+    /\ seen' = IF LeaderExited THEN "None" ELSE "Pending"
     /\ reason' = IF closeRequested THEN "ClientClose"
                  ELSE IF ~connected THEN "ClientLost"
                  ELSE IF output = "Lost" THEN "OutputLost"
-                 ELSE IF exec = "Lost" THEN "ExecClientLost"
+                 ELSE IF ExecClientGone THEN "ExecClientLost"
                  ELSE "GuestCompleted"
     /\ route' = "None"
     /\ intent' = TRUE
@@ -316,11 +323,11 @@ EndGrace ==
                    reaped, terminatedByUs, reason, refused, signalled, exits,
                    intent, retained>>
 
-\* The exec client returned during a grace: the leader has exited, so the
-\* ladder stops and the grace timer is cancelled.
+\* The exec client returned the guest's status during a grace: the leader
+\* has exited, so the ladder stops and the grace timer is cancelled.
 CutGraceShort ==
     /\ phase = "Grace"
-    /\ ExecReturned
+    /\ LeaderExited
     /\ phase' = "Collecting"
     /\ timer' = "None"
     /\ expired' = FALSE
@@ -367,11 +374,13 @@ FinishDrain ==
                    reaped, terminatedByUs, reason, refused, signalled, intent>>
 
 \* The terminal is clean only when the guest group, the exec client and the
-\* PTY are all absent and no earlier observation refused a signal.
+\* PTY are all absent and no earlier observation refused a signal. An exec
+\* client that vanished without a status is not proved absent (FR-7).
 RecordClean ==
     /\ phase = "FinalObserve"
     /\ seen = "Empty"
     /\ refused = "None"
+    /\ exec # "Lost"
     /\ phase' = "Clean"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
@@ -382,11 +391,12 @@ RecordClean ==
 RetainReleaseIntent ==
     /\ phase = "FinalObserve"
     /\ seen \in Observations
-    /\ seen # "Empty" \/ refused # "None"
+    /\ seen # "Empty" \/ refused # "None" \/ exec = "Lost"
     /\ phase' = "Retained"
     /\ retained' = IF refused = "LeaderMismatch" THEN "LeaderMismatch"
                    ELSE IF refused = "GroupRemains" THEN "GroupRemains"
                    ELSE IF seen = "Mismatch" THEN "LeaderMismatch"
+                   ELSE IF seen = "Empty" THEN "ExecClientLost"
                    ELSE "GroupRemains"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
@@ -476,7 +486,7 @@ Inv_Spec_CleanOnlyWhenAbsent ==
         /\ seen = "Empty"
         /\ refused = "None"
         /\ reaped
-        /\ exec # "Running"
+        /\ exec \in {"Exited", "Signalled"}
         /\ output = "Closed"
 
 \* A refused signal or a remaining group is never recorded clean.
@@ -508,8 +518,8 @@ Inv_Spec_ReleaseReasonHolds ==
     /\ reason = "ClientClose" => closeRequested
     /\ reason = "ClientLost" => ~connected
     /\ reason = "OutputLost" => output \in {"Lost", "Closed"}
-    /\ reason = "ExecClientLost" => exec = "Lost"
-    /\ reason = "GuestCompleted" => ExecReturned
+    /\ reason = "ExecClientLost" => ExecClientGone
+    /\ reason = "GuestCompleted" => LeaderExited
 
 \* Release intent is retained for a reason the coordinator saw: a refused
 \* signal, an observation that found the leader or group still there, or a
@@ -520,6 +530,7 @@ Inv_Spec_RetainedForAReason ==
         \/ retained = "NotObserved"
         \/ refused # "None"
         \/ seen \in {"LeaderMatches", "GroupRemains", "Mismatch"}
+        \/ (retained = "ExecClientLost" /\ exec = "Lost")
 
 \* A terminal in release refuses terminal events (spec 3.4); Close is the
 \* one this model sees.
@@ -531,10 +542,10 @@ Live_FR15_ReleaseRefusesClose ==
 Live_Spec_LadderMovesOnAnObservation ==
     [][(phase = "Observing" /\ phase' # "Observing") => seen \in Observations]_vars
 
-\* A grace is waited out, unless the exec client returned (its leader has
-\* exited, so there is nothing left to wait for).
+\* A grace is waited out, unless the exec client returned the guest's
+\* status (its leader has exited, so there is nothing left to wait for).
 Live_Spec_GraceIsWaited ==
-    [][(phase = "Grace" /\ phase' # "Grace") => (expired \/ ExecReturned)]_vars
+    [][(phase = "Grace" /\ phase' # "Grace") => (expired \/ LeaderExited)]_vars
 
 \* Step 3 terminates the exact exec client only while it still runs.
 Live_Spec_TerminateOnlyALiveExecClient ==

@@ -62,7 +62,7 @@ fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
     );
     assert_eq!(
         round_trip::<session_release::Model>(entry("SessionRelease")?, 20_000)?,
-        15_860
+        16_408
     );
     Ok(())
 }

@@ -613,6 +613,55 @@ fn exec_client_loss_still_signals_a_live_leader_and_reports_runtime_lost() {
         messages(&mut m),
         vec![SessionTerminalMessage::Exit(SessionExit::runtime_lost(S))]
     );
+    // The group is empty, but the lost exec client's absence is not proved
+    // (FR-7): the release intent is retained, not recorded clean.
+    assert_eq!(
+        ok(&mut m, Input::Observed(GroupObservation::Empty)),
+        vec![RetainReleaseIntent(RetainReason::ExecClientLost)]
+    );
+    assert_eq!(m.retained(), Some(RetainReason::ExecClientLost));
+}
+
+/// An exec client killed by a signal Lazaret did not send says nothing of
+/// its guest: the leader may still run, so it is observed and signalled
+/// like a lost client's (spec 3.4 "exec-client loss"), and the client is
+/// told the runtime lost the command.
+#[test]
+fn an_exec_client_killed_by_another_is_released_as_lost() {
+    use Command::*;
+    let mut m = machine();
+    assert_eq!(
+        ok(&mut m, Input::ExecClientExited(ExecStatus::Signalled(15))),
+        vec![RecordReleaseIntent, ObserveGroup]
+    );
+    assert_eq!(m.release_reason(), Some(ReleaseReason::ExecClientLost));
+    assert_eq!(
+        ok(&mut m, Input::Observed(GroupObservation::LeaderMatches)),
+        vec![
+            SignalGroup(GuestSignal::Hangup),
+            StartTimer {
+                timer: TimerKind::HangupGrace,
+                after_ms: T.hangup_grace_ms
+            }
+        ]
+    );
+    // No exit status of the guest ends the grace: it is waited out.
+    assert_eq!(
+        ok(&mut m, Input::Timer(TimerKind::HangupGrace)),
+        vec![ObserveGroup]
+    );
+    run(
+        &mut m,
+        vec![
+            Input::Observed(GroupObservation::Empty),
+            Input::Observed(GroupObservation::Empty),
+        ],
+    );
+    assert!(m.is_clean(), "{}", m.phase());
+    assert_eq!(
+        messages(&mut m),
+        vec![SessionTerminalMessage::Exit(SessionExit::runtime_lost(S))]
+    );
 }
 
 #[test]

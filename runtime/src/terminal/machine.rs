@@ -153,6 +153,9 @@ pub enum RetainReason {
     /// signalled, so its group is not observed (a guest tool run on every
     /// completed command); members it left are Domain teardown's.
     NotObserved,
+    /// The exec client vanished without a usable status: its absence is
+    /// not proved (FR-7), so teardown or bootstrap recovery proves it.
+    ExecClientLost,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -327,8 +330,9 @@ const REACTIONS: [Action; 10] = [
 ];
 
 /// The most reactions one input can enable in a row: each leaves its
-/// phase, and the longest chain (a returned exec client ending a grace:
-/// CutGraceShort, ReapExecClient, FinishDrain) is shorter than the phases.
+/// phase, and no chain is longer than the phases (the longest is an
+/// observation that finds the leader after the exec client returned:
+/// SignalGroup, CutGraceShort, ReapExecClient, FinishDrain).
 const MAX_REACTIONS_PER_INPUT: usize = 11;
 
 fn stage_signal(stage: Stages) -> GuestSignal {
@@ -363,6 +367,7 @@ fn retain_reason(retained: Retained) -> Option<RetainReason> {
         Retained::LeaderMismatch => Some(RetainReason::LeaderMismatch),
         Retained::GroupRemains => Some(RetainReason::GroupRemains),
         Retained::NotObserved => Some(RetainReason::NotObserved),
+        Retained::ExecClientLost => Some(RetainReason::ExecClientLost),
     }
 }
 
@@ -578,7 +583,7 @@ impl Machine {
     fn react(&mut self) -> Result<Vec<Command>, Refusal> {
         let mut out = Vec::new();
         for _ in 0..MAX_REACTIONS_PER_INPUT {
-            let Some(action) = REACTIONS.into_iter().find(|a| self.model.check(a).is_ok()) else {
+            let Some(action) = self.enabled_reaction()? else {
                 return Ok(out);
             };
             let before = self.st().clone();
@@ -595,6 +600,26 @@ impl Machine {
         unreachable!(
             "SessionRelease reactions did not settle within {MAX_REACTIONS_PER_INPUT} steps"
         )
+    }
+
+    /// The first reaction the model enables, in `Next` order. A reaction
+    /// that is enabled but would break an invariant is a defect and is
+    /// reported, never skipped (skipping it could leave the release
+    /// waiting for nothing).
+    fn enabled_reaction(&self) -> Result<Option<Action>, Refusal> {
+        for action in REACTIONS {
+            match self.model.check(&action) {
+                Ok(()) => return Ok(Some(action)),
+                Err(CoreError::Disabled { .. }) => {}
+                Err(source) => {
+                    return Err(Refusal::Model {
+                        session: self.session_id,
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The commands that perform reaction `action` from `before`, in the
