@@ -19,12 +19,10 @@ use super::observed::{ObserveError, Observer};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::{recover_all, RecoveryError};
 use super::release::{abort, teardown};
-use super::release_gate::ReleaseGate;
 use super::runtime_end::record_runtime_end;
-use super::session::{
-    random_bytes, record_terminal_intent, start_session, SessionContext, SessionLinks,
-};
+use super::session::{random_bytes, record_terminal_intent, start_session, SessionContext};
 use super::session_release::ReleaseOutcome;
+use super::session_report::SessionReport;
 use super::supervisor::{runsc_dcache, runsc_globals};
 use super::terminal_session::TerminalEvidence;
 use crate::broker::{Broker, BrokerError};
@@ -66,10 +64,11 @@ use lazaret_runtime::records::process::{
     PidfsProcessIdentityV1,
 };
 use lazaret_runtime::records::terminal::SessionTerminalState;
+use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 /// How long a coordinator whose bootstrap failed keeps answering the CLIs
@@ -323,14 +322,13 @@ pub(super) enum HcEvent {
     /// A CLI of this Domain said hello; whether its configuration
     /// fingerprint matches this coordinator's.
     Client(UnixStream, Hello, bool),
-    /// The session in this slot ended: its exec client is reaped and its
-    /// PTY closed; how its release ended.
-    SessionEnded(SessionsId, ReleaseOutcome),
-    /// The session in this slot has its guest leader identity.
-    SessionRunning(SessionsId, TerminalEvidence),
-    /// The session in this slot starts its release: its ReleaseIntent must
-    /// be durable (answered on the sender) before any release signal.
-    SessionReleasing(SessionsId, SyncSender<()>),
+    /// A report of the session admitted to this slot, in the order its
+    /// threads sent them.
+    Session {
+        slot: SessionsId,
+        session: SessionId,
+        report: SessionReport,
+    },
     SupervisorLost(String),
 }
 
@@ -357,7 +355,7 @@ pub(super) struct Hc<'s, 'l> {
     /// The Domain Store session of each model session slot whose terminal
     /// is recorded (from `RecordTerminalIntent` until its release
     /// finishes or is retained).
-    pub sessions: std::collections::HashMap<SessionsId, SessionId>,
+    pub sessions: HashMap<SessionsId, SessionId>,
     /// This coordinator's own pidfs identity (its committed direct edges).
     pub own: PidfsProcessIdentityV1,
     /// The host-wide Storage Catalog (spec 3.6): prepared-lower leases.
@@ -509,7 +507,7 @@ pub fn run_coordinator(
         id,
         coordinator_id,
         generation: None,
-        sessions: std::collections::HashMap::new(),
+        sessions: HashMap::new(),
         own: own_identity()?,
         catalog: crate::storage_catalog::StorageCatalog::at(&config.storage_root().label()),
     };
@@ -701,29 +699,11 @@ fn serve(
             HcEvent::Client(stream, hello, matches) => {
                 client(hc, launch, events_tx, stream, &hello, matches)?;
             }
-            HcEvent::SessionRunning(s, evidence) => {
-                if let Err(e) = record_running(hc, s, evidence) {
-                    tracing::warn!(error = %e, "the session terminal's Running record");
-                }
-            }
-            HcEvent::SessionReleasing(s, recorded) => {
-                // Spec 3.4 release step 1 (the model's CloseSession), asked
-                // by the session before it signals anything.
-                if let Some(close) = serve::on_session_releasing(hc.model.model(), s) {
-                    hc.step(close.action, |hc| release_terminal(hc, close.s))?;
-                }
-                let _ = recorded.send(());
-            }
-            HcEvent::SessionEnded(s, outcome) => {
-                // The session's loop reaped its exec client and closed its
-                // PTY before it said the session ended (spec 3.4).
-                let retained = matches!(outcome, ReleaseOutcome::Retained(_));
-                let end = serve::on_session_ended(hc.model.model(), s, retained);
-                if let Some(close) = end.close {
-                    hc.step(close.action, |hc| release_terminal(hc, close.s))?;
-                }
-                hc.step(end.finish, |hc| finish_terminal(hc, s, outcome))?;
-            }
+            HcEvent::Session {
+                slot,
+                session,
+                report,
+            } => session_report(hc, slot, session, report)?,
             HcEvent::SupervisorLost(why) => {
                 tracing::warn!(%why, "Runtime Supervisor lost");
                 // The sandbox is gone: every session closes; each one's
@@ -875,11 +855,7 @@ fn admit(
         container_id: &g.container_id,
         environment: launch.environment,
     };
-    let links = SessionLinks {
-        ended: forward_end(events_tx, s),
-        running: forward_running(events_tx, s),
-        release: ReleaseGate::new(forward_release(events_tx, s)),
-    };
+    let reports = forward_reports(events_tx, s, session);
     let start = stream
         .try_clone()
         .map_err(|e| e.to_string())
@@ -891,7 +867,7 @@ fn admit(
                 session,
                 hello,
                 client,
-                links,
+                reports,
             )
             .map_err(|e| e.to_string())
         });
@@ -1015,16 +991,65 @@ fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), Co
     }])
 }
 
-/// A session's guest identity becomes an HC event naming its slot.
-fn forward_running(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<TerminalEvidence> {
-    let (tx, rx) = mpsc::channel::<TerminalEvidence>();
-    let events = events_tx.clone();
-    std::thread::spawn(move || {
-        if let Ok(evidence) = rx.recv() {
-            let _ = events.send(HcEvent::SessionRunning(slot, evidence));
+/// A session's report. Only the session the slot still serves is heard: a
+/// report sent after its own session's end was handled (a guest identity
+/// read late, a release whose acknowledgement timed out) names a session
+/// that is over, and the slot may already serve another one, whose
+/// terminal it must not touch.
+fn session_report(
+    hc: &mut Hc<'_, '_>,
+    slot: SessionsId,
+    session: SessionId,
+    report: SessionReport,
+) -> Result<(), CoordinatorError> {
+    let Some(report) = heard(&hc.sessions, slot, session, report) else {
+        return Ok(());
+    };
+    match report {
+        SessionReport::Running(evidence) => {
+            if let Err(e) = record_running(hc, slot, evidence) {
+                tracing::warn!(error = %e, "the session terminal's Running record");
+            }
         }
-    });
-    tx
+        SessionReport::Releasing(recorded) => {
+            // Spec 3.4 release step 1 (the model's CloseSession), asked by
+            // the session before it signals anything.
+            if let Some(close) = serve::on_session_releasing(hc.model.model(), slot) {
+                hc.step(close.action, |hc| release_terminal(hc, close.s))?;
+            }
+            let _ = recorded.send(());
+        }
+        SessionReport::Ended(outcome) => {
+            // The session's loop reaped its exec client and closed its PTY
+            // before it said the session ended (spec 3.4).
+            let retained = matches!(outcome, ReleaseOutcome::Retained(_));
+            let end = serve::on_session_ended(hc.model.model(), slot, retained);
+            if let Some(close) = end.close {
+                hc.step(close.action, |hc| release_terminal(hc, close.s))?;
+            }
+            hc.step(end.finish, |hc| finish_terminal(hc, slot, outcome))?;
+        }
+    }
+    Ok(())
+}
+
+/// The report, if `slot` still serves `session`; otherwise it is dropped
+/// (a release still waiting is answered: that release was recorded when
+/// its session's end was handled).
+fn heard(
+    sessions: &HashMap<SessionsId, SessionId>,
+    slot: SessionsId,
+    session: SessionId,
+    report: SessionReport,
+) -> Option<SessionReport> {
+    if sessions.get(&slot) == Some(&session) {
+        return Some(report);
+    }
+    tracing::info!(?slot, ?report, "a report of a session that is over");
+    if let SessionReport::Releasing(recorded) = report {
+        let _ = recorded.send(());
+    }
+    None
 }
 
 /// The terminal's durable Running record (spec 3.4 step 4): this
@@ -1070,27 +1095,25 @@ fn record_running(
     }])
 }
 
-/// A session's release requests become HC events naming its slot.
-fn forward_release(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<SyncSender<()>> {
-    let (tx, rx) = mpsc::channel::<SyncSender<()>>();
+/// The session's report queue: one forwarder keeps its reports in the order
+/// they were sent, each naming the slot and the session.
+fn forward_reports(
+    events_tx: &Sender<HcEvent>,
+    slot: SessionsId,
+    session: SessionId,
+) -> Sender<SessionReport> {
+    let (tx, rx) = mpsc::channel::<SessionReport>();
     let events = events_tx.clone();
     std::thread::spawn(move || {
-        while let Ok(ack) = rx.recv() {
-            if events.send(HcEvent::SessionReleasing(slot, ack)).is_err() {
+        while let Ok(report) = rx.recv() {
+            let event = HcEvent::Session {
+                slot,
+                session,
+                report,
+            };
+            if events.send(event).is_err() {
                 return;
             }
-        }
-    });
-    tx
-}
-
-/// A session's end becomes an HC event naming its slot.
-fn forward_end(events_tx: &Sender<HcEvent>, slot: SessionsId) -> Sender<ReleaseOutcome> {
-    let (tx, rx) = mpsc::channel::<ReleaseOutcome>();
-    let events = events_tx.clone();
-    std::thread::spawn(move || {
-        if let Ok(outcome) = rx.recv() {
-            let _ = events.send(HcEvent::SessionEnded(slot, outcome));
         }
     });
     tx
@@ -1148,4 +1171,82 @@ fn next_generation(store: &DomainStore<'_>, path: &Path) -> Result<GenerationId,
         .max()
         .unwrap_or(0);
     Ok(GenerationId(last + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::sync_channel;
+
+    fn event_of(events: &Receiver<HcEvent>) -> (SessionsId, SessionId, SessionReport) {
+        match events.recv_timeout(Duration::from_secs(5)) {
+            Ok(HcEvent::Session {
+                slot,
+                session,
+                report,
+            }) => (slot, session, report),
+            _ => panic!("expected a session report"),
+        }
+    }
+
+    #[test]
+    fn a_sessions_reports_reach_the_loop_in_the_order_its_threads_sent_them() {
+        // The release is asked without waiting (a guest that completed by
+        // itself), and the end follows from another thread: the loop must
+        // handle the intent before the end, every time.
+        let (events_tx, events) = mpsc::channel();
+        let (slot, session) = (SessionsId(3), SessionId([7; 16]));
+        for _ in 0..200 {
+            let reports = forward_reports(&events_tx, slot, session);
+            let (ack, _unanswered) = sync_channel(1);
+            reports.send(SessionReport::Releasing(ack)).ok();
+            let ender = reports.clone();
+            std::thread::spawn(move || ender.send(SessionReport::Ended(ReleaseOutcome::Clean)))
+                .join()
+                .ok();
+            let first = event_of(&events);
+            let second = event_of(&events);
+            assert_eq!((first.0, first.1), (slot, session));
+            assert_eq!((second.0, second.1), (slot, session));
+            assert!(matches!(first.2, SessionReport::Releasing(_)));
+            assert!(matches!(
+                second.2,
+                SessionReport::Ended(ReleaseOutcome::Clean)
+            ));
+        }
+    }
+
+    #[test]
+    fn a_late_report_never_reaches_the_next_session_of_its_slot() {
+        let slot = SessionsId(1);
+        let (over, current) = (SessionId([1; 16]), SessionId([2; 16]));
+        let sessions = HashMap::from([(slot, current)]);
+        // The session that held the slot before: its late release is
+        // answered (so it does not wait) and dropped.
+        let (ack, answered) = sync_channel(1);
+        assert!(heard(&sessions, slot, over, SessionReport::Releasing(ack)).is_none());
+        assert!(answered.try_recv().is_ok());
+        assert!(heard(
+            &sessions,
+            slot,
+            over,
+            SessionReport::Ended(ReleaseOutcome::Clean)
+        )
+        .is_none());
+        // The same slot's current session, and a free slot.
+        let (ack, answered) = sync_channel(1);
+        assert!(matches!(
+            heard(&sessions, slot, current, SessionReport::Releasing(ack)),
+            Some(SessionReport::Releasing(_))
+        ));
+        assert!(answered.try_recv().is_err());
+        let (ack, _) = sync_channel(1);
+        assert!(heard(
+            &sessions,
+            SessionsId(0),
+            current,
+            SessionReport::Releasing(ack)
+        )
+        .is_none());
+    }
 }

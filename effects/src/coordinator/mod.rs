@@ -29,6 +29,7 @@ pub mod release_gate;
 mod runtime_end;
 pub mod session;
 mod session_release;
+pub mod session_report;
 pub mod supervisor;
 pub mod terminal_session;
 

@@ -24,6 +24,7 @@ use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
 use super::session_release::{ReleaseEffects, ReleaseOutcome};
+use super::session_report::SessionReport;
 use super::terminal_session::{command_message, read_leader_pid, GuestTarget};
 use crate::broker::CommittedChild;
 use crate::runsc_exec::GuestControl;
@@ -70,8 +71,9 @@ pub struct PipedParts {
     /// Read end of the pipe named by `--internal-pid-file`.
     pub pid_pipe: OwnedFd,
     pub guest: GuestTarget,
-    /// Told once the release finished, with its outcome.
-    pub ended: Sender<ReleaseOutcome>,
+    /// The session's report queue: told once the release finished, with
+    /// its outcome.
+    pub reports: Sender<SessionReport>,
     /// Commits the durable ReleaseIntent before the release signals.
     pub release: ReleaseGate,
 }
@@ -141,11 +143,11 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
         }),
         observe_due: false,
     };
-    let ended = parts.ended;
+    let reports = parts.reports;
     std::thread::spawn(move || {
         let _span = tracing::info_span!("PipedSession").entered();
         let outcome = driver.run();
-        let _ = ended.send(outcome);
+        let _ = reports.send(SessionReport::Ended(outcome));
     });
     Ok(())
 }

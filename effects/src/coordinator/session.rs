@@ -11,8 +11,8 @@ use super::enter::EnterArgs;
 use super::guest_runner::STDIO_PLACEHOLDER;
 use super::piped_session::{self, PipedParts};
 use super::release_gate::ReleaseGate;
-use super::session_release::ReleaseOutcome;
-use super::terminal_session::{self, GuestTarget, TerminalEvidence, TerminalParts};
+use super::session_report::SessionReport;
+use super::terminal_session::{self, GuestTarget, TerminalParts};
 use super::ENTER_SUBCOMMAND;
 use crate::broker::sys::TargetCommand;
 use crate::broker::{Broker, BrokerError, CommittedChild, ReadinessError};
@@ -140,18 +140,6 @@ pub struct ExecFiles<'a> {
     pub internal_pid_file: &'a str,
 }
 
-/// How a session's own threads reach the coordinator's loop.
-#[derive(Debug)]
-pub struct SessionLinks {
-    /// Told once the session is over (exec client reaped, PTY closed), with
-    /// how its release ended.
-    pub ended: Sender<ReleaseOutcome>,
-    /// Told the PTY and guest leader identity (interactive sessions).
-    pub running: Sender<TerminalEvidence>,
-    /// Commits the durable ReleaseIntent before release signals.
-    pub release: ReleaseGate,
-}
-
 /// Spec 3.4 acquisition step 1 (the model's `RecordTerminalIntent`): the
 /// session and its terminal intent in one Domain Store transaction, before
 /// any PTY or exec client exists.
@@ -192,7 +180,7 @@ pub fn start_session(
     session: SessionId,
     hello: &Hello,
     client: UnixStream,
-    links: SessionLinks,
+    reports: Sender<SessionReport>,
 ) -> Result<(), SessionError> {
     let _span = tracing::info_span!("StartSession").entered();
     let mut ledger = StoreLedger::new(
@@ -258,9 +246,8 @@ pub fn start_session(
             client,
             pid_pipe: pid_r,
             guest: guest_target(ctx),
-            ended: links.ended,
-            running: links.running,
-            release: links.release,
+            release: ReleaseGate::new(reports.clone()),
+            reports,
         })
         .map_err(SessionError::Pipe)?;
         return Ok(());
@@ -289,8 +276,8 @@ pub fn start_session(
         stderr: err_r,
         pid_pipe: pid_r,
         guest: guest_target(ctx),
-        ended: links.ended,
-        release: links.release,
+        release: ReleaseGate::new(reports.clone()),
+        reports,
     })
     .map_err(SessionError::Pipe)?;
     Ok(())

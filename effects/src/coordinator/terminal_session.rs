@@ -27,6 +27,7 @@ use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
 use super::session_release::{ReleaseEffects, ReleaseOutcome};
+use super::session_report::SessionReport;
 use crate::broker::CommittedChild;
 use crate::process_identity::Signal;
 use crate::pty::{Pumped, RealPty, SessionPty, WindowSize};
@@ -102,11 +103,10 @@ pub struct TerminalParts {
     /// Read end of the pipe named by `--internal-pid-file`.
     pub pid_pipe: OwnedFd,
     pub guest: GuestTarget,
-    /// Told once the release finished, with its outcome.
-    pub ended: Sender<ReleaseOutcome>,
-    /// Told the PTY and the guest leader identity once the leader is known
-    /// (spec 3.4 step 3), for the terminal's durable Running record.
-    pub running: Sender<TerminalEvidence>,
+    /// The session's report queue: told the PTY and the guest leader
+    /// identity once the leader is known (spec 3.4 step 3, for the
+    /// terminal's durable Running record), then the release's outcome.
+    pub reports: Sender<SessionReport>,
     /// Commits the durable ReleaseIntent before the release signals.
     pub release: ReleaseGate,
 }
@@ -157,12 +157,12 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
     {
         let control = parts.guest.control();
         let pipe = parts.pid_pipe;
-        let running = parts.running;
+        let reports = parts.reports.clone();
         let pty = parts.pty.identity();
         std::thread::spawn(move || {
             let leader = read_leader(&pipe, &control);
             if let Some(guest) = leader {
-                let _ = running.send(TerminalEvidence { pty, guest });
+                let _ = reports.send(SessionReport::Running(TerminalEvidence { pty, guest }));
             }
             let _ = leader_tx.send(leader);
         });
@@ -190,13 +190,13 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         wake: wake_r,
         observe_due: false,
     };
-    let ended = parts.ended;
+    let reports = parts.reports;
     std::thread::spawn(move || {
         let _span = tracing::info_span!("SessionTerminal").entered();
         let outcome = driver.run();
         // The exit frame gets a bounded time to reach the client.
         let _ = writer_done_rx.recv_timeout(WRITER_FINISH);
-        let _ = ended.send(outcome);
+        let _ = reports.send(SessionReport::Ended(outcome));
     });
     Ok(())
 }
