@@ -806,8 +806,9 @@ impl LaunchInputs<'_> {
 
 /// A connected, matching CLI joins the published generation (its
 /// `ConnectClient` taken): EnrollClient, RecordTerminalIntent (spec 3.4
-/// acquisition step 1), and RegisterSession once its exec client runs; a
-/// session that cannot be started is released (AbortSessionStart, then
+/// acquisition step 1), and RegisterSession once its terminal runs (an
+/// interactive one's on its Running record, [`session_report`]); a session
+/// that cannot be started is released (AbortSessionStart, then
 /// FinishSessionRelease). `timings` are the launch's phases when this
 /// client's connection launched the generation.
 fn admit(
@@ -872,6 +873,11 @@ fn admit(
             .map_err(|e| e.to_string())
         });
     match start {
+        // An interactive session registers when its terminal's Running
+        // record is made: on its guest leader identity (`session_report`).
+        // A piped one has no Running record (schemas.md: the running state
+        // records a PTY): it registers once its exec client runs.
+        Ok(()) if hello.terminal.is_some() => Ok(()),
         Ok(()) => hc.step(Action::RegisterSession { c, s }, |_| Ok(())),
         Err(e) => {
             // Spec 3.4 "Failure before the running state never admits the
@@ -1007,8 +1013,16 @@ fn session_report(
     };
     match report {
         SessionReport::Running(evidence) => {
-            if let Err(e) = record_running(hc, slot, evidence) {
-                tracing::warn!(error = %e, "the session terminal's Running record");
+            // Spec 3.4 acquisition steps 3-4: the guest leader identity is
+            // known; the model's RegisterSession is the Running record.
+            match serve::on_session_running(hc.model.model(), slot) {
+                Some(register) => {
+                    hc.step(register, |hc| record_running(hc, slot, evidence))?;
+                }
+                None => tracing::info!(
+                    ?slot,
+                    "the session's release began before its Running record; it never registers"
+                ),
             }
         }
         SessionReport::Releasing(recorded) => {
@@ -1052,11 +1066,10 @@ fn heard(
     None
 }
 
-/// The terminal's durable Running record (spec 3.4 step 4): this
-/// coordinator's committed direct edge, the PTY master, the container and
-/// the guest leader join the committed exec client in one transaction.
-/// Below the model's abstraction (its `RegisterSession` covers the
-/// terminal reaching Running), so not a model step.
+/// RegisterSession's effect, the terminal's durable Running record (spec
+/// 3.4 acquisition step 4): this coordinator's committed direct edge, the
+/// PTY master, the container and the guest leader join the committed exec
+/// client in one transaction.
 fn record_running(
     hc: &mut Hc<'_, '_>,
     s: SessionsId,

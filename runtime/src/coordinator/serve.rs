@@ -42,9 +42,10 @@ pub enum Admission {
     /// [`Admission::Join`]; a failed launch ends with `ClientExits`.
     Launch,
     /// `EnrollClient` in the published generation, `RecordTerminalIntent`,
-    /// then `RegisterSession` once its exec client runs; a session that
-    /// cannot start is released ([`on_session_ended`]: `AbortSessionStart`,
-    /// then `FinishSessionRelease` or `RetainSessionRelease`).
+    /// then `RegisterSession` once its terminal runs ([`on_session_running`]
+    /// for an interactive session); a session that cannot start is released
+    /// ([`on_session_ended`]: `AbortSessionStart`, then
+    /// `FinishSessionRelease` or `RetainSessionRelease`).
     Join,
     /// `ClientExits`: this coordinator saw the runtime end, and no session
     /// joins an ended sandbox (FR-2; `RegisterSession` needs it running).
@@ -107,6 +108,17 @@ pub struct Close {
 pub struct SessionEnd {
     pub close: Option<Close>,
     pub finish: Action,
+}
+
+/// An interactive session's guest leader identity is known (spec 3.4
+/// acquisition step 3): `RegisterSession`, whose effect is the terminal's
+/// Running record (step 4), while the session is still starting and the
+/// runtime runs. `None` when the session is already closing (the runtime's
+/// end or the session's own release came first): it never reaches Running.
+pub fn on_session_running(model: &HostModel, s: SessionsId) -> Option<Action> {
+    let register = Action::RegisterSession { c: model.me(), s };
+    (model.state().sess.get(s.index()) == Some(&Sess::Starting) && model.check(&register).is_ok())
+        .then_some(register)
 }
 
 /// A session asks to release (spec 3.4 release step 1): `CloseSession`
@@ -370,6 +382,66 @@ mod tests {
             assert_eq!(m.state().sess[first.s.index()], Sess::Absent);
             conforms(&text)?;
         }
+        Ok(())
+    }
+
+    /// An interactive session registers (its Running record) only while it
+    /// is starting in a running sandbox: a release or the runtime's end that
+    /// came first leaves its late guest identity without a step.
+    #[test]
+    fn an_interactive_session_registers_only_while_it_starts() -> TestResult {
+        let (mut m, mut text, first) = serving_one()?;
+        let c = m.me();
+        assert_eq!(on_session_running(&m, first), None, "registered already");
+        let mut starting = Vec::new();
+        for _ in 0..2 {
+            let next = plan(&m, true)?;
+            take_all(
+                &mut m,
+                &mut text,
+                &[
+                    next.connect(),
+                    Action::EnrollClient { c, s: next.s },
+                    Action::RecordTerminalIntent { c, s: next.s },
+                ],
+            )?;
+            starting.push(next.s);
+        }
+        let (released, registered) = (starting[0], starting[1]);
+        // The first one's release comes before its identity.
+        let abort = on_session_releasing(&m, released).ok_or("no release step")?;
+        assert_eq!(abort.action, Action::AbortSessionStart { c, s: released });
+        take_all(&mut m, &mut text, &[abort.action])?;
+        assert_eq!(on_session_running(&m, released), None);
+        // The second one's identity: RegisterSession.
+        let register = on_session_running(&m, registered).ok_or("no registration")?;
+        assert_eq!(register, Action::RegisterSession { c, s: registered });
+        take_all(&mut m, &mut text, &[register])?;
+        assert_eq!(m.state().sess[registered.index()], Sess::Registered);
+        // A third starts, then the runtime ends: it is aborted, never
+        // registered.
+        let late = plan(&m, true)?;
+        take_all(
+            &mut m,
+            &mut text,
+            &[
+                late.connect(),
+                Action::EnrollClient { c, s: late.s },
+                Action::RecordTerminalIntent { c, s: late.s },
+            ],
+        )?;
+        let seen = crate::coordinator::host_model::RuntimeSeen::Ended {
+            supervisor_signalled: true,
+            runsc_outlived: false,
+        };
+        let ended = m.runtime_ended(seen);
+        take_all(&mut m, &mut text, &ended)?;
+        assert_eq!(on_session_running(&m, late.s), None, "the runtime is gone");
+        let closes: Vec<Action> = on_runtime_lost(&m).into_iter().map(|x| x.action).collect();
+        assert!(closes.contains(&Action::AbortSessionStart { c, s: late.s }));
+        take_all(&mut m, &mut text, &closes)?;
+        assert_eq!(on_session_running(&m, late.s), None);
+        conforms(&text)?;
         Ok(())
     }
 
