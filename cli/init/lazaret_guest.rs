@@ -19,11 +19,28 @@
 //!   namespace). Only the signals the session terminal machine sends are
 //!   accepted: HUP 1, INT 2, QUIT 3, KILL 9, TERM 15, TSTP 20, WINCH 28.
 //!
+//! - `lead -- PROGRAM [ARG...]`: the leader of an interactive session
+//!   (spec 3.4 acquisition steps 3-5). `runsc exec` starts this tool as
+//!   the session's guest process, leader of its group, on the session's
+//!   terminal; it holds there, with the terminal's echo and line editing
+//!   off, until the Host Coordinator admits the session by writing one
+//!   newline to the terminal, which it does only once the guest leader
+//!   identity (this process's PID, start time and group) is in the
+//!   Domain Store (a CAN byte, 0x18, says it will not be). It then restores the terminal's settings and executes
+//!   PROGRAM in its own place: the same PID, start time and group, so the
+//!   recorded identity is the command's. Nothing the session's command
+//!   does can happen before its identity is recorded. A session not
+//!   admitted within `ADMISSION_WAIT` ends with status 125 and says so; a
+//!   PROGRAM that cannot be executed ends with 127 (not found) or 126, as
+//!   a shell would.
+//!
 //! Exit status 0 on success; 2 for a malformed request; 1 when the
 //! observation or the signal failed (the reason on stderr). The caller
 //! treats every failure as a mismatch or an unsent signal (fail closed).
 use std::io::{self, Write};
 use std::os::raw::c_int;
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
 
 /// At most this many processes are listed (far above the guest task
 /// ceiling of 1024 per guest user; a listing that would exceed it fails).
@@ -37,9 +54,50 @@ const SIGNALS: [c_int; 7] = [1, 2, 3, 9, 15, 20, 28];
 
 const ENOENT: i32 = 2;
 const ESRCH: i32 = 3;
+const EINTR: i32 = 4;
+
+/// How long a session's leader waits to be admitted. The Host Coordinator
+/// admits within its own bounds (the identity read, 10 s, and the record,
+/// 5 s); past them nothing will.
+const ADMISSION_WAIT: Duration = Duration::from_secs(20);
+/// The one byte that admits the session, and the one that refuses it (the
+/// Host Coordinator could not record the session running).
+const ADMIT: u8 = b'\n';
+const REFUSE: u8 = 0x18;
+
+/// `struct termios` of Linux (asm-generic/termbits.h; x86_64 and aarch64).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Termios {
+    c_iflag: u32,
+    c_oflag: u32,
+    c_cflag: u32,
+    c_lflag: u32,
+    c_line: u8,
+    c_cc: [u8; 32],
+    c_ispeed: u32,
+    c_ospeed: u32,
+}
+const ICANON: u32 = 0o000002;
+const ECHO: u32 = 0o000010;
+const VTIME: usize = 5;
+const VMIN: usize = 6;
+const TCSANOW: c_int = 0;
+
+#[repr(C)]
+struct PollFd {
+    fd: c_int,
+    events: i16,
+    revents: i16,
+}
+const POLLIN: i16 = 1;
 
 extern "C" {
     fn kill(pid: c_int, sig: c_int) -> c_int;
+    fn tcgetattr(fd: c_int, termios: *mut Termios) -> c_int;
+    fn tcsetattr(fd: c_int, action: c_int, termios: *const Termios) -> c_int;
+    fn poll(fds: *mut PollFd, nfds: u64, timeout: c_int) -> c_int;
+    fn read(fd: c_int, buf: *mut u8, count: usize) -> isize;
 }
 
 #[derive(Debug)]
@@ -102,9 +160,105 @@ fn run(args: &[String]) -> Result<(), Failure> {
             }
             _ => Err(Failure::Usage("usage: signal NUMBER PGID".to_owned())),
         },
+        Some((command, rest)) if command == "lead" => match rest.split_first() {
+            Some((dashes, argv)) if dashes == "--" && !argv.is_empty() => lead(argv),
+            _ => Err(Failure::Usage("usage: lead -- PROGRAM [ARG...]".to_owned())),
+        },
         _ => Err(Failure::Usage(
-            "usage: stat [PID...] | signal NUMBER PGID".to_owned(),
+            "usage: stat [PID...] | signal NUMBER PGID | lead -- PROGRAM [ARG...]".to_owned(),
         )),
+    }
+}
+
+/// `lead`: waits for admission on the terminal, then becomes `argv`.
+/// Returns only when either fails.
+fn lead(argv: &[String]) -> Result<(), Failure> {
+    let mut saved = Termios {
+        c_iflag: 0,
+        c_oflag: 0,
+        c_cflag: 0,
+        c_lflag: 0,
+        c_line: 0,
+        c_cc: [0; 32],
+        c_ispeed: 0,
+        c_ospeed: 0,
+    };
+    // SAFETY: tcgetattr writes one `struct termios`, which `saved` is (the
+    // kernel's layout), and reads nothing of ours.
+    let terminal = unsafe { tcgetattr(0, &mut saved) } == 0;
+    if terminal {
+        let mut quiet = saved;
+        quiet.c_lflag &= !(ICANON | ECHO);
+        quiet.c_cc[VMIN] = 1;
+        quiet.c_cc[VTIME] = 0;
+        // SAFETY: tcsetattr reads the one `struct termios` passed.
+        if unsafe { tcsetattr(0, TCSANOW, &quiet) } != 0 {
+            return Err(Failure::Failed(format!(
+                "the session's terminal settings: {}",
+                io::Error::last_os_error()
+            )));
+        }
+    }
+    let admitted = wait_for_admission();
+    if terminal {
+        // SAFETY: as above; the settings this process found.
+        unsafe { tcsetattr(0, TCSANOW, &saved) };
+    }
+    if let Err(why) = admitted {
+        let _ = writeln!(io::stderr(), "lazaret: this session was not admitted: {why}");
+        std::process::exit(125);
+    }
+    let error = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+    let _ = writeln!(io::stderr(), "lazaret: {}: {error}", argv[0]);
+    std::process::exit(if error.raw_os_error() == Some(ENOENT) {
+        127
+    } else {
+        126
+    });
+}
+
+/// Reads the admitting byte from the terminal, at most `ADMISSION_WAIT`.
+fn wait_for_admission() -> Result<(), String> {
+    let deadline = Instant::now() + ADMISSION_WAIT;
+    loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .ok_or("the Host Coordinator did not record its guest identity in time")?;
+        let mut fd = PollFd {
+            fd: 0,
+            events: POLLIN,
+            revents: 0,
+        };
+        let timeout = c_int::try_from(left.as_millis()).unwrap_or(c_int::MAX).max(1);
+        // SAFETY: poll reads and writes the one `PollFd` passed.
+        let ready = unsafe { poll(&mut fd, 1, timeout) };
+        if ready < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(EINTR) {
+                continue;
+            }
+            return Err(format!("waiting on the terminal: {e}"));
+        }
+        if ready == 0 {
+            continue;
+        }
+        let mut byte = 0u8;
+        // SAFETY: read writes at most one byte into `byte`.
+        match unsafe { read(0, &mut byte, 1) } {
+            1 if byte == ADMIT => return Ok(()),
+            1 if byte == REFUSE => {
+                return Err("the Host Coordinator could not record it running".to_owned())
+            }
+            1 => return Err(format!("unexpected byte {byte:#04x} before admission")),
+            0 => return Err("the terminal closed before admission".to_owned()),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(EINTR) {
+                    continue;
+                }
+                return Err(format!("reading the terminal: {e}"));
+            }
+        }
     }
 }
 

@@ -338,16 +338,7 @@ fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-    let live: Vec<PathBuf> = runtime_files(&domain.home.join("run"))
-        .into_iter()
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
-                && p.extension().is_some_and(|e| e == "jsonl")
-        })
-        .collect();
-    assert_eq!(live.len(), 1, "the live trace: {live:?}");
-    let trace = std::fs::read_to_string(&live[0]).unwrap_or_default();
+    let trace = live_trace(&domain.home);
     assert!(
         trace.contains("\"CloseSession\""),
         "SIGHUP reached the guest before its ReleaseIntent was recorded:\n{trace}"
@@ -402,6 +393,74 @@ fn a_killed_client_releases_its_guest_group_in_order_and_the_domain_lives_on() {
     holder.keys(&["exit", "Enter"]);
     assert_eq!(domain.status("holder", &holder), "0");
     drop((holder, victim, joiner));
+    domain.finish();
+}
+
+/// The live trace of the Domain under `home` (one generation running).
+fn live_trace(home: &Path) -> String {
+    let live: Vec<PathBuf> = runtime_files(&home.join("run"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
+                && p.extension().is_some_and(|e| e == "jsonl")
+        })
+        .collect();
+    assert_eq!(live.len(), 1, "the live trace: {live:?}");
+    std::fs::read_to_string(&live[0]).unwrap_or_default()
+}
+
+/// Spec 3.4 acquisition steps 3-5: an interactive command starts only once
+/// its guest leader identity is recorded (the model's RegisterSession, the
+/// terminal's Running record), and terminal events are taken only from
+/// then on. A command that ends at once (`true`) is still registered (its
+/// identity is read while Lazaret's guest leader holds it), and keys typed
+/// before the admission reach the command after it, once.
+#[test]
+fn a_command_starts_only_after_its_terminal_is_recorded_running() {
+    let domain = Domain::new("admission-e2e");
+    let holder = domain.tmux("holder", &domain.pane("holder", "default"));
+    holder.wait_for("the holder's prompt", Duration::from_secs(60), prompt);
+    let actions = || -> Vec<String> {
+        live_trace(&domain.home)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["action"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let registered = || actions().iter().filter(|a| *a == "RegisterSession").count();
+    assert_eq!(registered(), 1, "{:?}", actions());
+
+    for n in 0..3 {
+        let tag = format!("fast{n}");
+        let fast = domain.tmux(&tag, &domain.pane(&tag, "default -- true"));
+        assert_eq!(domain.status(&tag, &fast), "0");
+        assert_eq!(registered(), 2 + n, "{:?}", actions());
+    }
+
+    // Typed while the CLI starts: held until the session is admitted (the
+    // guest leader would refuse any byte but the admission's), then read
+    // by the command.
+    let typed = domain.tmux(
+        "typed",
+        &domain.pane(
+            "typed",
+            "default -- bash -c 'read -r line; echo \"got=$line\"; exit 7'",
+        ),
+    );
+    typed.keys(&["typed-ahead", "Enter"]);
+    assert_eq!(domain.status("typed", &typed), "7");
+    let screen = typed.screen();
+    assert!(
+        screen.lines().any(|l| l.trim() == "got=typed-ahead"),
+        "{screen}"
+    );
+    assert!(!screen.contains("not admitted"), "{screen}");
+    assert_eq!(registered(), 5, "{:?}", actions());
+
+    holder.keys(&["exit", "Enter"]);
+    assert_eq!(domain.status("holder", &holder), "0");
+    drop((holder, typed));
     domain.finish();
 }
 

@@ -1012,17 +1012,25 @@ fn session_report(
         return Ok(());
     };
     match report {
-        SessionReport::Running(evidence) => {
+        SessionReport::Running {
+            evidence,
+            registered,
+        } => {
             // Spec 3.4 acquisition steps 3-4: the guest leader identity is
             // known; the model's RegisterSession is the Running record.
+            // The answer admits the session (step 5, `terminal_session`).
             match serve::on_session_running(hc.model.model(), slot) {
                 Some(register) => {
                     hc.step(register, |hc| record_running(hc, slot, evidence))?;
+                    let _ = registered.send(true);
                 }
-                None => tracing::info!(
-                    ?slot,
-                    "the session's release began before its Running record; it never registers"
-                ),
+                None => {
+                    tracing::info!(
+                        ?slot,
+                        "the session's release began before its Running record; it never registers"
+                    );
+                    let _ = registered.send(false);
+                }
             }
         }
         SessionReport::Releasing(recorded) => {

@@ -20,7 +20,7 @@ use crate::domain_store::{DomainStore, SlotTarget, StoreError, StoreLedger, Stor
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::ProcessHandle;
 use crate::pty::{RealPty, SessionPty, WindowSize};
-use crate::runsc_exec::{ExecProcess, Runsc};
+use crate::runsc_exec::{ExecProcess, GuestTools, Runsc};
 use lazaret_runtime::config::ResolvedEnvironment;
 use lazaret_runtime::coordinator::messages::{Hello, TerminalSize};
 use lazaret_runtime::records::domain::Session;
@@ -202,7 +202,7 @@ pub fn start_session(
         None => {}
     }
     let process = ExecProcess {
-        args: hello.argv.clone(),
+        args: session_args(hello),
         env,
         terminal: hello.terminal.is_some(),
     };
@@ -317,6 +317,24 @@ fn window_size(size: TerminalSize) -> Result<WindowSize, SessionError> {
 /// Guest control for the Host Coordinator: `runsc` runs through
 /// `lazaret __enter` into the Runtime Supervisor's namespaces, like the exec
 /// client; the runner fills in the `--stdio` descriptors.
+/// The guest argv: an interactive session's command runs under Lazaret's
+/// guest leader (`lazaret-guest lead`), which holds it until the session is
+/// admitted (spec 3.4 acquisition steps 3-5, `terminal_session`); a piped
+/// one's runs as it is. An empty command stays empty (refused by
+/// `ExecProcess::to_json`).
+fn session_args(hello: &Hello) -> Vec<String> {
+    if hello.terminal.is_none() || hello.argv.is_empty() {
+        return hello.argv.clone();
+    }
+    let mut args = vec![
+        GuestTools::default().tool,
+        "lead".to_owned(),
+        "--".to_owned(),
+    ];
+    args.extend(hello.argv.iter().cloned());
+    args
+}
+
 fn guest_target(ctx: &SessionContext<'_>) -> GuestTarget {
     let identity = ctx.supervisor.identity();
     let enter = EnterArgs {

@@ -18,8 +18,13 @@ use super::terminal_session::TerminalEvidence;
 #[derive(Debug)]
 pub enum SessionReport {
     /// The PTY and the guest leader identity are known (interactive
-    /// sessions).
-    Running(TerminalEvidence),
+    /// sessions): answered `true` once the terminal's Running record is
+    /// durable (the model's RegisterSession), `false` when the session
+    /// will not run (its release came first).
+    Running {
+        evidence: TerminalEvidence,
+        registered: SyncSender<bool>,
+    },
     /// The release starts: its ReleaseIntent must be durable (answered on
     /// the sender) before any release signal.
     Releasing(SyncSender<()>),

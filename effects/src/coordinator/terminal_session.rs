@@ -53,7 +53,7 @@ use std::num::NonZeroU16;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,9 @@ const READS_PER_TURN_MAX: usize = 16;
 /// How long the loop waits for the guest leader identity when a release
 /// needs it.
 const IDENTITY_WAIT: Duration = Duration::from_secs(10);
+/// How long the identity thread waits for the coordinator's Running
+/// record before the session is refused.
+const RECORD_WAIT: Duration = Duration::from_secs(5);
 /// How long the exec client may take to write `--internal-pid-file`.
 const PID_FILE_WAIT: Duration = Duration::from_secs(10);
 /// How long the last frames (the exit) may take to reach the client.
@@ -124,9 +127,34 @@ enum Inbound {
 }
 
 enum Leader {
-    Waiting(Receiver<Option<GuestProcessIdentity>>),
+    Waiting(Receiver<Admission>),
     Known(Option<GuestProcessIdentity>),
 }
+
+/// What the identity thread found (spec 3.4 acquisition steps 3-4): the
+/// guest leader, and whether the coordinator recorded the terminal running.
+struct Admission {
+    leader: Option<GuestProcessIdentity>,
+    admitted: bool,
+}
+
+/// Whether the session's terminal events are taken (spec 3.4 acquisition
+/// step 5). The guest leader (`lazaret-guest lead`) holds the command until
+/// the gate opens: one newline admits it, a CAN byte refuses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    /// The Running record is not made yet: client events wait in the
+    /// inbound queue, unread.
+    Closed,
+    Admitted,
+    /// The session will not run: the leader is told, ends with status 125,
+    /// and the release follows its exit; client events are never taken.
+    Refused,
+}
+
+/// What the guest leader reads on the terminal (`cli/init/lazaret_guest.rs`).
+const ADMIT: u8 = b'\n';
+const REFUSE: u8 = 0x18;
 
 /// Starts the session's threads.
 pub fn spawn(parts: TerminalParts) -> io::Result<()> {
@@ -159,12 +187,22 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         let pipe = parts.pid_pipe;
         let reports = parts.reports.clone();
         let pty = parts.pty.identity();
+        let wake = Arc::clone(&wake_w);
         std::thread::spawn(move || {
             let leader = read_leader(&pipe, &control);
-            if let Some(guest) = leader {
-                let _ = reports.send(SessionReport::Running(TerminalEvidence { pty, guest }));
-            }
-            let _ = leader_tx.send(leader);
+            let admitted = leader.is_some_and(|guest| {
+                let (registered, answer) = mpsc::sync_channel(1);
+                let evidence = TerminalEvidence { pty, guest };
+                reports
+                    .send(SessionReport::Running {
+                        evidence,
+                        registered,
+                    })
+                    .is_ok()
+                    && answer.recv_timeout(RECORD_WAIT).unwrap_or(false)
+            });
+            let _ = leader_tx.send(Admission { leader, admitted });
+            poke(&wake);
         });
     }
     let driver = Driver {
@@ -186,6 +224,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         writer_failed,
         pending_out: None,
         leader: Leader::Waiting(leader_rx),
+        gate: Gate::Closed,
         control: parts.guest.control(),
         wake: wake_r,
         observe_due: false,
@@ -308,6 +347,7 @@ struct Driver {
     writer_failed: Arc<AtomicBool>,
     pending_out: Option<CoordinatorMessage>,
     leader: Leader,
+    gate: Gate,
     control: GuestControl<'static, EnteredRunner>,
     wake: OwnedFd,
     /// The machine asked for an observation (`ObserveGroup`).
@@ -411,6 +451,10 @@ impl Driver {
             self.client_lost_fed = true;
             self.feed(Input::ClientLost, work);
         }
+        self.poll_admission();
+        if self.gate != Gate::Admitted {
+            return;
+        }
         for _ in 0..EVENTS_PER_TURN_MAX {
             if self.pty.as_ref().is_some_and(|p| p.input_pending() > 0) {
                 break;
@@ -505,11 +549,48 @@ impl Driver {
 
     fn leader(&mut self) -> Option<GuestProcessIdentity> {
         if let Leader::Waiting(rx) = &self.leader {
-            self.leader = Leader::Known(rx.recv_timeout(IDENTITY_WAIT).ok().flatten());
+            let admission = rx.recv_timeout(IDENTITY_WAIT).ok();
+            self.settle(admission);
         }
         match self.leader {
             Leader::Known(identity) => identity,
             Leader::Waiting(_) => None,
+        }
+    }
+
+    /// Opens the gate once the identity thread has answered (spec 3.4
+    /// acquisition step 5), without waiting for it.
+    fn poll_admission(&mut self) {
+        if let Leader::Waiting(rx) = &self.leader {
+            match rx.try_recv() {
+                Ok(admission) => self.settle(Some(admission)),
+                Err(TryRecvError::Disconnected) => self.settle(None),
+                Err(TryRecvError::Empty) => {}
+            }
+        }
+    }
+
+    /// The identity thread's answer (`None`: it gave none in time): the
+    /// leader is known, and the guest leader is admitted only when the
+    /// coordinator recorded the terminal running.
+    fn settle(&mut self, admission: Option<Admission>) {
+        let (leader, admitted) = admission.map_or((None, false), |a| (a.leader, a.admitted));
+        self.leader = Leader::Known(leader);
+        // A release that began first (the client left while the identity
+        // was read) never starts the command.
+        let (gate, byte) = if admitted && self.machine.release_reason().is_none() {
+            (Gate::Admitted, ADMIT)
+        } else {
+            tracing::warn!("the session was not recorded running; its command is not started");
+            (Gate::Refused, REFUSE)
+        };
+        self.gate = gate;
+        let Some(pty) = self.pty.as_mut() else {
+            return;
+        };
+        let written = Chunk::new(vec![byte]).map(|chunk| pty.write_input(&chunk));
+        if let Ok(Err(e)) = written {
+            tracing::warn!(error = %e, "the session's guest leader could not be told");
         }
     }
 
