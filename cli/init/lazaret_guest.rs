@@ -57,15 +57,19 @@ const ESRCH: i32 = 3;
 const EINTR: i32 = 4;
 
 /// How long a session's leader waits to be admitted. The Host Coordinator
-/// admits within its own bounds (the identity read, 10 s, and the record,
-/// 5 s); past them nothing will.
-const ADMISSION_WAIT: Duration = Duration::from_secs(20);
+/// answers within its own bounds (the PID, 10 s, the identity read, 10 s,
+/// and the record, 30 s); past them nothing will.
+const ADMISSION_WAIT: Duration = Duration::from_secs(60);
 /// The one byte that admits the session, and the one that refuses it (the
 /// Host Coordinator could not record the session running).
 const ADMIT: u8 = b'\n';
 const REFUSE: u8 = 0x18;
 
-/// `struct termios` of Linux (asm-generic/termbits.h; x86_64 and aarch64).
+/// The C library's `struct termios`, which `tcgetattr` fills (glibc's
+/// `bits/termios-struct.h`, the same in musl on x86_64 and aarch64:
+/// `NCCS` 32 and the two speeds, 60 bytes). Not the kernel's own
+/// `struct termios`, which has 19 control characters: the library
+/// converts.
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Termios {
@@ -78,6 +82,7 @@ struct Termios {
     c_ispeed: u32,
     c_ospeed: u32,
 }
+const _: () = assert!(std::mem::size_of::<Termios>() == 60);
 const ICANON: u32 = 0o000002;
 const ECHO: u32 = 0o000010;
 const VTIME: usize = 5;
@@ -96,7 +101,7 @@ extern "C" {
     fn kill(pid: c_int, sig: c_int) -> c_int;
     fn tcgetattr(fd: c_int, termios: *mut Termios) -> c_int;
     fn tcsetattr(fd: c_int, action: c_int, termios: *const Termios) -> c_int;
-    fn poll(fds: *mut PollFd, nfds: u64, timeout: c_int) -> c_int;
+    fn poll(fds: *mut PollFd, nfds: std::os::raw::c_ulong, timeout: c_int) -> c_int;
     fn read(fd: c_int, buf: *mut u8, count: usize) -> isize;
 }
 
@@ -183,8 +188,8 @@ fn lead(argv: &[String]) -> Result<(), Failure> {
         c_ispeed: 0,
         c_ospeed: 0,
     };
-    // SAFETY: tcgetattr writes one `struct termios`, which `saved` is (the
-    // kernel's layout), and reads nothing of ours.
+    // SAFETY: tcgetattr writes one C library `struct termios`, which
+    // `saved` is (its layout, size checked above), and reads nothing else.
     let terminal = unsafe { tcgetattr(0, &mut saved) } == 0;
     if terminal {
         let mut quiet = saved;
@@ -193,10 +198,12 @@ fn lead(argv: &[String]) -> Result<(), Failure> {
         quiet.c_cc[VTIME] = 0;
         // SAFETY: tcsetattr reads the one `struct termios` passed.
         if unsafe { tcsetattr(0, TCSANOW, &quiet) } != 0 {
-            return Err(Failure::Failed(format!(
-                "the session's terminal settings: {}",
-                io::Error::last_os_error()
-            )));
+            let e = io::Error::last_os_error();
+            let _ = writeln!(
+                io::stderr(),
+                "lazaret: this session was not admitted: the terminal's settings: {e}"
+            );
+            std::process::exit(125);
         }
     }
     let admitted = wait_for_admission();

@@ -5,8 +5,9 @@
 //! something else than the step says — injected here with the crash-point
 //! build's fault `teardown-keeps-published` (`BeginTeardown` writes nothing,
 //! so the store keeps `Published`) — runs to a clean end the product does
-//! not notice, and fails replay at that step, naming both values. Needs the
-//! `crash-points` feature.
+//! not notice, and fails replay at that step, naming both values. A fault
+//! that refuses a session's Running record shows the refusal path of spec
+//! 3.4's admission end to end. Needs the `crash-points` feature.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 
 mod support;
@@ -99,4 +100,40 @@ fn a_retained_release_recorded_clean_fails_replay() {
     let clean = clean_run_replays(&env);
     assert!(clean.contains("\"termsLeft\":true"), "{clean}");
     assert!(clean.contains("CleanSessionTerminals"), "{clean}");
+}
+
+/// Spec 3.4 "Failure before the running state never admits the terminal".
+/// The fault `running-record-refused` makes the coordinator answer an
+/// interactive session's guest identity as if its Running record could not
+/// be made: Lazaret's guest leader is refused, so the command never runs
+/// (its marker is never written), the CLI ends with 125 and says why, and
+/// the trace takes `AbortSessionStart`, never `RegisterSession`, and
+/// replays. Nothing is left.
+#[test]
+fn a_session_not_recorded_running_never_runs_its_command() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::new("refused-admission", &default_image());
+    let out = env.run_on_terminal_env(
+        &["default", "--", "sh", "-c", "touch /workspace/ran"],
+        &[("LAZARET_FAULT", "running-record-refused")],
+    );
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(125), "{shown}");
+    assert!(shown.contains("this session was not admitted"), "{shown}");
+    assert!(!env.workspace.join("ran").exists(), "the command ran");
+    env.assert_nothing_running();
+    env.assert_store_clean();
+    let traces = env.traces();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    let trace = std::fs::read_to_string(&traces[0]).unwrap();
+    assert!(trace.contains("\"AbortSessionStart\""), "{trace}");
+    assert!(!trace.contains("\"RegisterSession\""), "{trace}");
+    let replay = replay_trace(&traces[0]);
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{}{}",
+        text(&replay.stdout),
+        text(&replay.stderr)
+    );
 }

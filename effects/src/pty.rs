@@ -73,6 +73,8 @@ pub trait PtySys {
     /// `TCGETS` on the master, which Linux answers with the slave's termios:
     /// `ISIG` and the `VINTR`/`VQUIT`/`VSUSP` characters the guest set.
     fn signal_keys(&self, master: BorrowedFd<'_>) -> io::Result<SignalKeys>;
+    /// `TCGETS` on the master: whether the slave echoes typed input (`ECHO`).
+    fn echoes(&self, master: BorrowedFd<'_>) -> io::Result<bool>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +181,16 @@ impl<'s, S: PtySys> SessionPty<'s, S> {
     pub fn signal_keys(&self) -> Result<SignalKeys, PtyError> {
         self.sys
             .signal_keys(self.master.as_fd())
+            .map_err(|source| PtyError::Settings {
+                slave: self.slave_name.clone(),
+                source,
+            })
+    }
+
+    /// Whether the slave echoes typed input now (the guest's `ECHO`).
+    pub fn echoes(&self) -> Result<bool, PtyError> {
+        self.sys
+            .echoes(self.master.as_fd())
             .map_err(|source| PtyError::Settings {
                 slave: self.slave_name.clone(),
                 source,

@@ -264,7 +264,13 @@ impl Env {
     /// command runs under util-linux `script` on an 80x24 pseudo-terminal,
     /// whose output (stdout and stderr together) is the returned stdout.
     pub fn run_on_terminal(&self, args: &[&str]) -> Output {
-        let cmd = self.command(args);
+        self.run_on_terminal_env(args, &[])
+    }
+
+    /// [`Env::run_on_terminal`] with extra environment variables for the
+    /// CLI ([`Env::command_env`]).
+    pub fn run_on_terminal_env(&self, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        let cmd = self.command_env(args, vars);
         let argv: Vec<String> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())

@@ -1019,15 +1019,23 @@ fn session_report(
             // Spec 3.4 acquisition steps 3-4: the guest leader identity is
             // known; the model's RegisterSession is the Running record.
             // The answer admits the session (step 5, `terminal_session`).
-            match serve::on_session_running(hc.model.model(), slot) {
-                Some(register) => {
-                    hc.step(register, |hc| record_running(hc, slot, evidence))?;
+            // Fault `running-record-refused` (crash-point builds only): the
+            // session is answered as if its record could not be made.
+            let register = serve::on_session_running(hc.model.model(), slot)
+                .filter(|_| !fault!("running-record-refused"));
+            let record = match register {
+                Some(_) => running_record(hc, slot, evidence)?,
+                None => None,
+            };
+            match register.zip(record) {
+                Some((register, record)) => {
+                    hc.step(register, |hc| hc.apply(&[record]))?;
                     let _ = registered.send(true);
                 }
                 None => {
                     tracing::info!(
                         ?slot,
-                        "the session's release began before its Running record; it never registers"
+                        "the session is not recorded running (its release began first); it is not admitted"
                     );
                     let _ = registered.send(false);
                 }
@@ -1077,14 +1085,15 @@ fn heard(
 /// RegisterSession's effect, the terminal's durable Running record (spec
 /// 3.4 acquisition step 4): this coordinator's committed direct edge, the
 /// PTY master, the container and the guest leader join the committed exec
-/// client in one transaction.
-fn record_running(
-    hc: &mut Hc<'_, '_>,
+/// client in one transaction. `None` when the slot's terminal is no
+/// recorded Intent (nothing to promote): the session is then not admitted.
+fn running_record(
+    hc: &Hc<'_, '_>,
     s: SessionsId,
     evidence: TerminalEvidence,
-) -> Result<(), CoordinatorError> {
+) -> Result<Option<StoreOp>, CoordinatorError> {
     let (Some(&session), Some(g)) = (hc.sessions.get(&s), hc.generation.as_ref()) else {
-        return Ok(());
+        return Ok(None);
     };
     let generation = hc.id;
     let container = ContainerId::new(g.container_id.clone()).map_err(|source| {
@@ -1098,10 +1107,10 @@ fn record_running(
         .terminal(generation, session)
         .map_err(|e| hc.store_err(e))?
     else {
-        return Ok(());
+        return Ok(None);
     };
     if t.state != SessionTerminalState::Intent {
-        return Ok(());
+        return Ok(None);
     }
     let mut snapshot = t.snapshot.clone();
     snapshot.container_id = Some(container);
@@ -1109,11 +1118,11 @@ fn record_running(
         PersistedHostProcessOwnership::Committed(HostProcessIdentity { identity: hc.own });
     snapshot.pty_master = Some(evidence.pty);
     snapshot.guest_process = Some(evidence.guest);
-    hc.apply(&[StoreOp::Terminal {
+    Ok(Some(StoreOp::Terminal {
         generation,
         session,
         op: TerminalOp::Run(snapshot),
-    }])
+    }))
 }
 
 /// The session's report queue: one forwarder keeps its reports in the order
@@ -1197,6 +1206,7 @@ fn next_generation(store: &DomainStore<'_>, path: &Path) -> Result<GenerationId,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lazaret_runtime::records::terminal::{GuestProcessIdentity, PtyIdentity};
     use std::sync::mpsc::sync_channel;
 
     fn event_of(events: &Receiver<HcEvent>) -> (SessionsId, SessionId, SessionReport) {
@@ -1254,6 +1264,28 @@ mod tests {
             SessionReport::Ended(ReleaseOutcome::Clean)
         )
         .is_none());
+        // Its late guest identity is never recorded for the current
+        // session, and its identity thread hears it was not admitted (the
+        // answer is dropped, not left waiting).
+        let evidence = TerminalEvidence {
+            pty: PtyIdentity {
+                master_fd: 9,
+                device: 1,
+                inode: 2,
+            },
+            guest: GuestProcessIdentity {
+                leader_pid: 5,
+                leader_start_time: 6,
+                process_group_id: 5,
+            },
+        };
+        let (registered, answer) = sync_channel(1);
+        let running = SessionReport::Running {
+            evidence,
+            registered,
+        };
+        assert!(heard(&sessions, slot, over, running).is_none());
+        assert!(answer.recv_timeout(Duration::from_secs(1)).is_err());
         // The same slot's current session, and a free slot.
         let (ack, answered) = sync_channel(1);
         assert!(matches!(

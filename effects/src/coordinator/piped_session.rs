@@ -400,6 +400,6 @@ impl Driver {
 
     /// Sleeps until an event, the exec client's exit or the nearest timer.
     fn wait(&mut self, work: &mut VecDeque<Input>) {
-        self.effects.wait(&self.wake, None, work);
+        self.effects.wait(&self.wake, None, None, work);
     }
 }

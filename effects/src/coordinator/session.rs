@@ -314,9 +314,6 @@ fn window_size(size: TerminalSize) -> Result<WindowSize, SessionError> {
     }
 }
 
-/// Guest control for the Host Coordinator: `runsc` runs through
-/// `lazaret __enter` into the Runtime Supervisor's namespaces, like the exec
-/// client; the runner fills in the `--stdio` descriptors.
 /// The guest argv: an interactive session's command runs under Lazaret's
 /// guest leader (`lazaret-guest lead`), which holds it until the session is
 /// admitted (spec 3.4 acquisition steps 3-5, `terminal_session`); a piped
@@ -335,6 +332,9 @@ fn session_args(hello: &Hello) -> Vec<String> {
     args
 }
 
+/// Guest control for the Host Coordinator: `runsc` runs through
+/// `lazaret __enter` into the Runtime Supervisor's namespaces, like the exec
+/// client; the runner fills in the `--stdio` descriptors.
 fn guest_target(ctx: &SessionContext<'_>) -> GuestTarget {
     let identity = ctx.supervisor.identity();
     let enter = EnterArgs {

@@ -84,16 +84,18 @@ impl ReleaseEffects {
 
     /// A driver's sleep: until its `wake` descriptor (client input, output
     /// forwarders), the exec client's exit, `extra` (the terminal driver's
-    /// PTY master with the events it waits for) or the nearest timer; then
-    /// the wake descriptor is drained and what ended or fell due is
-    /// collected into `work`.
+    /// PTY master with the events it waits for), the nearest timer or
+    /// `at_most`; then the wake descriptor is drained and what ended or
+    /// fell due is collected into `work`.
     pub(super) fn wait(
         &mut self,
         wake: &OwnedFd,
         extra: Option<(BorrowedFd<'_>, PollFlags)>,
+        at_most: Option<Duration>,
         work: &mut VecDeque<Input>,
     ) {
-        let timeout = Timespec::try_from(self.sleep()).unwrap_or(Timespec {
+        let sleep = at_most.map_or(self.sleep(), |cap| self.sleep().min(cap));
+        let timeout = Timespec::try_from(sleep).unwrap_or(Timespec {
             tv_sec: 1,
             tv_nsec: 0,
         });

@@ -67,8 +67,9 @@ const READS_PER_TURN_MAX: usize = 16;
 /// needs it.
 const IDENTITY_WAIT: Duration = Duration::from_secs(10);
 /// How long the identity thread waits for the coordinator's Running
-/// record before the session is refused.
-const RECORD_WAIT: Duration = Duration::from_secs(5);
+/// record before the session is refused: far above a busy loop's answer
+/// (a dead coordinator disconnects at once).
+const RECORD_WAIT: Duration = Duration::from_secs(30);
 /// How long the exec client may take to write `--internal-pid-file`.
 const PID_FILE_WAIT: Duration = Duration::from_secs(10);
 /// How long the last frames (the exit) may take to reach the client.
@@ -127,30 +128,36 @@ enum Inbound {
 }
 
 enum Leader {
-    Waiting(Receiver<Admission>),
+    Waiting(Receiver<Option<GuestProcessIdentity>>),
     Known(Option<GuestProcessIdentity>),
-}
-
-/// What the identity thread found (spec 3.4 acquisition steps 3-4): the
-/// guest leader, and whether the coordinator recorded the terminal running.
-struct Admission {
-    leader: Option<GuestProcessIdentity>,
-    admitted: bool,
 }
 
 /// Whether the session's terminal events are taken (spec 3.4 acquisition
 /// step 5). The guest leader (`lazaret-guest lead`) holds the command until
-/// the gate opens: one newline admits it, a CAN byte refuses it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// it is told: one newline admits it, a CAN byte refuses it.
+#[derive(Debug)]
 enum Gate {
-    /// The Running record is not made yet: client events wait in the
-    /// inbound queue, unread.
-    Closed,
+    /// Waiting for the identity thread's answer: whether the coordinator
+    /// recorded the terminal running. Client events wait in the inbound
+    /// queue, unread, except the client's loss.
+    Closed(Receiver<bool>),
+    /// The newline is written; the guest leader restores the terminal's
+    /// settings before it executes the command. Client events wait until
+    /// the terminal echoes again (bounded by `RESTORE_WAIT`), so keys typed
+    /// meanwhile are echoed and edited as the command's terminal does.
+    Admitting(Instant),
     Admitted,
-    /// The session will not run: the leader is told, ends with status 125,
-    /// and the release follows its exit; client events are never taken.
+    /// The session will not run: the guest leader is told, ends with
+    /// status 125 without running the command, and the release follows
+    /// its exit; client events are never taken.
     Refused,
 }
+
+/// How long the loop waits for the guest leader to restore the terminal's
+/// settings after the admission (it does so at once), and how often it
+/// looks meanwhile.
+const RESTORE_WAIT: Duration = Duration::from_secs(1);
+const RESTORE_POLL: Duration = Duration::from_millis(2);
 
 /// What the guest leader reads on the terminal (`cli/init/lazaret_guest.rs`).
 const ADMIT: u8 = b'\n';
@@ -169,10 +176,13 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
     let (writer_done_tx, writer_done_rx) = mpsc::channel::<()>();
     let writer_failed = Arc::new(AtomicBool::new(false));
     let (leader_tx, leader_rx) = mpsc::channel();
+    let (admission_tx, admission_rx) = mpsc::channel();
+    let client_gone = Arc::new(AtomicBool::new(false));
     {
         let wake = Arc::clone(&wake_w);
         let stream = parts.client;
-        std::thread::spawn(move || read_client(stream, &inbound_tx, &wake));
+        let gone = Arc::clone(&client_gone);
+        std::thread::spawn(move || read_client(stream, &inbound_tx, &gone, &wake));
     }
     {
         let wake = Arc::clone(&wake_w);
@@ -190,6 +200,10 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         let wake = Arc::clone(&wake_w);
         std::thread::spawn(move || {
             let leader = read_leader(&pipe, &control);
+            // A release needs the identity, not the admission: it gets it
+            // first.
+            let _ = leader_tx.send(leader);
+            poke(&wake);
             let admitted = leader.is_some_and(|guest| {
                 let (registered, answer) = mpsc::sync_channel(1);
                 let evidence = TerminalEvidence { pty, guest };
@@ -201,7 +215,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
                     .is_ok()
                     && answer.recv_timeout(RECORD_WAIT).unwrap_or(false)
             });
-            let _ = leader_tx.send(Admission { leader, admitted });
+            let _ = admission_tx.send(admitted);
             poke(&wake);
         });
     }
@@ -224,7 +238,8 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         writer_failed,
         pending_out: None,
         leader: Leader::Waiting(leader_rx),
-        gate: Gate::Closed,
+        gate: Gate::Closed(admission_rx),
+        client_gone,
         control: parts.guest.control(),
         wake: wake_r,
         observe_due: false,
@@ -245,13 +260,22 @@ fn poke(wake: &OwnedFd) {
     let _ = rustix::io::write(wake, &[1]);
 }
 
-fn read_client(mut stream: UnixStream, tx: &SyncSender<Inbound>, wake: &OwnedFd) {
+fn read_client(
+    mut stream: UnixStream,
+    tx: &SyncSender<Inbound>,
+    gone: &AtomicBool,
+    wake: &OwnedFd,
+) {
     loop {
         let inbound = match channel::receive::<ClientMessage>(&mut stream, "session") {
             Ok(message) => Inbound::Message(message),
             Err(_) => Inbound::Lost,
         };
         let lost = matches!(inbound, Inbound::Lost);
+        if lost {
+            gone.store(true, Ordering::SeqCst);
+            poke(wake);
+        }
         // Blocks while the session's inbound queue is full: the socket
         // then holds the client back.
         if tx.send(inbound).is_err() {
@@ -348,6 +372,9 @@ struct Driver {
     pending_out: Option<CoordinatorMessage>,
     leader: Leader,
     gate: Gate,
+    /// Set by the reader thread before it queues the client's loss: seen
+    /// while the gate is closed and the queue is not read.
+    client_gone: Arc<AtomicBool>,
     control: GuestControl<'static, EnteredRunner>,
     wake: OwnedFd,
     /// The machine asked for an observation (`ObserveGroup`).
@@ -452,7 +479,15 @@ impl Driver {
             self.feed(Input::ClientLost, work);
         }
         self.poll_admission();
-        if self.gate != Gate::Admitted {
+        if !matches!(self.gate, Gate::Admitted) {
+            // The client's loss is a release input whatever the gate: a
+            // client that left before the admission never has its command
+            // started.
+            if self.client_gone.load(Ordering::SeqCst) && !self.client_lost_fed {
+                self.client_lost_fed = true;
+                self.feed(Input::ClientLost, work);
+                self.poll_admission();
+            }
             return;
         }
         for _ in 0..EVENTS_PER_TURN_MAX {
@@ -549,8 +584,7 @@ impl Driver {
 
     fn leader(&mut self) -> Option<GuestProcessIdentity> {
         if let Leader::Waiting(rx) = &self.leader {
-            let admission = rx.recv_timeout(IDENTITY_WAIT).ok();
-            self.settle(admission);
+            self.leader = Leader::Known(rx.recv_timeout(IDENTITY_WAIT).ok().flatten());
         }
         match self.leader {
             Leader::Known(identity) => identity,
@@ -558,28 +592,35 @@ impl Driver {
         }
     }
 
-    /// Opens the gate once the identity thread has answered (spec 3.4
-    /// acquisition step 5), without waiting for it.
+    /// Moves the gate on without waiting (spec 3.4 acquisition step 5): on
+    /// the identity thread's answer the guest leader is told, and once it
+    /// restored the terminal's settings client events are taken.
     fn poll_admission(&mut self) {
-        if let Leader::Waiting(rx) = &self.leader {
-            match rx.try_recv() {
-                Ok(admission) => self.settle(Some(admission)),
-                Err(TryRecvError::Disconnected) => self.settle(None),
-                Err(TryRecvError::Empty) => {}
+        match &self.gate {
+            Gate::Closed(answer) => {
+                let admitted = match answer.try_recv() {
+                    Ok(admitted) => admitted,
+                    Err(TryRecvError::Disconnected) => false,
+                    Err(TryRecvError::Empty) => return,
+                };
+                self.tell_guest_leader(admitted);
             }
+            Gate::Admitting(since) => {
+                let restored = self.pty.as_ref().is_none_or(|p| p.echoes().unwrap_or(true));
+                if restored || since.elapsed() >= RESTORE_WAIT {
+                    self.gate = Gate::Admitted;
+                }
+            }
+            Gate::Admitted | Gate::Refused => {}
         }
     }
 
-    /// The identity thread's answer (`None`: it gave none in time): the
-    /// leader is known, and the guest leader is admitted only when the
-    /// coordinator recorded the terminal running.
-    fn settle(&mut self, admission: Option<Admission>) {
-        let (leader, admitted) = admission.map_or((None, false), |a| (a.leader, a.admitted));
-        self.leader = Leader::Known(leader);
-        // A release that began first (the client left while the identity
-        // was read) never starts the command.
-        let (gate, byte) = if admitted && self.machine.release_reason().is_none() {
-            (Gate::Admitted, ADMIT)
+    /// Admits the guest leader only when the coordinator recorded the
+    /// terminal running and no release began meanwhile (a release that
+    /// began first never starts the command); refuses it otherwise.
+    fn tell_guest_leader(&mut self, recorded: bool) {
+        let (gate, byte) = if recorded && self.machine.release_reason().is_none() {
+            (Gate::Admitting(Instant::now()), ADMIT)
         } else {
             tracing::warn!("the session was not recorded running; its command is not started");
             (Gate::Refused, REFUSE)
@@ -701,7 +742,8 @@ impl Driver {
             .as_ref()
             .filter(|_| !master_events.is_empty())
             .map(|p| (p.master(), master_events));
-        self.effects.wait(&self.wake, master, work);
+        let at_most = matches!(self.gate, Gate::Admitting(_)).then_some(RESTORE_POLL);
+        self.effects.wait(&self.wake, master, at_most, work);
         self.pump_pty(work);
     }
 

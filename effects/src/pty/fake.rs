@@ -17,6 +17,7 @@ pub enum PtyCall {
     ReadMaster { max: usize },
     WriteMaster(Vec<u8>),
     SignalKeys,
+    Echoes,
 }
 
 #[derive(Debug, Default)]
@@ -81,6 +82,12 @@ impl PtySys for RecordingPty {
     fn slave_identity(&self, _slave: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
         self.calls.borrow_mut().push(PtyCall::SlaveIdentity);
         Ok((0x1d, 7))
+    }
+
+    fn echoes(&self, _master: BorrowedFd<'_>) -> io::Result<bool> {
+        self.calls.borrow_mut().push(PtyCall::Echoes);
+        // A cooked terminal echoes.
+        Ok(true)
     }
 
     fn signal_keys(&self, _master: BorrowedFd<'_>) -> io::Result<SignalKeys> {

@@ -66,6 +66,10 @@ impl PtySys for RealPty {
         Ok((st.st_dev, st.st_ino))
     }
 
+    fn echoes(&self, master: BorrowedFd<'_>) -> io::Result<bool> {
+        Ok(tcgetattr(master)?.local_modes.contains(LocalModes::ECHO))
+    }
+
     fn signal_keys(&self, master: BorrowedFd<'_>) -> io::Result<SignalKeys> {
         let t = tcgetattr(master)?;
         let cc = &t.special_codes;
