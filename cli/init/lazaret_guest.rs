@@ -30,7 +30,8 @@
 //!   PROGRAM in its own place: the same PID, start time and group, so the
 //!   recorded identity is the command's. Nothing the session's command
 //!   does can happen before its identity is recorded. A session not
-//!   admitted within `ADMISSION_WAIT` ends with status 125 and says so; a
+//!   admitted within `ADMISSION_WAIT`, or whose terminal's echo cannot be
+//!   turned off, ends with status 125 and says so; a
 //!   PROGRAM that cannot be executed ends with 127 (not found) or 126, as
 //!   a shell would.
 //!

@@ -1021,25 +1021,27 @@ fn session_report(
             // The answer admits the session (step 5, `terminal_session`).
             // Fault `running-record-refused` (crash-point builds only): the
             // session is answered as if its record could not be made.
-            let register = serve::on_session_running(hc.model.model(), slot)
-                .filter(|_| !fault!("running-record-refused"));
+            let register = serve::on_session_running(hc.model.model(), slot);
             let record = match register {
                 Some(_) => running_record(hc, slot, evidence)?,
                 None => None,
             };
-            match register.zip(record) {
-                Some((register, record)) => {
+            let why = match (register, record) {
+                _ if fault!("running-record-refused") => "the fault running-record-refused",
+                (None, _) => "the session is no longer starting (its release or the runtime's end came first)",
+                (Some(_), None) => "its terminal has no Intent record to promote",
+                (Some(register), Some(record)) => {
                     hc.step(register, |hc| hc.apply(&[record]))?;
                     let _ = registered.send(true);
+                    return Ok(());
                 }
-                None => {
-                    tracing::info!(
-                        ?slot,
-                        "the session is not recorded running (its release began first); it is not admitted"
-                    );
-                    let _ = registered.send(false);
-                }
-            }
+            };
+            tracing::info!(
+                ?slot,
+                why,
+                "the session is not recorded running; it is not admitted"
+            );
+            let _ = registered.send(false);
         }
         SessionReport::Releasing(recorded) => {
             // Spec 3.4 release step 1 (the model's CloseSession), asked by

@@ -478,17 +478,18 @@ impl Driver {
             self.client_lost_fed = true;
             self.feed(Input::ClientLost, work);
         }
-        self.poll_admission();
         if !matches!(self.gate, Gate::Admitted) {
-            // The client's loss is a release input whatever the gate: a
-            // client that left before the admission never has its command
-            // started.
+            // The client's loss is a release input whatever the gate, and
+            // is taken before the admission is looked at: a client that
+            // left before it never has its command started.
             if self.client_gone.load(Ordering::SeqCst) && !self.client_lost_fed {
                 self.client_lost_fed = true;
                 self.feed(Input::ClientLost, work);
-                self.poll_admission();
             }
-            return;
+            self.poll_admission();
+            if !matches!(self.gate, Gate::Admitted) {
+                return;
+            }
         }
         for _ in 0..EVENTS_PER_TURN_MAX {
             if self.pty.as_ref().is_some_and(|p| p.input_pending() > 0) {
@@ -619,10 +620,16 @@ impl Driver {
     /// terminal running and no release began meanwhile (a release that
     /// began first never starts the command); refuses it otherwise.
     fn tell_guest_leader(&mut self, recorded: bool) {
-        let (gate, byte) = if recorded && self.machine.release_reason().is_none() {
+        let released =
+            self.machine.release_reason().is_some() || self.client_gone.load(Ordering::SeqCst);
+        let (gate, byte) = if recorded && !released {
             (Gate::Admitting(Instant::now()), ADMIT)
         } else {
-            tracing::warn!("the session was not recorded running; its command is not started");
+            tracing::warn!(
+                recorded,
+                released,
+                "the session is not admitted; its command is not started"
+            );
             (Gate::Refused, REFUSE)
         };
         self.gate = gate;
