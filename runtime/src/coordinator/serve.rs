@@ -385,6 +385,26 @@ mod tests {
         Ok(())
     }
 
+    /// A joining client up to its terminal intent (`ConnectClient`,
+    /// `EnrollClient`, `RecordTerminalIntent`): a session still starting.
+    fn start_one(
+        m: &mut HostModel,
+        text: &mut String,
+    ) -> Result<SessionsId, Box<dyn std::error::Error>> {
+        let c = m.me();
+        let next = plan(m, true)?;
+        take_all(
+            m,
+            text,
+            &[
+                next.connect(),
+                Action::EnrollClient { c, s: next.s },
+                Action::RecordTerminalIntent { c, s: next.s },
+            ],
+        )?;
+        Ok(next.s)
+    }
+
     /// An interactive session registers (its Running record) only while it
     /// is starting in a running sandbox: a release or the runtime's end that
     /// came first leaves its late guest identity without a step.
@@ -395,17 +415,7 @@ mod tests {
         assert_eq!(on_session_running(&m, first), None, "registered already");
         let mut starting = Vec::new();
         for _ in 0..2 {
-            let next = plan(&m, true)?;
-            take_all(
-                &mut m,
-                &mut text,
-                &[
-                    next.connect(),
-                    Action::EnrollClient { c, s: next.s },
-                    Action::RecordTerminalIntent { c, s: next.s },
-                ],
-            )?;
-            starting.push(next.s);
+            starting.push(start_one(&mut m, &mut text)?);
         }
         let (released, registered) = (starting[0], starting[1]);
         // The first one's release comes before its identity.
@@ -420,27 +430,18 @@ mod tests {
         assert_eq!(m.state().sess[registered.index()], Sess::Registered);
         // A third starts, then the runtime ends: it is aborted, never
         // registered.
-        let late = plan(&m, true)?;
-        take_all(
-            &mut m,
-            &mut text,
-            &[
-                late.connect(),
-                Action::EnrollClient { c, s: late.s },
-                Action::RecordTerminalIntent { c, s: late.s },
-            ],
-        )?;
+        let late = start_one(&mut m, &mut text)?;
         let seen = crate::coordinator::host_model::RuntimeSeen::Ended {
             supervisor_signalled: true,
             runsc_outlived: false,
         };
         let ended = m.runtime_ended(seen);
         take_all(&mut m, &mut text, &ended)?;
-        assert_eq!(on_session_running(&m, late.s), None, "the runtime is gone");
+        assert_eq!(on_session_running(&m, late), None, "the runtime is gone");
         let closes: Vec<Action> = on_runtime_lost(&m).into_iter().map(|x| x.action).collect();
-        assert!(closes.contains(&Action::AbortSessionStart { c, s: late.s }));
+        assert!(closes.contains(&Action::AbortSessionStart { c, s: late }));
         take_all(&mut m, &mut text, &closes)?;
-        assert_eq!(on_session_running(&m, late.s), None);
+        assert_eq!(on_session_running(&m, late), None);
         conforms(&text)?;
         Ok(())
     }
