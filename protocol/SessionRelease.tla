@@ -1,8 +1,10 @@
 ---- MODULE SessionRelease ----
-\* One Session Terminal after acquisition (spec 3.4 "Session Terminals",
-\* FR-15): what the Host Coordinator does with a running terminal, and the
-\* physical release that session close, client connection loss, PTY loss or
-\* exec-client loss starts. Lazaret.tla holds the terminal's durable
+\* One Session Terminal from its admission (spec 3.4 "Session Terminals",
+\* acquisition step 5, FR-15): the guest leader waits until the Domain
+\* Store records the terminal running; then what the Host Coordinator does
+\* with a running terminal, and the physical release that session close,
+\* client connection loss, PTY loss, exec-client loss or a refused
+\* admission starts. Lazaret.tla holds the terminal's durable
 \* lifecycle across coordinators (RecordTerminalIntent, RegisterSession,
 \* CloseSession, FinishSessionRelease, RetainSessionRelease); this model is
 \* the per-session order below CloseSession: release intent, the observed
@@ -21,10 +23,10 @@ EXTENDS Naturals
 
 VARIABLES phase, stage, form, route, connected, closeRequested, output,
           exec, reaped, terminatedByUs, reason, refused, seen, signalled,
-          timer, expired, exits, intent, retained
+          timer, expired, exits, intent, retained, admission
 vars == <<phase, stage, form, route, connected, closeRequested, output,
           exec, reaped, terminatedByUs, reason, refused, seen, signalled,
-          timer, expired, exits, intent, retained>>
+          timer, expired, exits, intent, retained, admission>>
 
 Phases == {"Admitting", "Running", "Observing", "Grace", "Collecting",
            "AwaitExec", "Draining", "Closing", "FinalObserve", "Clean",
@@ -50,10 +52,12 @@ LeaderExited == exec = "Exited"
 ExecClientGone == exec \in {"Lost", "Signalled"}
 
 \* The close handshake (spec 3.4 "Normal guest completion"): a connection
-\* that closed or whose guest completed waits for the PTY's last bytes.
+\* that closed, whose guest completed, or whose session was not admitted
+\* (the guest leader says why before it exits) waits for the PTY's last
+\* bytes.
 DrainHandshake ==
     /\ connected
-    /\ reason \in {"ClientClose", "GuestCompleted"}
+    /\ reason \in {"ClientClose", "GuestCompleted", "NotAdmitted"}
     /\ output = "Open"
 
 \* A piped session whose command completed by itself is not observed: its
@@ -75,24 +79,25 @@ TypeOK ==
     /\ reaped \in BOOLEAN
     /\ terminatedByUs \in BOOLEAN
     /\ reason \in {"None", "ClientClose", "ClientLost", "OutputLost",
-                   "ExecClientLost", "GuestCompleted"}
+                   "ExecClientLost", "GuestCompleted", "NotAdmitted"}
     /\ refused \in {"None", "LeaderMismatch", "GroupRemains"}
     /\ seen \in {"None", "Pending", "LeaderMatches", "Empty", "GroupRemains",
                  "Mismatch"}
     /\ signalled \in {"None", "Hangup", "Terminate", "Kill"}
-    /\ timer \in {"None", "Hangup", "Terminate", "Drain"}
+    /\ timer \in {"None", "Refusal", "Hangup", "Terminate", "Drain"}
     /\ expired \in BOOLEAN
     /\ exits \in 0..2
     /\ intent \in BOOLEAN
     /\ retained \in {"None", "LeaderMismatch", "GroupRemains", "NotObserved",
                      "ExecClientLost"}
+    /\ admission \in {"Pending", "Admitted", "Refused"}
 
 Init ==
     /\ phase = "Admitting"
     /\ stage = "Hangup"
     /\ form = "Interactive"
     /\ route = "None"
-    /\ connected = FALSE
+    /\ connected = TRUE
     /\ closeRequested = FALSE
     /\ output = "Open"
     /\ exec = "Running"
@@ -107,31 +112,56 @@ Init ==
     /\ exits = 0
     /\ intent = FALSE
     /\ retained = "None"
+    /\ admission = "Pending"
 
-\* ---- Admission (spec 3.4 acquisition step 5) ----------------------------
+\* ---- Admission (spec 3.4 acquisition steps 3-5) -------------------------
 
-\* The Domain Store marked the terminal running: terminal events are
-\* accepted from here on, on the sandbox route (Lazaret.tla RegisterSession).
+\* The terminal starts with its client connected and its guest leader
+\* (Lazaret's `lazaret-guest lead`) holding the command, the terminal
+\* silenced, until it is told. Admission is an input: the Domain Store
+\* recorded the terminal running (Lazaret.tla RegisterSession), or could
+\* not. A client that left first is never admitted: its command never runs.
+
+\* Recorded running: the guest leader is told to run the command, and
+\* terminal events are accepted from here on, on the sandbox route.
 AdmitInteractive ==
     /\ phase = "Admitting"
+    /\ admission = "Pending"
+    /\ connected
     /\ phase' = "Running"
     /\ route' = "Sandbox"
-    /\ connected' = TRUE
-    /\ UNCHANGED <<stage, form, closeRequested, output, exec, reaped,
-                   terminatedByUs, reason, refused, seen, signalled, timer,
-                   expired, exits, intent, retained>>
+    /\ admission' = "Admitted"
+    /\ UNCHANGED <<stage, form, connected, closeRequested, output, exec,
+                   reaped, terminatedByUs, reason, refused, seen, signalled,
+                   timer, expired, exits, intent, retained>>
 
-\* A piped (non-interactive) session: the same release, output through
-\* pipes, and a completed command left to Domain teardown.
+\* A piped (non-interactive) session, admitted when its exec client runs:
+\* the same release, output through pipes, and a completed command left to
+\* Domain teardown.
 AdmitPiped ==
     /\ phase = "Admitting"
+    /\ admission = "Pending"
+    /\ connected
     /\ phase' = "Running"
     /\ form' = "Piped"
     /\ route' = "Sandbox"
-    /\ connected' = TRUE
-    /\ UNCHANGED <<stage, closeRequested, output, exec, reaped,
+    /\ admission' = "Admitted"
+    /\ UNCHANGED <<stage, connected, closeRequested, output, exec, reaped,
                    terminatedByUs, reason, refused, seen, signalled, timer,
                    expired, exits, intent, retained>>
+
+\* The Running record could not be made (no Intent row to promote, the
+\* session no longer starting, the coordinator gone or silent): the guest
+\* leader is told not to run the command, says why and exits; its exit
+\* (or the bounded wait for it) starts the release.
+AdmissionRefused ==
+    /\ phase = "Admitting"
+    /\ admission = "Pending"
+    /\ admission' = "Refused"
+    /\ timer' = "Refusal"
+    /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
+                   output, exec, reaped, terminatedByUs, reason, refused,
+                   seen, signalled, expired, exits, intent, retained>>
 
 \* ---- Inputs -----------------------------------------------------------
 
@@ -143,7 +173,7 @@ RouteToSandbox ==
     /\ route' = "Sandbox"
     /\ UNCHANGED <<phase, stage, form, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 RouteToPrompt ==
     /\ phase = "Running"
@@ -151,7 +181,7 @@ RouteToPrompt ==
     /\ route' = "Prompt"
     /\ UNCHANGED <<phase, stage, form, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 RouteToHostProcess ==
     /\ phase = "Running"
@@ -159,7 +189,7 @@ RouteToHostProcess ==
     /\ route' = "HostProcess"
     /\ UNCHANGED <<phase, stage, form, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 \* The client's Close event: accepted on any route of a running terminal
 \* (Lazaret.tla CloseSession has no route guard; a running terminal's
@@ -171,14 +201,14 @@ ClientCloses ==
     /\ closeRequested' = TRUE
     /\ UNCHANGED <<phase, stage, form, route, connected, output, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained>>
+                   timer, expired, exits, intent, retained, admission>>
 
 ClientConnectionLost ==
     /\ connected
     /\ connected' = FALSE
     /\ UNCHANGED <<phase, stage, form, route, closeRequested, output, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained>>
+                   timer, expired, exits, intent, retained, admission>>
 
 \* The PTY master reported EOF (or both pipes of a piped session did).
 OutputEnds ==
@@ -186,14 +216,14 @@ OutputEnds ==
     /\ output' = "Eof"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained>>
+                   timer, expired, exits, intent, retained, admission>>
 
 OutputLost ==
     /\ output \in {"Open", "Eof"}
     /\ output' = "Lost"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained>>
+                   timer, expired, exits, intent, retained, admission>>
 
 \* The exec client returned with an exit status ...
 ExecClientExits ==
@@ -201,7 +231,7 @@ ExecClientExits ==
     /\ exec' = "Exited"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 \* ... or ended by a signal (ours, after TerminateExecClient, or another's).
 ExecClientSignalled ==
@@ -209,7 +239,7 @@ ExecClientSignalled ==
     /\ exec' = "Signalled"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 \* The exec client vanished without a usable status.
 ExecClientLost ==
@@ -217,7 +247,7 @@ ExecClientLost ==
     /\ exec' = "Lost"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 \* What an observation of the recorded guest leader and group found.
 ObservedLeaderMatches ==
@@ -225,28 +255,28 @@ ObservedLeaderMatches ==
     /\ seen' = "LeaderMatches"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 ObservedEmpty ==
     /\ seen = "Pending"
     /\ seen' = "Empty"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 ObservedGroupRemains ==
     /\ seen = "Pending"
     /\ seen' = "GroupRemains"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 ObservedMismatch ==
     /\ seen = "Pending"
     /\ seen' = "Mismatch"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 TimerExpires ==
     /\ timer # "None"
@@ -254,29 +284,40 @@ TimerExpires ==
     /\ expired' = TRUE
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   seen, signalled, timer, exits, intent, retained>>
+                   seen, signalled, timer, exits, intent, retained, admission>>
 
 \* ---- Reactions: the release order (spec 3.4, steps 1-3) ----------------
 
 \* Step 1: the modeled session close removes routing and records release
 \* intent, keeping every identity; terminal events are refused from here.
 \* A leader that may still run is observed before any signal; an exec
-\* client that returned the guest's status says its leader has exited.
+\* client that returned the guest's status says its leader has exited. A
+\* terminal still admitting is released the same way when its admission
+\* is refused (once its guest leader exited, or the wait for that ran
+\* out) or its client, output or exec client goes first; a guest leader
+\* still waiting is told not to run the command.
 BeginRelease ==
-    /\ phase = "Running"
-    /\ closeRequested \/ ~connected \/ output = "Lost" \/ exec # "Running"
+    /\ phase \in {"Admitting", "Running"}
+    /\ \/ closeRequested
+       \/ admission = "Refused" /\ expired
+       \/ ~connected
+       \/ output = "Lost"
+       \/ exec # "Running"
     /\ phase' = IF LeaderExited THEN "Collecting" ELSE "Observing"
     /\ seen' = IF LeaderExited THEN "None" ELSE "Pending"
     /\ reason' = IF closeRequested THEN "ClientClose"
                  ELSE IF ~connected THEN "ClientLost"
                  ELSE IF output = "Lost" THEN "OutputLost"
                  ELSE IF ExecClientGone THEN "ExecClientLost"
+                 ELSE IF admission = "Refused" THEN "NotAdmitted"
                  ELSE "GuestCompleted"
     /\ route' = "None"
     /\ intent' = TRUE
+    /\ timer' = "None"
+    /\ expired' = FALSE
     /\ UNCHANGED <<stage, form, connected, closeRequested, output, exec,
-                   reaped, terminatedByUs, refused, signalled, timer,
-                   expired, exits, retained>>
+                   reaped, terminatedByUs, refused, signalled, exits,
+                   retained, admission>>
 
 \* Step 2: the leader still matches; send this stage's signal, then wait
 \* the stage's grace (SIGKILL has none).
@@ -293,7 +334,7 @@ SignalGroup ==
     /\ seen' = "None"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, expired,
-                   exits, intent, retained>>
+                   exits, intent, retained, admission>>
 
 \* Step 2 without a signal: a mismatched leader refuses the numeric group
 \* signal; an absent leader with an empty group needs none; a group that
@@ -308,7 +349,7 @@ WithholdSignal ==
     /\ seen' = "None"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, signalled, timer,
-                   expired, exits, intent, retained>>
+                   expired, exits, intent, retained, admission>>
 
 \* The grace ran out: observe again before the next, stronger signal.
 EndGrace ==
@@ -321,7 +362,7 @@ EndGrace ==
     /\ expired' = FALSE
     /\ UNCHANGED <<form, route, connected, closeRequested, output, exec,
                    reaped, terminatedByUs, reason, refused, signalled, exits,
-                   intent, retained>>
+                   intent, retained, admission>>
 
 \* The exec client returned the guest's status during a grace: the leader
 \* has exited, so the ladder stops and the grace timer is cancelled.
@@ -333,7 +374,7 @@ CutGraceShort ==
     /\ expired' = FALSE
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, exits, intent, retained>>
+                   signalled, exits, intent, retained, admission>>
 
 \* Step 3: terminate the exact exec client if it still runs ...
 TerminateExecClient ==
@@ -343,7 +384,7 @@ TerminateExecClient ==
     /\ terminatedByUs' = TRUE
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, reason, refused, seen, signalled, timer,
-                   expired, exits, intent, retained>>
+                   expired, exits, intent, retained, admission>>
 
 \* ... and reap it; a closing connection then waits for the PTY's last
 \* bytes until EOF or the drain deadline.
@@ -355,7 +396,7 @@ ReapExecClient ==
     /\ timer' = IF DrainHandshake THEN "Drain" ELSE "None"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, terminatedByUs, reason, refused, seen, signalled,
-                   expired, exits, intent, retained>>
+                   expired, exits, intent, retained, admission>>
 
 \* The drain is over (or there was none): at most one SessionExit after the
 \* last forwarded byte on a connection that is still there, close the exact
@@ -371,7 +412,8 @@ FinishDrain ==
     /\ seen' = IF LeftUnobserved THEN "None" ELSE "Pending"
     /\ retained' = IF LeftUnobserved THEN "NotObserved" ELSE retained
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, exec,
-                   reaped, terminatedByUs, reason, refused, signalled, intent>>
+                   reaped, terminatedByUs, reason, refused, signalled, intent,
+                   admission>>
 
 \* The terminal is clean only when the guest group, the exec client and the
 \* PTY are all absent and no earlier observation refused a signal. An exec
@@ -384,7 +426,7 @@ RecordClean ==
     /\ phase' = "Clean"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained>>
+                   signalled, timer, expired, exits, intent, retained, admission>>
 
 \* Otherwise the release intent is retained for Domain teardown and
 \* bootstrap recovery (Lazaret.tla RetainSessionRelease).
@@ -400,7 +442,7 @@ RetainReleaseIntent ==
                    ELSE "GroupRemains"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent>>
+                   signalled, timer, expired, exits, intent, admission>>
 
 \* The release is decided and nothing more can happen to this terminal.
 Terminated ==
@@ -411,6 +453,7 @@ Terminated ==
 Next ==
     \/ AdmitInteractive
     \/ AdmitPiped
+    \/ AdmissionRefused
     \/ RouteToSandbox
     \/ RouteToPrompt
     \/ RouteToHostProcess
@@ -479,6 +522,12 @@ Inv_Spec_SignalsFollowReleaseIntent ==
 Inv_Spec_ReleaseRemovesRouting ==
     phase \notin {"Admitting", "Running"} => (intent /\ route = "None")
 
+\* Terminal events are accepted, and the command runs, only after the
+\* Domain Store recorded the terminal running (spec 3.4 acquisition steps
+\* 4-5): a routed or running terminal was admitted.
+Inv_Spec_OnlyAnAdmittedTerminalRuns ==
+    (phase = "Running" \/ route # "None") => admission = "Admitted"
+
 \* Record Clean only after the guest group, exec client and PTY are absent
 \* (spec 3.4 release step 3).
 Inv_Spec_CleanOnlyWhenAbsent ==
@@ -509,7 +558,8 @@ Inv_Spec_NoExitToLostConnection ==
 \* Expiry belongs to an armed timer: a grace or drain is never cut short
 \* by an expiry left over from an earlier one.
 Inv_Spec_OnlyAnArmedTimerExpires ==
-    expired => timer # "None"
+    /\ expired => timer # "None"
+    /\ timer = "Refusal" => (phase = "Admitting" /\ admission = "Refused")
 
 \* The recorded release reason is what happened (spec 3.4: close, client
 \* connection loss, PTY loss, exec-client loss or guest completion starts
@@ -520,6 +570,7 @@ Inv_Spec_ReleaseReasonHolds ==
     /\ reason = "OutputLost" => output \in {"Lost", "Closed"}
     /\ reason = "ExecClientLost" => ExecClientGone
     /\ reason = "GuestCompleted" => LeaderExited
+    /\ reason = "NotAdmitted" => admission = "Refused"
 
 \* Release intent is retained for a reason the coordinator saw: a refused
 \* signal, an observation that found the leader or group still there, or a
@@ -563,6 +614,14 @@ Live_Spec_SignalLadder ==
         \/ (signalled = "None" /\ signalled' = "Hangup")
         \/ (signalled = "Hangup" /\ signalled' = "Terminate")
         \/ (signalled = "Terminate" /\ signalled' = "Kill")]_vars
+
+\* A client that left is never admitted: its command never starts (spec
+\* 3.4 acquisition step 5), and an admission, once answered, stands.
+Live_Spec_AdmitOnlyAConnectedClient ==
+    [][(admission' = "Admitted" /\ admission # "Admitted") => connected]_vars
+
+Live_Spec_AdmissionIsFinal ==
+    [][admission # "Pending" => admission' = admission]_vars
 
 \* The release decision is final, and the release never returns to running.
 Live_Spec_ReleaseIsFinal ==

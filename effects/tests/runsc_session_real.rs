@@ -524,11 +524,17 @@ fn run_release(
     pty: &SessionPty<'_, RealPty>,
 ) -> Vec<String> {
     let timings = ReleaseTimings {
+        refusal_wait_ms: 300,
         hangup_grace_ms: 300,
         terminate_grace_ms: 300,
         drain_deadline_ms: 300,
     };
     let mut m = Machine::new(SessionId([1; 16]), GenerationId(1), timings, 64 * 1024);
+    // The command here runs without a guest leader: it was never held.
+    assert_eq!(
+        m.handle(Input::Admitted).unwrap(),
+        vec![Effect::AdmitGuestLeader]
+    );
     let pidfd = pidfd_open(
         Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap(),
         PidfdFlags::empty(),

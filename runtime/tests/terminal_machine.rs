@@ -11,13 +11,22 @@ const S: SessionId = SessionId([7; 16]);
 const G: GenerationId = GenerationId(3);
 const QUEUE: usize = 64;
 const T: ReleaseTimings = ReleaseTimings {
+    refusal_wait_ms: 50,
     hangup_grace_ms: 100,
     terminate_grace_ms: 200,
     drain_deadline_ms: 300,
 };
 
-fn machine() -> Machine {
+/// An interactive terminal still waiting for its Running record.
+fn admitting() -> Machine {
     Machine::new(S, G, T, QUEUE)
+}
+
+/// An interactive terminal recorded running, its guest leader told.
+fn machine() -> Machine {
+    let mut m = admitting();
+    assert_eq!(ok(&mut m, Input::Admitted), vec![Command::AdmitGuestLeader]);
+    m
 }
 
 fn chunk(b: &[u8]) -> Chunk {
@@ -526,6 +535,37 @@ fn normal_completion_drains_then_sends_one_exit_after_the_last_byte() {
     assert!(m.poll_message().is_none());
 }
 
+/// An observation that finds the leader matching sends the first rung,
+/// SIGHUP, and arms its grace.
+fn a_matching_leader_gets_sighup(m: &mut Machine) {
+    use Command::*;
+    assert_eq!(
+        ok(m, Input::Observed(GroupObservation::LeaderMatches)),
+        vec![
+            SignalGroup(GuestSignal::Hangup),
+            StartTimer {
+                timer: TimerKind::HangupGrace,
+                after_ms: T.hangup_grace_ms
+            }
+        ]
+    );
+}
+
+/// The rest of a release whose client is gone: the group is found empty,
+/// the exec client ends with `status`, the PTY is closed and observed once
+/// more; the terminal is clean and nothing is sent.
+fn ends_clean_and_silent(m: &mut Machine, status: ExecStatus) {
+    use Command::*;
+    ok(m, Input::Observed(GroupObservation::Empty));
+    assert_eq!(
+        ok(m, Input::ExecClientExited(status)),
+        vec![ReapExecClient, CloseOutput, ObserveGroup]
+    );
+    ok(m, Input::Observed(GroupObservation::Empty));
+    assert!(m.is_clean());
+    assert!(m.poll_message().is_none());
+}
+
 #[test]
 fn client_loss_discards_output_and_sends_nothing() {
     use Command::*;
@@ -536,14 +576,7 @@ fn client_loss_discards_output_and_sends_nothing() {
         vec![RecordReleaseIntent, ObserveGroup]
     );
     assert_eq!(m.queued_bytes(), 0);
-    ok(&mut m, Input::Observed(GroupObservation::Empty));
-    assert_eq!(
-        ok(&mut m, Input::ExecClientExited(ExecStatus::Signalled(9))),
-        vec![ReapExecClient, CloseOutput, ObserveGroup]
-    );
-    ok(&mut m, Input::Observed(GroupObservation::Empty));
-    assert!(m.is_clean());
-    assert!(m.poll_message().is_none());
+    ends_clean_and_silent(&mut m, ExecStatus::Signalled(9));
 }
 
 #[test]
@@ -635,16 +668,7 @@ fn an_exec_client_killed_by_another_is_released_as_lost() {
         vec![RecordReleaseIntent, ObserveGroup]
     );
     assert_eq!(m.release_reason(), Some(ReleaseReason::ExecClientLost));
-    assert_eq!(
-        ok(&mut m, Input::Observed(GroupObservation::LeaderMatches)),
-        vec![
-            SignalGroup(GuestSignal::Hangup),
-            StartTimer {
-                timer: TimerKind::HangupGrace,
-                after_ms: T.hangup_grace_ms
-            }
-        ]
-    );
+    a_matching_leader_gets_sighup(&mut m);
     // No exit status of the guest ends the grace: it is waited out.
     assert_eq!(
         ok(&mut m, Input::Timer(TimerKind::HangupGrace)),
@@ -884,6 +908,9 @@ struct World {
     connected: bool,
     last_observation: Option<GroupObservation>,
     exits: usize,
+    /// The guest leader was told to run the command / not to run it.
+    leader_admitted: bool,
+    leader_refused: bool,
 }
 
 impl World {
@@ -912,6 +939,10 @@ impl World {
             if m.pty_read_budget() > 0 {
                 out.push(Input::PtyData(chunk(b"x")));
             }
+        }
+        if m.phase() == "Admitting" && !self.leader_admitted && !self.leader_refused {
+            out.push(Input::Admitted);
+            out.push(Input::AdmissionRefused);
         }
         if self.connected {
             out.push(Input::ClientLost);
@@ -975,8 +1006,36 @@ impl World {
                     return Err(format!("Clean after {:?}", self.last_observation));
                 }
                 Command::CloseOutput => self.output_open = false,
+                // Told once, one way, and only while its client is there
+                // (spec 3.4 step 5: a session not recorded running, or
+                // whose client left, never runs its command).
+                Command::AdmitGuestLeader => {
+                    if self.leader_admitted || self.leader_refused || !self.connected {
+                        return Err(format!(
+                            "admitted: told before {}/{}, connected {}",
+                            self.leader_admitted, self.leader_refused, self.connected
+                        ));
+                    }
+                    self.leader_admitted = true;
+                }
+                Command::RefuseGuestLeader => {
+                    if self.leader_admitted || self.leader_refused || !self.exec_running {
+                        return Err("refused a leader told before or gone".into());
+                    }
+                    self.leader_refused = true;
+                }
                 _ => {}
             }
+        }
+        if m.phase() != "Admitting"
+            && !self.leader_admitted
+            && !self.leader_refused
+            && self.exec_running
+        {
+            return Err(format!(
+                "left admission in {} with its leader waiting",
+                m.phase()
+            ));
         }
         self.exits += std::iter::from_fn(|| m.poll_message())
             .take(1000)
@@ -990,7 +1049,7 @@ fn release_in_world(piped: bool, script: Vec<u8>) -> Result<(), String> {
     let mut m = if piped {
         Machine::new_piped(S, G, T)
     } else {
-        machine()
+        admitting()
     };
     let mut w = World {
         observe: false,
@@ -1000,6 +1059,9 @@ fn release_in_world(piped: bool, script: Vec<u8>) -> Result<(), String> {
         connected: true,
         last_observation: None,
         exits: 0,
+        // A piped session's command runs when its exec client does.
+        leader_admitted: piped,
+        leader_refused: false,
     };
     for pick in script {
         let inputs = w.inputs(&m);
@@ -1038,4 +1100,137 @@ fn every_release_ends_in_a_world_that_answers() {
     quickcheck::QuickCheck::new()
         .tests(20_000)
         .quickcheck(prop as fn(bool, Vec<u8>) -> quickcheck::TestResult);
+}
+
+#[test]
+fn a_terminal_takes_no_event_before_it_is_recorded_running() {
+    let mut m = admitting();
+    for kind in KINDS {
+        assert!(
+            matches!(m.handle(client(kind)), Err(Refusal::NotAdmitted { .. })),
+            "{kind:?} taken while admitting"
+        );
+    }
+    assert_eq!(m.pty_read_budget(), 0);
+    assert!(m.handle(Input::Route(TerminalRoute::Prompt)).is_err());
+    assert_eq!(m.phase(), "Admitting");
+    assert_eq!(m.route(), TerminalRoute::None);
+    assert_eq!(ok(&mut m, Input::Admitted), vec![Command::AdmitGuestLeader]);
+    assert_eq!(m.route(), TerminalRoute::Sandbox);
+    assert_eq!(
+        ok(&mut m, client(Kind::Input)),
+        accepted_commands(Kind::Input)
+    );
+    // The answer comes once.
+    assert!(m.handle(Input::Admitted).is_err());
+    assert!(m.handle(Input::AdmissionRefused).is_err());
+}
+
+#[test]
+fn a_refused_admission_releases_without_running_the_command() {
+    use Command::*;
+    let mut m = admitting();
+    assert_eq!(
+        ok(&mut m, Input::AdmissionRefused),
+        vec![
+            RefuseGuestLeader,
+            StartTimer {
+                timer: TimerKind::RefusalWait,
+                after_ms: T.refusal_wait_ms
+            }
+        ]
+    );
+    assert!(m.handle(Input::Admitted).is_err());
+    assert!(matches!(
+        m.handle(client(Kind::Input)),
+        Err(Refusal::NotAdmitted { .. })
+    ));
+    // The guest leader says why and exits with 125 (cli/init/
+    // lazaret_guest.rs): nothing to signal, and the connection waits for
+    // those last bytes.
+    assert_eq!(
+        ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(125))),
+        vec![
+            CancelTimer(TimerKind::RefusalWait),
+            RecordReleaseIntent,
+            ReapExecClient,
+            StartTimer {
+                timer: TimerKind::DrainDeadline,
+                after_ms: T.drain_deadline_ms
+            }
+        ]
+    );
+    assert_eq!(m.release_reason(), Some(ReleaseReason::NotAdmitted));
+    assert_eq!(m.route(), TerminalRoute::None);
+    ok(&mut m, Input::PtyData(chunk(b"not admitted")));
+    assert_eq!(
+        ok(&mut m, Input::OutputEof),
+        vec![
+            CancelTimer(TimerKind::DrainDeadline),
+            CloseOutput,
+            ObserveGroup
+        ]
+    );
+    assert_eq!(
+        messages(&mut m),
+        vec![
+            SessionTerminalMessage::Output(TerminalOutput {
+                session_id: S,
+                bytes: chunk(b"not admitted")
+            }),
+            SessionTerminalMessage::Exit(SessionExit::exited(S, 125)),
+        ]
+    );
+    assert_eq!(
+        ok(&mut m, Input::Observed(GroupObservation::Empty)),
+        vec![RecordClean]
+    );
+}
+
+#[test]
+fn a_refused_guest_leader_that_stays_is_released_by_the_ladder() {
+    use Command::*;
+    let mut m = admitting();
+    ok(&mut m, Input::AdmissionRefused);
+    assert_eq!(
+        ok(&mut m, Input::Timer(TimerKind::RefusalWait)),
+        vec![RecordReleaseIntent, ObserveGroup]
+    );
+    assert_eq!(m.release_reason(), Some(ReleaseReason::NotAdmitted));
+    a_matching_leader_gets_sighup(&mut m);
+}
+
+#[test]
+fn a_client_lost_before_its_admission_is_never_admitted() {
+    use Command::*;
+    let mut m = admitting();
+    assert_eq!(
+        ok(&mut m, Input::ClientLost),
+        vec![RefuseGuestLeader, RecordReleaseIntent, ObserveGroup]
+    );
+    assert_eq!(m.release_reason(), Some(ReleaseReason::ClientLost));
+    // The record may still have been made; the answer comes too late.
+    assert!(m.handle(Input::Admitted).is_err());
+    ends_clean_and_silent(&mut m, ExecStatus::Exited(125));
+}
+
+#[test]
+fn a_guest_leader_gone_before_its_admission_is_not_told() {
+    use Command::*;
+    let mut m = admitting();
+    // Its exec client returned (the leader's own wait ran out): nothing
+    // is left to refuse, and nothing to signal.
+    assert_eq!(
+        ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(125))),
+        vec![
+            RecordReleaseIntent,
+            ReapExecClient,
+            StartTimer {
+                timer: TimerKind::DrainDeadline,
+                after_ms: T.drain_deadline_ms
+            }
+        ]
+    );
+    assert_eq!(m.release_reason(), Some(ReleaseReason::GuestCompleted));
+    assert!(m.handle(Input::Admitted).is_err());
 }

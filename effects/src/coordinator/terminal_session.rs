@@ -132,25 +132,27 @@ enum Leader {
     Known(Option<GuestProcessIdentity>),
 }
 
-/// Whether the session's terminal events are taken (spec 3.4 acquisition
-/// step 5). The guest leader (`lazaret-guest lead`) holds the command until
-/// it is told: one newline admits it, a CAN byte refuses it.
+/// Whether the session's client events are taken (spec 3.4 acquisition
+/// step 5), below the machine's admission: the guest leader (`lazaret-guest
+/// lead`) holds the command until it is told, one newline to run it
+/// ([`Command::AdmitGuestLeader`]), a CAN byte not to
+/// ([`Command::RefuseGuestLeader`]).
 #[derive(Debug)]
 enum Gate {
     /// Waiting for the identity thread's answer: whether the coordinator
-    /// recorded the terminal running. Client events wait in the inbound
-    /// queue, unread, except the client's loss.
-    Closed(Receiver<bool>),
+    /// recorded the terminal running, fed to the machine as its admission.
+    /// Client events wait in the inbound queue, unread, except the
+    /// client's loss.
+    Answer(Receiver<bool>),
     /// The newline is written; the guest leader restores the terminal's
     /// settings before it executes the command. Client events wait until
     /// the terminal echoes again (bounded by `RESTORE_WAIT`), so keys typed
     /// meanwhile are echoed and edited as the command's terminal does.
-    Admitting(Instant),
-    Admitted,
-    /// The session will not run: the guest leader is told, ends with
-    /// status 125 without running the command, and the release follows
-    /// its exit; client events are never taken.
-    Refused,
+    Restoring(Instant),
+    Open,
+    /// The command does not run: the guest leader was refused, or the
+    /// release began first; client events are never taken.
+    Shut,
 }
 
 /// How long the loop waits for the guest leader to restore the terminal's
@@ -238,7 +240,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         writer_failed,
         pending_out: None,
         leader: Leader::Waiting(leader_rx),
-        gate: Gate::Closed(admission_rx),
+        gate: Gate::Answer(admission_rx),
         client_gone,
         control: parts.guest.control(),
         wake: wake_r,
@@ -478,16 +480,13 @@ impl Driver {
             self.client_lost_fed = true;
             self.feed(Input::ClientLost, work);
         }
-        if !matches!(self.gate, Gate::Admitted) {
+        if !matches!(self.gate, Gate::Open) {
             // The client's loss is a release input whatever the gate, and
             // is taken before the admission is looked at: a client that
             // left before it never has its command started.
-            if self.client_gone.load(Ordering::SeqCst) && !self.client_lost_fed {
-                self.client_lost_fed = true;
-                self.feed(Input::ClientLost, work);
-            }
-            self.poll_admission();
-            if !matches!(self.gate, Gate::Admitted) {
+            self.take_client_loss(work);
+            self.poll_admission(work);
+            if !matches!(self.gate, Gate::Open) {
                 return;
             }
         }
@@ -593,46 +592,53 @@ impl Driver {
         }
     }
 
-    /// Moves the gate on without waiting (spec 3.4 acquisition step 5): on
-    /// the identity thread's answer the guest leader is told, and once it
-    /// restored the terminal's settings client events are taken.
-    fn poll_admission(&mut self) {
+    /// Moves the gate on without waiting (spec 3.4 acquisition step 5):
+    /// the identity thread's answer is the machine's admission input, and
+    /// once the admitted guest leader restored the terminal's settings
+    /// client events are taken.
+    fn poll_admission(&mut self, work: &mut VecDeque<Input>) {
         match &self.gate {
-            Gate::Closed(answer) => {
-                let admitted = match answer.try_recv() {
-                    Ok(admitted) => admitted,
+            Gate::Answer(answer) => {
+                let recorded = match answer.try_recv() {
+                    Ok(recorded) => recorded,
                     Err(TryRecvError::Disconnected) => false,
                     Err(TryRecvError::Empty) => return,
                 };
-                self.tell_guest_leader(admitted);
+                // The machine's commands open the gate (AdmitGuestLeader);
+                // an answer after the release began is refused by it, and
+                // a client that just left is that release's start.
+                self.gate = Gate::Shut;
+                self.take_client_loss(work);
+                let input = if recorded {
+                    Input::Admitted
+                } else {
+                    tracing::warn!(
+                        "the session is not recorded running; its command is not started"
+                    );
+                    Input::AdmissionRefused
+                };
+                self.feed(input, work);
             }
-            Gate::Admitting(since) => {
+            Gate::Restoring(since) => {
                 let restored = self.pty.as_ref().is_none_or(|p| p.echoes().unwrap_or(true));
                 if restored || since.elapsed() >= RESTORE_WAIT {
-                    self.gate = Gate::Admitted;
+                    self.gate = Gate::Open;
                 }
             }
-            Gate::Admitted | Gate::Refused => {}
+            Gate::Open | Gate::Shut => {}
         }
     }
 
-    /// Admits the guest leader only when the coordinator recorded the
-    /// terminal running and no release began meanwhile (a release that
-    /// began first never starts the command); refuses it otherwise.
-    fn tell_guest_leader(&mut self, recorded: bool) {
-        let released =
-            self.machine.release_reason().is_some() || self.client_gone.load(Ordering::SeqCst);
-        let (gate, byte) = if recorded && !released {
-            (Gate::Admitting(Instant::now()), ADMIT)
-        } else {
-            tracing::warn!(
-                recorded,
-                released,
-                "the session is not admitted; its command is not started"
-            );
-            (Gate::Refused, REFUSE)
-        };
-        self.gate = gate;
+    /// Feeds the client's loss once the reader thread saw it.
+    fn take_client_loss(&mut self, work: &mut VecDeque<Input>) {
+        if self.client_gone.load(Ordering::SeqCst) && !self.client_lost_fed {
+            self.client_lost_fed = true;
+            self.feed(Input::ClientLost, work);
+        }
+    }
+
+    /// Writes the guest leader's answer on the terminal.
+    fn tell_guest_leader(&mut self, byte: u8) {
         let Some(pty) = self.pty.as_mut() else {
             return;
         };
@@ -647,6 +653,14 @@ impl Driver {
             return;
         };
         match command {
+            Command::AdmitGuestLeader => {
+                self.gate = Gate::Restoring(Instant::now());
+                self.tell_guest_leader(ADMIT);
+            }
+            Command::RefuseGuestLeader => {
+                self.gate = Gate::Shut;
+                self.tell_guest_leader(REFUSE);
+            }
             Command::WritePty(chunk) => {
                 if let Some(pty) = self.pty.as_mut() {
                     if let Err(e) = pty.write_input(&chunk) {
@@ -749,7 +763,7 @@ impl Driver {
             .as_ref()
             .filter(|_| !master_events.is_empty())
             .map(|p| (p.master(), master_events));
-        let at_most = matches!(self.gate, Gate::Admitting(_)).then_some(RESTORE_POLL);
+        let at_most = matches!(self.gate, Gate::Restoring(_)).then_some(RESTORE_POLL);
         self.effects.wait(&self.wake, master, at_most, work);
         self.pump_pty(work);
     }

@@ -23,6 +23,14 @@
 //! path without signals: the leader has exited, so step 2 has nothing to
 //! signal.
 //!
+//! An interactive terminal starts *admitting* (spec 3.4 acquisition steps
+//! 3-5): its guest leader holds the command until the Domain Store records
+//! the terminal running. [`Input::Admitted`] tells the leader to run it
+//! ([`Command::AdmitGuestLeader`]); [`Input::AdmissionRefused`], or the
+//! client, output or exec client going first, starts the release, whose
+//! first command tells the leader not to run it
+//! ([`Command::RefuseGuestLeader`]).
+//!
 //! The session's *output* is the PTY master of an interactive session, or
 //! the stdout and stderr pipes of a piped one. The piped form (spec 3.4
 //! applies its release to every Client Session) feeds the machine only the
@@ -34,8 +42,8 @@ use super::queue::ClientQueue;
 use crate::core::{Core, CoreError};
 use crate::records::ids::{GenerationId, SessionId};
 use lazaret_generated::session_release::{
-    Action, Constants, Exec, Model, Output, Phases, Reason, Retained, Routes, Seen, Stages, State,
-    Timer,
+    Action, Admission, Constants, Exec, Model, Output, Phases, Reason, Retained, Routes, Seen,
+    Stages, State, Timer,
 };
 use std::num::NonZeroU16;
 
@@ -99,6 +107,8 @@ impl From<TerminalSignalKind> for GuestSignal {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TimerKind {
+    /// How long a refused guest leader gets to say why and exit.
+    RefusalWait,
     HangupGrace,
     TerminateGrace,
     DrainDeadline,
@@ -107,6 +117,7 @@ pub enum TimerKind {
 /// Bounded waits of the release order, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReleaseTimings {
+    pub refusal_wait_ms: u64,
     pub hangup_grace_ms: u64,
     pub terminate_grace_ms: u64,
     pub drain_deadline_ms: u64,
@@ -115,6 +126,7 @@ pub struct ReleaseTimings {
 impl Default for ReleaseTimings {
     fn default() -> Self {
         Self {
+            refusal_wait_ms: 1000,
             hangup_grace_ms: 1000,
             terminate_grace_ms: 1000,
             drain_deadline_ms: 500,
@@ -165,10 +177,18 @@ pub enum ReleaseReason {
     OutputLost,
     ExecClientLost,
     GuestCompleted,
+    /// The terminal was never recorded running (spec 3.4 step 4); its
+    /// command never ran.
+    NotAdmitted,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Input {
+    /// The Domain Store recorded the terminal running (Lazaret.tla
+    /// RegisterSession): the command may run.
+    Admitted,
+    /// The Running record could not be made: the command must not run.
+    AdmissionRefused,
     /// A decoded event from the session connection of `generation`.
     Client {
         generation: GenerationId,
@@ -194,6 +214,10 @@ pub enum Input {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
+    /// Tell the waiting guest leader to run the command (spec 3.4 step 5).
+    AdmitGuestLeader,
+    /// Tell the waiting guest leader to exit without running the command.
+    RefuseGuestLeader,
     WritePty(Chunk),
     /// `TIOCSWINSZ` on the PTY master.
     SetWindowSize {
@@ -254,6 +278,11 @@ pub enum Refusal {
         session: SessionId,
         event: &'static str,
     },
+    #[error("terminal of session {session} is not recorded running yet; {event} refused")]
+    NotAdmitted {
+        session: SessionId,
+        event: &'static str,
+    },
     #[error("{input} is not expected while the terminal is {phase}")]
     Unexpected {
         input: &'static str,
@@ -269,8 +298,8 @@ pub enum Refusal {
     },
 }
 
-/// One Session Terminal, admitted after spec 3.4 acquisition step 4
-/// (Running in the Domain Store).
+/// One Session Terminal from its admission (spec 3.4 acquisition step 5:
+/// terminal events only once the Domain Store recorded it Running).
 ///
 /// Its release order is the generated SessionRelease model
 /// (`protocol/SessionRelease.tla`): every input is that model's input
@@ -301,6 +330,8 @@ fn event_name(event: &SessionTerminalEvent) -> &'static str {
 
 fn input_name(input: &Input) -> &'static str {
     match input {
+        Input::Admitted => "Admitted",
+        Input::AdmissionRefused => "AdmissionRefused",
         Input::Client { .. } => "client event",
         Input::Route(_) => "Route",
         Input::PtyData(_) => "PtyData",
@@ -346,6 +377,7 @@ fn stage_signal(stage: Stages) -> GuestSignal {
 fn timer_kind(timer: Timer) -> Option<TimerKind> {
     match timer {
         Timer::None => None,
+        Timer::Refusal => Some(TimerKind::RefusalWait),
         Timer::Hangup => Some(TimerKind::HangupGrace),
         Timer::Terminate => Some(TimerKind::TerminateGrace),
         Timer::Drain => Some(TimerKind::DrainDeadline),
@@ -361,6 +393,13 @@ fn model_route(route: TerminalRoute) -> Routes {
     }
 }
 
+/// SessionRelease's Init: it is constant and breaks no invariant (TLC and
+/// the stateright parity check start there).
+fn initial(generation: GenerationId) -> Core<Model> {
+    Core::<Model>::new(Constants {}, generation.0)
+        .unwrap_or_else(|e| unreachable!("SessionRelease Init: {e}"))
+}
+
 fn retain_reason(retained: Retained) -> Option<RetainReason> {
     match retained {
         Retained::None => None,
@@ -372,22 +411,24 @@ fn retain_reason(retained: Retained) -> Option<RetainReason> {
 }
 
 impl Machine {
-    /// A running terminal on the Sandbox route (SessionRelease
-    /// `AdmitInteractive`; Lazaret.tla RegisterSession sets `route =
-    /// "Sandbox"`), with a client queue of `queue_bytes`.
+    /// An interactive terminal waiting for its admission (SessionRelease
+    /// `Init`), with a client queue of `queue_bytes`. [`Input::Admitted`]
+    /// puts it on the Sandbox route (`AdmitInteractive`; Lazaret.tla
+    /// RegisterSession sets `route = "Sandbox"`).
     pub fn new(
         session_id: SessionId,
         generation: GenerationId,
         timings: ReleaseTimings,
         queue_bytes: usize,
     ) -> Self {
-        Self::admitted(
+        Self {
             session_id,
             generation,
             timings,
-            queue_bytes,
-            Action::AdmitInteractive,
-        )
+            model: initial(generation),
+            exit_status: None,
+            queue: ClientQueue::new(session_id, queue_bytes),
+        }
     }
 
     /// The release machine of a piped (non-interactive) session
@@ -400,32 +441,14 @@ impl Machine {
         generation: GenerationId,
         timings: ReleaseTimings,
     ) -> Self {
-        Self::admitted(session_id, generation, timings, 0, Action::AdmitPiped)
-    }
-
-    fn admitted(
-        session_id: SessionId,
-        generation: GenerationId,
-        timings: ReleaseTimings,
-        queue_bytes: usize,
-        admit: Action,
-    ) -> Self {
-        // SessionRelease's Init is constant, and both admission steps are
-        // enabled in it and break no invariant: TLC and the stateright
-        // parity check explore them (conformance/tests/protocol.rs).
-        let mut model = Core::<Model>::new(Constants {}, generation.0)
-            .unwrap_or_else(|e| unreachable!("SessionRelease Init: {e}"));
-        if let Err(e) = model.take("admit", &admit) {
-            unreachable!("SessionRelease {admit:?} refused from Init: {e}");
+        let mut machine = Self::new(session_id, generation, timings, 0);
+        // AdmitPiped is enabled in SessionRelease's constant Init and breaks
+        // no invariant: TLC and the stateright parity check explore it
+        // (conformance/tests/protocol.rs).
+        if let Err(e) = machine.model.take("admit", &Action::AdmitPiped) {
+            unreachable!("SessionRelease AdmitPiped refused from Init: {e}");
         }
-        Self {
-            session_id,
-            generation,
-            timings,
-            model,
-            exit_status: None,
-            queue: ClientQueue::new(session_id, queue_bytes),
-        }
+        machine
     }
 
     fn st(&self) -> &State {
@@ -458,6 +481,7 @@ impl Machine {
             Reason::OutputLost => Some(ReleaseReason::OutputLost),
             Reason::ExecClientLost => Some(ReleaseReason::ExecClientLost),
             Reason::GuestCompleted => Some(ReleaseReason::GuestCompleted),
+            Reason::NotAdmitted => Some(ReleaseReason::NotAdmitted),
         }
     }
 
@@ -509,6 +533,8 @@ impl Machine {
     pub fn handle(&mut self, input: Input) -> Result<Vec<Command>, Refusal> {
         let name = input_name(&input);
         let step = match input {
+            Input::Admitted => return self.admission(Action::AdmitInteractive, name),
+            Input::AdmissionRefused => return self.admission(Action::AdmissionRefused, name),
             Input::Client { generation, event } => return self.client_event(generation, event),
             Input::Route(route) => {
                 if self.st().phase == Phases::Running && self.st().route == model_route(route) {
@@ -563,6 +589,18 @@ impl Machine {
             self.queue.discard();
         }
         self.react()
+    }
+
+    /// The admission's answer (spec 3.4 step 5), whose effect tells the
+    /// waiting guest leader (and, for a refusal, arms the wait for its
+    /// exit).
+    fn admission(&mut self, action: Action, name: &'static str) -> Result<Vec<Command>, Refusal> {
+        let before = self.st().clone();
+        self.input_step(action, name)?;
+        let mut out = Vec::new();
+        self.effects_of(action, &before, &mut out);
+        out.extend(self.react()?);
+        Ok(out)
     }
 
     /// Takes the input step `action`, or refuses the input that stands for
@@ -622,7 +660,8 @@ impl Machine {
         Ok(None)
     }
 
-    /// The commands that perform reaction `action` from `before`, in the
+    /// The commands that perform reaction (or admission) `action` from
+    /// `before`, in the
     /// order the effects layer must carry them out: a timer the step
     /// disarmed before it fired is cancelled first, then the step's own
     /// effect, then a timer it armed, an observation it asked for, and the
@@ -635,7 +674,19 @@ impl Machine {
             }
         }
         match action {
-            Action::BeginRelease => out.push(Command::RecordReleaseIntent),
+            Action::BeginRelease => {
+                // A leader still waiting for its admission is told first:
+                // the command never runs, whatever the release then does.
+                if before.phase == Phases::Admitting
+                    && before.admission == Admission::Pending
+                    && before.exec == Exec::Running
+                {
+                    out.push(Command::RefuseGuestLeader);
+                }
+                out.push(Command::RecordReleaseIntent);
+            }
+            Action::AdmitInteractive => out.push(Command::AdmitGuestLeader),
+            Action::AdmissionRefused => out.push(Command::RefuseGuestLeader),
             Action::SignalGroup => out.push(Command::SignalGroup(stage_signal(before.stage))),
             Action::TerminateExecClient => out.push(Command::TerminateExecClient),
             Action::ReapExecClient => out.push(Command::ReapExecClient),
@@ -655,7 +706,6 @@ impl Machine {
             | Action::EndGrace
             | Action::CutGraceShort
             | Action::RetainReleaseIntent
-            | Action::AdmitInteractive
             | Action::AdmitPiped
             | Action::RouteToSandbox
             | Action::RouteToPrompt
@@ -691,7 +741,7 @@ impl Machine {
             session = %self.session_id,
             action = ?action,
             phase = after.phase.name(),
-            "SessionRelease reaction"
+            "SessionRelease step"
         );
     }
 
@@ -725,6 +775,12 @@ impl Machine {
             });
         }
         let st = self.st();
+        if st.phase == Phases::Admitting {
+            return Err(Refusal::NotAdmitted {
+                session: self.session_id,
+                event: name,
+            });
+        }
         if st.phase != Phases::Running || !st.connected || st.close_requested {
             return Err(Refusal::InRelease {
                 session: self.session_id,
@@ -771,6 +827,7 @@ impl Machine {
 
     fn timer_cmd(&self, timer: TimerKind) -> Command {
         let after_ms = match timer {
+            TimerKind::RefusalWait => self.timings.refusal_wait_ms,
             TimerKind::HangupGrace => self.timings.hangup_grace_ms,
             TimerKind::TerminateGrace => self.timings.terminate_grace_ms,
             TimerKind::DrainDeadline => self.timings.drain_deadline_ms,

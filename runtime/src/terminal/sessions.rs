@@ -82,12 +82,18 @@ impl SessionTable {
                 max: self.max_sessions,
             });
         }
-        let machine = Machine::new(
+        let mut machine = Machine::new(
             session,
             generation,
             self.timings,
             self.limits.client_queue_bytes_max,
         );
+        // A new terminal waits for nothing but its admission, which is
+        // enabled from SessionRelease's Init; the guest leader's command
+        // is the effects layer's (this table only holds the machines).
+        if let Err(e) = machine.handle(Input::Admitted) {
+            unreachable!("a new terminal refused its admission: {e}");
+        }
         self.sessions.insert(
             session,
             Slot {
