@@ -7,7 +7,8 @@
 //! Threads of one session, nothing shared with other sessions:
 //! - the reader decodes client messages into a bounded channel
 //!   (`SessionLimits::inbound_events_max`); when it is full the reader stops
-//!   reading the socket;
+//!   reading the socket (before the admission it watches the socket for
+//!   the client's hangup meanwhile);
 //! - the writer sends frames from a bounded channel to the client;
 //! - the identity thread reads the guest leader PID from the exec client's
 //!   `--internal-pid-file` pipe and its group and start time from the guest;
@@ -179,12 +180,12 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
     let writer_failed = Arc::new(AtomicBool::new(false));
     let (leader_tx, leader_rx) = mpsc::channel();
     let (admission_tx, admission_rx) = mpsc::channel();
-    let client_gone = Arc::new(AtomicBool::new(false));
+    let client = ClientState::default();
     {
         let wake = Arc::clone(&wake_w);
         let stream = parts.client;
-        let gone = Arc::clone(&client_gone);
-        std::thread::spawn(move || read_client(stream, &inbound_tx, &gone, &wake));
+        let client = client.clone();
+        std::thread::spawn(move || read_client(stream, &inbound_tx, &client, &wake));
     }
     {
         let wake = Arc::clone(&wake_w);
@@ -241,7 +242,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         pending_out: None,
         leader: Leader::Waiting(leader_rx),
         gate: Gate::Answer(admission_rx),
-        client_gone,
+        client,
         control: parts.guest.control(),
         wake: wake_r,
         observe_due: false,
@@ -262,10 +263,19 @@ fn poke(wake: &OwnedFd) {
     let _ = rustix::io::write(wake, &[1]);
 }
 
+/// What the reader thread shares with the session loop: whether the
+/// client is gone (seen by the reader), and whether the loop takes client
+/// events yet (the gate is open).
+#[derive(Clone, Debug, Default)]
+struct ClientState {
+    gone: Arc<AtomicBool>,
+    taken: Arc<AtomicBool>,
+}
+
 fn read_client(
     mut stream: UnixStream,
     tx: &SyncSender<Inbound>,
-    gone: &AtomicBool,
+    client: &ClientState,
     wake: &OwnedFd,
 ) {
     loop {
@@ -275,18 +285,67 @@ fn read_client(
         };
         let lost = matches!(inbound, Inbound::Lost);
         if lost {
-            gone.store(true, Ordering::SeqCst);
+            client.gone.store(true, Ordering::SeqCst);
             poke(wake);
         }
-        // Blocks while the session's inbound queue is full: the socket
-        // then holds the client back.
-        if tx.send(inbound).is_err() {
+        if !deliver(&stream, tx, inbound, client, wake) {
             return;
         }
         poke(wake);
         if lost {
             return;
         }
+    }
+}
+
+/// How often a reader whose queue is full looks for the client's hangup
+/// before the admission.
+const HANGUP_POLL: Duration = Duration::from_millis(10);
+
+/// Hands one message to the session loop, waiting while its queue is full:
+/// the socket then holds the client back. Until the loop takes client
+/// events (its admission), a full queue does not hide the client's hangup:
+/// the socket is watched for it meanwhile, so a client that left before
+/// the admission never has its command started, however much it typed
+/// ahead (spec 3.4 acquisition step 5). False when the loop is gone.
+fn deliver(
+    stream: &UnixStream,
+    tx: &SyncSender<Inbound>,
+    inbound: Inbound,
+    client: &ClientState,
+    wake: &OwnedFd,
+) -> bool {
+    let mut pending = inbound;
+    loop {
+        if client.taken.load(Ordering::SeqCst) || client.gone.load(Ordering::SeqCst) {
+            return tx.send(pending).is_ok();
+        }
+        match tx.try_send(pending) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(back)) => {
+                pending = back;
+                if hung_up(stream, HANGUP_POLL) {
+                    client.gone.store(true, Ordering::SeqCst);
+                    poke(wake);
+                }
+            }
+        }
+    }
+}
+
+/// Whether the client closed its end of the connection (or it failed),
+/// waiting at most `wait`; data still unread does not count.
+fn hung_up(stream: &UnixStream, wait: Duration) -> bool {
+    let Ok(timeout) = Timespec::try_from(wait) else {
+        return false;
+    };
+    let mut fds = [PollFd::new(stream, PollFlags::RDHUP)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(n) if n > 0 => fds[0]
+            .revents()
+            .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+        _ => false,
     }
 }
 
@@ -376,7 +435,7 @@ struct Driver {
     gate: Gate,
     /// Set by the reader thread before it queues the client's loss: seen
     /// while the gate is closed and the queue is not read.
-    client_gone: Arc<AtomicBool>,
+    client: ClientState,
     control: GuestControl<'static, EnteredRunner>,
     wake: OwnedFd,
     /// The machine asked for an observation (`ObserveGroup`).
@@ -623,6 +682,7 @@ impl Driver {
                 let restored = self.pty.as_ref().is_none_or(|p| p.echoes().unwrap_or(true));
                 if restored || since.elapsed() >= RESTORE_WAIT {
                     self.gate = Gate::Open;
+                    self.client.taken.store(true, Ordering::SeqCst);
                 }
             }
             Gate::Open | Gate::Shut => {}
@@ -631,7 +691,7 @@ impl Driver {
 
     /// Feeds the client's loss once the reader thread saw it.
     fn take_client_loss(&mut self, work: &mut VecDeque<Input>) {
-        if self.client_gone.load(Ordering::SeqCst) && !self.client_lost_fed {
+        if self.client.gone.load(Ordering::SeqCst) && !self.client_lost_fed {
             self.client_lost_fed = true;
             self.feed(Input::ClientLost, work);
         }
@@ -797,5 +857,77 @@ impl Driver {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail by panicking
+    use super::*;
+
+    /// A reader over one end of a socket pair whose queue holds one
+    /// message; the client end sends three and leaves.
+    fn reader_after_a_departed_typist(
+        state: &ClientState,
+    ) -> (Receiver<Inbound>, std::thread::JoinHandle<()>) {
+        let (mut client_end, hc_end) = UnixStream::pair().unwrap();
+        let (_wake_r, wake_w) = rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+        )
+        .unwrap();
+        let (tx, rx) = mpsc::sync_channel(1);
+        let shared = state.clone();
+        let reader = std::thread::spawn(move || read_client(hc_end, &tx, &shared, &wake_w));
+        for _ in 0..3 {
+            channel::send(
+                &mut client_end,
+                "session",
+                &ClientMessage::Stdin(b"x".to_vec()),
+            )
+            .unwrap();
+        }
+        drop(client_end);
+        (rx, reader)
+    }
+
+    fn seen_gone_within(state: &ClientState, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if state.gone.load(Ordering::SeqCst) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// Spec 3.4 acquisition step 5: keys typed ahead fill the session's
+    /// queue before the admission; the client's departure behind them is
+    /// still seen, so the loop releases the session instead of admitting it.
+    #[test]
+    fn a_client_that_leaves_behind_a_full_queue_is_seen_gone_before_the_admission() {
+        let state = ClientState::default();
+        let (rx, reader) = reader_after_a_departed_typist(&state);
+        assert!(seen_gone_within(&state, Duration::from_secs(5)));
+        assert!(matches!(rx.try_recv(), Ok(Inbound::Message(_))));
+        drop(rx);
+        reader.join().unwrap();
+    }
+
+    /// Once the loop takes client events, a full queue only holds the
+    /// client back: what it sent is delivered, in order, then its loss.
+    #[test]
+    fn once_events_are_taken_a_full_queue_delivers_everything_then_the_loss() {
+        let state = ClientState::default();
+        state.taken.store(true, Ordering::SeqCst);
+        let (rx, reader) = reader_after_a_departed_typist(&state);
+        assert!(!seen_gone_within(&state, Duration::from_millis(200)));
+        let got: Vec<bool> = rx
+            .iter()
+            .map(|inbound| matches!(inbound, Inbound::Message(ClientMessage::Stdin(_))))
+            .collect();
+        assert_eq!(got, [true, true, true, false]);
+        assert!(state.gone.load(Ordering::SeqCst));
+        reader.join().unwrap();
     }
 }
