@@ -904,6 +904,8 @@ struct World {
     observe: bool,
     timers: Vec<TimerKind>,
     exec_running: bool,
+    /// The exec client returned the guest's status: the leader exited.
+    leader_exited: bool,
     output_open: bool,
     connected: bool,
     last_observation: Option<GroupObservation>,
@@ -979,7 +981,11 @@ impl World {
                 self.last_observation = Some(*o);
             }
             Input::Timer(t) => self.timers.retain(|x| x != t),
-            Input::ExecClientExited(_) | Input::ExecClientLost => self.exec_running = false,
+            Input::ExecClientExited(status) => {
+                self.exec_running = false;
+                self.leader_exited = matches!(status, ExecStatus::Exited(_));
+            }
+            Input::ExecClientLost => self.exec_running = false,
             Input::OutputEof | Input::OutputLost => self.output_open = false,
             Input::ClientLost => self.connected = false,
             _ => {}
@@ -1019,8 +1025,8 @@ impl World {
                     self.leader_admitted = true;
                 }
                 Command::RefuseGuestLeader => {
-                    if self.leader_admitted || self.leader_refused || !self.exec_running {
-                        return Err("refused a leader told before or gone".into());
+                    if self.leader_admitted || self.leader_refused || self.leader_exited {
+                        return Err("refused a leader told before or exited".into());
                     }
                     self.leader_refused = true;
                 }
@@ -1030,7 +1036,7 @@ impl World {
         if m.phase() != "Admitting"
             && !self.leader_admitted
             && !self.leader_refused
-            && self.exec_running
+            && !self.leader_exited
         {
             return Err(format!(
                 "left admission in {} with its leader waiting",
@@ -1055,6 +1061,7 @@ fn release_in_world(piped: bool, script: Vec<u8>) -> Result<(), String> {
         observe: false,
         timers: Vec::new(),
         exec_running: true,
+        leader_exited: false,
         output_open: true,
         connected: true,
         last_observation: None,
@@ -1233,4 +1240,17 @@ fn a_guest_leader_gone_before_its_admission_is_not_told() {
     );
     assert_eq!(m.release_reason(), Some(ReleaseReason::GuestCompleted));
     assert!(m.handle(Input::Admitted).is_err());
+}
+
+#[test]
+fn an_exec_client_lost_before_its_admission_still_refuses_its_leader() {
+    use Command::*;
+    let mut m = admitting();
+    // The exec client vanished without a status: the guest leader may
+    // still be waiting, so it is told not to run the command.
+    assert_eq!(
+        ok(&mut m, Input::ExecClientLost),
+        vec![RefuseGuestLeader, RecordReleaseIntent, ObserveGroup]
+    );
+    assert_eq!(m.release_reason(), Some(ReleaseReason::ExecClientLost));
 }

@@ -163,8 +163,15 @@ impl ReleaseEffects {
                 tracing::info!(?reason, "RecordReleaseIntent");
                 // Spec 3.4 step 1: durable before any release signal (the
                 // machine emits those after this command). A guest that
-                // completed gets none: nothing waits for it.
-                if reason == Some(ReleaseReason::GuestCompleted) {
+                // completed gets none, nor does a refused guest leader that
+                // already exited (its exec client returned; a reason
+                // NotAdmitted never comes with a lost one): nothing waits.
+                let no_signal = match reason {
+                    Some(ReleaseReason::GuestCompleted) => true,
+                    Some(ReleaseReason::NotAdmitted) => !self.exec_running,
+                    _ => false,
+                };
+                if no_signal {
                     self.release.record_in_background();
                 } else {
                     self.release.record();

@@ -126,7 +126,10 @@ pub struct ReleaseTimings {
 impl Default for ReleaseTimings {
     fn default() -> Self {
         Self {
-            refusal_wait_ms: 1000,
+            // Generous: a refusal mostly follows a coordinator that was
+            // slow for 30 s, and `runsc exec` returning late under that
+            // load must not turn the leader's 125 into a kill.
+            refusal_wait_ms: 5000,
             hangup_grace_ms: 1000,
             terminate_grace_ms: 1000,
             drain_deadline_ms: 500,
@@ -675,11 +678,12 @@ impl Machine {
         }
         match action {
             Action::BeginRelease => {
-                // A leader still waiting for its admission is told first:
-                // the command never runs, whatever the release then does.
+                // A leader that may still wait for its admission is told
+                // first (its exec client may have gone without it): the
+                // command never runs, whatever the release then does.
                 if before.phase == Phases::Admitting
                     && before.admission == Admission::Pending
-                    && before.exec == Exec::Running
+                    && before.exec != Exec::Exited
                 {
                     out.push(Command::RefuseGuestLeader);
                 }
