@@ -73,8 +73,19 @@ pub trait PtySys {
     /// `TCGETS` on the master, which Linux answers with the slave's termios:
     /// `ISIG` and the `VINTR`/`VQUIT`/`VSUSP` characters the guest set.
     fn signal_keys(&self, master: BorrowedFd<'_>) -> io::Result<SignalKeys>;
-    /// `TCGETS` on the master: whether the slave echoes typed input (`ECHO`).
-    fn echoes(&self, master: BorrowedFd<'_>) -> io::Result<bool>;
+    /// `TCGETS` on the master: the slave's line discipline modes.
+    fn line_modes(&self, master: BorrowedFd<'_>) -> io::Result<LineModes>;
+}
+
+/// The line discipline's modes as a program sets them (`termios`' input,
+/// output, control and local flags), comparable: a program that changes
+/// its terminal's settings changes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineModes {
+    /// The slave echoes typed input (`ECHO`).
+    pub echo: bool,
+    /// `c_iflag`, `c_oflag`, `c_cflag`, `c_lflag`.
+    pub flags: [u32; 4],
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -187,10 +198,10 @@ impl<'s, S: PtySys> SessionPty<'s, S> {
             })
     }
 
-    /// Whether the slave echoes typed input now (the guest's `ECHO`).
-    pub fn echoes(&self) -> Result<bool, PtyError> {
+    /// The slave's line discipline modes now (the guest's settings).
+    pub fn line_modes(&self) -> Result<LineModes, PtyError> {
         self.sys
-            .echoes(self.master.as_fd())
+            .line_modes(self.master.as_fd())
             .map_err(|source| PtyError::Settings {
                 slave: self.slave_name.clone(),
                 source,

@@ -224,3 +224,30 @@ fn real_pty_master_reads_the_signal_keys_the_slave_sets() {
     assert!(pty.signal_keys().unwrap().signal_of(0x03).is_some());
     assert!(fake.calls().contains(&PtyCall::SignalKeys));
 }
+
+/// The modes the guest leader's silence and a command's own settings leave
+/// (`stty -echo -icanon`, then `stty raw -echo`) are what HC reads, and
+/// they differ from each other (docs/terminals.md "Admission waits for the
+/// Running record").
+#[test]
+fn real_pty_master_reads_the_line_modes_the_slave_sets() {
+    use rustix::termios::{tcgetattr, tcsetattr, LocalModes, OptionalActions};
+    let (pty, slave) = SessionPty::allocate(&RealPty).unwrap();
+    let cooked = pty.line_modes().unwrap();
+    assert!(cooked.echo);
+    let mut t = tcgetattr(&slave).unwrap();
+    t.local_modes.remove(LocalModes::ECHO | LocalModes::ICANON);
+    tcsetattr(&slave, OptionalActions::Now, &t).unwrap();
+    let silenced = pty.line_modes().unwrap();
+    assert!(!silenced.echo);
+    assert_ne!(silenced, cooked);
+    t.make_raw();
+    tcsetattr(&slave, OptionalActions::Now, &t).unwrap();
+    let raw = pty.line_modes().unwrap();
+    assert!(!raw.echo);
+    assert_ne!(raw, silenced);
+    let fake = RecordingPty::default();
+    let (pty, _slave) = SessionPty::allocate(&fake).unwrap();
+    assert!(pty.line_modes().unwrap().echo);
+    assert!(fake.calls().contains(&PtyCall::LineModes));
+}

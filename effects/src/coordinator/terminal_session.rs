@@ -31,7 +31,7 @@ use super::session_release::{ReleaseEffects, ReleaseOutcome};
 use super::session_report::SessionReport;
 use crate::broker::CommittedChild;
 use crate::process_identity::Signal;
-use crate::pty::{Pumped, RealPty, SessionPty, WindowSize};
+use crate::pty::{LineModes, Pumped, RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{GuestControl, GuestTools, Runsc};
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, TerminalSize,
@@ -147,9 +147,15 @@ enum Gate {
     Answer(Receiver<bool>),
     /// The newline is written; the guest leader restores the terminal's
     /// settings before it executes the command. Client events wait until
-    /// the terminal echoes again (bounded by `RESTORE_WAIT`), so keys typed
-    /// meanwhile are echoed and edited as the command's terminal does.
-    Restoring(Instant),
+    /// the terminal echoes again or its modes leave the leader's silenced
+    /// ones (read just before the newline; bounded by `RESTORE_WAIT`), so
+    /// keys typed meanwhile are echoed and edited as the command's
+    /// terminal does, and a command that turns echo off at once is not
+    /// waited out.
+    Restoring {
+        since: Instant,
+        silenced: Option<LineModes>,
+    },
     Open,
     /// The command does not run: the guest leader was refused, or the
     /// release began first; client events are never taken.
@@ -261,6 +267,18 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
 fn poke(wake: &OwnedFd) {
     // A full wake pipe already wakes the loop.
     let _ = rustix::io::write(wake, &[1]);
+}
+
+/// Whether the admitted guest leader gave the terminal back: it echoes, or
+/// its modes are no longer the leader's silenced ones (the command changed
+/// them already). `now`: `None` without a PTY, `Some(None)` when its modes
+/// cannot be read (a PTY being lost): both count as given back. Without a
+/// silenced snapshot only echo counts.
+fn restored(silenced: Option<LineModes>, now: Option<Option<LineModes>>) -> bool {
+    match now {
+        None | Some(None) => true,
+        Some(Some(modes)) => modes.echo || silenced.is_some_and(|s| s != modes),
+    }
 }
 
 /// What the reader thread shares with the session loop: whether the
@@ -678,9 +696,9 @@ impl Driver {
                 };
                 self.feed(input, work);
             }
-            Gate::Restoring(since) => {
-                let restored = self.pty.as_ref().is_none_or(|p| p.echoes().unwrap_or(true));
-                if restored || since.elapsed() >= RESTORE_WAIT {
+            Gate::Restoring { since, silenced } => {
+                let now = self.pty.as_ref().map(|p| p.line_modes().ok());
+                if restored(*silenced, now) || since.elapsed() >= RESTORE_WAIT {
                     self.gate = Gate::Open;
                     self.client.taken.store(true, Ordering::SeqCst);
                 }
@@ -714,7 +732,11 @@ impl Driver {
         };
         match command {
             Command::AdmitGuestLeader => {
-                self.gate = Gate::Restoring(Instant::now());
+                let silenced = self.pty.as_ref().and_then(|p| p.line_modes().ok());
+                self.gate = Gate::Restoring {
+                    since: Instant::now(),
+                    silenced,
+                };
                 self.tell_guest_leader(ADMIT);
             }
             Command::RefuseGuestLeader => {
@@ -823,7 +845,7 @@ impl Driver {
             .as_ref()
             .filter(|_| !master_events.is_empty())
             .map(|p| (p.master(), master_events));
-        let at_most = matches!(self.gate, Gate::Restoring(_)).then_some(RESTORE_POLL);
+        let at_most = matches!(self.gate, Gate::Restoring { .. }).then_some(RESTORE_POLL);
         self.effects.wait(&self.wake, master, at_most, work);
         self.pump_pty(work);
     }
@@ -899,6 +921,30 @@ mod tests {
             std::thread::sleep(Duration::from_millis(2));
         }
         false
+    }
+
+    #[test]
+    fn the_terminal_is_given_back_when_it_echoes_or_its_modes_leave_the_silenced_ones() {
+        let silenced = LineModes {
+            echo: false,
+            flags: [1, 2, 3, 4],
+        };
+        let echoing = LineModes {
+            echo: true,
+            ..silenced
+        };
+        // A command that turned echo off at once, in raw mode.
+        let raw = LineModes {
+            echo: false,
+            flags: [0, 0, 3, 0],
+        };
+        assert!(!restored(Some(silenced), Some(Some(silenced))));
+        assert!(restored(Some(silenced), Some(Some(echoing))));
+        assert!(restored(Some(silenced), Some(Some(raw))));
+        assert!(!restored(None, Some(Some(raw))));
+        assert!(restored(None, Some(Some(echoing))));
+        assert!(restored(Some(silenced), None));
+        assert!(restored(Some(silenced), Some(None)));
     }
 
     /// Spec 3.4 acquisition step 5: keys typed ahead fill the session's

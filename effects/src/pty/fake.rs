@@ -1,7 +1,7 @@
 //! A recording [`PtySys`] for tests: real pipe descriptors stand in for the
 //! pair, reads come from a script, and every call is recorded with its
 //! typed arguments.
-use super::{MasterRead, MasterWrite, PtyPair, PtySys, WindowSize};
+use super::{LineModes, MasterRead, MasterWrite, PtyPair, PtySys, WindowSize};
 use lazaret_runtime::terminal::keys::SignalKeys;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -17,7 +17,7 @@ pub enum PtyCall {
     ReadMaster { max: usize },
     WriteMaster(Vec<u8>),
     SignalKeys,
-    Echoes,
+    LineModes,
 }
 
 #[derive(Debug, Default)]
@@ -84,10 +84,13 @@ impl PtySys for RecordingPty {
         Ok((0x1d, 7))
     }
 
-    fn echoes(&self, _master: BorrowedFd<'_>) -> io::Result<bool> {
-        self.calls.borrow_mut().push(PtyCall::Echoes);
+    fn line_modes(&self, _master: BorrowedFd<'_>) -> io::Result<LineModes> {
+        self.calls.borrow_mut().push(PtyCall::LineModes);
         // A cooked terminal echoes.
-        Ok(true)
+        Ok(LineModes {
+            echo: true,
+            flags: [0; 4],
+        })
     }
 
     fn signal_keys(&self, _master: BorrowedFd<'_>) -> io::Result<SignalKeys> {

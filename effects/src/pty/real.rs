@@ -1,5 +1,5 @@
 //! The real PTY calls (rustix).
-use super::{MasterRead, MasterWrite, PtyPair, PtySys, WindowSize};
+use super::{LineModes, MasterRead, MasterWrite, PtyPair, PtySys, WindowSize};
 use lazaret_runtime::terminal::keys::SignalKeys;
 use rustix::fs::{fcntl_getfl, fcntl_setfl, fstat, OFlags};
 use rustix::io::Errno;
@@ -66,8 +66,17 @@ impl PtySys for RealPty {
         Ok((st.st_dev, st.st_ino))
     }
 
-    fn echoes(&self, master: BorrowedFd<'_>) -> io::Result<bool> {
-        Ok(tcgetattr(master)?.local_modes.contains(LocalModes::ECHO))
+    fn line_modes(&self, master: BorrowedFd<'_>) -> io::Result<LineModes> {
+        let t = tcgetattr(master)?;
+        Ok(LineModes {
+            echo: t.local_modes.contains(LocalModes::ECHO),
+            flags: [
+                t.input_modes.bits(),
+                t.output_modes.bits(),
+                t.control_modes.bits(),
+                t.local_modes.bits(),
+            ],
+        })
     }
 
     fn signal_keys(&self, master: BorrowedFd<'_>) -> io::Result<SignalKeys> {
