@@ -110,7 +110,10 @@ fn accepted_commands(kind: Kind) -> Vec<Command> {
         Kind::Interrupt => vec![Command::SignalForeground(GuestSignal::Interrupt)],
         Kind::Quit => vec![Command::SignalForeground(GuestSignal::Quit)],
         Kind::Suspend => vec![Command::SignalForeground(GuestSignal::Suspend)],
-        Kind::Close => vec![Command::RecordReleaseIntent, Command::ObserveGroup],
+        Kind::Close => vec![
+            Command::RecordReleaseIntent { awaited: true },
+            Command::ObserveGroup,
+        ],
     }
 }
 
@@ -334,7 +337,7 @@ fn close_with_live_leader_follows_the_full_release_order() {
     assert_eq!(
         got,
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: true },
             ObserveGroup,
             SignalGroup(GuestSignal::Hangup),
             timer(TimerKind::HangupGrace, 100),
@@ -382,7 +385,7 @@ fn guest_exiting_on_hangup_reports_the_exec_client_status() {
     assert_eq!(
         got,
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: true },
             ObserveGroup,
             SignalGroup(GuestSignal::Hangup),
             StartTimer {
@@ -501,7 +504,7 @@ fn normal_completion_drains_then_sends_one_exit_after_the_last_byte() {
     assert_eq!(
         got,
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: false },
             ReapExecClient,
             StartTimer {
                 timer: TimerKind::DrainDeadline,
@@ -573,7 +576,7 @@ fn client_loss_discards_output_and_sends_nothing() {
     ok(&mut m, Input::PtyData(chunk(b"unsent")));
     assert_eq!(
         ok(&mut m, Input::ClientLost),
-        vec![RecordReleaseIntent, ObserveGroup]
+        vec![RecordReleaseIntent { awaited: true }, ObserveGroup]
     );
     assert_eq!(m.queued_bytes(), 0);
     ends_clean_and_silent(&mut m, ExecStatus::Signalled(9));
@@ -594,7 +597,7 @@ fn pty_loss_skips_the_drain_but_reports_the_exit() {
     assert_eq!(
         got,
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: true },
             ObserveGroup,
             TerminateExecClient,
             ReapExecClient,
@@ -622,7 +625,7 @@ fn exec_client_loss_still_signals_a_live_leader_and_reports_runtime_lost() {
     assert_eq!(
         got,
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: true },
             ObserveGroup,
             SignalGroup(GuestSignal::Hangup),
             StartTimer {
@@ -665,7 +668,7 @@ fn an_exec_client_killed_by_another_is_released_as_lost() {
     let mut m = machine();
     assert_eq!(
         ok(&mut m, Input::ExecClientExited(ExecStatus::Signalled(15))),
-        vec![RecordReleaseIntent, ObserveGroup]
+        vec![RecordReleaseIntent { awaited: true }, ObserveGroup]
     );
     assert_eq!(m.release_reason(), Some(ReleaseReason::ExecClientLost));
     a_matching_leader_gets_sighup(&mut m);
@@ -807,7 +810,7 @@ fn a_piped_session_observes_only_when_it_must_signal() {
             ]
         ),
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: false },
             ReapExecClient,
             StartTimer {
                 timer: TimerKind::DrainDeadline,
@@ -836,7 +839,7 @@ fn a_piped_session_observes_only_when_it_must_signal() {
     assert_eq!(
         got,
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: true },
             ObserveGroup,
             SignalGroup(GuestSignal::Hangup),
             StartTimer {
@@ -1159,7 +1162,7 @@ fn a_refused_admission_releases_without_running_the_command() {
         ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(125))),
         vec![
             CancelTimer(TimerKind::RefusalWait),
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: false },
             ReapExecClient,
             StartTimer {
                 timer: TimerKind::DrainDeadline,
@@ -1201,7 +1204,7 @@ fn a_refused_guest_leader_that_stays_is_released_by_the_ladder() {
     ok(&mut m, Input::AdmissionRefused);
     assert_eq!(
         ok(&mut m, Input::Timer(TimerKind::RefusalWait)),
-        vec![RecordReleaseIntent, ObserveGroup]
+        vec![RecordReleaseIntent { awaited: true }, ObserveGroup]
     );
     assert_eq!(m.release_reason(), Some(ReleaseReason::NotAdmitted));
     a_matching_leader_gets_sighup(&mut m);
@@ -1213,7 +1216,11 @@ fn a_client_lost_before_its_admission_is_never_admitted() {
     let mut m = admitting();
     assert_eq!(
         ok(&mut m, Input::ClientLost),
-        vec![RefuseGuestLeader, RecordReleaseIntent, ObserveGroup]
+        vec![
+            RefuseGuestLeader,
+            RecordReleaseIntent { awaited: true },
+            ObserveGroup
+        ]
     );
     assert_eq!(m.release_reason(), Some(ReleaseReason::ClientLost));
     // The record may still have been made; the answer comes too late.
@@ -1230,7 +1237,7 @@ fn a_guest_leader_gone_before_its_admission_is_not_told() {
     assert_eq!(
         ok(&mut m, Input::ExecClientExited(ExecStatus::Exited(125))),
         vec![
-            RecordReleaseIntent,
+            RecordReleaseIntent { awaited: false },
             ReapExecClient,
             StartTimer {
                 timer: TimerKind::DrainDeadline,
@@ -1250,7 +1257,11 @@ fn an_exec_client_lost_before_its_admission_still_refuses_its_leader() {
     // still be waiting, so it is told not to run the command.
     assert_eq!(
         ok(&mut m, Input::ExecClientLost),
-        vec![RefuseGuestLeader, RecordReleaseIntent, ObserveGroup]
+        vec![
+            RefuseGuestLeader,
+            RecordReleaseIntent { awaited: true },
+            ObserveGroup
+        ]
     );
     assert_eq!(m.release_reason(), Some(ReleaseReason::ExecClientLost));
 }

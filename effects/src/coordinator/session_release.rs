@@ -158,23 +158,18 @@ impl ReleaseEffects {
                     .push((timer, Instant::now() + Duration::from_millis(after_ms)));
             }
             Command::CancelTimer(timer) => self.timers.retain(|(t, _)| *t != timer),
-            Command::RecordReleaseIntent => {
+            Command::RecordReleaseIntent { awaited } => {
                 self.started = Some(Instant::now());
-                tracing::info!(?reason, "RecordReleaseIntent");
-                // Spec 3.4 step 1: durable before any release signal (the
-                // machine emits those after this command). A guest that
-                // completed gets none, nor does a refused guest leader that
-                // already exited (its exec client returned; a reason
-                // NotAdmitted never comes with a lost one): nothing waits.
-                let no_signal = match reason {
-                    Some(ReleaseReason::GuestCompleted) => true,
-                    Some(ReleaseReason::NotAdmitted) => !self.exec_running,
-                    _ => false,
-                };
-                if no_signal {
-                    self.release.record_in_background();
-                } else {
+                tracing::info!(?reason, awaited, "RecordReleaseIntent");
+                // Spec 3.4 step 1: durable before any release signal. The
+                // machine says whether one may follow (the release observes
+                // the leader next); one that collects at once sends none,
+                // and its record is made before the session's end, which
+                // comes later on the same report queue.
+                if awaited {
                     self.release.record();
+                } else {
+                    self.release.record_in_background();
                 }
             }
             Command::TerminateExecClient => {

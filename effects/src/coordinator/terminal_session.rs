@@ -553,9 +553,8 @@ impl Driver {
 
     /// Client events, one at a time, while no input waits for the PTY.
     fn take_client_events(&mut self, work: &mut VecDeque<Input>) {
-        if self.writer_failed.load(Ordering::SeqCst) && !self.client_lost_fed {
-            self.client_lost_fed = true;
-            self.feed(Input::ClientLost, work);
+        if self.writer_failed.load(Ordering::SeqCst) {
+            self.client_lost(work);
         }
         if !matches!(self.gate, Gate::Open) {
             // The client's loss is a release input whatever the gate, and
@@ -580,12 +579,7 @@ impl Driver {
             } else {
                 match self.inbound.try_recv() {
                     Ok(Inbound::Message(message)) => self.stage(message),
-                    Ok(Inbound::Lost) => {
-                        if !self.client_lost_fed {
-                            self.client_lost_fed = true;
-                            self.feed(Input::ClientLost, work);
-                        }
-                    }
+                    Ok(Inbound::Lost) => self.client_lost(work),
                     Err(_) => break,
                 }
             }
@@ -709,7 +703,16 @@ impl Driver {
 
     /// Feeds the client's loss once the reader thread saw it.
     fn take_client_loss(&mut self, work: &mut VecDeque<Input>) {
-        if self.client.gone.load(Ordering::SeqCst) && !self.client_lost_fed {
+        if self.client.gone.load(Ordering::SeqCst) {
+            self.client_lost(work);
+        }
+    }
+
+    /// The machine's `ClientConnectionLost`, fed once however the loss was
+    /// seen (the writer failed, the reader queued it, or the reader marked
+    /// it while the queue was not read).
+    fn client_lost(&mut self, work: &mut VecDeque<Input>) {
+        if !self.client_lost_fed {
             self.client_lost_fed = true;
             self.feed(Input::ClientLost, work);
         }

@@ -248,7 +248,13 @@ pub enum Command {
     },
     CancelTimer(TimerKind),
     /// Domain Store `TerminalOp::BeginRelease`, keeping every identity.
-    RecordReleaseIntent,
+    /// `awaited`: the release goes on to observe the leader, so a release
+    /// signal may follow and the intent must be durable first (spec 3.4
+    /// release step 1 before step 2); a release that goes straight to
+    /// collecting (the leader exited) sends none, so nothing waits for it.
+    RecordReleaseIntent {
+        awaited: bool,
+    },
     /// Kill the exact exec client through its retained pidfd.
     TerminateExecClient,
     ReapExecClient,
@@ -687,7 +693,9 @@ impl Machine {
                 {
                     out.push(Command::RefuseGuestLeader);
                 }
-                out.push(Command::RecordReleaseIntent);
+                out.push(Command::RecordReleaseIntent {
+                    awaited: after.phase == Phases::Observing,
+                });
             }
             Action::AdmitInteractive => out.push(Command::AdmitGuestLeader),
             Action::AdmissionRefused => out.push(Command::RefuseGuestLeader),
