@@ -239,6 +239,7 @@ fn every_named_property_is_listed_in_every_configuration() -> Result<(), Box<dyn
     let root = workspace_root();
     let mut entries: Vec<&ModelEntry> = MODELS.iter().collect();
     entries.push(&LAZARET_UNROUTED);
+    entries.push(&SESSION_TERMINAL);
     for e in entries {
         let tla = std::fs::read_to_string(root.join(e.tla))?;
         let defined: std::collections::BTreeSet<String> = tla
@@ -270,6 +271,120 @@ fn every_named_property_is_listed_in_every_configuration() -> Result<(), Box<dyn
             "{}: listed but not defined in {}",
             e.cfg_file,
             e.tla
+        );
+    }
+    Ok(())
+}
+
+/// The check that joins SessionRelease.tla with the coordinator's record of
+/// one terminal (protocol/SessionTerminal-notes.md). TLC only: it is not a
+/// model the product runs, so no Rust is generated from it.
+const SESSION_TERMINAL: ModelEntry = ModelEntry {
+    name: "SessionTerminal",
+    tla: "protocol/SessionTerminal.tla",
+    cfg_file: "protocol/SessionTerminal.cfg",
+    cfg_text: include_str!("../../protocol/SessionTerminal.cfg"),
+};
+
+/// Its reachable states (one terminal, both sides), pinned: a change to
+/// either side, or to the join, shows here first.
+const SESSION_TERMINAL_STATES: u64 = 377_025;
+
+#[test]
+fn session_terminal_tlc_clean() -> Result<(), Box<dyn std::error::Error>> {
+    let root = workspace_root();
+    let e = &SESSION_TERMINAL;
+    let tlc = run_tlc_with(&root.join(e.tla), Some(&root.join(e.cfg_file)))?;
+    assert!(
+        tlc.violations.is_empty(),
+        "TLC reported on SessionTerminal: {:?}",
+        tlc.violations
+    );
+    assert_eq!(tlc.exit_code, Some(0), "TLC exit status on SessionTerminal");
+    assert!(
+        tlc.uncovered().is_empty(),
+        "SessionTerminal actions TLC never took: {:?}",
+        tlc.uncovered()
+    );
+    assert_eq!(
+        tlc.distinct, SESSION_TERMINAL_STATES,
+        "SessionTerminal distinct states"
+    );
+    Ok(())
+}
+
+/// One way of breaking the join: the text replaced in SessionTerminal.tla,
+/// its replacement, and the property TLC must then report.
+struct BrokenJoin {
+    what: &'static str,
+    from: &'static str,
+    to: &'static str,
+    violates: &'static str,
+}
+
+/// Each tie of SessionTerminal.tla can fail: the join the product makes,
+/// broken one way at a time, is reported by the property that names it.
+const BROKEN_JOINS: &[BrokenJoin] = &[
+    BrokenJoin {
+        what: "a release that never waits for its durable intent",
+        from: r#"gate' = IF phase' = "Observing" THEN "Awaited" ELSE "Background""#,
+        to: r#"gate' = "Background""#,
+        violates: "Invariant Inv_Spec_SignalsFollowDurableIntent is violated.",
+    },
+    BrokenJoin {
+        what: "a session loop that goes on while its gate waits",
+        from: r#"Unblocked == gate # "Awaited""#,
+        to: "Unblocked == TRUE",
+        violates: "Invariant Inv_Spec_SignalsFollowDurableIntent is violated.",
+    },
+    BrokenJoin {
+        what: "an admission without the coordinator's yes",
+        from: "    /\\ kind = \"Interactive\"\n    /\\ answer = \"Registered\"\n",
+        to: "    /\\ kind = \"Interactive\"\n",
+        violates: "Invariant Inv_Spec_AdmittedOnlyWhenRecordedRunning is violated.",
+    },
+    BrokenJoin {
+        what: "a record made clean whatever the release found",
+        from: "    /\\ phase = \"Clean\"\n    /\\ rec = \"Closing\"\n",
+        to: "    /\\ phase \\in Finished\n    /\\ rec = \"Closing\"\n",
+        violates: "Invariant Inv_Spec_RecordedOutcomeIsTheRelease is violated.",
+    },
+    BrokenJoin {
+        what: "a record registered again after its release intent",
+        from: "    /\\ Head(reports) = \"Running\"\n    /\\ rec = \"Starting\"\n",
+        to: "    /\\ Head(reports) = \"Running\"\n",
+        violates: "Action property Live_Spec_RecordMovesAsLazaret is violated.",
+    },
+];
+
+#[test]
+fn session_terminal_ties_fail_when_the_join_is_broken() -> Result<(), Box<dyn std::error::Error>> {
+    let root = workspace_root();
+    let model = std::fs::read_to_string(root.join(SESSION_TERMINAL.tla))?;
+    let session_release = std::fs::read_to_string(root.join("protocol/SessionRelease.tla"))?;
+    for broken in BROKEN_JOINS {
+        assert_eq!(
+            model.matches(broken.from).count(),
+            1,
+            "{}: the text to replace is not in SessionTerminal.tla exactly once",
+            broken.what
+        );
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("SessionTerminal.tla"),
+            model.replace(broken.from, broken.to),
+        )?;
+        std::fs::write(dir.path().join("SessionRelease.tla"), &session_release)?;
+        let tlc = run_tlc_with(
+            &dir.path().join("SessionTerminal.tla"),
+            Some(&root.join(SESSION_TERMINAL.cfg_file)),
+        )?;
+        assert_eq!(
+            tlc.violations.first().map(String::as_str),
+            Some(broken.violates),
+            "{}: TLC reported {:?}",
+            broken.what,
+            tlc.violations
         );
     }
     Ok(())
