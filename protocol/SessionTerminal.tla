@@ -74,8 +74,12 @@ Init ==
 \* ---- The session's side -----------------------------------------------
 
 \* The session's loop is one thread: while it waits for its release intent
-\* to be durable (ReleaseGate::record), it takes no step at all.
-Unblocked == gate # "Awaited"
+\* to be durable (ReleaseGate::record), it takes no step at all. A piped
+\* session's machine starts admitted (Machine::new_piped): it takes no
+\* step before AdmitPiped.
+Unblocked ==
+    /\ gate # "Awaited"
+    /\ kind = "Interactive" \/ admission # "Pending"
 
 \* The identity thread read the guest leader (spec 3.4 acquisition steps
 \* 3-4) and asks for the Running record.
@@ -99,15 +103,18 @@ AdmitInteractive ==
 \* the guest leader is told not to run the command.
 AdmissionRefused ==
     /\ Unblocked
+    /\ kind = "Interactive"
     /\ answer # "Registered"
     /\ SR!AdmissionRefused
     /\ UNCHANGED hcVars
 
 \* A piped session has no Running record (schemas.md: Running records a
-\* PTY): the coordinator registers it when its exec client runs, in the
-\* loop turn that started it, and the session's machine starts admitted.
+\* PTY), so spec 3.4 acquisition steps 4-5 do not hold it: its command
+\* runs once its exec client is committed, its machine starts admitted,
+\* and the coordinator takes RegisterSession (which writes nothing) in the
+\* loop turn that started it, before it hears anything else.
 AdmitPiped ==
-    /\ Unblocked
+    /\ gate # "Awaited"
     /\ kind = "Piped"
     /\ rec = "Starting"
     /\ runtime = "Running"
@@ -182,12 +189,13 @@ RegisterSession ==
     /\ reports' = Tail(reports)
     /\ UNCHANGED <<srVars, kind, runtime, reportedRunning, gate, reportedEnd>>
 
-\* The record cannot be made running: the session is no longer starting
-\* (its release or the runtime's end came first) or the runtime is gone.
+\* The record is not made running: the session is no longer starting (its
+\* release or the runtime's end came first), the runtime is gone, there
+\* is no Intent row to promote, or the crash-point build's fault
+\* `running-record-refused` says so.
 RefuseRegistration ==
     /\ reports # <<>>
     /\ Head(reports) = "Running"
-    /\ rec # "Starting" \/ runtime # "Running"
     /\ answer' = "Refused"
     /\ reports' = Tail(reports)
     /\ UNCHANGED <<srVars, kind, rec, registered, runtime, reportedRunning,
@@ -232,9 +240,12 @@ RetainSessionRelease ==
                    gate, reportedEnd>>
 
 \* The Runtime Supervisor or runsc ended (Lazaret.tla's runtime loss
-\* actions); the session sees it later, as its exec client's end.
+\* actions); the session sees it later, as its exec client's end. The
+\* coordinator hears it between two loop turns, so never between a piped
+\* session's start and its registration.
 RuntimeEnds ==
     /\ runtime = "Running"
+    /\ kind = "Interactive" \/ admission # "Pending"
     /\ runtime' = "Ended"
     /\ UNCHANGED <<srVars, kind, rec, registered, reports, reportedRunning,
                    answer, gate, reportedEnd>>
@@ -272,7 +283,8 @@ Next ==
 
 \* Fairness: SessionRelease.tla's (its reactions, observations, timers and
 \* our kill), plus a coordinator loop that takes every report and a session
-\* that reports its end.
+\* that reports its end; and an admission that is answered one way or the
+\* other (the identity thread's wait is bounded, RECORD_WAIT).
 Reaction ==
     \/ BeginRelease
     \/ /\ Unblocked
@@ -303,13 +315,17 @@ Spec ==
     /\ WF_vars(Unblocked /\ SR!KilledExecClientEnds /\ UNCHANGED hcVars)
     /\ WF_vars(Coordinator)
     /\ WF_vars(ReportEnded)
+    /\ WF_vars(AdmitInteractive)
+    /\ WF_vars(AdmissionRefused)
+    /\ WF_vars(AdmitPiped)
 
 \* ---- Properties: the ties between the two sides -------------------------
 
 \* Spec 3.4 acquisition steps 4-5: the command runs, and terminal events
-\* are taken, only once the Domain Store recorded the terminal running.
+\* are taken, only once the Domain Store recorded the terminal running (an
+\* interactive one: a piped session has no Running record, AdmitPiped).
 Inv_Spec_AdmittedOnlyWhenRecordedRunning ==
-    admission = "Admitted" => registered
+    (kind = "Interactive" /\ admission = "Admitted") => registered
 
 \* Spec 3.4 release step 1 before step 2: no release signal reaches the
 \* guest group, and the exec client is not killed, before the terminal's
@@ -322,10 +338,6 @@ Inv_Spec_SignalsFollowDurableIntent ==
 Inv_Spec_RecordedOutcomeIsTheRelease ==
     /\ rec = "Clean" => phase = "Clean"
     /\ rec = "Retained" => phase = "Retained"
-
-\* A running terminal has a record the coordinator still serves.
-Inv_Spec_RunningTerminalIsRecorded ==
-    phase = "Running" => rec \in {"Registered", "Closing"}
 
 \* The record moves as Lazaret.tla moves sess[s]: RegisterSession from
 \* Starting, CloseSession from Registered, AbortSessionStart from
@@ -341,4 +353,10 @@ Live_Spec_RecordMovesAsLazaret ==
 \* slot is freed, clean or retained for Domain teardown).
 Live_Spec_ReleaseIsRecorded ==
     intent ~> rec \in Finished
+
+\* A terminal does not stay starting: it is admitted and recorded running,
+\* or released (spec 3.4 "Failure before the running state never admits
+\* the terminal").
+Live_Spec_StartEnds ==
+    rec = "Starting" ~> rec # "Starting"
 ====
