@@ -7,6 +7,7 @@ use lazaret_effects::domain_lock::{DomainLock, DomainLockError};
 use lazaret_effects::domain_store::{
     accept_staged_ownership, DomainStore, RecordedSlot, SlotHolder, SlotTarget, StoreError, StoreOp,
 };
+use lazaret_runtime::coordinator::host_model::TerminalRow;
 use lazaret_runtime::ownership::mailbox::MailboxOp;
 use lazaret_runtime::ownership::participant::ParticipantOp;
 use lazaret_runtime::ownership::terminal::TerminalOp;
@@ -637,7 +638,8 @@ fn one_generation_is_read_exactly_among_its_neighbours() {
 /// durable variables"): a terminal row that is not clean counts as left
 /// unless the observing coordinator serves its session; a recovery, which
 /// serves none, sees every unclean row; a clean row never counts. Each
-/// slot's `terminalRecorded` is its served session's row not being clean.
+/// slot's `terminalRow` is its served session's row (a bare intent named
+/// so), `None` when clean or not served.
 #[test]
 fn terminal_rows_are_observed_as_terms_left_unless_served() {
     use lazaret_effects::coordinator::observed::durable_view;
@@ -657,18 +659,19 @@ fn terminal_rows_are_observed_as_terms_left_unless_served() {
     let observe =
         |served: Option<SessionId>| durable_view(&store, GEN, &slots(served)).unwrap().unwrap();
     let terms_left = |served: Option<SessionId>| observe(served).terms_left;
-    let recorded = |served: Option<SessionId>| {
-        let r = observe(served).recorded.unwrap();
+    let rows = |served: Option<SessionId>| {
+        let r = observe(served).rows.unwrap();
         (r["s1"], r["s2"])
     };
+    let none = TerminalRow::None;
     // The seeded session's terminal intent.
     assert_eq!(terms_left(Some(SESSION)), Some(false));
-    assert_eq!(recorded(Some(SESSION)), (false, true));
+    assert_eq!(rows(Some(SESSION)), (none, TerminalRow::BareIntent));
     assert_eq!(terms_left(None), Some(true));
-    assert_eq!(recorded(None), (false, false));
+    assert_eq!(rows(None), (none, none));
     // Another coordinator's session: left for this one, and not its slot's.
     assert_eq!(terms_left(Some(SessionId([0x11; 16]))), Some(true));
-    assert_eq!(recorded(Some(SessionId([0x11; 16]))), (false, false));
+    assert_eq!(rows(Some(SessionId([0x11; 16]))), (none, none));
     // A bare intent is cleaned after runtime absence.
     store
         .apply(&[StoreOp::Terminal {
@@ -678,7 +681,7 @@ fn terminal_rows_are_observed_as_terms_left_unless_served() {
         }])
         .unwrap();
     assert_eq!(terms_left(None), Some(false));
-    assert_eq!(recorded(Some(SESSION)), (false, false));
+    assert_eq!(rows(Some(SESSION)), (none, none));
     // No such generation: nothing is observed.
     assert!(durable_view(&store, GenerationId(9), &slots(None))
         .unwrap()

@@ -88,6 +88,38 @@ pub fn diff_states(model: &Value, trace: &Value) -> Vec<VarDiff> {
         .collect()
 }
 
+/// The key of a derived model value that allows several observations:
+/// `{"oneOf": [a, b]}` matches an observed `a` or `b` (where the
+/// refinement mapping is a relation, `host_model::TerminalRow::allowed`).
+pub const ONE_OF: &str = "oneOf";
+
+/// A derived value allowing each of `alternatives`.
+pub fn one_of(alternatives: Vec<Value>) -> Value {
+    let mut alternative = serde_json::Map::new();
+    alternative.insert(ONE_OF.to_owned(), Value::Array(alternatives));
+    Value::Object(alternative)
+}
+
+/// Whether an observed value is what the model's value says: equal, one of
+/// its alternatives ([`ONE_OF`]), or, for maps, matching key by key.
+fn observation_matches(model: &Value, observed: &Value) -> bool {
+    match (model, observed) {
+        (Value::Object(m), _) if m.len() == 1 && m.contains_key(ONE_OF) => {
+            m[ONE_OF].as_array().is_some_and(|alternatives| {
+                alternatives
+                    .iter()
+                    .any(|a| observation_matches(a, observed))
+            })
+        }
+        (Value::Object(m), Value::Object(o)) => {
+            m.len() == o.len()
+                && m.iter()
+                    .all(|(k, v)| o.get(k).is_some_and(|ov| observation_matches(v, ov)))
+        }
+        _ => model == observed,
+    }
+}
+
 /// The variables `observed` records whose value differs from the model's
 /// successor `model` (only those: an observation covers part of the state).
 pub fn diff_observed(model: &Value, observed: &Value) -> Vec<VarDiff> {
@@ -97,7 +129,7 @@ pub fn diff_observed(model: &Value, observed: &Value) -> Vec<VarDiff> {
         .as_object()
         .unwrap_or(&empty)
         .iter()
-        .filter(|(k, v)| m.get(*k) != Some(*v))
+        .filter(|(k, v)| !m.get(*k).is_some_and(|mv| observation_matches(mv, v)))
         .map(|(k, v)| VarDiff {
             var: k.clone(),
             model: m.get(k).cloned().unwrap_or(Value::Null),

@@ -21,14 +21,15 @@
 //!   `Clean` although its session is not one the observing coordinator
 //!   serves (spec 3.4: a retained release; for a recovery, which serves
 //!   none, every unclean row, the dead coordinator's sessions included).
-//! - `terminalRecorded`: per session slot, whether the coordinator serves a
-//!   session there whose terminal row is not `Clean` (Intent, Running or
-//!   ReleaseIntent); replay compares it with the model's `sess[s] \in
-//!   TerminalRecorded`.
+//! - `terminalRow`: per session slot, the Session Terminal row of the
+//!   session the coordinator serves there: `None` (no row, a clean one, or
+//!   no session served), `BareIntent` (Intent with nothing acquired),
+//!   `Intent`, `Running` or `ReleaseIntent`; replay checks it is one the
+//!   model's `sess[s]` allows (`TerminalRow::allowed`).
 use super::launch::participant_role;
 use crate::domain_store::{DomainStore, StoreError};
 use lazaret_generated::lazaret::{Decision, Part, ProcSlots, Roles, Slot};
-use lazaret_runtime::coordinator::host_model::DurableView;
+use lazaret_runtime::coordinator::host_model::{DurableView, TerminalRow};
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::participant::ParticipantState;
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, PersistedHostProcessOwnership};
@@ -130,26 +131,30 @@ pub fn durable_view(
             }
         })
         .collect();
-    let unclean = |session: &SessionId| {
-        document
-            .terminals
-            .iter()
-            .any(|t| t.session_id == *session && t.state != SessionTerminalState::Clean)
+    let row = |session: &SessionId| {
+        let terminal = document.terminals.iter().find(|t| t.session_id == *session);
+        match terminal.map(|t| (t.state, t.is_bare_intent())) {
+            None | Some((SessionTerminalState::Clean, _)) => TerminalRow::None,
+            Some((SessionTerminalState::Intent, true)) => TerminalRow::BareIntent,
+            Some((SessionTerminalState::Intent, false)) => TerminalRow::Intent,
+            Some((SessionTerminalState::Running, _)) => TerminalRow::Running,
+            Some((SessionTerminalState::ReleaseIntent, _)) => TerminalRow::ReleaseIntent,
+        }
     };
     let served: Vec<SessionId> = slots.iter().filter_map(|(_, s)| *s).collect();
     let terms_left = document
         .terminals
         .iter()
         .any(|t| t.state != SessionTerminalState::Clean && !served.contains(&t.session_id));
-    let recorded = slots
+    let rows = slots
         .iter()
-        .map(|(name, s)| (name.clone(), s.as_ref().is_some_and(unclean)))
+        .map(|(name, s)| (name.clone(), s.as_ref().map_or(TerminalRow::None, row)))
         .collect();
     Ok(Some(DurableView {
         decision,
         part,
         slot,
         terms_left: Some(terms_left),
-        recorded: Some(recorded),
+        rows: Some(rows),
     }))
 }

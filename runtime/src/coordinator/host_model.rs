@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 use crate::core::{Core, CoreError};
+use crate::replay::one_of;
 use crate::trace::{header_cfg, parse_line, TraceError, TraceLine, HEADER_ACTION};
 
 /// Release order (the model's `ReleaseRank`).
@@ -117,17 +118,59 @@ pub struct DurableView {
     /// sessions do not count; for a process that serves none (a recovery),
     /// every unclean row does. `None`: not observed.
     pub terms_left: Option<bool>,
-    /// Per session slot (by its model value's name), whether the observer
-    /// serves a session there whose terminal row is recorded and not clean
-    /// (Intent, Running or ReleaseIntent): the model's `sess[s] \in
-    /// TerminalRecorded` (observed as [`TERMINAL_RECORDED`]). A process that
-    /// serves no session sees every slot `false`. `None`: not observed.
-    pub recorded: Option<BTreeMap<String, bool>>,
+    /// Per session slot (by its model value's name), the Session Terminal
+    /// row of the session the observer serves there (observed as
+    /// [`TERMINAL_ROW`]; replay checks it is one the model's `sess[s]`
+    /// allows, [`TerminalRow::allowed`]). A process that serves no session
+    /// sees every slot [`TerminalRow::None`]. `None`: not observed.
+    pub rows: Option<BTreeMap<String, TerminalRow>>,
 }
 
-/// The observed key of [`DurableView::recorded`]; replay derives the same
-/// key from the model's `sess` ([`with_derived_variables`]).
-pub const TERMINAL_RECORDED: &str = "terminalRecorded";
+/// A served session's Session Terminal row as a trace line observes it
+/// (schemas.md "Session terminal ownership").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TerminalRow {
+    /// No row, a clean one, or no session served in the slot.
+    None,
+    /// Intent with nothing of the terminal acquired yet.
+    BareIntent,
+    /// Intent with some evidence (a committed exec client).
+    Intent,
+    Running,
+    ReleaseIntent,
+}
+
+impl TerminalRow {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "None",
+            Self::BareIntent => "BareIntent",
+            Self::Intent => "Intent",
+            Self::Running => "Running",
+            Self::ReleaseIntent => "ReleaseIntent",
+        }
+    }
+
+    /// The rows the model's session phase allows, the model's own first.
+    /// Here the refinement mapping is a relation, not a function: the
+    /// model does not say whether a session is piped or whether anything
+    /// of its terminal was acquired, and the schema gives those different
+    /// rows for one phase (docs/durable-state.md "Trace validation"):
+    /// - Starting: the terminal intent, bare or with the exec client;
+    /// - Registered: Running, or Intent for a piped session (Running
+    ///   records a PTY, which a piped session has not);
+    /// - Closing: ReleaseIntent, or a bare intent, which is its own
+    ///   release intent (nothing to release; cleaned after runtime
+    ///   absence).
+    pub fn allowed(s: Sess) -> &'static [Self] {
+        match s {
+            Sess::Starting => &[Self::BareIntent, Self::Intent],
+            Sess::Registered => &[Self::Running, Self::Intent],
+            Sess::Closing => &[Self::ReleaseIntent, Self::BareIntent],
+            _ => &[Self::None],
+        }
+    }
+}
 
 /// The session phases whose terminal has a durable row that is not clean
 /// (protocol/Lazaret.tla `TerminalRecorded`).
@@ -135,26 +178,32 @@ fn terminal_recorded(s: Sess) -> bool {
     matches!(s, Sess::Starting | Sess::Registered | Sess::Closing)
 }
 
+/// The observed key of [`DurableView::rows`]; replay derives the same key
+/// from the model's `sess` ([`with_derived_variables`]).
+pub const TERMINAL_ROW: &str = "terminalRow";
+
 /// Adds to a Lazaret state view (`state_view`'s encoding) the variables a
 /// trace line observes that are functions of the state rather than
-/// variables: [`TERMINAL_RECORDED`], each session slot's `sess[s] \in
-/// TerminalRecorded`. The one place the refinement mapping derives a value
-/// (docs/durable-state.md "Trace validation").
+/// variables: [`TERMINAL_ROW`], for each session slot the rows `sess[s]`
+/// allows, as `{"oneOf": [...]}` (replay's alternatives). The one place
+/// the refinement mapping derives a value (docs/durable-state.md "Trace
+/// validation").
 pub fn with_derived_variables(mut view: Value) -> Value {
-    let recorded: Option<serde_json::Map<String, Value>> =
+    let rows: Option<serde_json::Map<String, Value>> =
         view.get("sess").and_then(Value::as_object).map(|sess| {
             sess.iter()
                 .map(|(slot, phase)| {
-                    let recorded = phase
+                    let allowed = phase
                         .as_str()
                         .and_then(Sess::from_name)
-                        .is_some_and(terminal_recorded);
-                    (slot.clone(), Value::from(recorded))
+                        .map_or(&[][..], TerminalRow::allowed);
+                    let names = allowed.iter().map(|r| Value::from(r.name())).collect();
+                    (slot.clone(), one_of(names))
                 })
                 .collect()
         });
-    if let (Some(recorded), Value::Object(vars)) = (recorded, &mut view) {
-        vars.insert(TERMINAL_RECORDED.to_owned(), Value::Object(recorded));
+    if let (Some(rows), Value::Object(vars)) = (rows, &mut view) {
+        vars.insert(TERMINAL_ROW.to_owned(), Value::Object(rows));
     }
     view
 }
@@ -169,12 +218,12 @@ impl DurableView {
             if let Some(left) = self.terms_left {
                 vars.insert("termsLeft".to_owned(), Value::from(left));
             }
-            if let Some(recorded) = &self.recorded {
-                let slots = recorded
+            if let Some(rows) = &self.rows {
+                let slots = rows
                     .iter()
-                    .map(|(slot, r)| (slot.clone(), Value::from(*r)))
+                    .map(|(slot, r)| (slot.clone(), Value::from(r.name())))
                     .collect();
-                vars.insert(TERMINAL_RECORDED.to_owned(), Value::Object(slots));
+                vars.insert(TERMINAL_ROW.to_owned(), Value::Object(slots));
             }
         }
         view
@@ -186,7 +235,7 @@ impl DurableView {
     pub fn without_terminals(&self) -> Self {
         Self {
             terms_left: None,
-            recorded: None,
+            rows: None,
             ..self.clone()
         }
     }
@@ -735,11 +784,11 @@ fn durable_of(cx: &Constants, st: &State) -> DurableView {
         part: st.part.clone(),
         slot: st.slot.clone(),
         terms_left: Some(st.terms_left),
-        recorded: Some(
+        rows: Some(
             cx.sessions
                 .iter()
                 .zip(&st.sess)
-                .map(|(name, s)| (name.clone(), terminal_recorded(*s)))
+                .map(|(name, s)| (name.clone(), TerminalRow::allowed(*s)[0]))
                 .collect(),
         ),
     }
@@ -751,7 +800,12 @@ fn unserved_of(cx: &Constants, st: &State) -> DurableView {
     let recorded = st.sess.iter().any(|s| terminal_recorded(*s));
     DurableView {
         terms_left: Some(st.terms_left || recorded),
-        recorded: Some(cx.sessions.iter().map(|n| (n.clone(), false)).collect()),
+        rows: Some(
+            cx.sessions
+                .iter()
+                .map(|n| (n.clone(), TerminalRow::None))
+                .collect(),
+        ),
         ..durable_of(cx, st)
     }
 }
@@ -1060,7 +1114,7 @@ pub(crate) mod tests {
     /// acquisition step 1): a `RecordTerminalIntent` whose effect left the
     /// slot without a recorded terminal (the intent written for no session
     /// this coordinator serves there) diverges at that step on
-    /// `terminalRecorded`, naming the slot; the faithful line replays.
+    /// `terminalRow`, naming the slot; the faithful line replays.
     #[test]
     fn a_terminal_intent_missing_from_its_slot_fails_replay(
     ) -> Result<(), Box<dyn std::error::Error>> {
@@ -1068,25 +1122,23 @@ pub(crate) mod tests {
         let c = m.me();
         let s = m.free_session().ok_or("no free session")?;
         let slot = m.constants().sessions[s.index()].clone();
-        let mut text = m.header().to_json() + "\n";
         let [connect, enroll, intent, _register] = joined(c, s);
-        for a in launch_steps(c).into_iter().chain([connect, enroll]) {
-            let mut line = m.take_observed(a, None, ProcessView::default())?;
-            line.observed = Some(m.durable().observed());
-            text += &(line.to_json() + "\n");
-        }
+        let text = faithful_lines(&mut m, launch_steps(c).into_iter().chain([connect, enroll]))?;
         let step = u64::try_from(text.lines().count())?;
         let mut line = m.take_observed(intent, None, ProcessView::default())?;
         let faithful = m.durable();
-        assert_eq!(faithful.recorded.as_ref().map(|r| r[&slot]), Some(true));
+        assert_eq!(
+            faithful.rows.as_ref().map(|r| r[&slot]),
+            Some(TerminalRow::BareIntent)
+        );
         line.observed = Some(faithful.observed());
         match replay_text("faithful.jsonl", &(text.clone() + &line.to_json() + "\n"))? {
             Outcome::Conforms { steps, .. } => assert_eq!(steps, step),
             Outcome::Diverged(d) => panic!("diverged: {d:?}"),
         }
         let mut missing = faithful.clone();
-        if let Some(r) = missing.recorded.as_mut() {
-            r.insert(slot.clone(), false);
+        if let Some(r) = missing.rows.as_mut() {
+            r.insert(slot.clone(), TerminalRow::None);
         }
         line.observed = Some(missing.observed());
         match replay_text("missing.jsonl", &(text + &line.to_json() + "\n"))? {
@@ -1095,13 +1147,86 @@ pub(crate) mod tests {
                 assert_eq!(d.action, "RecordTerminalIntent");
                 assert_eq!(d.reason, crate::replay::Reason::ObservationMismatch);
                 let vars: Vec<&str> = d.diff.iter().map(|v| v.var.as_str()).collect();
-                assert_eq!(vars, [TERMINAL_RECORDED], "{:?}", d.diff);
-                assert_eq!(d.diff[0].model[&slot], true);
-                assert_eq!(d.diff[0].trace[&slot], false);
+                assert_eq!(vars, [TERMINAL_ROW], "{:?}", d.diff);
+                assert_eq!(
+                    d.diff[0].model[&slot],
+                    json!({ "oneOf": ["BareIntent", "Intent"] })
+                );
+                assert_eq!(d.diff[0].trace[&slot], "None");
             }
             Outcome::Conforms { .. } => panic!("a missing terminal intent replayed clean"),
         }
         Ok(())
+    }
+
+    /// Spec 3.4 release step 1 in the trace: a `CloseSession` whose effect
+    /// left the terminal Running (no durable release intent) diverges at
+    /// that step on `terminalRow`; written as ReleaseIntent it replays. A
+    /// piped session's Intent row is a registered session's too, and stays
+    /// a divergence after its `CloseSession`.
+    #[test]
+    fn a_close_without_its_release_intent_fails_replay() -> Result<(), Box<dyn std::error::Error>> {
+        for registered in [TerminalRow::Running, TerminalRow::Intent] {
+            let mut m = HostModel::new("hc-test".into(), 9, Routing::Unrouted)?;
+            let c = m.me();
+            let s = m.free_session().ok_or("no free session")?;
+            let slot = m.constants().sessions[s.index()].clone();
+            let [connect, enroll, intent, register] = joined(c, s);
+            let mut text = faithful_lines(
+                &mut m,
+                launch_steps(c).into_iter().chain([connect, enroll, intent]),
+            )?;
+            let mut line = m.take_observed(register, None, ProcessView::default())?;
+            let mut view = m.durable();
+            if let Some(r) = view.rows.as_mut() {
+                r.insert(slot.clone(), registered);
+            }
+            line.observed = Some(view.observed());
+            text += &(line.to_json() + "\n");
+            let step = u64::try_from(text.lines().count())?;
+            let mut close =
+                m.take_observed(Action::CloseSession { c, s }, None, ProcessView::default())?;
+            let faithful = m.durable();
+            assert_eq!(
+                faithful.rows.as_ref().map(|r| r[&slot]),
+                Some(TerminalRow::ReleaseIntent)
+            );
+            close.observed = Some(faithful.observed());
+            match replay_text("faithful.jsonl", &(text.clone() + &close.to_json() + "\n"))? {
+                Outcome::Conforms { steps, .. } => assert_eq!(steps, step),
+                Outcome::Diverged(d) => panic!("{registered:?}: diverged: {d:?}"),
+            }
+            close.observed = Some(view.observed());
+            match replay_text("hidden.jsonl", &(text + &close.to_json() + "\n"))? {
+                Outcome::Diverged(d) => {
+                    assert_eq!(d.step, step);
+                    assert_eq!(d.action, "CloseSession");
+                    assert_eq!(d.reason, crate::replay::Reason::ObservationMismatch);
+                    let vars: Vec<&str> = d.diff.iter().map(|v| v.var.as_str()).collect();
+                    assert_eq!(vars, [TERMINAL_ROW], "{:?}", d.diff);
+                    assert_eq!(d.diff[0].trace[&slot], registered.name());
+                }
+                Outcome::Conforms { .. } => {
+                    panic!("{registered:?}: a close without release intent replayed clean")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each of `steps` taken with its faithful observation, as trace text
+    /// after the header.
+    fn faithful_lines(
+        m: &mut HostModel,
+        steps: impl IntoIterator<Item = Action>,
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        let mut text = m.header().to_json() + "\n";
+        for a in steps {
+            let mut line = m.take_observed(a, None, ProcessView::default())?;
+            line.observed = Some(m.durable().observed());
+            text += &(line.to_json() + "\n");
+        }
+        Ok(text)
     }
 
     /// Trace validation of the terminal rows (spec 3.4 release step 3): a
