@@ -126,7 +126,10 @@ AdmitPiped ==
 
 \* Release step 1: the machine records release intent and says whether a
 \* signal may follow (Command::RecordReleaseIntent { awaited }): the gate
-\* then waits for the durable record, or only asks for it.
+\* then waits for the durable record, or only asks for it. (A guest leader
+\* still waiting for its admission is told first, a CAN byte on the
+\* terminal: that is the refused admission, spec 3.4 "Failure before the
+\* running state never admits the terminal", not a release signal.)
 BeginRelease ==
     /\ Unblocked
     /\ gate = "None"
