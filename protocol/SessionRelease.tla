@@ -23,10 +23,10 @@ EXTENDS Naturals
 
 VARIABLES phase, stage, form, route, connected, closeRequested, output,
           exec, reaped, terminatedByUs, reason, refused, seen, signalled,
-          timer, expired, exits, intent, retained, admission
+          timer, expired, exits, intent, retained, admission, confirmation
 vars == <<phase, stage, form, route, connected, closeRequested, output,
           exec, reaped, terminatedByUs, reason, refused, seen, signalled,
-          timer, expired, exits, intent, retained, admission>>
+          timer, expired, exits, intent, retained, admission, confirmation>>
 
 Phases == {"Admitting", "Running", "Observing", "Grace", "Collecting",
            "AwaitExec", "Draining", "Closing", "FinalObserve", "Clean",
@@ -80,7 +80,7 @@ TypeOK ==
     /\ terminatedByUs \in BOOLEAN
     /\ reason \in {"None", "ClientClose", "ClientLost", "OutputLost",
                    "ExecClientLost", "GuestCompleted", "NotAdmitted"}
-    /\ refused \in {"None", "LeaderMismatch", "GroupRemains"}
+    /\ refused \in {"None", "LeaderMismatch", "GroupRemains", "Unconfirmed"}
     /\ seen \in {"None", "Pending", "LeaderMatches", "Empty", "GroupRemains",
                  "Mismatch"}
     /\ signalled \in {"None", "Hangup", "Terminate", "Kill"}
@@ -89,8 +89,9 @@ TypeOK ==
     /\ exits \in 0..2
     /\ intent \in BOOLEAN
     /\ retained \in {"None", "LeaderMismatch", "GroupRemains", "NotObserved",
-                     "ExecClientLost"}
+                     "ExecClientLost", "Unconfirmed"}
     /\ admission \in {"Pending", "Admitted", "Refused"}
+    /\ confirmation \in {"None", "Awaited", "Confirmed", "Unconfirmed"}
 
 Init ==
     /\ phase = "Admitting"
@@ -113,6 +114,7 @@ Init ==
     /\ intent = FALSE
     /\ retained = "None"
     /\ admission = "Pending"
+    /\ confirmation = "None"
 
 \* ---- Admission (spec 3.4 acquisition steps 3-5) -------------------------
 
@@ -133,7 +135,7 @@ AdmitInteractive ==
     /\ admission' = "Admitted"
     /\ UNCHANGED <<stage, form, connected, closeRequested, output, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained>>
+                   timer, expired, exits, intent, retained, confirmation>>
 
 \* A piped (non-interactive) session, admitted when its exec client runs:
 \* the same release, output through pipes, and a completed command left to
@@ -148,7 +150,7 @@ AdmitPiped ==
     /\ admission' = "Admitted"
     /\ UNCHANGED <<stage, connected, closeRequested, output, exec, reaped,
                    terminatedByUs, reason, refused, seen, signalled, timer,
-                   expired, exits, intent, retained>>
+                   expired, exits, intent, retained, confirmation>>
 
 \* The Running record could not be made (no Intent row to promote, the
 \* session no longer starting, the coordinator gone or silent): the guest
@@ -161,7 +163,7 @@ AdmissionRefused ==
     /\ timer' = "Refusal"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   seen, signalled, expired, exits, intent, retained>>
+                   seen, signalled, expired, exits, intent, retained, confirmation>>
 
 \* ---- Inputs -----------------------------------------------------------
 
@@ -173,7 +175,7 @@ RouteToSandbox ==
     /\ route' = "Sandbox"
     /\ UNCHANGED <<phase, stage, form, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 RouteToPrompt ==
     /\ phase = "Running"
@@ -181,7 +183,7 @@ RouteToPrompt ==
     /\ route' = "Prompt"
     /\ UNCHANGED <<phase, stage, form, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 RouteToHostProcess ==
     /\ phase = "Running"
@@ -189,7 +191,7 @@ RouteToHostProcess ==
     /\ route' = "HostProcess"
     /\ UNCHANGED <<phase, stage, form, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 \* The client's Close event: accepted on any route of a running terminal
 \* (Lazaret.tla CloseSession has no route guard; a running terminal's
@@ -201,14 +203,14 @@ ClientCloses ==
     /\ closeRequested' = TRUE
     /\ UNCHANGED <<phase, stage, form, route, connected, output, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained, admission>>
+                   timer, expired, exits, intent, retained, admission, confirmation>>
 
 ClientConnectionLost ==
     /\ connected
     /\ connected' = FALSE
     /\ UNCHANGED <<phase, stage, form, route, closeRequested, output, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained, admission>>
+                   timer, expired, exits, intent, retained, admission, confirmation>>
 
 \* The PTY master reported EOF (or both pipes of a piped session did).
 OutputEnds ==
@@ -216,14 +218,14 @@ OutputEnds ==
     /\ output' = "Eof"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained, admission>>
+                   timer, expired, exits, intent, retained, admission, confirmation>>
 
 OutputLost ==
     /\ output \in {"Open", "Eof"}
     /\ output' = "Lost"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested, exec,
                    reaped, terminatedByUs, reason, refused, seen, signalled,
-                   timer, expired, exits, intent, retained, admission>>
+                   timer, expired, exits, intent, retained, admission, confirmation>>
 
 \* The exec client returned with an exit status ...
 ExecClientExits ==
@@ -231,7 +233,7 @@ ExecClientExits ==
     /\ exec' = "Exited"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 \* ... or ended by a signal (ours, after TerminateExecClient, or another's).
 ExecClientSignalled ==
@@ -239,7 +241,7 @@ ExecClientSignalled ==
     /\ exec' = "Signalled"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 \* The exec client vanished without a usable status.
 ExecClientLost ==
@@ -247,7 +249,7 @@ ExecClientLost ==
     /\ exec' = "Lost"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 \* What an observation of the recorded guest leader and group found.
 ObservedLeaderMatches ==
@@ -255,28 +257,28 @@ ObservedLeaderMatches ==
     /\ seen' = "LeaderMatches"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 ObservedEmpty ==
     /\ seen = "Pending"
     /\ seen' = "Empty"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 ObservedGroupRemains ==
     /\ seen = "Pending"
     /\ seen' = "GroupRemains"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 ObservedMismatch ==
     /\ seen = "Pending"
     /\ seen' = "Mismatch"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 TimerExpires ==
     /\ timer # "None"
@@ -284,7 +286,28 @@ TimerExpires ==
     /\ expired' = TRUE
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
                    output, exec, reaped, terminatedByUs, reason, refused,
-                   seen, signalled, timer, exits, intent, retained, admission>>
+                   seen, signalled, timer, exits, intent, retained, admission, confirmation>>
+
+\* The answer to a release intent the session waits for (the release will
+\* observe the leader, so a signal may follow): the Domain Store recorded
+\* it (Lazaret.tla CloseSession or AbortSessionStart), or the coordinator
+\* did not confirm it (no answer within the gate's bound, or its loop
+\* dropped the answer).
+IntentConfirmed ==
+    /\ confirmation = "Awaited"
+    /\ confirmation' = "Confirmed"
+    /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
+                   output, exec, reaped, terminatedByUs, reason, refused,
+                   seen, signalled, timer, expired, exits, intent, retained,
+                   admission>>
+
+IntentUnconfirmed ==
+    /\ confirmation = "Awaited"
+    /\ confirmation' = "Unconfirmed"
+    /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
+                   output, exec, reaped, terminatedByUs, reason, refused,
+                   seen, signalled, timer, expired, exits, intent, retained,
+                   admission>>
 
 \* ---- Reactions: the release order (spec 3.4, steps 1-3) ----------------
 
@@ -313,6 +336,7 @@ BeginRelease ==
                  ELSE "GuestCompleted"
     /\ route' = "None"
     /\ intent' = TRUE
+    /\ confirmation' = IF LeaderExited THEN "None" ELSE "Awaited"
     /\ timer' = "None"
     /\ expired' = FALSE
     /\ UNCHANGED <<stage, form, connected, closeRequested, output, exec,
@@ -324,6 +348,7 @@ BeginRelease ==
 SignalGroup ==
     /\ phase = "Observing"
     /\ seen = "LeaderMatches"
+    /\ confirmation = "Confirmed"
     /\ signalled' = IF stage = "Hangup" THEN "Hangup"
                     ELSE IF stage = "Terminate" THEN "Terminate"
                     ELSE "Kill"
@@ -334,7 +359,22 @@ SignalGroup ==
     /\ seen' = "None"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, expired,
-                   exits, intent, retained, admission>>
+                   exits, intent, retained, admission, confirmation>>
+
+\* Step 1 is not durable: a signal is due (the leader matches) but the
+\* coordinator did not confirm the release intent, so none is sent; the
+\* exec client is collected and the release intent is retained for Domain
+\* teardown, which contains the group with the runtime.
+WithholdUnconfirmed ==
+    /\ phase = "Observing"
+    /\ seen = "LeaderMatches"
+    /\ confirmation = "Unconfirmed"
+    /\ refused' = "Unconfirmed"
+    /\ phase' = "Collecting"
+    /\ seen' = "None"
+    /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
+                   exec, reaped, terminatedByUs, reason, signalled, timer,
+                   expired, exits, intent, retained, admission, confirmation>>
 
 \* Step 2 without a signal: a mismatched leader refuses the numeric group
 \* signal; an absent leader with an empty group needs none; a group that
@@ -349,7 +389,7 @@ WithholdSignal ==
     /\ seen' = "None"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, signalled, timer,
-                   expired, exits, intent, retained, admission>>
+                   expired, exits, intent, retained, admission, confirmation>>
 
 \* The grace ran out: observe again before the next, stronger signal.
 EndGrace ==
@@ -362,7 +402,7 @@ EndGrace ==
     /\ expired' = FALSE
     /\ UNCHANGED <<form, route, connected, closeRequested, output, exec,
                    reaped, terminatedByUs, reason, refused, signalled, exits,
-                   intent, retained, admission>>
+                   intent, retained, admission, confirmation>>
 
 \* The exec client returned the guest's status during a grace: the leader
 \* has exited, so the ladder stops and the grace timer is cancelled.
@@ -374,7 +414,7 @@ CutGraceShort ==
     /\ expired' = FALSE
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, exits, intent, retained, admission>>
+                   signalled, exits, intent, retained, admission, confirmation>>
 
 \* Step 3: terminate the exact exec client if it still runs ...
 TerminateExecClient ==
@@ -384,7 +424,7 @@ TerminateExecClient ==
     /\ terminatedByUs' = TRUE
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, reason, refused, seen, signalled, timer,
-                   expired, exits, intent, retained, admission>>
+                   expired, exits, intent, retained, admission, confirmation>>
 
 \* ... and reap it; a closing connection then waits for the PTY's last
 \* bytes until EOF or the drain deadline.
@@ -396,7 +436,7 @@ ReapExecClient ==
     /\ timer' = IF DrainHandshake THEN "Drain" ELSE "None"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, terminatedByUs, reason, refused, seen, signalled,
-                   expired, exits, intent, retained, admission>>
+                   expired, exits, intent, retained, admission, confirmation>>
 
 \* The drain is over (or there was none): at most one SessionExit after the
 \* last forwarded byte on a connection that is still there, close the exact
@@ -413,7 +453,7 @@ FinishDrain ==
     /\ retained' = IF LeftUnobserved THEN "NotObserved" ELSE retained
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, exec,
                    reaped, terminatedByUs, reason, refused, signalled, intent,
-                   admission>>
+                   admission, confirmation>>
 
 \* The terminal is clean only when the guest group, the exec client and the
 \* PTY are all absent and no earlier observation refused a signal. An exec
@@ -426,7 +466,7 @@ RecordClean ==
     /\ phase' = "Clean"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, retained, admission>>
+                   signalled, timer, expired, exits, intent, retained, admission, confirmation>>
 
 \* Otherwise the release intent is retained for Domain teardown and
 \* bootstrap recovery (Lazaret.tla RetainSessionRelease).
@@ -437,12 +477,13 @@ RetainReleaseIntent ==
     /\ phase' = "Retained"
     /\ retained' = IF refused = "LeaderMismatch" THEN "LeaderMismatch"
                    ELSE IF refused = "GroupRemains" THEN "GroupRemains"
+                   ELSE IF refused = "Unconfirmed" THEN "Unconfirmed"
                    ELSE IF seen = "Mismatch" THEN "LeaderMismatch"
                    ELSE IF seen = "Empty" THEN "ExecClientLost"
                    ELSE "GroupRemains"
     /\ UNCHANGED <<stage, form, route, connected, closeRequested, output,
                    exec, reaped, terminatedByUs, reason, refused, seen,
-                   signalled, timer, expired, exits, intent, admission>>
+                   signalled, timer, expired, exits, intent, admission, confirmation>>
 
 \* The release is decided and nothing more can happen to this terminal.
 Terminated ==
@@ -469,8 +510,11 @@ Next ==
     \/ ObservedGroupRemains
     \/ ObservedMismatch
     \/ TimerExpires
+    \/ IntentConfirmed
+    \/ IntentUnconfirmed
     \/ BeginRelease
     \/ SignalGroup
+    \/ WithholdUnconfirmed
     \/ WithholdSignal
     \/ EndGrace
     \/ CutGraceShort
@@ -482,7 +526,8 @@ Next ==
     \/ Terminated
 
 \* Fairness (TLC only): every reaction is weakly fair; an outstanding
-\* observation is answered, an armed timer expires, and an exec client we
+\* observation is answered, an awaited release intent is answered (the
+\* gate's wait is bounded), an armed timer expires, and an exec client we
 \* killed ends.
 Observe ==
     \/ ObservedLeaderMatches
@@ -492,9 +537,13 @@ Observe ==
 KilledExecClientEnds ==
     /\ terminatedByUs
     /\ ExecClientSignalled
+Confirm ==
+    \/ IntentConfirmed
+    \/ IntentUnconfirmed
 Reaction ==
     \/ BeginRelease
     \/ SignalGroup
+    \/ WithholdUnconfirmed
     \/ WithholdSignal
     \/ EndGrace
     \/ CutGraceShort
@@ -509,6 +558,7 @@ Spec ==
     /\ [][Next]_vars
     /\ WF_vars(Reaction)
     /\ WF_vars(Observe)
+    /\ WF_vars(Confirm)
     /\ WF_vars(TimerExpires)
     /\ WF_vars(KilledExecClientEnds)
 
@@ -518,6 +568,16 @@ Spec ==
 \* terminal in release has no route (spec 3.4 release step 1).
 Inv_Spec_SignalsFollowReleaseIntent ==
     signalled # "None" => intent
+
+\* ... and the coordinator confirmed that intent durable: a release signal
+\* is never sent on an intent the store may not hold.
+Inv_Spec_SignalsFollowConfirmedIntent ==
+    signalled # "None" => confirmation = "Confirmed"
+
+\* A release withholds its signals for want of a confirmation only when the
+\* coordinator did not confirm.
+Inv_Spec_UnconfirmedOnlyWhenNotConfirmed ==
+    refused = "Unconfirmed" => confirmation = "Unconfirmed"
 
 Inv_Spec_ReleaseRemovesRouting ==
     phase \notin {"Admitting", "Running"} => (intent /\ route = "None")
@@ -543,6 +603,7 @@ Inv_Spec_RefusalRetainsIntent ==
     phase \in {"Clean", "Retained"} =>
         /\ (refused = "LeaderMismatch" => retained = "LeaderMismatch")
         /\ (refused = "GroupRemains" => retained = "GroupRemains")
+        /\ (refused = "Unconfirmed" => retained = "Unconfirmed")
 
 \* At most one SessionExit, after the last forwarded byte, never to a lost
 \* connection (spec 3.4 "Normal guest completion").

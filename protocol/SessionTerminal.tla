@@ -18,7 +18,7 @@ EXTENDS Naturals, Sequences
 
 VARIABLES phase, stage, form, route, connected, closeRequested, output,
           exec, reaped, terminatedByUs, reason, refused, seen, signalled,
-          timer, expired, exits, intent, retained, admission,
+          timer, expired, exits, intent, retained, admission, confirmation,
           kind,        \* the session's form as its client asked for it
           rec,         \* Lazaret.tla sess[s]: the coordinator's record of the terminal
           registered,  \* history: the record was Running (RegisterSession taken)
@@ -33,7 +33,7 @@ SR == INSTANCE SessionRelease
 
 srVars == <<phase, stage, form, route, connected, closeRequested, output,
             exec, reaped, terminatedByUs, reason, refused, seen, signalled,
-            timer, expired, exits, intent, retained, admission>>
+            timer, expired, exits, intent, retained, admission, confirmation>>
 hcVars == <<kind, rec, registered, runtime, reports, reportedRunning, answer,
             gate, reportedEnd>>
 vars == <<srVars, hcVars>>
@@ -54,7 +54,8 @@ TypeOK ==
     /\ Len(reports) <= 3
     /\ reportedRunning \in BOOLEAN
     /\ answer \in {"None", "Registered", "Refused"}
-    /\ gate \in {"None", "Awaited", "Background", "Acknowledged"}
+    /\ gate \in {"None", "Awaited", "Background", "Acknowledged", "Confirmed",
+                 "GaveUp"}
     /\ reportedEnd \in BOOLEAN
 
 \* RecordTerminalIntent was taken: the session's threads start with the
@@ -125,8 +126,9 @@ AdmitPiped ==
                    reportedEnd>>
 
 \* Release step 1: the machine records release intent and says whether a
-\* signal may follow (Command::RecordReleaseIntent { awaited }): the gate
-\* then waits for the durable record, or only asks for it. (A guest leader
+\* signal may follow (Command::RecordReleaseIntent { awaited }, its
+\* confirmation Awaited): the gate then waits for the durable record, or
+\* only asks for it. (A guest leader
 \* still waiting for its admission is told first, a CAN byte on the
 \* terminal: that is the refused admission, spec 3.4 "Failure before the
 \* running state never admits the terminal", not a release signal.)
@@ -135,9 +137,28 @@ BeginRelease ==
     /\ gate = "None"
     /\ SR!BeginRelease
     /\ reports' = Append(reports, "Releasing")
-    /\ gate' = IF phase' = "Observing" THEN "Awaited" ELSE "Background"
+    /\ gate' = IF confirmation' = "Awaited" THEN "Awaited" ELSE "Background"
     /\ UNCHANGED <<kind, rec, registered, runtime, reportedRunning, answer,
                    reportedEnd>>
+
+\* The gate's answer is the machine's confirmation input: the coordinator
+\* acknowledged the durable intent ...
+ConfirmIntent ==
+    /\ gate = "Acknowledged"
+    /\ SR!IntentConfirmed
+    /\ gate' = "Confirmed"
+    /\ UNCHANGED <<kind, rec, registered, runtime, reports, reportedRunning,
+                   answer, reportedEnd>>
+
+\* ... or the gate gave up: no answer within its bound (RECORD_TIMEOUT),
+\* or the loop dropped the answer. The Releasing report may still be
+\* queued; the loop records the intent when it takes it.
+GateGivesUp ==
+    /\ gate = "Awaited"
+    /\ SR!IntentUnconfirmed
+    /\ gate' = "GaveUp"
+    /\ UNCHANGED <<kind, rec, registered, runtime, reports, reportedRunning,
+                   answer, reportedEnd>>
 
 \* Every other step of the session's order, as SessionRelease.tla has it.
 SessionStep ==
@@ -158,6 +179,7 @@ SessionStep ==
        \/ SR!ObservedMismatch
        \/ SR!TimerExpires
        \/ SR!SignalGroup
+       \/ SR!WithholdUnconfirmed
        \/ SR!WithholdSignal
        \/ SR!EndGrace
        \/ SR!CutGraceShort
@@ -273,6 +295,8 @@ Next ==
     \/ AdmissionRefused
     \/ AdmitPiped
     \/ BeginRelease
+    \/ ConfirmIntent
+    \/ GateGivesUp
     \/ SessionStep
     \/ ReportEnded
     \/ RegisterSession
@@ -292,6 +316,7 @@ Reaction ==
     \/ BeginRelease
     \/ /\ Unblocked
        /\ \/ SR!SignalGroup
+          \/ SR!WithholdUnconfirmed
           \/ SR!WithholdSignal
           \/ SR!EndGrace
           \/ SR!CutGraceShort
@@ -318,6 +343,7 @@ Spec ==
     /\ WF_vars(Unblocked /\ SR!KilledExecClientEnds /\ UNCHANGED hcVars)
     /\ WF_vars(Coordinator)
     /\ WF_vars(ReportEnded)
+    /\ WF_vars(ConfirmIntent)
     /\ WF_vars(AdmitInteractive)
     /\ WF_vars(AdmissionRefused)
     /\ WF_vars(AdmitPiped)
@@ -331,10 +357,13 @@ Inv_Spec_AdmittedOnlyWhenRecordedRunning ==
     (kind = "Interactive" /\ admission = "Admitted") => registered
 
 \* Spec 3.4 release step 1 before step 2: no release signal reaches the
-\* guest group, and the exec client is not killed, before the terminal's
-\* release intent is durable in the coordinator's record.
+\* guest group before the terminal's release intent is durable in the
+\* coordinator's record, even when the gate gives up. (Step 3's kill of
+\* the exec client, a host process the record names, may then come first:
+\* an unconfirmed release withholds its signals, collects the exec
+\* client and retains the intent.)
 Inv_Spec_SignalsFollowDurableIntent ==
-    (signalled # "None" \/ terminatedByUs) => rec \in {"Closing"} \cup Finished
+    signalled # "None" => rec \in {"Closing"} \cup Finished
 
 \* Spec 3.4 release step 3: the record is clean only when the session's
 \* release found everything absent; a retained release stays retained.

@@ -61,8 +61,8 @@ fn every_reachable_view_reads_back_as_its_state() -> Result<(), String> {
         30_000
     );
     assert_eq!(
-        round_trip::<session_release::Model>(entry("SessionRelease")?, 30_000)?,
-        28_874
+        round_trip::<session_release::Model>(entry("SessionRelease")?, 60_000)?,
+        47_952
     );
     Ok(())
 }

@@ -566,6 +566,12 @@ fn run_release(
                         log.push("TerminateExecClient".into());
                     }
                     Effect::ReapExecClient => log.push("ReapExecClient".into()),
+                    // The coordinator's answer: durable (nothing here
+                    // stands between the release and its record).
+                    Effect::RecordReleaseIntent { awaited: true } => {
+                        log.push("RecordReleaseIntent".into());
+                        inputs.push_front(Input::IntentConfirmed);
+                    }
                     Effect::CloseOutput => log.push("CloseOutput".into()),
                     other => log.push(format!("{other:?}")),
                 }

@@ -203,6 +203,7 @@ fn release_phases() -> Vec<(&'static str, Machine)> {
     out.push(("Observing", m));
     let mut m = machine();
     ok(&mut m, client(Kind::Close));
+    ok(&mut m, Input::IntentConfirmed);
     ok(&mut m, Input::Observed(GroupObservation::LeaderMatches));
     out.push(("Grace", m));
     let mut m = machine();
@@ -322,6 +323,7 @@ fn close_with_live_leader_follows_the_full_release_order() {
         &mut m,
         vec![
             client(Kind::Close),
+            Input::IntentConfirmed,
             leader(),
             Input::Timer(TimerKind::HangupGrace),
             leader(),
@@ -376,6 +378,7 @@ fn guest_exiting_on_hangup_reports_the_exec_client_status() {
         &mut m,
         vec![
             client(Kind::Close),
+            Input::IntentConfirmed,
             Input::Observed(GroupObservation::LeaderMatches),
             Input::ExecClientExited(ExecStatus::Exited(129)),
             Input::Timer(TimerKind::DrainDeadline),
@@ -430,6 +433,7 @@ fn leader_observation_table_at_every_signal_stage() {
         for (observation, signals, retained) in table {
             let mut m = machine();
             ok(&mut m, client(Kind::Close));
+            ok(&mut m, Input::IntentConfirmed);
             let signals_before = [
                 Input::Timer(TimerKind::HangupGrace),
                 Input::Timer(TimerKind::TerminateGrace),
@@ -542,6 +546,7 @@ fn normal_completion_drains_then_sends_one_exit_after_the_last_byte() {
 /// SIGHUP, and arms its grace.
 fn a_matching_leader_gets_sighup(m: &mut Machine) {
     use Command::*;
+    assert_eq!(ok(m, Input::IntentConfirmed), vec![]);
     assert_eq!(
         ok(m, Input::Observed(GroupObservation::LeaderMatches)),
         vec![
@@ -619,6 +624,7 @@ fn exec_client_loss_still_signals_a_live_leader_and_reports_runtime_lost() {
         &mut m,
         vec![
             Input::ExecClientLost,
+            Input::IntentConfirmed,
             Input::Observed(GroupObservation::LeaderMatches),
         ],
     );
@@ -832,6 +838,7 @@ fn a_piped_session_observes_only_when_it_must_signal() {
         &mut m,
         vec![
             Input::ClientLost,
+            Input::IntentConfirmed,
             Input::Observed(GroupObservation::LeaderMatches),
             Input::Timer(TimerKind::HangupGrace),
         ],
@@ -871,6 +878,7 @@ fn only_release_removes_the_route() {
 fn an_exec_client_that_returns_during_a_grace_ends_the_ladder() {
     let mut m = machine();
     ok(&mut m, client(Kind::Close));
+    ok(&mut m, Input::IntentConfirmed);
     // The leader exits while the observation is outstanding; the answer,
     // racing it, still saw the leader.
     assert_eq!(
@@ -916,6 +924,9 @@ struct World {
     /// The guest leader was told to run the command / not to run it.
     leader_admitted: bool,
     leader_refused: bool,
+    /// A release intent awaits the coordinator's answer; the answer given.
+    awaiting: bool,
+    confirmed: Option<bool>,
 }
 
 impl World {
@@ -933,6 +944,10 @@ impl World {
             );
         }
         out.extend(self.timers.iter().map(|t| Input::Timer(*t)));
+        if self.awaiting {
+            out.push(Input::IntentConfirmed);
+            out.push(Input::IntentUnconfirmed);
+        }
         if self.exec_running {
             out.push(Input::ExecClientExited(ExecStatus::Exited(3)));
             out.push(Input::ExecClientExited(ExecStatus::Signalled(9)));
@@ -962,6 +977,9 @@ impl World {
 
     /// The input a fair world gives once the script is spent.
     fn fair(&self) -> Option<Input> {
+        if self.awaiting {
+            return Some(Input::IntentConfirmed);
+        }
         if self.observe {
             return Some(Input::Observed(GroupObservation::Empty));
         }
@@ -991,6 +1009,10 @@ impl World {
             Input::ExecClientLost => self.exec_running = false,
             Input::OutputEof | Input::OutputLost => self.output_open = false,
             Input::ClientLost => self.connected = false,
+            Input::IntentConfirmed | Input::IntentUnconfirmed => {
+                self.awaiting = false;
+                self.confirmed = Some(input == Input::IntentConfirmed);
+            }
             _ => {}
         }
         let commands = m
@@ -999,11 +1021,17 @@ impl World {
         for c in commands {
             match c {
                 Command::ObserveGroup => self.observe = true,
+                Command::RecordReleaseIntent { awaited } => self.awaiting = awaited,
                 Command::StartTimer { timer, .. } => self.timers.push(timer),
                 Command::CancelTimer(t) => self.timers.retain(|x| *x != t),
                 Command::SignalGroup(s) => {
                     if self.last_observation != Some(GroupObservation::LeaderMatches) {
                         return Err(format!("{s:?} after {:?}", self.last_observation));
+                    }
+                    // Spec 3.4 step 1: only on a release intent the
+                    // coordinator confirmed durable.
+                    if self.confirmed != Some(true) {
+                        return Err(format!("{s:?} on an unconfirmed intent"));
                     }
                     // The observation is used up by the signal.
                     self.last_observation = None;
@@ -1013,6 +1041,11 @@ impl World {
                         || self.exec_running =>
                 {
                     return Err(format!("Clean after {:?}", self.last_observation));
+                }
+                Command::RetainReleaseIntent(RetainReason::Unconfirmed)
+                    if self.confirmed != Some(false) =>
+                {
+                    return Err("retained as unconfirmed after a confirmation".into());
                 }
                 Command::CloseOutput => self.output_open = false,
                 // Told once, one way, and only while its client is there
@@ -1072,6 +1105,8 @@ fn release_in_world(piped: bool, script: Vec<u8>) -> Result<(), String> {
         // A piped session's command runs when its exec client does.
         leader_admitted: piped,
         leader_refused: false,
+        awaiting: false,
+        confirmed: None,
     };
     for pick in script {
         let inputs = w.inputs(&m);
@@ -1264,4 +1299,74 @@ fn an_exec_client_lost_before_its_admission_still_refuses_its_leader() {
         ]
     );
     assert_eq!(m.release_reason(), Some(ReleaseReason::ExecClientLost));
+}
+
+/// Spec 3.4 release step 1: a release intent the coordinator did not
+/// confirm (the gate's bound ran out, or its loop dropped the answer)
+/// sends no release signal, however the leader is found: the exec client
+/// is collected and the release intent retained for Domain teardown.
+#[test]
+fn an_unconfirmed_release_intent_sends_no_signal_and_is_retained() {
+    use Command::*;
+    let mut m = machine();
+    assert_eq!(
+        run(
+            &mut m,
+            vec![
+                client(Kind::Close),
+                Input::IntentUnconfirmed,
+                Input::Observed(GroupObservation::LeaderMatches),
+            ]
+        ),
+        vec![
+            RecordReleaseIntent { awaited: true },
+            ObserveGroup,
+            TerminateExecClient,
+        ]
+    );
+    let got = run(
+        &mut m,
+        vec![
+            Input::ExecClientExited(ExecStatus::Signalled(9)),
+            Input::OutputEof,
+            Input::Observed(GroupObservation::Empty),
+        ],
+    );
+    assert!(!got.iter().any(|c| matches!(c, SignalGroup(_))), "{got:?}");
+    assert_eq!(
+        got.last(),
+        Some(&RetainReleaseIntent(RetainReason::Unconfirmed))
+    );
+    assert_eq!(m.retained(), Some(RetainReason::Unconfirmed));
+    // A confirmation is answered once: a second answer is refused.
+    assert!(m.handle(Input::IntentConfirmed).is_err());
+}
+
+/// Until the coordinator answers, a matching leader is not signalled; the
+/// confirmation then lets the ladder start.
+#[test]
+fn a_matching_leader_waits_for_the_confirmed_intent() {
+    use Command::*;
+    let mut m = machine();
+    assert_eq!(
+        run(
+            &mut m,
+            vec![
+                client(Kind::Close),
+                Input::Observed(GroupObservation::LeaderMatches),
+            ]
+        ),
+        vec![RecordReleaseIntent { awaited: true }, ObserveGroup]
+    );
+    assert_eq!(m.phase(), "Observing");
+    assert_eq!(
+        ok(&mut m, Input::IntentConfirmed),
+        vec![
+            SignalGroup(GuestSignal::Hangup),
+            StartTimer {
+                timer: TimerKind::HangupGrace,
+                after_ms: T.hangup_grace_ms
+            }
+        ]
+    );
 }

@@ -338,6 +338,11 @@ impl Driver {
                 for command in commands {
                     self.execute(command);
                 }
+                // At most once per release: the confirmation's own steps
+                // await nothing.
+                if let Some(answer) = self.effects.take_confirmation() {
+                    self.feed(answer);
+                }
             }
             Err(refusal) => tracing::debug!(%refusal, "terminal machine refused an input"),
         }

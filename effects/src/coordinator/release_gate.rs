@@ -10,7 +10,8 @@ use super::session_report::SessionReport;
 
 /// How long a release waits for the coordinator's record. The loop answers
 /// at once unless the coordinator is stuck or gone; the release then goes
-/// on, and the record is made when the session's end is reported.
+/// on without any release signal (the terminal machine's
+/// `IntentUnconfirmed`) and keeps its release intent for Domain teardown.
 const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One session's gate: the first [`ReleaseGate::record`] asks, later ones
@@ -51,7 +52,9 @@ impl ReleaseGate {
         let confirmed = ask.send(SessionReport::Releasing(tx)).is_ok()
             && rx.recv_timeout(RECORD_TIMEOUT).is_ok();
         if !confirmed {
-            tracing::warn!("the session's ReleaseIntent was not confirmed; releasing anyway");
+            tracing::warn!(
+                "the session's ReleaseIntent was not confirmed; no release signal will be sent"
+            );
         }
         confirmed
     }

@@ -49,6 +49,9 @@ pub(super) struct ReleaseEffects {
     exec_running: bool,
     timers: Vec<(TimerKind, Instant)>,
     release: ReleaseGate,
+    /// The answer to an awaited release intent, the machine's next input
+    /// ([`ReleaseEffects::take_confirmation`]).
+    confirmation: Option<Input>,
     started: Option<Instant>,
 }
 
@@ -59,8 +62,16 @@ impl ReleaseEffects {
             exec_running: true,
             timers: Vec::new(),
             release,
+            confirmation: None,
             started: None,
         }
+    }
+
+    /// The coordinator's answer to the release intent the machine awaited
+    /// (`RecordReleaseIntent { awaited: true }`), once, for the driver to
+    /// feed before anything else.
+    pub(super) fn take_confirmation(&mut self) -> Option<Input> {
+        self.confirmation.take()
     }
 
     /// The exec client's pidfd while it runs (to poll for its exit).
@@ -163,11 +174,16 @@ impl ReleaseEffects {
                 tracing::info!(?reason, awaited, "RecordReleaseIntent");
                 // Spec 3.4 step 1: durable before any release signal. The
                 // machine says whether one may follow (the release observes
-                // the leader next); one that collects at once sends none,
-                // and its record is made before the session's end, which
-                // comes later on the same report queue.
+                // the leader next) and waits for the answer, without which
+                // it sends none; one that collects at once sends none, and
+                // its record is made before the session's end, which comes
+                // later on the same report queue.
                 if awaited {
-                    self.release.record();
+                    self.confirmation = Some(if self.release.record() {
+                        Input::IntentConfirmed
+                    } else {
+                        Input::IntentUnconfirmed
+                    });
                 } else {
                     self.release.record_in_background();
                 }

@@ -546,6 +546,9 @@ impl Driver {
                 for command in commands {
                     self.execute(command, work);
                 }
+                if let Some(answer) = self.effects.take_confirmation() {
+                    work.push_front(answer);
+                }
             }
             Err(refusal) => tracing::debug!(%refusal, "terminal machine refused an input"),
         }

@@ -10,6 +10,9 @@
 //! steps); in short (spec 3.4 "Session close, Client connection loss, PTY
 //! loss, or exec-client loss starts the same physical release"):
 //! 1. record release intent (terminal events are refused from here on);
+//!    when a signal may follow, wait for the coordinator to confirm it
+//!    durable ([`Input::IntentConfirmed`]); without that, send none
+//!    ([`Input::IntentUnconfirmed`]: collect the exec client and retain);
 //! 2. observe the guest leader; only while it matches: SIGHUP, grace,
 //!    observe, SIGTERM, grace, observe, SIGKILL. A mismatch refuses the
 //!    signal; an absent leader with members left is left for Domain teardown;
@@ -42,8 +45,8 @@ use super::queue::ClientQueue;
 use crate::core::{Core, CoreError};
 use crate::records::ids::{GenerationId, SessionId};
 use lazaret_generated::session_release::{
-    Action, Admission, Constants, Exec, Model, Output, Phases, Reason, Retained, Routes, Seen,
-    Stages, State, Timer,
+    Action, Admission, Confirmation, Constants, Exec, Model, Output, Phases, Reason, Retained,
+    Routes, Seen, Stages, State, Timer,
 };
 use std::num::NonZeroU16;
 
@@ -171,6 +174,10 @@ pub enum RetainReason {
     /// The exec client vanished without a usable status: its absence is
     /// not proved (FR-7), so teardown or bootstrap recovery proves it.
     ExecClientLost,
+    /// The coordinator did not confirm the release intent durable (spec
+    /// 3.4 release step 1), so no release signal was sent; Domain teardown
+    /// contains the group with the runtime.
+    Unconfirmed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -213,6 +220,13 @@ pub enum Input {
     ExecClientLost,
     Observed(GroupObservation),
     Timer(TimerKind),
+    /// The coordinator answered an awaited release intent
+    /// ([`Command::RecordReleaseIntent`] with `awaited`): it is durable.
+    IntentConfirmed,
+    /// No answer within the gate's bound, or the coordinator's loop
+    /// dropped it: the intent may not be durable, so no release signal
+    /// follows.
+    IntentUnconfirmed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -250,8 +264,10 @@ pub enum Command {
     /// Domain Store `TerminalOp::BeginRelease`, keeping every identity.
     /// `awaited`: the release goes on to observe the leader, so a release
     /// signal may follow and the intent must be durable first (spec 3.4
-    /// release step 1 before step 2); a release that goes straight to
-    /// collecting (the leader exited) sends none, so nothing waits for it.
+    /// release step 1 before step 2): answer with [`Input::IntentConfirmed`]
+    /// or [`Input::IntentUnconfirmed`]; no signal is sent before the
+    /// confirmation, none at all without it. A release that goes straight
+    /// to collecting (the leader exited) sends none, so nothing waits.
     RecordReleaseIntent {
         awaited: bool,
     },
@@ -351,14 +367,17 @@ fn input_name(input: &Input) -> &'static str {
         Input::ExecClientLost => "ExecClientLost",
         Input::Observed(_) => "Observed",
         Input::Timer(_) => "Timer",
+        Input::IntentConfirmed => "IntentConfirmed",
+        Input::IntentUnconfirmed => "IntentUnconfirmed",
     }
 }
 
 /// The reactions of SessionRelease (its "Reaction" disjunction), in `Next`
 /// order: the steps the Host Coordinator takes by itself.
-const REACTIONS: [Action; 10] = [
+const REACTIONS: [Action; 11] = [
     Action::BeginRelease,
     Action::SignalGroup,
+    Action::WithholdUnconfirmed,
     Action::WithholdSignal,
     Action::EndGrace,
     Action::CutGraceShort,
@@ -416,6 +435,7 @@ fn retain_reason(retained: Retained) -> Option<RetainReason> {
         Retained::GroupRemains => Some(RetainReason::GroupRemains),
         Retained::NotObserved => Some(RetainReason::NotObserved),
         Retained::ExecClientLost => Some(RetainReason::ExecClientLost),
+        Retained::Unconfirmed => Some(RetainReason::Unconfirmed),
     }
 }
 
@@ -592,6 +612,8 @@ impl Machine {
                 }
                 Action::TimerExpires
             }
+            Input::IntentConfirmed => Action::IntentConfirmed,
+            Input::IntentUnconfirmed => Action::IntentUnconfirmed,
         };
         self.input_step(step, name)?;
         if step == Action::ClientConnectionLost {
@@ -694,7 +716,7 @@ impl Machine {
                     out.push(Command::RefuseGuestLeader);
                 }
                 out.push(Command::RecordReleaseIntent {
-                    awaited: after.phase == Phases::Observing,
+                    awaited: after.confirmation == Confirmation::Awaited,
                 });
             }
             Action::AdmitInteractive => out.push(Command::AdmitGuestLeader),
@@ -715,6 +737,7 @@ impl Machine {
             // Their effects are the timer, observation and retain commands
             // below; input steps are never reactions.
             Action::WithholdSignal
+            | Action::WithholdUnconfirmed
             | Action::EndGrace
             | Action::CutGraceShort
             | Action::RetainReleaseIntent
@@ -734,6 +757,8 @@ impl Machine {
             | Action::ObservedGroupRemains
             | Action::ObservedMismatch
             | Action::TimerExpires
+            | Action::IntentConfirmed
+            | Action::IntentUnconfirmed
             | Action::Terminated => {}
         }
         if before.timer != after.timer {
