@@ -291,9 +291,9 @@ TimerExpires ==
 \* The answer to a release intent the session waits for (the release will
 \* observe the leader, so a signal may follow): the Domain Store recorded
 \* it (Lazaret.tla CloseSession or AbortSessionStart), or the coordinator
-\* did not confirm it (no answer within the gate's bound, or its loop
-\* dropped the answer).
-IntentConfirmed ==
+\* did not confirm it (its loop dropped the answer, or none came within the
+\* gate's backstop).
+ReleaseIntentConfirmed ==
     /\ confirmation = "Awaited"
     /\ confirmation' = "Confirmed"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
@@ -301,7 +301,7 @@ IntentConfirmed ==
                    seen, signalled, timer, expired, exits, intent, retained,
                    admission>>
 
-IntentUnconfirmed ==
+ReleaseIntentUnconfirmed ==
     /\ confirmation = "Awaited"
     /\ confirmation' = "Unconfirmed"
     /\ UNCHANGED <<phase, stage, form, route, connected, closeRequested,
@@ -510,8 +510,8 @@ Next ==
     \/ ObservedGroupRemains
     \/ ObservedMismatch
     \/ TimerExpires
-    \/ IntentConfirmed
-    \/ IntentUnconfirmed
+    \/ ReleaseIntentConfirmed
+    \/ ReleaseIntentUnconfirmed
     \/ BeginRelease
     \/ SignalGroup
     \/ WithholdUnconfirmed
@@ -538,8 +538,8 @@ KilledExecClientEnds ==
     /\ terminatedByUs
     /\ ExecClientSignalled
 Confirm ==
-    \/ IntentConfirmed
-    \/ IntentUnconfirmed
+    \/ ReleaseIntentConfirmed
+    \/ ReleaseIntentUnconfirmed
 Reaction ==
     \/ BeginRelease
     \/ SignalGroup

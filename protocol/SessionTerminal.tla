@@ -141,21 +141,24 @@ BeginRelease ==
     /\ UNCHANGED <<kind, rec, registered, runtime, reportedRunning, answer,
                    reportedEnd>>
 
-\* The gate's answer is the machine's confirmation input: the coordinator
-\* acknowledged the durable intent ...
-ConfirmIntent ==
+\* The gate's answer is the machine's confirmation input (SessionRelease's
+\* names): the coordinator acknowledged the durable intent ...
+ReleaseIntentConfirmed ==
     /\ gate = "Acknowledged"
-    /\ SR!IntentConfirmed
+    /\ SR!ReleaseIntentConfirmed
     /\ gate' = "Confirmed"
     /\ UNCHANGED <<kind, rec, registered, runtime, reports, reportedRunning,
                    answer, reportedEnd>>
 
-\* ... or the gate gave up: no answer within its bound (RECORD_TIMEOUT),
-\* or the loop dropped the answer. The Releasing report may still be
-\* queued; the loop records the intent when it takes it.
-GateGivesUp ==
+\* ... or it did not: the loop dropped the answer (a step that failed; the
+\* loop then ends and the queue with it), or none came within the gate's
+\* backstop (RECORD_BACKSTOP, for a coordinator that is stuck). The
+\* Releasing report may still be queued; the loop records the intent when
+\* it takes it. Time is not modeled, so the model lets the gate give up
+\* whenever it waits.
+ReleaseIntentUnconfirmed ==
     /\ gate = "Awaited"
-    /\ SR!IntentUnconfirmed
+    /\ SR!ReleaseIntentUnconfirmed
     /\ gate' = "GaveUp"
     /\ UNCHANGED <<kind, rec, registered, runtime, reports, reportedRunning,
                    answer, reportedEnd>>
@@ -295,8 +298,8 @@ Next ==
     \/ AdmissionRefused
     \/ AdmitPiped
     \/ BeginRelease
-    \/ ConfirmIntent
-    \/ GateGivesUp
+    \/ ReleaseIntentConfirmed
+    \/ ReleaseIntentUnconfirmed
     \/ SessionStep
     \/ ReportEnded
     \/ RegisterSession
@@ -343,7 +346,7 @@ Spec ==
     /\ WF_vars(Unblocked /\ SR!KilledExecClientEnds /\ UNCHANGED hcVars)
     /\ WF_vars(Coordinator)
     /\ WF_vars(ReportEnded)
-    /\ WF_vars(ConfirmIntent)
+    /\ WF_vars(ReleaseIntentConfirmed)
     /\ WF_vars(AdmitInteractive)
     /\ WF_vars(AdmissionRefused)
     /\ WF_vars(AdmitPiped)
@@ -357,13 +360,15 @@ Inv_Spec_AdmittedOnlyWhenRecordedRunning ==
     (kind = "Interactive" /\ admission = "Admitted") => registered
 
 \* Spec 3.4 release step 1 before step 2: no release signal reaches the
-\* guest group before the terminal's release intent is durable in the
-\* coordinator's record, even when the gate gives up. (Step 3's kill of
-\* the exec client, a host process the record names, may then come first:
-\* an unconfirmed release withholds its signals, collects the exec
-\* client and retains the intent.)
+\* guest group, and our kill does not reach the exec client, before the
+\* terminal's release intent is durable in the coordinator's record. The
+\* one exception is a release whose intent the coordinator did not
+\* confirm: it sends the guest group nothing, and step 3 collects the
+\* exec client, a host process the record names, before the intent may be
+\* durable (it is retained for Domain teardown).
 Inv_Spec_SignalsFollowDurableIntent ==
-    signalled # "None" => rec \in {"Closing"} \cup Finished
+    (signalled # "None" \/ (terminatedByUs /\ confirmation # "Unconfirmed"))
+        => rec \in {"Closing"} \cup Finished
 
 \* Spec 3.4 release step 3: the record is clean only when the session's
 \* release found everything absent; a retained release stays retained.

@@ -570,7 +570,7 @@ fn run_release(
                     // stands between the release and its record).
                     Effect::RecordReleaseIntent { awaited: true } => {
                         log.push("RecordReleaseIntent".into());
-                        inputs.push_front(Input::IntentConfirmed);
+                        inputs.push_front(Input::ReleaseIntentConfirmed);
                     }
                     Effect::CloseOutput => log.push("CloseOutput".into()),
                     other => log.push(format!("{other:?}")),

@@ -203,7 +203,7 @@ fn release_phases() -> Vec<(&'static str, Machine)> {
     out.push(("Observing", m));
     let mut m = machine();
     ok(&mut m, client(Kind::Close));
-    ok(&mut m, Input::IntentConfirmed);
+    ok(&mut m, Input::ReleaseIntentConfirmed);
     ok(&mut m, Input::Observed(GroupObservation::LeaderMatches));
     out.push(("Grace", m));
     let mut m = machine();
@@ -323,7 +323,7 @@ fn close_with_live_leader_follows_the_full_release_order() {
         &mut m,
         vec![
             client(Kind::Close),
-            Input::IntentConfirmed,
+            Input::ReleaseIntentConfirmed,
             leader(),
             Input::Timer(TimerKind::HangupGrace),
             leader(),
@@ -378,7 +378,7 @@ fn guest_exiting_on_hangup_reports_the_exec_client_status() {
         &mut m,
         vec![
             client(Kind::Close),
-            Input::IntentConfirmed,
+            Input::ReleaseIntentConfirmed,
             Input::Observed(GroupObservation::LeaderMatches),
             Input::ExecClientExited(ExecStatus::Exited(129)),
             Input::Timer(TimerKind::DrainDeadline),
@@ -433,7 +433,7 @@ fn leader_observation_table_at_every_signal_stage() {
         for (observation, signals, retained) in table {
             let mut m = machine();
             ok(&mut m, client(Kind::Close));
-            ok(&mut m, Input::IntentConfirmed);
+            ok(&mut m, Input::ReleaseIntentConfirmed);
             let signals_before = [
                 Input::Timer(TimerKind::HangupGrace),
                 Input::Timer(TimerKind::TerminateGrace),
@@ -546,7 +546,7 @@ fn normal_completion_drains_then_sends_one_exit_after_the_last_byte() {
 /// SIGHUP, and arms its grace.
 fn a_matching_leader_gets_sighup(m: &mut Machine) {
     use Command::*;
-    assert_eq!(ok(m, Input::IntentConfirmed), vec![]);
+    assert_eq!(ok(m, Input::ReleaseIntentConfirmed), vec![]);
     assert_eq!(
         ok(m, Input::Observed(GroupObservation::LeaderMatches)),
         vec![
@@ -624,7 +624,7 @@ fn exec_client_loss_still_signals_a_live_leader_and_reports_runtime_lost() {
         &mut m,
         vec![
             Input::ExecClientLost,
-            Input::IntentConfirmed,
+            Input::ReleaseIntentConfirmed,
             Input::Observed(GroupObservation::LeaderMatches),
         ],
     );
@@ -838,7 +838,7 @@ fn a_piped_session_observes_only_when_it_must_signal() {
         &mut m,
         vec![
             Input::ClientLost,
-            Input::IntentConfirmed,
+            Input::ReleaseIntentConfirmed,
             Input::Observed(GroupObservation::LeaderMatches),
             Input::Timer(TimerKind::HangupGrace),
         ],
@@ -878,7 +878,7 @@ fn only_release_removes_the_route() {
 fn an_exec_client_that_returns_during_a_grace_ends_the_ladder() {
     let mut m = machine();
     ok(&mut m, client(Kind::Close));
-    ok(&mut m, Input::IntentConfirmed);
+    ok(&mut m, Input::ReleaseIntentConfirmed);
     // The leader exits while the observation is outstanding; the answer,
     // racing it, still saw the leader.
     assert_eq!(
@@ -945,8 +945,8 @@ impl World {
         }
         out.extend(self.timers.iter().map(|t| Input::Timer(*t)));
         if self.awaiting {
-            out.push(Input::IntentConfirmed);
-            out.push(Input::IntentUnconfirmed);
+            out.push(Input::ReleaseIntentConfirmed);
+            out.push(Input::ReleaseIntentUnconfirmed);
         }
         if self.exec_running {
             out.push(Input::ExecClientExited(ExecStatus::Exited(3)));
@@ -978,7 +978,7 @@ impl World {
     /// The input a fair world gives once the script is spent.
     fn fair(&self) -> Option<Input> {
         if self.awaiting {
-            return Some(Input::IntentConfirmed);
+            return Some(Input::ReleaseIntentConfirmed);
         }
         if self.observe {
             return Some(Input::Observed(GroupObservation::Empty));
@@ -1009,9 +1009,9 @@ impl World {
             Input::ExecClientLost => self.exec_running = false,
             Input::OutputEof | Input::OutputLost => self.output_open = false,
             Input::ClientLost => self.connected = false,
-            Input::IntentConfirmed | Input::IntentUnconfirmed => {
+            Input::ReleaseIntentConfirmed | Input::ReleaseIntentUnconfirmed => {
                 self.awaiting = false;
-                self.confirmed = Some(input == Input::IntentConfirmed);
+                self.confirmed = Some(input == Input::ReleaseIntentConfirmed);
             }
             _ => {}
         }
@@ -1314,7 +1314,7 @@ fn an_unconfirmed_release_intent_sends_no_signal_and_is_retained() {
             &mut m,
             vec![
                 client(Kind::Close),
-                Input::IntentUnconfirmed,
+                Input::ReleaseIntentUnconfirmed,
                 Input::Observed(GroupObservation::LeaderMatches),
             ]
         ),
@@ -1339,7 +1339,55 @@ fn an_unconfirmed_release_intent_sends_no_signal_and_is_retained() {
     );
     assert_eq!(m.retained(), Some(RetainReason::Unconfirmed));
     // A confirmation is answered once: a second answer is refused.
-    assert!(m.handle(Input::IntentConfirmed).is_err());
+    assert!(m.handle(Input::ReleaseIntentConfirmed).is_err());
+}
+
+/// A leader found gone or mismatched needs no release signal, so an
+/// unconfirmed intent releases it exactly as a confirmed one would: clean
+/// when the group is empty, otherwise retained for what was found.
+#[test]
+fn an_unconfirmed_release_of_a_leader_not_matching_ends_as_a_confirmed_one() {
+    use Command::*;
+    let rows = [
+        (GroupObservation::Empty, None),
+        (
+            GroupObservation::Mismatch,
+            Some(RetainReason::LeaderMismatch),
+        ),
+        (
+            GroupObservation::LeaderAbsentGroupRemains,
+            Some(RetainReason::GroupRemains),
+        ),
+    ];
+    for (found, retained) in rows {
+        let mut ends = Vec::new();
+        for answer in [
+            Input::ReleaseIntentUnconfirmed,
+            Input::ReleaseIntentConfirmed,
+        ] {
+            let mut m = machine();
+            let mut got = run(
+                &mut m,
+                vec![client(Kind::Close), answer.clone(), Input::Observed(found)],
+            );
+            got.extend(run(
+                &mut m,
+                vec![
+                    Input::ExecClientExited(ExecStatus::Signalled(9)),
+                    Input::OutputEof,
+                    Input::Observed(found),
+                ],
+            ));
+            assert!(
+                !got.iter().any(|c| matches!(c, SignalGroup(_))),
+                "{found:?} after {answer:?}: {got:?}"
+            );
+            assert!(m.is_finished(), "{found:?} after {answer:?}: {got:?}");
+            assert_eq!(m.retained(), retained, "{found:?} after {answer:?}");
+            ends.push(got);
+        }
+        assert_eq!(ends[0], ends[1], "{found:?}: unconfirmed vs confirmed");
+    }
 }
 
 /// Until the coordinator answers, a matching leader is not signalled; the
@@ -1360,7 +1408,7 @@ fn a_matching_leader_waits_for_the_confirmed_intent() {
     );
     assert_eq!(m.phase(), "Observing");
     assert_eq!(
-        ok(&mut m, Input::IntentConfirmed),
+        ok(&mut m, Input::ReleaseIntentConfirmed),
         vec![
             SignalGroup(GuestSignal::Hangup),
             StartTimer {

@@ -23,7 +23,7 @@
 use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
-use super::session_release::{ReleaseEffects, ReleaseOutcome};
+use super::session_release::{self, ReleaseEffects, ReleaseOutcome};
 use super::session_report::SessionReport;
 use super::terminal_session::{command_message, read_leader_pid, GuestTarget};
 use crate::broker::CommittedChild;
@@ -333,18 +333,16 @@ impl Driver {
     }
 
     fn feed(&mut self, input: Input) {
-        match self.machine.handle(input) {
-            Ok(commands) => {
-                for command in commands {
-                    self.execute(command);
-                }
-                // At most once per release: the confirmation's own steps
-                // await nothing.
-                if let Some(answer) = self.effects.take_confirmation() {
-                    self.feed(answer);
-                }
-            }
-            Err(refusal) => tracing::debug!(%refusal, "terminal machine refused an input"),
+        let Some(commands) = session_release::handle(&mut self.machine, input) else {
+            return;
+        };
+        for command in commands {
+            self.execute(command);
+        }
+        // At most once per release: the confirmation's own steps await
+        // nothing.
+        if let Some(answer) = self.effects.take_confirmation() {
+            self.feed(answer);
         }
     }
 

@@ -1,24 +1,51 @@
-//! Spec 3.4 session release, step 1 before step 2: the session terminal's
-//! durable ReleaseIntent (the model's `CloseSession`) is committed before any
-//! release signal reaches the session's guest or exec client. The session's
+//! Spec 3.4 session release, step 1 before step 2: no release signal
+//! reaches a session's guest group before the terminal's durable
+//! ReleaseIntent (the model's `CloseSession`) is committed. The session's
 //! own thread decides that the release starts; the coordinator's loop owns
-//! the Domain Store and the model. The gate asks the loop and waits.
+//! the Domain Store and the model. The gate asks the loop through the
+//! session's report queue and, when the terminal machine says a signal may
+//! follow, waits for the answer, which becomes the machine's next input.
+//!
+//! The wait ends without a bound of its own: the loop answers every
+//! Releasing report it takes (`host.rs::session_report`, and `heard` for a
+//! session that is over) or drops the answer when its step fails; it never
+//! waits on a session thread, so it takes each report in turn; and when
+//! the coordinator's run ends, its event queue, with every answer still in
+//! it, goes too. [`RECORD_BACKSTOP`] only bounds a coordinator that is
+//! stuck.
 use std::sync::mpsc::{sync_channel, Sender};
 use std::time::Duration;
 
+use lazaret_runtime::terminal::machine::Input;
+
 use super::session_report::SessionReport;
 
-/// How long a release waits for the coordinator's record. The loop answers
-/// at once unless the coordinator is stuck or gone; the release then goes
-/// on without any release signal (the terminal machine's
-/// `IntentUnconfirmed`) and keeps its release intent for Domain teardown.
-const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a release waits for the coordinator's record at most: far
+/// above any step of the coordinator's loop, each of which is bounded
+/// (the session's Running record allows 30 s, `RECORD_WAIT`). A release
+/// not confirmed by then sends no release signal (the machine's
+/// `ReleaseIntentUnconfirmed`): a leader still matching is left, with the
+/// intent, to Domain teardown.
+const RECORD_BACKSTOP: Duration = Duration::from_secs(60);
 
-/// One session's gate: the first [`ReleaseGate::record`] asks, later ones
-/// return at once.
+/// Where a session's gate stands.
+#[derive(Debug)]
+enum Asked {
+    /// Nothing asked yet: the sender of the session's report queue.
+    Not(Sender<SessionReport>),
+    /// Asked without waiting (a release that sends no signal).
+    InBackground,
+    /// Asked and waited for: whether the coordinator confirmed it.
+    Answered(bool),
+    /// The report queue was taken for an answer in flight.
+    Asking,
+}
+
+/// One session's gate: the release intent is asked for once.
 #[derive(Debug)]
 pub struct ReleaseGate {
-    ask: Option<Sender<SessionReport>>,
+    asked: Asked,
+    backstop: Duration,
 }
 
 impl ReleaseGate {
@@ -26,15 +53,34 @@ impl ReleaseGate {
     /// coordinator answers each [`SessionReport::Releasing`] on the sender
     /// it carries once ReleaseIntent is durable.
     pub fn new(ask: Sender<SessionReport>) -> Self {
-        Self { ask: Some(ask) }
+        Self {
+            asked: Asked::Not(ask),
+            backstop: RECORD_BACKSTOP,
+        }
     }
 
-    /// Asks for the durable ReleaseIntent without waiting: for a release
-    /// that sends no signal (the guest completed by itself), where step 1
-    /// has nothing to precede. The coordinator's loop records it before it
-    /// handles the session's end, which comes later on the same queue.
-    pub fn record_in_background(&mut self) {
-        if let Some(ask) = self.ask.take() {
+    /// The effect of the terminal machine's `RecordReleaseIntent {
+    /// awaited }` (spec 3.4 release step 1): awaited, the coordinator's
+    /// answer, which is the machine's next input (`ReleaseIntentConfirmed`
+    /// only when the loop said the intent is durable); not awaited (the
+    /// release collects at once and sends no signal, so step 1 has nothing
+    /// to precede), the intent is asked for without waiting, and the loop
+    /// records it before it handles the session's end, which comes later
+    /// on the same queue.
+    pub fn record_release_intent(&mut self, awaited: bool) -> Option<Input> {
+        if !awaited {
+            self.record_in_background();
+            return None;
+        }
+        Some(if self.record() {
+            Input::ReleaseIntentConfirmed
+        } else {
+            Input::ReleaseIntentUnconfirmed
+        })
+    }
+
+    fn record_in_background(&mut self) {
+        if let Asked::Not(ask) = std::mem::replace(&mut self.asked, Asked::InBackground) {
             let (tx, _answer_not_awaited) = sync_channel(1);
             if ask.send(SessionReport::Releasing(tx)).is_err() {
                 tracing::warn!("the session's ReleaseIntent could not be asked for");
@@ -42,15 +88,20 @@ impl ReleaseGate {
         }
     }
 
-    /// Asks for the durable ReleaseIntent and waits for it (bounded).
-    /// Whether it was confirmed.
-    pub fn record(&mut self) -> bool {
-        let Some(ask) = self.ask.take() else {
-            return true;
+    /// Whether the coordinator confirmed the durable ReleaseIntent. Asks
+    /// once; an intent asked for only in the background was never
+    /// confirmed.
+    fn record(&mut self) -> bool {
+        let confirmed = match std::mem::replace(&mut self.asked, Asked::Asking) {
+            Asked::Answered(confirmed) => confirmed,
+            Asked::InBackground | Asked::Asking => false,
+            Asked::Not(ask) => {
+                let (tx, rx) = sync_channel(1);
+                ask.send(SessionReport::Releasing(tx)).is_ok()
+                    && rx.recv_timeout(self.backstop).is_ok()
+            }
         };
-        let (tx, rx) = sync_channel(1);
-        let confirmed = ask.send(SessionReport::Releasing(tx)).is_ok()
-            && rx.recv_timeout(RECORD_TIMEOUT).is_ok();
+        self.asked = Asked::Answered(confirmed);
         if !confirmed {
             tracing::warn!(
                 "the session's ReleaseIntent was not confirmed; no release signal will be sent"
@@ -63,22 +114,72 @@ impl ReleaseGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc::channel;
+    use std::sync::mpsc::{channel, Receiver};
+    use std::time::Instant;
 
-    #[test]
-    fn the_first_record_waits_for_the_answer_and_later_ones_do_not_ask() {
-        let (ask, requests) = channel::<SessionReport>();
-        let answered = std::thread::spawn(move || {
+    /// A coordinator loop that answers each Releasing report after `delay`
+    /// and counts them.
+    fn coordinator(
+        requests: Receiver<SessionReport>,
+        delay: Duration,
+    ) -> std::thread::JoinHandle<usize> {
+        std::thread::spawn(move || {
             let mut n = 0;
             while let Ok(SessionReport::Releasing(ack)) = requests.recv() {
                 n += 1;
+                std::thread::sleep(delay);
                 ack.send(()).ok();
             }
             n
-        });
+        })
+    }
+
+    #[test]
+    fn an_awaited_intent_is_confirmed_once_and_asked_once() {
+        let (ask, requests) = channel::<SessionReport>();
+        let answered = coordinator(requests, Duration::ZERO);
         let mut gate = ReleaseGate::new(ask);
-        assert!(gate.record());
-        assert!(gate.record());
+        assert_eq!(
+            gate.record_release_intent(true),
+            Some(Input::ReleaseIntentConfirmed)
+        );
+        assert_eq!(
+            gate.record_release_intent(true),
+            Some(Input::ReleaseIntentConfirmed)
+        );
+        drop(gate);
+        assert_eq!(answered.join().ok(), Some(1));
+    }
+
+    #[test]
+    fn a_busy_coordinator_is_waited_for() {
+        let (ask, requests) = channel::<SessionReport>();
+        let answered = coordinator(requests, Duration::from_millis(300));
+        let mut gate = ReleaseGate::new(ask);
+        gate.backstop = Duration::from_secs(5);
+        assert_eq!(
+            gate.record_release_intent(true),
+            Some(Input::ReleaseIntentConfirmed)
+        );
+        drop(gate);
+        assert_eq!(answered.join().ok(), Some(1));
+    }
+
+    #[test]
+    fn an_answer_after_the_backstop_is_unconfirmed_and_stays_so() {
+        let (ask, requests) = channel::<SessionReport>();
+        let answered = coordinator(requests, Duration::from_millis(400));
+        let mut gate = ReleaseGate::new(ask);
+        gate.backstop = Duration::from_millis(50);
+        assert_eq!(
+            gate.record_release_intent(true),
+            Some(Input::ReleaseIntentUnconfirmed)
+        );
+        // Asked again, the first answer stands: nothing is asked twice.
+        assert_eq!(
+            gate.record_release_intent(true),
+            Some(Input::ReleaseIntentUnconfirmed)
+        );
         drop(gate);
         assert_eq!(answered.join().ok(), Some(1));
     }
@@ -87,25 +188,38 @@ mod tests {
     fn a_release_without_signals_asks_once_and_does_not_wait() {
         let (ask, requests) = channel::<SessionReport>();
         let mut gate = ReleaseGate::new(ask);
-        gate.record_in_background();
+        assert_eq!(gate.record_release_intent(false), None);
         // Asked exactly once; nobody answered, and nothing waited.
         assert!(matches!(
             requests.try_recv(),
             Ok(SessionReport::Releasing(_))
         ));
-        assert!(gate.record());
+        // An intent only asked for in the background was never confirmed.
+        assert_eq!(
+            gate.record_release_intent(true),
+            Some(Input::ReleaseIntentUnconfirmed)
+        );
         assert!(requests.try_recv().is_err());
     }
 
     #[test]
-    fn a_coordinator_that_is_gone_does_not_hold_the_release() {
+    fn a_coordinator_that_is_gone_or_drops_the_answer_does_not_hold_the_release() {
         let (ask, requests) = channel::<SessionReport>();
         drop(requests);
-        assert!(!ReleaseGate::new(ask).record());
-        // Asked but never answered: the request is dropped unanswered.
+        let started = Instant::now();
+        assert_eq!(
+            ReleaseGate::new(ask).record_release_intent(true),
+            Some(Input::ReleaseIntentUnconfirmed)
+        );
+        // Asked but never answered: the loop's step failed and dropped it.
         let (ask, requests) = channel::<SessionReport>();
         let dropper = std::thread::spawn(move || drop(requests.recv()));
-        assert!(!ReleaseGate::new(ask).record());
+        assert_eq!(
+            ReleaseGate::new(ask).record_release_intent(true),
+            Some(Input::ReleaseIntentUnconfirmed)
+        );
         dropper.join().ok();
+        // Neither waited for the backstop.
+        assert!(started.elapsed() < RECORD_BACKSTOP / 2);
     }
 }

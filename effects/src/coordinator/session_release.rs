@@ -9,7 +9,7 @@ use crate::broker::CommittedChild;
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::{ChildState, Signal};
 use lazaret_runtime::terminal::machine::{
-    Command, Input, Machine, ReleaseReason, RetainReason, TimerKind,
+    Command, Input, Machine, Refusal, ReleaseReason, RetainReason, TimerKind,
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::collections::VecDeque;
@@ -35,6 +35,29 @@ impl ReleaseOutcome {
         match machine.retained() {
             Some(reason) => Self::Retained(reason),
             None => Self::Clean,
+        }
+    }
+}
+
+/// One input to a session's machine, for either driver: its commands, or
+/// `None` when the machine refused it. Most refusals are expected and
+/// logged quietly (a key after the release began, a timer that lost its
+/// race); the answer to a release intent the machine itself awaited, and a
+/// step that broke the model, are defects and logged as warnings.
+pub(super) fn handle(machine: &mut Machine, input: Input) -> Option<Vec<Command>> {
+    let asked_for = matches!(
+        input,
+        Input::ReleaseIntentConfirmed | Input::ReleaseIntentUnconfirmed
+    );
+    match machine.handle(input) {
+        Ok(commands) => Some(commands),
+        Err(refusal) if asked_for || matches!(refusal, Refusal::Model { .. }) => {
+            tracing::warn!(%refusal, "terminal machine refused an input it asked for");
+            None
+        }
+        Err(refusal) => {
+            tracing::debug!(%refusal, "terminal machine refused an input");
+            None
         }
     }
 }
@@ -178,15 +201,7 @@ impl ReleaseEffects {
                 // it sends none; one that collects at once sends none, and
                 // its record is made before the session's end, which comes
                 // later on the same report queue.
-                if awaited {
-                    self.confirmation = Some(if self.release.record() {
-                        Input::IntentConfirmed
-                    } else {
-                        Input::IntentUnconfirmed
-                    });
-                } else {
-                    self.release.record_in_background();
-                }
+                self.confirmation = self.release.record_release_intent(awaited);
             }
             Command::TerminateExecClient => {
                 if let Err(e) = self

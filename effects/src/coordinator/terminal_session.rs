@@ -27,7 +27,7 @@
 use super::channel;
 use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
-use super::session_release::{ReleaseEffects, ReleaseOutcome};
+use super::session_release::{self, ReleaseEffects, ReleaseOutcome};
 use super::session_report::SessionReport;
 use crate::broker::CommittedChild;
 use crate::process_identity::Signal;
@@ -541,16 +541,14 @@ impl Driver {
     }
 
     fn feed(&mut self, input: Input, work: &mut VecDeque<Input>) {
-        match self.machine.handle(input) {
-            Ok(commands) => {
-                for command in commands {
-                    self.execute(command, work);
-                }
-                if let Some(answer) = self.effects.take_confirmation() {
-                    work.push_front(answer);
-                }
-            }
-            Err(refusal) => tracing::debug!(%refusal, "terminal machine refused an input"),
+        let Some(commands) = session_release::handle(&mut self.machine, input) else {
+            return;
+        };
+        for command in commands {
+            self.execute(command, work);
+        }
+        if let Some(answer) = self.effects.take_confirmation() {
+            work.push_front(answer);
         }
     }
 

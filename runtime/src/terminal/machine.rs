@@ -11,8 +11,8 @@
 //! loss, or exec-client loss starts the same physical release"):
 //! 1. record release intent (terminal events are refused from here on);
 //!    when a signal may follow, wait for the coordinator to confirm it
-//!    durable ([`Input::IntentConfirmed`]); without that, send none
-//!    ([`Input::IntentUnconfirmed`]: collect the exec client and retain);
+//!    durable ([`Input::ReleaseIntentConfirmed`]); without that, send none
+//!    ([`Input::ReleaseIntentUnconfirmed`]: collect the exec client and retain);
 //! 2. observe the guest leader; only while it matches: SIGHUP, grace,
 //!    observe, SIGTERM, grace, observe, SIGKILL. A mismatch refuses the
 //!    signal; an absent leader with members left is left for Domain teardown;
@@ -222,11 +222,11 @@ pub enum Input {
     Timer(TimerKind),
     /// The coordinator answered an awaited release intent
     /// ([`Command::RecordReleaseIntent`] with `awaited`): it is durable.
-    IntentConfirmed,
-    /// No answer within the gate's bound, or the coordinator's loop
-    /// dropped it: the intent may not be durable, so no release signal
-    /// follows.
-    IntentUnconfirmed,
+    ReleaseIntentConfirmed,
+    /// The coordinator's loop dropped the answer (its step failed, or the
+    /// loop is gone), or none came within the gate's backstop: the intent
+    /// may not be durable, so no release signal follows.
+    ReleaseIntentUnconfirmed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -264,8 +264,8 @@ pub enum Command {
     /// Domain Store `TerminalOp::BeginRelease`, keeping every identity.
     /// `awaited`: the release goes on to observe the leader, so a release
     /// signal may follow and the intent must be durable first (spec 3.4
-    /// release step 1 before step 2): answer with [`Input::IntentConfirmed`]
-    /// or [`Input::IntentUnconfirmed`]; no signal is sent before the
+    /// release step 1 before step 2): answer with [`Input::ReleaseIntentConfirmed`]
+    /// or [`Input::ReleaseIntentUnconfirmed`]; no signal is sent before the
     /// confirmation, none at all without it. A release that goes straight
     /// to collecting (the leader exited) sends none, so nothing waits.
     RecordReleaseIntent {
@@ -367,8 +367,8 @@ fn input_name(input: &Input) -> &'static str {
         Input::ExecClientLost => "ExecClientLost",
         Input::Observed(_) => "Observed",
         Input::Timer(_) => "Timer",
-        Input::IntentConfirmed => "IntentConfirmed",
-        Input::IntentUnconfirmed => "IntentUnconfirmed",
+        Input::ReleaseIntentConfirmed => "ReleaseIntentConfirmed",
+        Input::ReleaseIntentUnconfirmed => "ReleaseIntentUnconfirmed",
     }
 }
 
@@ -612,8 +612,8 @@ impl Machine {
                 }
                 Action::TimerExpires
             }
-            Input::IntentConfirmed => Action::IntentConfirmed,
-            Input::IntentUnconfirmed => Action::IntentUnconfirmed,
+            Input::ReleaseIntentConfirmed => Action::ReleaseIntentConfirmed,
+            Input::ReleaseIntentUnconfirmed => Action::ReleaseIntentUnconfirmed,
         };
         self.input_step(step, name)?;
         if step == Action::ClientConnectionLost {
@@ -757,8 +757,8 @@ impl Machine {
             | Action::ObservedGroupRemains
             | Action::ObservedMismatch
             | Action::TimerExpires
-            | Action::IntentConfirmed
-            | Action::IntentUnconfirmed
+            | Action::ReleaseIntentConfirmed
+            | Action::ReleaseIntentUnconfirmed
             | Action::Terminated => {}
         }
         if before.timer != after.timer {
