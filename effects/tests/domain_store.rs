@@ -639,10 +639,11 @@ fn one_generation_is_read_exactly_among_its_neighbours() {
 /// unless the observing coordinator serves its session; a recovery, which
 /// serves none, sees every unclean row; a clean row never counts. Each
 /// slot's `terminalRow` is its served session's row (a bare intent named
-/// so), `None` when clean or not served.
+/// so, an acquiring intent named by the session's form), `None` when clean
+/// or not served.
 #[test]
 fn terminal_rows_are_observed_as_terms_left_unless_served() {
-    use lazaret_effects::coordinator::observed::durable_view;
+    use lazaret_effects::coordinator::observed::{durable_view, Served};
     let dir = tempfile::tempdir().unwrap();
     let lock = DomainLock::try_acquire(&dir.path().join("domain.lock")).unwrap();
     let store = DomainStore::create(&lock, &dir.path().join("domain.redb"), BOOT).unwrap();
@@ -653,9 +654,15 @@ fn terminal_rows_are_observed_as_terms_left_unless_served() {
             decision: ModelValue::new("Published").unwrap(),
         }])
         .unwrap();
-    // Two slots; `served` is the session in the second, if any.
-    let slots =
-        |served: Option<SessionId>| vec![("s1".to_owned(), None), ("s2".to_owned(), served)];
+    // Two slots; `served` is the (interactive) session in the second, if
+    // any.
+    let slots = |served: Option<SessionId>| {
+        let served = served.map(|session| Served {
+            session,
+            piped: false,
+        });
+        vec![("s1".to_owned(), None), ("s2".to_owned(), served)]
+    };
     let observe =
         |served: Option<SessionId>| durable_view(&store, GEN, &slots(served)).unwrap().unwrap();
     let terms_left = |served: Option<SessionId>| observe(served).terms_left;
@@ -686,4 +693,44 @@ fn terminal_rows_are_observed_as_terms_left_unless_served() {
     assert!(durable_view(&store, GenerationId(9), &slots(None))
         .unwrap()
         .is_none());
+    // An intent with its exec client staged: an interactive session's
+    // Intent, a piped session's PipedIntent (it stays Intent while it
+    // runs, so replay tells the two apart only by the observer's form).
+    let acquiring = SessionId([0x22; 16]);
+    store
+        .apply(&[
+            StoreOp::InsertSession(Session {
+                generation_id: GEN,
+                session_id: acquiring,
+                cli_id: CliId([8; 16]),
+                session_anchor_id: SessionAnchorId([9; 32]),
+                session_phase: ModelValue::new("Active").unwrap(),
+            }),
+            StoreOp::InsertTerminalIntent {
+                generation: GEN,
+                session: acquiring,
+            },
+            StoreOp::StageProcess {
+                target: SlotTarget::Terminal {
+                    generation: GEN,
+                    session: acquiring,
+                    slot: HostProcessOwnershipSlot::SessionTerminalExecClient,
+                },
+                identity: identity(4),
+            },
+        ])
+        .unwrap();
+    for (piped, row) in [
+        (false, TerminalRow::Intent),
+        (true, TerminalRow::PipedIntent),
+    ] {
+        let served = Served {
+            session: acquiring,
+            piped,
+        };
+        let slots = [("s1".to_owned(), Some(served))];
+        let view = durable_view(&store, GEN, &slots).unwrap().unwrap();
+        assert_eq!(view.rows.unwrap()["s1"], row, "piped: {piped}");
+        assert_eq!(view.terms_left, Some(false));
+    }
 }

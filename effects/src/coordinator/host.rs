@@ -15,7 +15,7 @@ use super::channel::{self, ChannelError};
 use super::election::elect;
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::{launch_generation, LaunchedGeneration};
-use super::observed::{ObserveError, Observer};
+use super::observed::{ObserveError, Observer, Served};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::recovery::{recover_all, RecoveryError};
 use super::release::{abort, teardown};
@@ -354,8 +354,8 @@ pub(super) struct Hc<'s, 'l> {
     pub generation: Option<LaunchedGeneration>,
     /// The Domain Store session of each model session slot whose terminal
     /// is recorded (from `RecordTerminalIntent` until its release
-    /// finishes or is retained).
-    pub sessions: HashMap<SessionsId, SessionId>,
+    /// finishes or is retained), and whether it is piped.
+    pub sessions: HashMap<SessionsId, Served>,
     /// This coordinator's own pidfs identity (its committed direct edges).
     pub own: PidfsProcessIdentityV1,
     /// The host-wide Storage Catalog (spec 3.6): prepared-lower leases.
@@ -841,7 +841,13 @@ fn admit(
     hc.step(Action::RecordTerminalIntent { c, s }, |hc| {
         record_terminal_intent(hc.store, generation, session)
             .map_err(|e| CoordinatorError::TerminalIntent(Box::new(e)))?;
-        hc.sessions.insert(s, session);
+        hc.sessions.insert(
+            s,
+            Served {
+                session,
+                piped: hello.terminal.is_none(),
+            },
+        );
         Ok(())
     })?;
     let Some(g) = hc.generation.as_ref() else {
@@ -959,7 +965,7 @@ fn finish_terminal(
 /// Whether the session's terminal is a bare intent: nothing of it was
 /// acquired (no identity recorded).
 fn bare_intent(hc: &Hc<'_, '_>, s: SessionsId) -> Result<bool, CoordinatorError> {
-    let Some(&session) = hc.sessions.get(&s) else {
+    let Some(session) = hc.sessions.get(&s).map(|x| x.session) else {
         return Ok(false);
     };
     let terminal = hc
@@ -970,7 +976,7 @@ fn bare_intent(hc: &Hc<'_, '_>, s: SessionsId) -> Result<bool, CoordinatorError>
 }
 
 fn terminal_op(hc: &mut Hc<'_, '_>, s: SessionsId, clean: bool) -> Result<(), CoordinatorError> {
-    let Some(&session) = hc.sessions.get(&s) else {
+    let Some(session) = hc.sessions.get(&s).map(|x| x.session) else {
         return Ok(());
     };
     let generation = hc.id;
@@ -1069,12 +1075,12 @@ fn session_report(
 /// (a release still waiting is answered: that release was recorded when
 /// its session's end was handled).
 fn heard(
-    sessions: &HashMap<SessionsId, SessionId>,
+    sessions: &HashMap<SessionsId, Served>,
     slot: SessionsId,
     session: SessionId,
     report: SessionReport,
 ) -> Option<SessionReport> {
-    if sessions.get(&slot) == Some(&session) {
+    if sessions.get(&slot).map(|x| x.session) == Some(session) {
         return Some(report);
     }
     tracing::info!(?slot, ?report, "a report of a session that is over");
@@ -1094,7 +1100,10 @@ fn running_record(
     s: SessionsId,
     evidence: TerminalEvidence,
 ) -> Result<Option<StoreOp>, CoordinatorError> {
-    let (Some(&session), Some(g)) = (hc.sessions.get(&s), hc.generation.as_ref()) else {
+    let (Some(session), Some(g)) = (
+        hc.sessions.get(&s).map(|x| x.session),
+        hc.generation.as_ref(),
+    ) else {
         return Ok(None);
     };
     let generation = hc.id;
@@ -1253,7 +1262,13 @@ mod tests {
     fn a_late_report_never_reaches_the_next_session_of_its_slot() {
         let slot = SessionsId(1);
         let (over, current) = (SessionId([1; 16]), SessionId([2; 16]));
-        let sessions = HashMap::from([(slot, current)]);
+        let sessions = HashMap::from([(
+            slot,
+            Served {
+                session: current,
+                piped: false,
+            },
+        )]);
         // The session that held the slot before: its late release is
         // answered (so it does not wait) and dropped.
         let (ack, answered) = sync_channel(1);

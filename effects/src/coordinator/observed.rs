@@ -24,8 +24,10 @@
 //! - `terminalRow`: per session slot, the Session Terminal row of the
 //!   session the coordinator serves there: `None` (no row, a clean one, or
 //!   no session served), `BareIntent` (Intent with nothing acquired),
-//!   `Intent`, `Running` or `ReleaseIntent`; replay checks it is one the
-//!   model's `sess[s]` allows (`TerminalRow::allowed`).
+//!   `Intent` (an interactive session's) or `PipedIntent` (a piped
+//!   session's: its row stays Intent while it runs), `Running` or
+//!   `ReleaseIntent`; replay checks it is one the model's `sess[s]` allows
+//!   (`TerminalRow::allowed`).
 use super::launch::participant_role;
 use crate::domain_store::{DomainStore, StoreError};
 use lazaret_generated::lazaret::{Decision, Part, ProcSlots, Roles, Slot};
@@ -35,9 +37,18 @@ use lazaret_runtime::records::participant::ParticipantState;
 use lazaret_runtime::records::process::{HostProcessOwnershipSlot, PersistedHostProcessOwnership};
 use lazaret_runtime::records::terminal::SessionTerminalState;
 
+/// A session the observing coordinator serves: its Domain Store id, and
+/// whether it is piped (its terminal is never recorded Running: the
+/// running state records a PTY, schemas.md "Session terminal ownership").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub session: SessionId,
+    pub piped: bool,
+}
+
 /// Each session slot of the model (by its model value's name) with the
 /// session the observing coordinator serves there, if any.
-pub type ServedSlots = Vec<(String, Option<SessionId>)>;
+pub type ServedSlots = Vec<(String, Option<Served>)>;
 
 /// Where a step's effect is read back: the Domain Store, the generation,
 /// and the sessions the observing coordinator serves, by slot (their
@@ -80,7 +91,7 @@ pub enum ObserveError {
 pub fn durable_view(
     store: &DomainStore<'_>,
     g: GenerationId,
-    slots: &[(String, Option<SessionId>)],
+    slots: &[(String, Option<Served>)],
 ) -> Result<Option<DurableView>, ObserveError> {
     let Some(document) = store.generation_document(g)? else {
         return Ok(None);
@@ -131,17 +142,24 @@ pub fn durable_view(
             }
         })
         .collect();
-    let row = |session: &SessionId| {
-        let terminal = document.terminals.iter().find(|t| t.session_id == *session);
+    let row = |served: &Served| {
+        let terminal = document
+            .terminals
+            .iter()
+            .find(|t| t.session_id == served.session);
         match terminal.map(|t| (t.state, t.is_bare_intent())) {
             None | Some((SessionTerminalState::Clean, _)) => TerminalRow::None,
             Some((SessionTerminalState::Intent, true)) => TerminalRow::BareIntent,
+            Some((SessionTerminalState::Intent, false)) if served.piped => TerminalRow::PipedIntent,
             Some((SessionTerminalState::Intent, false)) => TerminalRow::Intent,
             Some((SessionTerminalState::Running, _)) => TerminalRow::Running,
             Some((SessionTerminalState::ReleaseIntent, _)) => TerminalRow::ReleaseIntent,
         }
     };
-    let served: Vec<SessionId> = slots.iter().filter_map(|(_, s)| *s).collect();
+    let served: Vec<SessionId> = slots
+        .iter()
+        .filter_map(|(_, s)| s.map(|s| s.session))
+        .collect();
     let terms_left = document
         .terminals
         .iter()

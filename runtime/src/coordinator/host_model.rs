@@ -134,8 +134,14 @@ pub enum TerminalRow {
     None,
     /// Intent with nothing of the terminal acquired yet.
     BareIntent,
-    /// Intent with some evidence (a committed exec client).
+    /// An interactive session's Intent with some evidence (a committed
+    /// exec client).
     Intent,
+    /// A piped session's Intent with some evidence: its row stays Intent
+    /// while it runs (the running state records a PTY, which a piped
+    /// session has not). The observer knows which sessions it serves are
+    /// piped; the model does not.
+    PipedIntent,
     Running,
     ReleaseIntent,
 }
@@ -146,6 +152,7 @@ impl TerminalRow {
             Self::None => "None",
             Self::BareIntent => "BareIntent",
             Self::Intent => "Intent",
+            Self::PipedIntent => "PipedIntent",
             Self::Running => "Running",
             Self::ReleaseIntent => "ReleaseIntent",
         }
@@ -156,16 +163,18 @@ impl TerminalRow {
     /// model does not say whether a session is piped or whether anything
     /// of its terminal was acquired, and the schema gives those different
     /// rows for one phase (docs/durable-state.md "Trace validation"):
-    /// - Starting: the terminal intent, bare or with the exec client;
-    /// - Registered: Running, or Intent for a piped session (Running
-    ///   records a PTY, which a piped session has not);
+    /// - Starting: the terminal intent, bare or with the exec client
+    ///   (interactive or piped);
+    /// - Registered: Running, or a piped session's Intent (Running records
+    ///   a PTY, which a piped session has not), never an interactive
+    ///   session's Intent;
     /// - Closing: ReleaseIntent, or a bare intent, which is its own
     ///   release intent (nothing to release; cleaned after runtime
     ///   absence).
     pub fn allowed(s: Sess) -> &'static [Self] {
         match s {
-            Sess::Starting => &[Self::BareIntent, Self::Intent],
-            Sess::Registered => &[Self::Running, Self::Intent],
+            Sess::Starting => &[Self::BareIntent, Self::Intent, Self::PipedIntent],
+            Sess::Registered => &[Self::Running, Self::PipedIntent],
             Sess::Closing => &[Self::ReleaseIntent, Self::BareIntent],
             _ => &[Self::None],
         }
@@ -1150,7 +1159,7 @@ pub(crate) mod tests {
                 assert_eq!(vars, [TERMINAL_ROW], "{:?}", d.diff);
                 assert_eq!(
                     d.diff[0].model[&slot],
-                    json!({ "oneOf": ["BareIntent", "Intent"] })
+                    json!({ "oneOf": ["BareIntent", "Intent", "PipedIntent"] })
                 );
                 assert_eq!(d.diff[0].trace[&slot], "None");
             }
@@ -1166,7 +1175,7 @@ pub(crate) mod tests {
     /// a divergence after its `CloseSession`.
     #[test]
     fn a_close_without_its_release_intent_fails_replay() -> Result<(), Box<dyn std::error::Error>> {
-        for registered in [TerminalRow::Running, TerminalRow::Intent] {
+        for registered in [TerminalRow::Running, TerminalRow::PipedIntent] {
             let mut m = HostModel::new("hc-test".into(), 9, Routing::Unrouted)?;
             let c = m.me();
             let s = m.free_session().ok_or("no free session")?;
@@ -1209,6 +1218,57 @@ pub(crate) mod tests {
                 Outcome::Conforms { .. } => {
                     panic!("{registered:?}: a close without release intent replayed clean")
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Spec 3.4 acquisition step 4 in the trace: an interactive session's
+    /// `RegisterSession` whose effect left its terminal Intent (no Running
+    /// record) diverges at that step on `terminalRow`; Running, or a piped
+    /// session's Intent, replays.
+    #[test]
+    fn an_interactive_registration_left_intent_fails_replay(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        for (row, conforms) in [
+            (TerminalRow::Running, true),
+            (TerminalRow::PipedIntent, true),
+            (TerminalRow::Intent, false),
+        ] {
+            let mut m = HostModel::new("hc-test".into(), 9, Routing::Unrouted)?;
+            let c = m.me();
+            let s = m.free_session().ok_or("no free session")?;
+            let slot = m.constants().sessions[s.index()].clone();
+            let [connect, enroll, intent, register] = joined(c, s);
+            let text = faithful_lines(
+                &mut m,
+                launch_steps(c).into_iter().chain([connect, enroll, intent]),
+            )?;
+            let step = u64::try_from(text.lines().count())?;
+            let mut line = m.take_observed(register, None, ProcessView::default())?;
+            let mut view = m.durable();
+            if let Some(r) = view.rows.as_mut() {
+                r.insert(slot.clone(), row);
+            }
+            line.observed = Some(view.observed());
+            match (
+                replay_text("register.jsonl", &(text + &line.to_json() + "\n"))?,
+                conforms,
+            ) {
+                (Outcome::Conforms { steps, .. }, true) => assert_eq!(steps, step),
+                (Outcome::Diverged(d), false) => {
+                    assert_eq!(d.step, step);
+                    assert_eq!(d.action, "RegisterSession");
+                    assert_eq!(d.reason, crate::replay::Reason::ObservationMismatch);
+                    let vars: Vec<&str> = d.diff.iter().map(|v| v.var.as_str()).collect();
+                    assert_eq!(vars, [TERMINAL_ROW], "{:?}", d.diff);
+                    assert_eq!(
+                        d.diff[0].model[&slot],
+                        json!({ "oneOf": ["Running", "PipedIntent"] })
+                    );
+                    assert_eq!(d.diff[0].trace[&slot], "Intent");
+                }
+                (outcome, _) => panic!("{row:?}: {outcome:?}"),
             }
         }
         Ok(())
