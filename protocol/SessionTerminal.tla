@@ -151,8 +151,9 @@ ReleaseIntentConfirmed ==
                    answer, reportedEnd>>
 
 \* ... or it did not: the loop dropped the answer (a step that failed; the
-\* loop then ends and the queue with it), or none came within the gate's
-\* backstop (RECORD_BACKSTOP, for a coordinator that is stuck). The
+\* loop then returns, and its queue with every answer in it goes), or none
+\* came within the gate's backstop (RECORD_BACKSTOP, for a coordinator that
+\* is stuck). The
 \* Releasing report may still be queued; the loop records the intent when
 \* it takes it. Time is not modeled, so the model lets the gate give up
 \* whenever it waits.

@@ -535,7 +535,11 @@ pub fn run_coordinator(
     if let Err(e) = &booted {
         refuse_waiting_clients(&events, e);
     }
-    let result = booted.and_then(|()| serve(&mut hc, &launch, &events, &events_tx));
+    // The event queue ends with the loop (`serve` owns it): a session
+    // waiting for its release intent's answer (`release_gate.rs`) is told
+    // at once that none comes, instead of waiting through the teardown,
+    // which would find its exec client unreaped.
+    let result = booted.and_then(|()| serve(&mut hc, &launch, events, &events_tx));
     // Teardown (FR-6): no new joiners, then the sandbox, then our files.
     let released = match hc.model.state().decision {
         Decision::Published => teardown(&mut hc, &socket),
@@ -671,11 +675,14 @@ fn reply(stream: &mut UnixStream, message: &CoordinatorMessage) {
 /// The event loop. Returns when the generation is to be torn down (the
 /// last session left), or with the launch's error after the failed
 /// generation was released. What each event leads to is the core's
-/// decision ([`serve`]); this loop performs each step's effect.
+/// decision ([`serve`]); this loop performs each step's effect. It owns
+/// the event queue: when it returns, every event still queued is dropped,
+/// so a session waiting for an answer (a release intent, a Running
+/// record) is told at once that none comes.
 fn serve(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
-    events: &Receiver<HcEvent>,
+    events: Receiver<HcEvent>,
     events_tx: &Sender<HcEvent>,
 ) -> Result<(), CoordinatorError> {
     loop {
@@ -1256,6 +1263,32 @@ mod tests {
                 SessionReport::Ended(ReleaseOutcome::Clean)
             ));
         }
+    }
+
+    /// `serve` owns the event queue; when it returns (the loop failed, and
+    /// the Domain's teardown follows), a release waiting for its durable
+    /// intent's answer is told at once that none comes (the machine's
+    /// `ReleaseIntentUnconfirmed`: no signal, then its exec client is
+    /// reaped), whether its report sat in the queue or in its forwarder.
+    #[test]
+    fn a_release_waiting_when_the_loop_ends_is_unconfirmed_at_once() {
+        use super::super::release_gate::ReleaseGate;
+        use lazaret_runtime::terminal::machine::Input;
+        let (events_tx, events) = mpsc::channel::<HcEvent>();
+        let reports = forward_reports(&events_tx, SessionsId(0), SessionId([4; 16]));
+        let (answered_tx, answered) = mpsc::channel();
+        let waiting = std::thread::spawn(move || {
+            let answer = ReleaseGate::new(reports).record_release_intent(true);
+            answered_tx.send(answer).ok();
+        });
+        // Nobody takes the report: the loop is elsewhere, then returns.
+        assert!(answered.recv_timeout(Duration::from_millis(200)).is_err());
+        drop(events);
+        assert_eq!(
+            answered.recv_timeout(Duration::from_secs(5)),
+            Ok(Some(Input::ReleaseIntentUnconfirmed))
+        );
+        waiting.join().ok();
     }
 
     #[test]

@@ -49,17 +49,18 @@ pub(super) fn handle(machine: &mut Machine, input: Input) -> Option<Vec<Command>
         input,
         Input::ReleaseIntentConfirmed | Input::ReleaseIntentUnconfirmed
     );
-    match machine.handle(input) {
-        Ok(commands) => Some(commands),
-        Err(refusal) if asked_for || matches!(refusal, Refusal::Model { .. }) => {
-            tracing::warn!(%refusal, "terminal machine refused an input it asked for");
-            None
-        }
-        Err(refusal) => {
-            tracing::debug!(%refusal, "terminal machine refused an input");
-            None
-        }
+    let refusal = match machine.handle(input) {
+        Ok(commands) => return Some(commands),
+        Err(refusal) => refusal,
+    };
+    if matches!(refusal, Refusal::Model { .. }) {
+        tracing::warn!(%refusal, "terminal machine refused a step that breaks its model");
+    } else if asked_for {
+        tracing::warn!(%refusal, "terminal machine refused the answer it awaited");
+    } else {
+        tracing::debug!(%refusal, "terminal machine refused an input");
     }
+    None
 }
 
 /// Longest poll sleep without a timer.

@@ -163,8 +163,9 @@ impl TerminalRow {
     /// model does not say whether a session is piped or whether anything
     /// of its terminal was acquired, and the schema gives those different
     /// rows for one phase (docs/durable-state.md "Trace validation"):
-    /// - Starting: the terminal intent, bare or with the exec client
-    ///   (interactive or piped);
+    /// - Starting: the terminal intent, bare or with an interactive
+    ///   session's exec client (a piped session registers in the loop turn
+    ///   that started its exec client, so no step sees it acquiring);
     /// - Registered: Running, or a piped session's Intent (Running records
     ///   a PTY, which a piped session has not), never an interactive
     ///   session's Intent;
@@ -173,7 +174,7 @@ impl TerminalRow {
     ///   absence).
     pub fn allowed(s: Sess) -> &'static [Self] {
         match s {
-            Sess::Starting => &[Self::BareIntent, Self::Intent, Self::PipedIntent],
+            Sess::Starting => &[Self::BareIntent, Self::Intent],
             Sess::Registered => &[Self::Running, Self::PipedIntent],
             Sess::Closing => &[Self::ReleaseIntent, Self::BareIntent],
             _ => &[Self::None],
@@ -1159,7 +1160,7 @@ pub(crate) mod tests {
                 assert_eq!(vars, [TERMINAL_ROW], "{:?}", d.diff);
                 assert_eq!(
                     d.diff[0].model[&slot],
-                    json!({ "oneOf": ["BareIntent", "Intent", "PipedIntent"] })
+                    json!({ "oneOf": ["BareIntent", "Intent"] })
                 );
                 assert_eq!(d.diff[0].trace[&slot], "None");
             }
