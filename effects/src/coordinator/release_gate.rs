@@ -96,7 +96,7 @@ impl ReleaseGate {
         let ask = match &self.asked {
             Asked::Answered(confirmed) => return *confirmed,
             Asked::InBackground => return false,
-            Asked::Not(ask) => ask.clone(),
+            Asked::Not(ask) => ask,
         };
         let (tx, rx) = sync_channel(1);
         let confirmed = ask.send(SessionReport::Releasing(tx)).is_ok()
@@ -134,55 +134,51 @@ mod tests {
         })
     }
 
+    /// A gate waiting at most `backstop`, asked twice for an awaited
+    /// intent by a coordinator that answers after `delay`: both answers,
+    /// and how many times the coordinator was asked.
+    fn asked_twice(delay: Duration, backstop: Duration) -> ([Option<Input>; 2], Option<usize>) {
+        let (ask, requests) = channel::<SessionReport>();
+        let answered = coordinator(requests, delay);
+        let mut gate = ReleaseGate::new(ask);
+        gate.backstop = backstop;
+        let answers = [
+            gate.record_release_intent(true),
+            gate.record_release_intent(true),
+        ];
+        drop(gate);
+        (answers, answered.join().ok())
+    }
+
     #[test]
     fn an_awaited_intent_is_confirmed_once_and_asked_once() {
-        let (ask, requests) = channel::<SessionReport>();
-        let answered = coordinator(requests, Duration::ZERO);
-        let mut gate = ReleaseGate::new(ask);
+        let confirmed = Some(Input::ReleaseIntentConfirmed);
         assert_eq!(
-            gate.record_release_intent(true),
-            Some(Input::ReleaseIntentConfirmed)
+            asked_twice(Duration::ZERO, RECORD_BACKSTOP),
+            ([confirmed.clone(), confirmed], Some(1))
         );
-        assert_eq!(
-            gate.record_release_intent(true),
-            Some(Input::ReleaseIntentConfirmed)
-        );
-        drop(gate);
-        assert_eq!(answered.join().ok(), Some(1));
     }
 
     /// A coordinator busy longer than a short bound (the gate once gave up
     /// after 5 s) is waited for.
     #[test]
     fn a_busy_coordinator_is_waited_for() {
-        let (ask, requests) = channel::<SessionReport>();
-        let answered = coordinator(requests, Duration::from_millis(5_500));
-        let mut gate = ReleaseGate::new(ask);
+        let confirmed = Some(Input::ReleaseIntentConfirmed);
         assert_eq!(
-            gate.record_release_intent(true),
-            Some(Input::ReleaseIntentConfirmed)
+            asked_twice(Duration::from_millis(5_500), RECORD_BACKSTOP),
+            ([confirmed.clone(), confirmed], Some(1))
         );
-        drop(gate);
-        assert_eq!(answered.join().ok(), Some(1));
     }
 
+    /// Past the backstop the intent is unconfirmed, and asked again the
+    /// first answer stands: nothing is asked twice.
     #[test]
     fn an_answer_after_the_backstop_is_unconfirmed_and_stays_so() {
-        let (ask, requests) = channel::<SessionReport>();
-        let answered = coordinator(requests, Duration::from_millis(400));
-        let mut gate = ReleaseGate::new(ask);
-        gate.backstop = Duration::from_millis(50);
+        let unconfirmed = Some(Input::ReleaseIntentUnconfirmed);
         assert_eq!(
-            gate.record_release_intent(true),
-            Some(Input::ReleaseIntentUnconfirmed)
+            asked_twice(Duration::from_millis(400), Duration::from_millis(50)),
+            ([unconfirmed.clone(), unconfirmed], Some(1))
         );
-        // Asked again, the first answer stands: nothing is asked twice.
-        assert_eq!(
-            gate.record_release_intent(true),
-            Some(Input::ReleaseIntentUnconfirmed)
-        );
-        drop(gate);
-        assert_eq!(answered.join().ok(), Some(1));
     }
 
     #[test]
