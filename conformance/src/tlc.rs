@@ -138,8 +138,12 @@ fn run_java(
     let dir = tla.parent().unwrap_or(Path::new("."));
     let file = tla.file_name().map(PathBuf::from).unwrap_or_default();
     let start = Instant::now();
+    // TLC unpacks its standard modules (Naturals.tla, ...) into the JVM's
+    // temporary directory: one per run, so concurrent runs cannot remove
+    // each other's copies mid-parse.
     let out = Command::new("java")
         .arg("-XX:+UseParallelGC")
+        .arg(format!("-Djava.io.tmpdir={}", meta.path().display()))
         .arg("-cp")
         .arg(&jar)
         .arg("tlc2.TLC")
