@@ -16,7 +16,9 @@ use crate::report::errln;
 use clap::{Args, Parser};
 use lazaret_effects::config_resolve::{load_configuration, LoadError, LoadRequest};
 use lazaret_effects::confined::ConfinedSys;
-use lazaret_effects::coordinator::client::{run_session, ClientError, ClientTimings, JoinPlan};
+use lazaret_effects::coordinator::client::{
+    run_session, ClientError, ClientTimings, JoinPlan, SessionAnchor,
+};
 use lazaret_effects::coordinator::paths::DomainPaths;
 use lazaret_effects::coordinator::COORDINATOR_SUBCOMMAND;
 use lazaret_effects::terminal_mode::{RawModeGuard, RealTerm, TermSys, TerminalModeError};
@@ -158,6 +160,8 @@ pub enum LaunchError {
     Load(#[from] LoadError),
     #[error("cannot locate the lazaret binary: {0}")]
     SelfExe(std::io::Error),
+    #[error("cannot make the session's Session Anchor key: {0}")]
+    SessionAnchor(std::io::Error),
     #[error(transparent)]
     Session(#[from] ClientError),
     #[error("the image: {0}")]
@@ -316,6 +320,7 @@ pub fn run(
     } else {
         args.command.clone()
     };
+    let session_anchor = SessionAnchor::generate().map_err(LaunchError::SessionAnchor)?;
     let mut plan = JoinPlan {
         paths: DomainPaths::new(
             &config.runtime_domain_root().label(),
@@ -327,7 +332,9 @@ pub fn run(
             fingerprint: config.fingerprint().0,
             argv,
             terminal: None,
+            session_anchor: session_anchor.public_key(),
         },
+        session_anchor,
         coordinator,
     };
     // On a terminal, a launch that will start its Domain shows the image's

@@ -87,7 +87,8 @@ fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
     );
     env.assert_nothing_left();
     // runsc wrote no mount point into the shared prepared lower: its
-    // `.lazaret` holds exactly the preparer's (empty) mount-point directories.
+    // `.lazaret` holds exactly the preparer's (empty) mount points, the
+    // credential path's an empty file (spec 3.3: the bundle is a mount).
     let prepared = env.home.join(".local/share/lazaret/prepared");
     let lower = std::fs::read_dir(&prepared)
         .unwrap()
@@ -101,8 +102,15 @@ fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["git-common", "sbin"], "{}", dot.display());
+    assert_eq!(
+        names,
+        ["credentials", "git-common", "sbin"],
+        "{}",
+        dot.display()
+    );
     assert_eq!(std::fs::read_dir(dot.join("sbin")).unwrap().count(), 0);
+    let credentials = std::fs::symlink_metadata(dot.join("credentials")).unwrap();
+    assert!(credentials.is_file() && credentials.len() == 0);
     // FR-22: nothing in the prepared lower is newer than its record — runsc
     // wrote neither files nor mount points into the immutable tree.
     let changed = Command::new("find")

@@ -15,6 +15,11 @@
 //! The same builds can inject a named fault where [`fault!`] asks for one:
 //! `LAZARET_FAULT=<name>` (docs/crash-points.md, "Faults"). Without the
 //! feature the macro is `false`.
+//!
+//! And they can tell a test the private key seeds this process made, so it
+//! can prove them absent from the sandbox's view (spec 3.3):
+//! [`disclose_secret!`] appends `<label> <hex>` to `LAZARET_SECRETS_LOG`.
+//! Without the feature the macro expands to nothing.
 
 /// Marks a crash point: `crash_point!(Role, step, "when", label)` where
 /// `step` and `label` are `Display`. Expands to nothing without the
@@ -40,9 +45,21 @@ macro_rules! fault {
 }
 pub(crate) use fault;
 
+/// `disclose_secret!(label, seed)`: appends the seed's hex under `label`
+/// to the file `LAZARET_SECRETS_LOG` names; nothing without the
+/// `crash-points` feature.
+macro_rules! disclose_secret {
+    ($label:expr, $seed:expr) => {
+        #[cfg(feature = "crash-points")]
+        $crate::crash_point::disclose($label, $seed);
+    };
+}
+pub(crate) use disclose_secret;
+
 #[cfg(feature = "crash-points")]
 pub use hook::{
-    fault_requested, reached, target_label, Role, StepLabel, FAULT_VAR, LOG_VAR, POINT_VAR,
+    disclose, fault_requested, reached, target_label, Role, StepLabel, FAULT_VAR, LOG_VAR,
+    POINT_VAR, SECRETS_VAR,
 };
 
 #[cfg(feature = "crash-points")]
@@ -66,6 +83,14 @@ mod hook {
     /// Whether `LAZARET_FAULT` names `name`.
     pub fn fault_requested(name: &str) -> bool {
         std::env::var_os(FAULT_VAR).is_some_and(|f| f == name)
+    }
+
+    /// The file private key seeds are disclosed to.
+    pub const SECRETS_VAR: &str = "LAZARET_SECRETS_LOG";
+
+    /// Appends `<label> <hex>` to `LAZARET_SECRETS_LOG`'s file, when set.
+    pub fn disclose(label: &str, seed: &[u8]) {
+        append(SECRETS_VAR, &format!("{label} {}\n", hex::encode(seed)));
     }
 
     /// The process a crash point belongs to.
@@ -140,7 +165,7 @@ mod hook {
         let point = format!("{}:{step}:{when}", role.name());
         let fire = std::env::var_os(POINT_VAR).is_some_and(|p| p == point.as_str()) && first_fire();
         let verb = if fire { "fired" } else { "passed" };
-        log(&format!("{verb} {point} {label}\n"));
+        append(LOG_VAR, &format!("{verb} {point} {label}\n"));
         if fire {
             die(&point);
         }
@@ -164,10 +189,11 @@ mod hook {
             .is_ok()
     }
 
-    /// One `write` per line on an O_APPEND file: lines of concurrent
-    /// processes do not interleave.
-    fn log(line: &str) {
-        let Some(path) = std::env::var_os(LOG_VAR) else {
+    /// Appends `line` to the file the variable `var` names, when set. One
+    /// `write` per line on an O_APPEND file: lines of concurrent processes
+    /// do not interleave.
+    fn append(var: &str, line: &str) {
+        let Some(path) = std::env::var_os(var) else {
             return;
         };
         let written = std::fs::OpenOptions::new()
@@ -177,7 +203,7 @@ mod hook {
             .open(&path)
             .and_then(|mut f| f.write_all(line.as_bytes()));
         if let Err(e) = written {
-            tracing::warn!(path = ?path, error = %e, "cannot log the crash point");
+            tracing::warn!(var, path = ?path, error = %e, "cannot append to the test log");
         }
     }
 

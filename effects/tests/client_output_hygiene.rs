@@ -1,14 +1,21 @@
-//! The CLI side of a session filters the sandbox's stdout and stderr (spec
-//! README 'Terminal output hygiene'): a fake Host Coordinator on a real
-//! unix socket sends clipboard sequences split across messages and streams,
-//! and `run_session` writes everything else byte for byte.
+//! The CLI side of a session, against a fake Host Coordinator on a real
+//! unix socket: it checks its registration (spec 3.3) before anything
+//! else, and filters the sandbox's stdout and stderr (spec README
+//! 'Terminal output hygiene'): clipboard sequences split across messages
+//! and streams are dropped, everything else is written byte for byte.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 use lazaret_effects::coordinator::channel;
-use lazaret_effects::coordinator::client::{run_session, JoinPlan};
+use lazaret_effects::coordinator::client::{run_session, ClientError, JoinPlan, SessionAnchor};
 use lazaret_effects::coordinator::paths::DomainPaths;
 use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, Hello, PROTOCOL_VERSION,
+    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Registration, PROTOCOL_VERSION,
+};
+use lazaret_runtime::protocol::records::GenerationIdentity;
+use lazaret_runtime::protocol::{TrustAnchor, TrustAnchorSeeds, VerifyError};
+use lazaret_runtime::records::ids::{
+    CliId, ConfigurationFingerprint, CoordinatorId, DomainId, GenerationId, ProfileName, SandboxId,
+    SessionId,
 };
 use std::os::unix::net::UnixListener;
 
@@ -38,29 +45,74 @@ fn script() -> Vec<CoordinatorMessage> {
     ]
 }
 
-#[test]
-fn a_session_streams_everything_but_clipboard_sequences() {
-    let dir = tempfile::tempdir().unwrap();
-    let paths = DomainPaths::new(&dir.path().join("run"), &dir.path().join("store"));
+/// The fake coordinator's registration: a real Trust Anchor of Domain
+/// `[1; 32]`, configuration `[2; 32]`, binding `anchor`.
+fn joined(anchor: [u8; 32]) -> CoordinatorMessage {
+    let identity = GenerationIdentity {
+        agent_profile: ProfileName::new("agent").unwrap(),
+        domain_id: DomainId([1; 32]),
+        generation_id: GenerationId(1),
+        configuration_fingerprint: ConfigurationFingerprint([2; 32]),
+        coordinator_id: CoordinatorId([3; 16]),
+        sandbox_id: SandboxId([4; 16]),
+    };
+    let seeds = TrustAnchorSeeds {
+        tls_ca: [5; 32],
+        tls_ca_serial: [6; 16],
+        issuer: [7; 32],
+        coordinator: [8; 32],
+        sandbox: [9; 32],
+    };
+    let trust_anchor = TrustAnchor::new(identity, &seeds, 1_796_428_800).unwrap();
+    CoordinatorMessage::Joined {
+        generation: 1,
+        cold: false,
+        timings: Vec::new(),
+        registration: Box::new(Registration {
+            response: trust_anchor
+                .register(CliId([10; 16]), SessionId([11; 16]), anchor)
+                .unwrap(),
+            trust_manifest: trust_anchor.manifest().clone(),
+            coordinator_protocol_credential: trust_anchor.coordinator_credential().clone(),
+        }),
+    }
+}
+
+/// A fake coordinator on `paths`' socket: it answers the Hello with the
+/// registration of `registered(hello's anchor)`, then sends `script`.
+fn fake_coordinator(
+    paths: &DomainPaths,
+    registered: fn([u8; 32]) -> [u8; 32],
+    script: Vec<CoordinatorMessage>,
+) -> std::thread::JoinHandle<()> {
     std::fs::create_dir_all(&paths.runtime).unwrap();
     let listener = UnixListener::bind(paths.socket()).unwrap();
-    let coordinator = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
         let hello: ClientMessage = channel::receive(&mut stream, "test").unwrap();
-        assert!(matches!(hello, ClientMessage::Hello(_)));
-        let joined = CoordinatorMessage::Joined {
-            generation: 1,
-            cold: false,
-            timings: Vec::new(),
+        let ClientMessage::Hello(hello) = hello else {
+            panic!("the first message is not a Hello: {hello:?}");
         };
-        channel::send(&mut stream, "test", &joined).unwrap();
-        for message in script() {
-            channel::send(&mut stream, "test", &message).unwrap();
+        channel::send(
+            &mut stream,
+            "test",
+            &joined(registered(hello.session_anchor)),
+        )
+        .unwrap();
+        // A client that refused its registration has hung up.
+        for message in script {
+            if channel::send(&mut stream, "test", &message).is_err() {
+                return;
+            }
         }
         // Drains the client (stdin closed) until it hangs up.
         while channel::receive::<ClientMessage>(&mut stream, "test").is_ok() {}
-    });
-    let plan = JoinPlan {
+    })
+}
+
+fn plan(paths: DomainPaths) -> JoinPlan {
+    let session_anchor = SessionAnchor::generate().unwrap();
+    JoinPlan {
         paths,
         hello: Hello {
             version: PROTOCOL_VERSION,
@@ -68,9 +120,41 @@ fn a_session_streams_everything_but_clipboard_sequences() {
             fingerprint: [2; 32],
             argv: vec!["true".into()],
             terminal: None,
+            session_anchor: session_anchor.public_key(),
         },
+        session_anchor,
         coordinator: vec!["/nonexistent/lazaret".into()],
-    };
+    }
+}
+
+/// Spec 3.3: a registration that binds another Session Anchor than the
+/// one this CLI holds is refused, before any of the session's output.
+#[test]
+fn a_registration_of_another_session_anchor_is_refused_before_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = DomainPaths::new(&dir.path().join("run"), &dir.path().join("store"));
+    let coordinator = fake_coordinator(&paths, |_| [0x42; 32], script());
+    let plan = plan(paths);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let refused = run_session(&plan, Box::new(std::io::empty()), &mut out, &mut err, None);
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::Registration(VerifyError::OtherSessionAnchor))
+        ),
+        "{refused:?}"
+    );
+    drop(plan);
+    coordinator.join().unwrap();
+    assert!(out.is_empty() && err.is_empty());
+}
+
+#[test]
+fn a_session_streams_everything_but_clipboard_sequences() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = DomainPaths::new(&dir.path().join("run"), &dir.path().join("store"));
+    let coordinator = fake_coordinator(&paths, |anchor| anchor, script());
+    let plan = plan(paths);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let (status, _) =
         run_session(&plan, Box::new(std::io::empty()), &mut out, &mut err, None).unwrap();

@@ -10,6 +10,7 @@ pub mod git_sentry;
 pub mod image_ref;
 pub mod network;
 pub mod ownership;
+pub mod protocol;
 pub mod records;
 pub mod replay;
 pub mod simulate;

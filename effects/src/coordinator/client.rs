@@ -6,9 +6,12 @@ use super::channel::{self, ChannelError};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::LOST_LOCK_EXIT;
 use crate::crash_point::crash_point;
+use ed25519_dalek::SigningKey;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSize,
 };
+use lazaret_runtime::protocol::{verify_registration, ExpectedRegistration, VerifyError};
+use lazaret_runtime::records::ids::{ConfigurationFingerprint, DomainId, GenerationId};
 use lazaret_runtime::terminal::escape_filter::{OutputStream, SessionOutputFilter};
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -19,6 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use zeroize::Zeroize;
 
 /// Join attempts (a coordinator that is stopping is waited out).
 const ATTEMPTS: u32 = 400;
@@ -58,6 +62,42 @@ pub enum ClientError {
     GaveUp,
     #[error("writing the command's output: {0}")]
     Output(io::Error),
+    /// Spec 3.3: the coordinator's answer does not bind this session to
+    /// this client's Session Anchor under a manifest of the resolved
+    /// Domain and configuration.
+    #[error("the coordinator's session registration is refused: {0}")]
+    Registration(#[source] VerifyError),
+}
+
+/// The Session Anchor of one Client Session (spec 3.3 "Protocol
+/// cryptography refinement"): an Ed25519 key this CLI process holds in
+/// memory; only its public key is sent, and the Session Request
+/// Capability the coordinator returns must bind exactly that key.
+pub struct SessionAnchor(SigningKey);
+
+impl SessionAnchor {
+    /// A fresh key from the kernel's random source.
+    pub fn generate() -> io::Result<Self> {
+        let mut seed: [u8; 32] = super::session::random_bytes()?;
+        crate::crash_point::disclose_secret!("session-anchor", &seed);
+        let key = SigningKey::from_bytes(&seed);
+        seed.zeroize();
+        Ok(Self(key))
+    }
+
+    pub fn public_key(&self) -> [u8; 32] {
+        self.0.verifying_key().to_bytes()
+    }
+}
+
+impl std::fmt::Debug for SessionAnchor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SessionAnchor(public ")?;
+        for b in self.public_key() {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ")")
+    }
 }
 
 /// What the CLI knows before it joins.
@@ -65,6 +105,8 @@ pub enum ClientError {
 pub struct JoinPlan {
     pub paths: DomainPaths,
     pub hello: Hello,
+    /// The session's anchor; `hello.session_anchor` is its public key.
+    pub session_anchor: SessionAnchor,
     /// `lazaret __coordinator ...` (program first).
     pub coordinator: Vec<OsString>,
 }
@@ -151,8 +193,24 @@ fn hello(
         .push(("hello_and_launch_or_join".into(), t.elapsed()));
     match answer {
         CoordinatorMessage::Joined {
-            cold, timings: hc, ..
+            generation,
+            cold,
+            timings: hc,
+            registration,
         } => {
+            let expected = ExpectedRegistration {
+                domain_id: DomainId(plan.hello.domain_id),
+                configuration_fingerprint: ConfigurationFingerprint(plan.hello.fingerprint),
+                generation_id: GenerationId(generation),
+                session_anchor: plan.session_anchor.public_key(),
+            };
+            verify_registration(
+                &registration.response,
+                &registration.trust_manifest,
+                &registration.coordinator_protocol_credential,
+                &expected,
+            )
+            .map_err(ClientError::Registration)?;
             timings.cold = cold;
             timings.coordinator = hc;
             Ok(Attempt::Joined(stream, std::mem::take(timings)))

@@ -49,15 +49,16 @@ use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
 use lazaret_runtime::coordinator::host_model::{HostModelError, ProcessView, Routing};
 use lazaret_runtime::coordinator::launch::step_name;
 use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CoordinatorMessage, Hello, Refusal, PROTOCOL_VERSION,
+    ClientMessage, CoordinatorMessage, Hello, Refusal, Registration, PROTOCOL_VERSION,
 };
 use lazaret_runtime::coordinator::serve::{self, Admission, ServeError};
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
+use lazaret_runtime::protocol::trust_anchor::TrustAnchorError;
 use lazaret_runtime::records::codec::CodecError;
 use lazaret_runtime::records::ids::ValueError;
-use lazaret_runtime::records::ids::{ContainerId, CoordinatorId, GenerationId, SessionId};
+use lazaret_runtime::records::ids::{CliId, ContainerId, CoordinatorId, GenerationId, SessionId};
 use lazaret_runtime::records::participant::NamespaceIdentity;
 use lazaret_runtime::records::process::{
     HostProcessIdentity, HostProcessOwnershipSlot, MessageError, PersistedHostProcessOwnership,
@@ -169,6 +170,9 @@ pub enum CoordinatorError {
     Channel(#[from] ChannelError),
     #[error("boot id: {0}")]
     Boot(io::Error),
+    /// An identifier or key seed could not be drawn.
+    #[error("drawing random bytes from /dev/urandom: {0}")]
+    Random(io::Error),
     /// The protocol model refused a step (spec "Document authority").
     #[error("protocol model: {0}")]
     Model(#[from] CoreError),
@@ -201,6 +205,20 @@ pub enum CoordinatorError {
     /// Spec 3.4 acquisition step 1: the terminal intent was not recorded.
     #[error("recording the session's terminal intent: {0}")]
     TerminalIntent(#[source] Box<super::session::SessionError>),
+    /// Spec 3.3 "Protocol cryptography refinement": the generation's Trust
+    /// Anchor package could not be built.
+    #[error("the generation's Trust Anchor: {0}")]
+    TrustAnchor(#[source] TrustAnchorError),
+    /// Spec 3.3: the session's Session Request Capability could not be
+    /// issued.
+    #[error("registering the session: {0}")]
+    Registration(#[source] TrustAnchorError),
+    /// Spec 3.3: the sandbox credential bundle could not be encoded.
+    #[error("the sandbox credential bundle: {0}")]
+    SandboxCredentials(#[source] lazaret_runtime::records::codec::CodecError),
+    /// The generation's sandbox credential bundle was already written.
+    #[error("the sandbox credential bundle of this generation was already written")]
+    SandboxCredentialsTaken,
     /// A prepared artifact's record names an ID that is not 64 hex digits.
     #[error("the prepared lower's artifact ID {found:?} is not 64 hex digits")]
     ArtifactId { found: String },
@@ -446,7 +464,7 @@ pub fn run_coordinator(
         &config.runtime_domain_root().label(),
         &config.storage_domain_root().label(),
     );
-    let coordinator_id = CoordinatorId(random_bytes().map_err(CoordinatorError::Boot)?);
+    let coordinator_id = CoordinatorId(random_bytes().map_err(CoordinatorError::Random)?);
     let name = coordinator_name(&coordinator_id);
     let Some(lock) = elect(&name, &paths)? else {
         return Ok(Outcome::LostLock);
@@ -829,9 +847,28 @@ fn admit(
 ) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
     let cold = !timings.is_empty();
-    let Some(generation) = hc.generation.as_ref().map(|g| g.id) else {
+    let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };
+    let generation = g.id;
+    // Spec 3.3 session registration: the Client CLI's Session Anchor is
+    // bound to a fresh Session ID and Client CLI ID by the generation's
+    // Session Request Capability; the Session record carries both IDs.
+    let session = SessionId(random_bytes().map_err(CoordinatorError::Random)?);
+    let cli_id = CliId(random_bytes().map_err(CoordinatorError::Random)?);
+    let registration = Registration {
+        response: g
+            .trust_anchor
+            .register(cli_id, session, hello.session_anchor)
+            .map_err(CoordinatorError::Registration)?,
+        trust_manifest: g.trust_anchor.manifest().clone(),
+        coordinator_protocol_credential: g.trust_anchor.coordinator_credential().clone(),
+    };
+    let session_anchor_id = registration
+        .response
+        .session_capability
+        .session_binding
+        .session_anchor_id();
     // The client is told it joined before its command can start: a CLI
     // that loses its coordinator after this never retries, so a command is
     // never run twice.
@@ -839,14 +876,14 @@ fn admit(
         generation: generation.0,
         cold,
         timings,
+        registration: Box::new(registration),
     };
     hc.step(Action::EnrollClient { c, s }, |_| {
         reply(&mut stream, &joined);
         Ok(())
     })?;
-    let session = SessionId(random_bytes().map_err(CoordinatorError::Boot)?);
     hc.step(Action::RecordTerminalIntent { c, s }, |hc| {
-        record_terminal_intent(hc.store, generation, session)
+        record_terminal_intent(hc.store, generation, session, cli_id, session_anchor_id)
             .map_err(|e| CoordinatorError::TerminalIntent(Box::new(e)))?;
         hc.sessions.insert(
             s,

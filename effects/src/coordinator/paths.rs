@@ -63,6 +63,12 @@ impl DomainPaths {
     }
 }
 
+/// The sandbox credential bundle's host source in a generation directory
+/// (spec 3.3): written by the Host Coordinator before the Runtime
+/// Supervisor is planned, bound at `lazaret_runtime::bundle::CREDENTIALS`,
+/// unlinked once the sandbox runs.
+pub const SANDBOX_CREDENTIALS: &str = "credentials";
+
 /// A unix socket path short enough for `sockaddr_un` however deep the
 /// runtime directory is: `/proc/self/fd/N/hc.sock` through an `O_PATH`
 /// descriptor of the directory, held while the path is in use.
@@ -99,11 +105,22 @@ impl ShortSocketPath {
     }
 }
 
+/// Removes a generation directory's sandbox credential source (spec 3.3),
+/// if it is still there.
+pub(super) fn remove_sandbox_credentials(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(dir.join(SANDBOX_CREDENTIALS)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// Removes a generation directory once the generation's processes are gone:
-/// first the editor directories a Runtime Supervisor made in the workspace
+/// first its sandbox credential source (the one file with a private key),
+/// then the editor directories a Runtime Supervisor made in the workspace
 /// and could not take away itself (killed), from the record it keeps there,
 /// then the directory (bundle, runsc state, record).
 pub(super) fn remove_generation_dir(dir: &Path) -> std::io::Result<()> {
+    remove_sandbox_credentials(dir)?;
     crate::git_sentry::remove_recorded_editor_dirs(&dir.join(crate::git_sentry::EDITOR_RECORD));
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -209,6 +209,12 @@ fn recovery_step(
 /// and this coordinator fails closed with the disagreement; the trace
 /// stays for the next coordinator, which refuses the same way.
 fn recover_generation(hc: &mut Hc<'_, '_>, paths: &DomainPaths) -> Result<(), CoordinatorError> {
+    // Spec 3.3: a lost coordinator's sandbox credential source goes first,
+    // whatever the recovery decides about the rest of its directory (a
+    // running sandbox keeps its own mount of it).
+    let dir = paths.generation(hc.id.0);
+    super::paths::remove_sandbox_credentials(&dir)
+        .map_err(|source| CoordinatorError::Io { path: dir, source })?;
     let differs = catch_up(hc)?;
     let mut seen = Recovering {
         store_differs: differs.is_some(),

@@ -397,5 +397,7 @@ fn stop_generation(hc: &Hc<'_, '_>, g: &LaunchedGeneration) {
     let mut to = &g.to_supervisor;
     let _ = channel::send(&mut to, "supervisor", &CoordinatorCommand::Stop);
     reap_supervisor(hc, g.supervisor.handle());
-    let _ = super::paths::remove_generation_dir(&g.dir);
+    if let Err(e) = super::paths::remove_generation_dir(&g.dir) {
+        tracing::warn!(dir = %g.dir.display(), error = %e, "the generation directory was not removed");
+    }
 }

@@ -49,8 +49,6 @@ pub enum SessionError {
     /// The session phase does not fit its durable record field.
     #[error("session phase: {0}")]
     SessionPhase(#[source] ValueError),
-    #[error("random identifier: {0}")]
-    Random(io::Error),
     #[error("session terminal: {0}")]
     Pty(#[from] crate::pty::PtyError),
     #[error("window size {rows}x{columns}: rows and columns must be nonzero")]
@@ -141,20 +139,23 @@ pub struct ExecFiles<'a> {
 }
 
 /// Spec 3.4 acquisition step 1 (the model's `RecordTerminalIntent`): the
-/// session and its terminal intent in one Domain Store transaction, before
-/// any PTY or exec client exists.
+/// session (with the Client CLI ID and Session Anchor ID its registration
+/// bound, spec 3.3) and its terminal intent in one Domain Store
+/// transaction, before any PTY or exec client exists.
 pub fn record_terminal_intent(
     store: &DomainStore<'_>,
     generation: GenerationId,
     session: SessionId,
+    cli_id: CliId,
+    session_anchor_id: SessionAnchorId,
 ) -> Result<(), SessionError> {
     let _span = tracing::info_span!("RecordTerminalIntent").entered();
     store.apply(&[
         StoreOp::InsertSession(Session {
             generation_id: generation,
             session_id: session,
-            cli_id: CliId(random_bytes().map_err(SessionError::Random)?),
-            session_anchor_id: SessionAnchorId(random_bytes().map_err(SessionError::Random)?),
+            cli_id,
+            session_anchor_id,
             session_phase: ModelValue::new("Active").map_err(SessionError::SessionPhase)?,
         }),
         StoreOp::InsertTerminalIntent {

@@ -17,6 +17,7 @@ use super::channel::{self, ChannelError};
 use super::enforcement::{self, EnforcementError};
 use super::git_routing::{self, RoutingPlan, SentryPlan};
 use super::nsys::NamespaceSys;
+use super::paths::SANDBOX_CREDENTIALS;
 use crate::broker::ledger::StagingContext;
 use crate::broker::remote::{CoordinatorLink, LinkError, RemoteLedger};
 use crate::broker::sys::TargetCommand;
@@ -481,6 +482,7 @@ pub fn write_bundle(
         git_file,
         git_filter,
         network_files: network_files.to_owned(),
+        credentials: PathBuf::from(&plan.generation_dir).join(SANDBOX_CREDENTIALS),
         state_anchors: plan
             .state_anchors
             .iter()

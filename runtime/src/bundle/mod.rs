@@ -5,7 +5,9 @@
 //!   is joined by the given path (the Runtime Supervisor's); no user
 //!   namespace, no uid/gid mappings, no other namespace path.
 //! - SR-3: the only host paths are the prepared rootfs, the canonical
-//!   workspace at `/workspace` and the Git Sentry mounts below.
+//!   workspace at `/workspace`, the Git Sentry mounts below, the State
+//!   Anchors and volumes, and the generation's own files: its network files
+//!   and its sandbox credential bundle at [`CREDENTIALS`] (spec 3.3).
 //! - PID 1's capability sets are empty and `noNewPrivileges` is set; session
 //!   processes get [`SESSION_CAPABILITIES`] (with `noNewPrivileges`).
 //! - Git Sentry (spec 3.5, SR-4), see [`GitSentry`]: the host repository's
@@ -47,10 +49,16 @@ pub const TMP: &str = "/tmp";
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 /// Where the sandbox reads its effective network policy (`network`).
 pub const NETWORK_INFO_DIR: &str = "/etc/lazaret";
+/// The fixed credential path (spec 3.3 "Protocol cryptography
+/// refinement"): the Agent Sandbox's credential bundle
+/// (`SandboxCredentialBundle`, its v1 Postcard encoding), a read-only file
+/// mount whose host source the Host Coordinator unlinks once the sandbox
+/// runs.
+pub const CREDENTIALS: &str = "/.lazaret/credentials";
 /// Directories every prepared lower must contain as mount points.
 pub const MOUNT_POINTS: [&str; 5] = [WORKSPACE, GIT_COMMON, INIT_DIR, TMP, NETWORK_INFO_DIR];
 /// Files every prepared lower must contain as (regular, empty) mount points.
-pub const MOUNT_FILES: [&str; 1] = [RESOLV_CONF];
+pub const MOUNT_FILES: [&str; 2] = [RESOLV_CONF, CREDENTIALS];
 
 /// Per-Domain resource bounds (spec README decision "Resource bounds": fixed
 /// defaults, no configuration keys in v1, enforced outside the agent's
@@ -201,6 +209,9 @@ pub struct BundlePlan {
     /// directory (holding `network`, the effective policy for an agent to
     /// read) at [`NETWORK_INFO_DIR`].
     pub network_files: PathBuf,
+    /// The generation's sandbox credential bundle (host file, spec 3.3):
+    /// bound read-only at [`CREDENTIALS`].
+    pub credentials: PathBuf,
     /// The State Anchors (spec 3.6, FR-4): `(persistent path, host mount
     /// point)`, each bound read-write at its path. They come before every
     /// mount that may lie beneath a persistent path (the resolver
@@ -459,11 +470,16 @@ pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
     if plan.args.is_empty() {
         return Err(BundleError::EmptyArgs);
     }
-    if !normal_absolute(&plan.network_files) {
-        return Err(BundleError::NotAbsolute {
-            what: "network files",
-            path: plan.network_files.clone(),
-        });
+    for (what, p) in [
+        ("network files", &plan.network_files),
+        ("credentials", &plan.credentials),
+    ] {
+        if !normal_absolute(p) {
+            return Err(BundleError::NotAbsolute {
+                what,
+                path: p.clone(),
+            });
+        }
     }
     let mut mounts = system_mounts()?;
     for (path, source) in &plan.state_anchors {
@@ -514,6 +530,12 @@ pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
         Path::new(NETWORK_INFO_DIR),
         "bind",
         &plan.network_files.join("lazaret"),
+        &ro,
+    )?);
+    mounts.push(mount(
+        Path::new(CREDENTIALS),
+        "bind",
+        &plan.credentials,
         &ro,
     )?);
     let mut seen = HashSet::new();

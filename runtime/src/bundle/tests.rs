@@ -25,6 +25,7 @@ fn plan(git: GitSentry) -> BundlePlan {
         git_file: None,
         git_filter: Some("/run/user/1000/lazaret/d/gen-1/git-sentry".into()),
         network_files: "/run/user/1000/lazaret/d/gen-1/net".into(),
+        credentials: "/run/user/1000/lazaret/d/gen-1/credentials".into(),
         state_anchors: vec![
             (
                 "/usr".into(),
@@ -362,14 +363,24 @@ fn no_repository_has_only_the_workspace() -> Result<(), String> {
         .filter(|m| m.1 == "bind")
         .map(|m| m.0)
         .collect();
-    assert_eq!(binds, vec!["/workspace", RESOLV_CONF, NETWORK_INFO_DIR]);
+    assert_eq!(
+        binds,
+        vec!["/workspace", RESOLV_CONF, NETWORK_INFO_DIR, CREDENTIALS]
+    );
     for (dest, _, source, options) in mounts(&v) {
         if dest == RESOLV_CONF || dest == NETWORK_INFO_DIR {
             assert!(
                 source.starts_with("/run/user/1000/lazaret/d/gen-1/net/"),
                 "{dest} <- {source}"
             );
-            assert!(options.contains(&"ro".to_owned()), "{dest}: {options:?}");
+        }
+        if dest == CREDENTIALS {
+            assert_eq!(source, "/run/user/1000/lazaret/d/gen-1/credentials");
+        }
+        if dest == RESOLV_CONF || dest == NETWORK_INFO_DIR || dest == CREDENTIALS {
+            for option in ["ro", "nosuid", "nodev", "noexec"] {
+                assert!(options.contains(&option.to_owned()), "{dest}: {options:?}");
+            }
         }
     }
     Ok(())

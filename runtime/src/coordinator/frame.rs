@@ -77,6 +77,7 @@ mod tests {
             fingerprint: [9; 32],
             argv: vec!["sh".into(), "-c".into(), "exit 7".into()],
             terminal: None,
+            session_anchor: [3; 32],
         });
         let bytes = encode("hello", &hello)?;
         let mut prefix = [0; PREFIX];

@@ -4,11 +4,14 @@
 //! reading anything else.
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::records::{
+    ProtocolCredential, PublicKey, SessionRegistrationResponse, TrustManifest,
+};
 use crate::records::participant::{AnchorMounts, MountIdentity, NamespaceIdentity};
 use crate::records::process::HostProcessOwnershipSlot;
 
 /// The CLI <-> HC protocol version.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// What a CLI asks of the Domain's coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +26,9 @@ pub struct Hello {
     /// Present when the CLI's stdin and stdout are terminals: the session
     /// gets a PTY (spec 3.4, FR-14); absent for the piped form.
     pub terminal: Option<InteractiveTerminal>,
+    /// The public key of the Session Anchor the CLI holds in memory for
+    /// this session (spec 3.3 "Protocol cryptography refinement").
+    pub session_anchor: PublicKey,
 }
 
 /// The CLI's terminal at the start of an interactive session.
@@ -101,6 +107,18 @@ impl CommandStatus {
     }
 }
 
+/// A session's registration as its CLI checks it (spec 3.3): the v1
+/// SessionRegistrationResponse (the Session Request Capability for the
+/// Hello's Session Anchor) and, until the publication identity pins them,
+/// the generation's Trust Manifest and the Session Coordinator's protocol
+/// credential it is verified by.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    pub response: SessionRegistrationResponse,
+    pub trust_manifest: TrustManifest,
+    pub coordinator_protocol_credential: ProtocolCredential,
+}
+
 /// HC -> CLI.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CoordinatorMessage {
@@ -110,6 +128,8 @@ pub enum CoordinatorMessage {
         cold: bool,
         /// Launch phase timings in microseconds (phase name, duration).
         timings: Vec<(String, u64)>,
+        /// The session's registration (spec 3.3).
+        registration: Box<Registration>,
     },
     Refused(Refusal),
     Stdout(Vec<u8>),

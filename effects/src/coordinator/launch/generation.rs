@@ -5,12 +5,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use lazaret_generated::lazaret::Action;
+use lazaret_runtime::protocol::records::GenerationIdentity;
+use lazaret_runtime::protocol::{TrustAnchor, TrustAnchorSeeds};
 use lazaret_runtime::records::domain::{Domain, Generation};
 use lazaret_runtime::records::ids::{
     ConfigurationFingerprint, DomainId, HostPath, NetworkSidecarId, ProfileName, SandboxId,
 };
 
 use super::super::host::{CoordinatorError, Hc, LaunchInputs};
+use super::super::paths::SANDBOX_CREDENTIALS;
 use super::super::session::random_bytes;
 use super::super::supervisor::{INIT_NAME, PROBE_NAME};
 use super::pre_generation::PreparedLaunch;
@@ -40,6 +43,14 @@ pub(super) fn launching(
 ) -> Result<Launching, CoordinatorError> {
     let running = launch.running;
     let dir = launch.paths.generation(hc.id.0);
+    let network = NetworkInputs {
+        domain_id: DomainId(running.domain_id),
+        configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
+        network_sidecar_id: NetworkSidecarId(random_bytes().map_err(CoordinatorError::Random)?),
+        policy_digest: launch.policy.digest().0,
+        sandbox_id: SandboxId(random_bytes().map_err(CoordinatorError::Random)?),
+    };
+    let trust_anchor = trust_anchor(hc, launch, &network)?;
     let anchors = anchor_plans(
         launch.paths,
         &launch.persistent_dirs,
@@ -51,20 +62,56 @@ pub(super) fn launching(
         generation: hc.id,
         dir,
         workspace: std::path::PathBuf::from(&running.workspace),
-        network: NetworkInputs {
-            domain_id: DomainId(running.domain_id),
-            configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
-            network_sidecar_id: NetworkSidecarId(random_bytes().map_err(CoordinatorError::Boot)?),
-            policy_digest: launch.policy.digest().0,
-            sandbox_id: SandboxId(random_bytes().map_err(CoordinatorError::Boot)?),
-        },
+        network,
         container_id: format!("lazaret-{}-{}", hex_prefix(&running.domain_id), hc.id.0),
         supervisor: Supervisor::Absent,
         running: None,
         network_namespace: None,
         network_answer_due: false,
         anchors,
+        trust_anchor,
     })
+}
+
+/// Spec 3.3 "Protocol cryptography refinement": the generation's ephemeral
+/// Trust Anchor package, bound to its generation identity, from fresh
+/// kernel randomness, before the sandbox starts.
+fn trust_anchor(
+    hc: &Hc<'_, '_>,
+    launch: &LaunchInputs<'_>,
+    network: &NetworkInputs,
+) -> Result<TrustAnchor, CoordinatorError> {
+    let identity = GenerationIdentity {
+        agent_profile: ProfileName::new(launch.profile.clone()).map_err(|source| {
+            CoordinatorError::RecordValue {
+                what: "profile",
+                source,
+            }
+        })?,
+        domain_id: network.domain_id,
+        generation_id: hc.id,
+        configuration_fingerprint: network.configuration_fingerprint,
+        coordinator_id: hc.coordinator_id,
+        sandbox_id: network.sandbox_id,
+    };
+    fn seed<const N: usize>() -> Result<[u8; N], CoordinatorError> {
+        random_bytes().map_err(CoordinatorError::Random)
+    }
+    let seeds = TrustAnchorSeeds {
+        tls_ca: seed()?,
+        tls_ca_serial: seed()?,
+        issuer: seed()?,
+        coordinator: seed()?,
+        sandbox: seed()?,
+    };
+    crate::crash_point::disclose_secret!("tls-ca", &seeds.tls_ca);
+    crate::crash_point::disclose_secret!("issuer", &seeds.issuer);
+    crate::crash_point::disclose_secret!("coordinator", &seeds.coordinator);
+    crate::crash_point::disclose_secret!("sandbox", &seeds.sandbox);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    TrustAnchor::new(identity, &seeds, now).map_err(CoordinatorError::TrustAnchor)
 }
 
 fn hex_prefix(bytes: &[u8; 32]) -> String {
@@ -119,5 +166,41 @@ pub(super) fn start_generation(
             .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o555)))
             .map_err(io_err(&path))?;
     }
-    Ok(())
+    write_sandbox_credentials(&mut l.trust_anchor, &l.dir)
+}
+
+/// Spec 3.3: the Agent Sandbox's credential bundle, the source of its
+/// read-only mount at the fixed credential path, written once (a new file,
+/// world-readable for every sandbox user, writable by nobody) into the
+/// generation directory; the sandbox key leaves the Trust Anchor with it.
+/// The source is unlinked once the sandbox runs
+/// ([`unlink_sandbox_credentials`]).
+fn write_sandbox_credentials(
+    trust_anchor: &mut TrustAnchor,
+    dir: &Path,
+) -> Result<(), CoordinatorError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let bundle = trust_anchor
+        .take_sandbox_bundle()
+        .ok_or(CoordinatorError::SandboxCredentialsTaken)?;
+    let bytes = bundle
+        .encode_secret()
+        .map_err(CoordinatorError::SandboxCredentials)?;
+    let path = dir.join(SANDBOX_CREDENTIALS);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(&path)
+        .and_then(|mut file| file.write_all(&bytes))
+        .map_err(|source| CoordinatorError::Io { path, source })
+}
+
+/// Spec 3.3: "HC unlinks the sandbox-key source after the running sandbox
+/// holds the mount and retains only its public key" (the Trust Anchor gave
+/// the key away with the bundle).
+pub(super) fn unlink_sandbox_credentials(dir: &Path) -> Result<(), CoordinatorError> {
+    let path = dir.join(SANDBOX_CREDENTIALS);
+    std::fs::remove_file(&path).map_err(|source| CoordinatorError::Io { path, source })
 }

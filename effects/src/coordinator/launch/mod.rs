@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use lazaret_generated::lazaret::{Action, ProcSlots, Roles};
 use lazaret_runtime::coordinator::launch::{next_launch, step_name, LaunchNext};
 use lazaret_runtime::coordinator::messages::{CoordinatorCommand, SupervisorMessage};
+use lazaret_runtime::protocol::TrustAnchor;
 use lazaret_runtime::records::ids::{GenerationId, ModelValue};
 use lazaret_runtime::records::participant::{NamespaceIdentity, ParticipantRole};
 
@@ -104,6 +105,9 @@ pub(super) struct LaunchedGeneration {
     pub to_supervisor: UnixStream,
     pub container_id: String,
     pub runsc_root: PathBuf,
+    /// The generation's Trust Anchor package (spec 3.3), held in this
+    /// process's memory only and dropped with the generation.
+    pub trust_anchor: TrustAnchor,
 }
 
 /// The durable decision value of the model's `decision`.
@@ -165,6 +169,9 @@ struct Launching {
     network_answer_due: bool,
     /// The State Anchors RS mounts, one per persistent path (spec 3.6).
     anchors: Vec<lazaret_runtime::coordinator::messages::AnchorPlan>,
+    /// The generation's Trust Anchor package (spec 3.3), made before the
+    /// sandbox starts.
+    trust_anchor: TrustAnchor,
 }
 
 impl Launching {
@@ -204,7 +211,9 @@ impl Launching {
                 reap_supervisor(hc, child.handle());
             }
         }
-        let _ = remove_generation_dir(&self.dir);
+        if let Err(e) = remove_generation_dir(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "the generation directory was not removed");
+        }
     }
 
     /// The published generation: RS's channel loses its launch timeout
@@ -232,7 +241,9 @@ impl Launching {
             Err(source) => {
                 drop(channel);
                 reap_supervisor(hc, child.handle());
-                let _ = remove_generation_dir(&self.dir);
+                if let Err(e) = remove_generation_dir(&self.dir) {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "the generation directory was not removed");
+                }
                 return Err(io_err(source));
             }
         };
@@ -244,6 +255,7 @@ impl Launching {
             to_supervisor,
             container_id: self.container_id,
             runsc_root: running.runsc_root,
+            trust_anchor: self.trust_anchor,
         })
     }
 }

@@ -134,6 +134,8 @@ pub(super) fn on_report(
                 };
                 commit_sandbox(hc, l.generation, &l.container_id, &running)?;
                 l.running = Some(running);
+                // The running sandbox holds its credential mount.
+                super::generation::unlink_sandbox_credentials(&l.dir)?;
                 return Ok(());
             }
             (_, SupervisorMessage::Failed(why)) => {
