@@ -579,8 +579,9 @@ fn losing_the_coordinator_stops_the_sandbox() {
         "run\n"
     );
     // The sandbox, RS and runsc state go; only the dead coordinator's
-    // socket, log and trace remain, for the next coordinator to replace
-    // (socket, log) and continue (trace) under the flock.
+    // socket, publication identity, log and trace remain, for the next
+    // coordinator to replace (socket, publication, log) and continue
+    // (trace) under the flock.
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let procs = env.processes();
@@ -588,6 +589,7 @@ fn losing_the_coordinator_stops_the_sandbox() {
             .into_iter()
             .filter(|p| {
                 !p.ends_with("hc.sock")
+                    && !p.ends_with("publication")
                     && !p.ends_with("coordinator.log")
                     && !p.ends_with("gen-1.jsonl")
             })
@@ -602,8 +604,8 @@ fn losing_the_coordinator_stops_the_sandbox() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // A new launch in the same Domain recovers generation 1 (bootstrap
-    // recovery continues its trace), replaces the stale socket and log, and
-    // runs generation 2.
+    // recovery continues its trace), replaces the stale socket, publication
+    // and log, and runs generation 2 with a Trust Anchor of its own.
     let out = env.run(&["default", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     env.assert_nothing_left();

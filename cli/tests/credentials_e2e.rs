@@ -105,15 +105,21 @@ fn the_sandbox_holds_its_credentials_and_no_other_private_key() {
         text(&out.stdout)
     );
 
-    // Every disclosed seed so far: the generation's four and one Session
-    // Anchor per CLI (the keeper's and the two probes').
+    // Every disclosed seed so far: the generation's five, and one Session
+    // Anchor and one TLS client key per CLI (the keeper's and the two
+    // probes').
     let secrets = disclosed(&log);
-    let anchors = secrets
-        .iter()
-        .filter(|(l, _)| l == "session-anchor")
-        .count();
-    assert_eq!(anchors, 3, "{secrets:?}");
-    for label in ["tls-ca", "issuer", "coordinator", "sandbox"] {
+    for per_cli in ["session-anchor", "client-tls"] {
+        let count = secrets.iter().filter(|(l, _)| l == per_cli).count();
+        assert_eq!(count, 3, "{per_cli}: {secrets:?}");
+    }
+    for label in [
+        "tls-ca",
+        "issuer",
+        "coordinator",
+        "coordinator-tls",
+        "sandbox",
+    ] {
         seed(label);
     }
     let random = || {

@@ -1,22 +1,22 @@
 //! The CLI side of a session, against a fake Host Coordinator on a real
-//! unix socket: it checks its registration (spec 3.3) before anything
-//! else, and filters the sandbox's stdout and stderr (spec README
+//! unix socket with the real publication identity and TLS: it checks its
+//! registration (spec 3.3) before anything else, and filters the sandbox's stdout and stderr (spec README
 //! 'Terminal output hygiene'): clipboard sequences split across messages
 //! and streams are dropped, everything else is written byte for byte.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
-use lazaret_effects::coordinator::channel;
+#[path = "support/trust_anchor.rs"]
+mod trust_anchor;
+
 use lazaret_effects::coordinator::client::{run_session, ClientError, JoinPlan, SessionAnchor};
+use lazaret_effects::coordinator::control_tls::{self, Accepted};
 use lazaret_effects::coordinator::paths::DomainPaths;
+use lazaret_effects::coordinator::{channel, publication};
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, Hello, Registration, PROTOCOL_VERSION,
 };
-use lazaret_runtime::protocol::records::GenerationIdentity;
-use lazaret_runtime::protocol::{TrustAnchor, TrustAnchorSeeds, VerifyError};
-use lazaret_runtime::records::ids::{
-    CliId, ConfigurationFingerprint, CoordinatorId, DomainId, GenerationId, ProfileName, SandboxId,
-    SessionId,
-};
+use lazaret_runtime::protocol::{TrustAnchor, VerifyError};
+use lazaret_runtime::records::ids::{CliId, SessionId};
 use std::os::unix::net::UnixListener;
 
 /// What the fake coordinator sends after `Joined`.
@@ -45,25 +45,8 @@ fn script() -> Vec<CoordinatorMessage> {
     ]
 }
 
-/// The fake coordinator's registration: a real Trust Anchor of Domain
-/// `[1; 32]`, configuration `[2; 32]`, binding `anchor`.
-fn joined(anchor: [u8; 32]) -> CoordinatorMessage {
-    let identity = GenerationIdentity {
-        agent_profile: ProfileName::new("agent").unwrap(),
-        domain_id: DomainId([1; 32]),
-        generation_id: GenerationId(1),
-        configuration_fingerprint: ConfigurationFingerprint([2; 32]),
-        coordinator_id: CoordinatorId([3; 16]),
-        sandbox_id: SandboxId([4; 16]),
-    };
-    let seeds = TrustAnchorSeeds {
-        tls_ca: [5; 32],
-        tls_ca_serial: [6; 16],
-        issuer: [7; 32],
-        coordinator: [8; 32],
-        sandbox: [9; 32],
-    };
-    let trust_anchor = TrustAnchor::new(identity, &seeds, 1_796_428_800).unwrap();
+/// The registration binding `anchor`.
+fn joined(trust_anchor: &TrustAnchor, anchor: [u8; 32]) -> CoordinatorMessage {
     CoordinatorMessage::Joined {
         generation: 1,
         cold: false,
@@ -78,17 +61,30 @@ fn joined(anchor: [u8; 32]) -> CoordinatorMessage {
     }
 }
 
-/// A fake coordinator on `paths`' socket: it answers the Hello with the
-/// registration of `registered(hello's anchor)`, then sends `script`.
+/// A fake coordinator on `paths`' socket, with a real publication identity
+/// and TLS (spec 3.3): it answers the enrollment, then on the mTLS
+/// connection answers the Hello with the registration of
+/// `registered(hello's anchor)`, then sends `script`.
 fn fake_coordinator(
     paths: &DomainPaths,
     registered: fn([u8; 32]) -> [u8; 32],
     script: Vec<CoordinatorMessage>,
 ) -> std::thread::JoinHandle<()> {
     std::fs::create_dir_all(&paths.runtime).unwrap();
+    let (trust_anchor, mut tls) = trust_anchor::trust_anchor();
+    publication::publish(&paths.publication(), tls.publication()).unwrap();
     let listener = UnixListener::bind(paths.socket()).unwrap();
+    let uid = rustix::process::geteuid().as_raw();
     std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
+        let (enrolling, _) = listener.accept().unwrap();
+        let enrolled = control_tls::accept(enrolling, &mut tls, uid).unwrap();
+        assert!(matches!(enrolled, Accepted::Enrolled(_)), "{enrolled:?}");
+        let (session, _) = listener.accept().unwrap();
+        let Accepted::Client { mut stream, .. } =
+            control_tls::accept(session, &mut tls, uid).unwrap()
+        else {
+            panic!("the second connection is not an authenticated client");
+        };
         let hello: ClientMessage = channel::receive(&mut stream, "test").unwrap();
         let ClientMessage::Hello(hello) = hello else {
             panic!("the first message is not a Hello: {hello:?}");
@@ -96,7 +92,7 @@ fn fake_coordinator(
         channel::send(
             &mut stream,
             "test",
-            &joined(registered(hello.session_anchor)),
+            &joined(&trust_anchor, registered(hello.session_anchor)),
         )
         .unwrap();
         // A client that refused its registration has hung up.

@@ -14,6 +14,12 @@ pub enum ChannelError {
     },
     #[error(transparent)]
     Frame(#[from] FrameError),
+    #[error("a {what} frame of {len} bytes exceeds its {limit}-byte limit")]
+    Oversized {
+        what: &'static str,
+        len: usize,
+        limit: usize,
+    },
 }
 
 /// Writes one frame.
@@ -33,6 +39,16 @@ pub fn receive<T: DeserializeOwned>(
     input: &mut impl Read,
     what: &'static str,
 ) -> Result<T, ChannelError> {
+    receive_within(input, what, PREFIX + frame::MAX_FRAME)
+}
+
+/// [`receive`] of a frame of at most `limit` bytes, its prefix included;
+/// a longer one is refused before its body is read.
+pub fn receive_within<T: DeserializeOwned>(
+    input: &mut impl Read,
+    what: &'static str,
+    limit: usize,
+) -> Result<T, ChannelError> {
     let mut prefix = [0u8; PREFIX];
     let mut got = 0;
     while got < PREFIX {
@@ -50,6 +66,13 @@ pub fn receive<T: DeserializeOwned>(
         }
     }
     let len = frame::body_len(what, prefix)?;
+    if PREFIX + len > limit {
+        return Err(ChannelError::Oversized {
+            what,
+            len: PREFIX + len,
+            limit,
+        });
+    }
     let mut body = vec![0u8; len];
     input
         .read_exact(&mut body)

@@ -3,15 +3,19 @@
 //! configuration fingerprint, forward stdin and stream stdout/stderr
 //! separately until the command's status arrives.
 use super::channel::{self, ChannelError};
+use super::control_tls::{self, ControlTlsError};
 use super::paths::{DomainPaths, ShortSocketPath};
+use super::publication::{self, PublicationError};
 use super::LOST_LOCK_EXIT;
 use crate::crash_point::crash_point;
 use ed25519_dalek::SigningKey;
 use lazaret_runtime::coordinator::messages::{
     ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSize,
 };
+use lazaret_runtime::protocol::records::ProtocolPublicationIdentity;
+use lazaret_runtime::protocol::tls::{check_publication, ClientTlsError, ClientTlsKey};
 use lazaret_runtime::protocol::{verify_registration, ExpectedRegistration, VerifyError};
-use lazaret_runtime::records::ids::{ConfigurationFingerprint, DomainId, GenerationId};
+use lazaret_runtime::records::ids::{CliId, ConfigurationFingerprint, DomainId, GenerationId};
 use lazaret_runtime::terminal::escape_filter::{OutputStream, SessionOutputFilter};
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -67,6 +71,16 @@ pub enum ClientError {
     /// Domain and configuration.
     #[error("the coordinator's session registration is refused: {0}")]
     Registration(#[source] VerifyError),
+    #[error(transparent)]
+    Publication(PublicationError),
+    /// Spec 3.3: the published identity is not this Domain's.
+    #[error("the coordinator's publication identity is refused: {0}")]
+    PublicationRefused(#[source] ClientTlsError),
+    /// The control connection failed on every one of its attempts.
+    #[error("the control connection to the Host Coordinator: {0}")]
+    Control(#[source] ControlTlsError),
+    #[error("the kernel's random source: {0}")]
+    Random(#[source] io::Error),
 }
 
 /// The Session Anchor of one Client Session (spec 3.3 "Protocol
@@ -162,6 +176,49 @@ enum Attempt {
     Retry,
 }
 
+/// Consecutive control connections that may fail their TLS handshake or
+/// enrollment (a coordinator replaced between reading its publication and
+/// connecting) before the failure is the join's.
+const TLS_ATTEMPTS: u32 = 3;
+
+/// What the CLI's control connection is, once it is authenticated.
+enum Authenticated {
+    /// The mTLS connection's plaintext, and the publication it pinned.
+    Connected(UnixStream, Box<ProtocolPublicationIdentity>),
+    /// No publication identity (the coordinator is stopping): try again.
+    Unpublished,
+}
+
+/// Spec 3.3: the publication identity read from the Domain's host-private
+/// runtime directory pins the coordinator; on `first`, a connection
+/// without a client certificate, this CLI enrolls a fresh key as a fresh
+/// Client CLI ID; the session runs on a new mTLS connection with the
+/// issued one-hour leaf.
+fn authenticate(plan: &JoinPlan, first: UnixStream) -> Result<Authenticated, ClientError> {
+    let publication = match publication::read(&plan.paths.publication()) {
+        Ok(publication) => publication,
+        Err(e) if e.is_absent() => return Ok(Authenticated::Unpublished),
+        Err(e) => return Err(ClientError::Publication(e)),
+    };
+    check_publication(&publication, DomainId(plan.hello.domain_id))
+        .map_err(ClientError::PublicationRefused)?;
+    let mut seed: [u8; 32] = super::session::random_bytes().map_err(ClientError::Random)?;
+    crate::crash_point::disclose_secret!("client-tls", &seed);
+    let key = ClientTlsKey::from_seed(&seed);
+    seed.zeroize();
+    let cli_id = CliId(super::session::random_bytes().map_err(ClientError::Random)?);
+    let credential =
+        control_tls::enroll(first, &publication, &key, cli_id).map_err(ClientError::Control)?;
+    crash_point!(Cli, "enrolled", "after", "Enrolled");
+    let second = connect(plan).map_err(|source| ClientError::Connect {
+        path: plan.paths.socket(),
+        source,
+    })?;
+    let stream =
+        control_tls::open(second, &publication, &key, &credential).map_err(ClientError::Control)?;
+    Ok(Authenticated::Connected(stream, Box::new(publication)))
+}
+
 fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
     let short = ShortSocketPath::new(&plan.paths.socket())?;
     UnixStream::connect(short.path())
@@ -170,6 +227,7 @@ fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
 fn hello(
     plan: &JoinPlan,
     mut stream: UnixStream,
+    publication: &ProtocolPublicationIdentity,
     timings: &mut ClientTimings,
 ) -> Result<Attempt, ClientError> {
     let t = Instant::now();
@@ -203,6 +261,7 @@ fn hello(
                 configuration_fingerprint: ConfigurationFingerprint(plan.hello.fingerprint),
                 generation_id: GenerationId(generation),
                 session_anchor: plan.session_anchor.public_key(),
+                trust_manifest_sha256: publication.trust_manifest_sha256,
             };
             verify_registration(
                 &registration.response,
@@ -261,6 +320,7 @@ fn log_tail(plan: &JoinPlan) -> String {
 /// Finds or starts the coordinator and joins it.
 fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
     let mut timings = ClientTimings::default();
+    let mut tls_failures = 0;
     for _ in 0..ATTEMPTS {
         let t = Instant::now();
         let stream = match connect(plan) {
@@ -318,7 +378,30 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
         timings
             .phases
             .push(("find_or_start_coordinator".into(), t.elapsed()));
-        match hello(plan, stream, &mut timings)? {
+        let t = Instant::now();
+        let (stream, publication) = match authenticate(plan, stream) {
+            Ok(Authenticated::Connected(stream, publication)) => {
+                tls_failures = 0;
+                (stream, publication)
+            }
+            Ok(Authenticated::Unpublished) => {
+                timings = ClientTimings::default();
+                std::thread::sleep(RETRY);
+                continue;
+            }
+            Err(ClientError::Control(e)) if tls_failures + 1 < TLS_ATTEMPTS => {
+                tracing::debug!(error = %e, "a control connection failed; trying again");
+                tls_failures += 1;
+                timings = ClientTimings::default();
+                std::thread::sleep(RETRY);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        timings
+            .phases
+            .push(("enroll_and_connect".into(), t.elapsed()));
+        match hello(plan, stream, &publication, &mut timings)? {
             Attempt::Joined(stream, timings) => return Ok((stream, timings)),
             Attempt::Retry => {
                 timings = ClientTimings::default();

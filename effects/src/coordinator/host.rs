@@ -12,8 +12,10 @@
 //! publication are in [`super::launch`], teardown in [`super::release`].
 use super::absence::{AbsenceError, SlotObservationError};
 use super::channel::{self, ChannelError};
+use super::control_tls::{self, Accepted};
 use super::election::elect;
 use super::hc_model::{coordinator_name, trace_name, HcModel};
+use super::launch::trust_anchor;
 use super::launch::{launch_generation, LaunchedGeneration};
 use super::observed::{ObserveError, Observer, Served};
 use super::paths::{DomainPaths, ShortSocketPath};
@@ -55,7 +57,9 @@ use lazaret_runtime::coordinator::serve::{self, Admission, ServeError};
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
+use lazaret_runtime::protocol::tls::TlsAuthority;
 use lazaret_runtime::protocol::trust_anchor::TrustAnchorError;
+use lazaret_runtime::protocol::TrustAnchor;
 use lazaret_runtime::records::codec::CodecError;
 use lazaret_runtime::records::ids::ValueError;
 use lazaret_runtime::records::ids::{CliId, ContainerId, CoordinatorId, GenerationId, SessionId};
@@ -209,6 +213,10 @@ pub enum CoordinatorError {
     /// Anchor package could not be built.
     #[error("the generation's Trust Anchor: {0}")]
     TrustAnchor(#[source] TrustAnchorError),
+    #[error("the generation's Trust Anchor was already taken by its launch")]
+    TrustAnchorTaken,
+    #[error(transparent)]
+    Publication(super::publication::PublicationError),
     /// Spec 3.3: the session's Session Request Capability could not be
     /// issued.
     #[error("registering the session: {0}")]
@@ -337,9 +345,8 @@ pub enum Outcome {
 }
 
 pub(super) enum HcEvent {
-    /// A CLI of this Domain said hello; whether its configuration
-    /// fingerprint matches this coordinator's.
-    Client(UnixStream, Hello, bool),
+    /// An authenticated Client CLI of this Domain said hello.
+    Client(Joining),
     /// A report of the session admitted to this slot, in the order its
     /// threads sent them.
     Session {
@@ -348,6 +355,17 @@ pub(super) enum HcEvent {
         report: SessionReport,
     },
     SupervisorLost(String),
+}
+
+/// An authenticated Client CLI's connection and hello (spec 3.3).
+pub(super) struct Joining {
+    /// The mTLS connection's plaintext.
+    pub stream: UnixStream,
+    pub hello: Hello,
+    /// Whether its configuration fingerprint matches this coordinator's.
+    pub matches: bool,
+    /// The Client CLI its leaf was issued to.
+    pub cli_id: CliId,
 }
 
 /// Identity a joining CLI must match.
@@ -369,6 +387,9 @@ pub(super) struct Hc<'s, 'l> {
     /// The generation this coordinator starts (or started).
     pub id: GenerationId,
     pub coordinator_id: CoordinatorId,
+    /// The generation's Trust Anchor package until its launch takes it
+    /// (spec 3.3: made before anything is published).
+    pub trust_anchor: Option<TrustAnchor>,
     pub generation: Option<LaunchedGeneration>,
     /// The Domain Store session of each model session slot whose terminal
     /// is recorded (from `RecordTerminalIntent` until its release
@@ -470,23 +491,9 @@ pub fn run_coordinator(
         return Ok(Outcome::LostLock);
     };
     let socket = paths.socket();
-    // Holding the lock, any socket file left here is stale.
-    match std::fs::remove_file(&socket) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(CoordinatorError::Socket {
-                path: socket,
-                source,
-            })
-        }
-    }
-    let listener = ShortSocketPath::new(&socket)
-        .and_then(|short| UnixListener::bind(short.path()))
-        .map_err(|source| CoordinatorError::Socket {
-            path: socket.clone(),
-            source,
-        })?;
+    let publication = paths.publication();
+    // Holding the lock, any socket or publication file left here is stale.
+    super::publication::withdraw(&socket, &publication);
     let running = Running {
         domain_id: config.domain_id().0,
         fingerprint: config.fingerprint().0,
@@ -494,8 +501,6 @@ pub fn run_coordinator(
         workspace: config.workspace().label().display().to_string(),
         source: config.source_label().display().to_string(),
     };
-    let (events_tx, events) = mpsc::channel();
-    spawn_acceptor(listener, running.clone(), events_tx.clone());
     let boot = RealProcessSys.boot_id().map_err(CoordinatorError::Boot)?;
     let store_path = paths.store();
     let store = if store_path.exists() {
@@ -504,12 +509,40 @@ pub fn run_coordinator(
         DomainStore::create(&lock, &store_path, boot)
     }
     .map_err(store_err(&store_path))?;
+    let id = next_generation(&store, &store_path)?;
+    // Spec 3.3: the generation's Trust Anchor exists before anything is
+    // published; the publication identity is written before the socket is
+    // bound, so a client that can connect can pin what it connects to.
+    let (trust_anchor, tls) = trust_anchor(&args.profile, &running, id, coordinator_id)?;
+    super::publication::publish(&publication, tls.publication())
+        .map_err(CoordinatorError::Publication)?;
+    crate::crash_point::crash_point!(Hc, "publication", "after", "Publication");
+    let listener = ShortSocketPath::new(&socket)
+        .and_then(|short| UnixListener::bind(short.path()))
+        .map_err(|source| CoordinatorError::Socket {
+            path: socket.clone(),
+            source,
+        });
+    let listener = match listener {
+        Ok(listener) => listener,
+        Err(e) => {
+            super::publication::withdraw(&socket, &publication);
+            return Err(e);
+        }
+    };
+    let (events_tx, events) = mpsc::channel();
+    spawn_acceptor(
+        listener,
+        running.clone(),
+        events_tx.clone(),
+        tls,
+        rustix::process::geteuid().as_raw(),
+    );
     let program = std::env::current_exe().map_err(|source| CoordinatorError::Io {
         path: PathBuf::from("/proc/self/exe"),
         source,
     })?;
     let broker = Broker::claim(RealProcessSys, program.clone())?;
-    let id = next_generation(&store, &store_path)?;
     // Spec 3.5: a routed Domain's generations acquire the GitRouting
     // participant too.
     let routing = if config.selected().isolate_gitignored() {
@@ -524,6 +557,7 @@ pub fn run_coordinator(
         model,
         id,
         coordinator_id,
+        trust_anchor: Some(trust_anchor),
         generation: None,
         sessions: HashMap::new(),
         own: own_identity()?,
@@ -560,10 +594,10 @@ pub fn run_coordinator(
     let result = booted.and_then(|()| serve(&mut hc, &launch, events, &events_tx));
     // Teardown (FR-6): no new joiners, then the sandbox, then our files.
     let released = match hc.model.state().decision {
-        Decision::Published => teardown(&mut hc, &socket),
+        Decision::Published => teardown(&mut hc, &socket, &publication),
         _ => Ok(()),
     };
-    let _ = std::fs::remove_file(&socket);
+    super::publication::withdraw(&socket, &publication);
     let exited = match hc.model.model().exit_step() {
         Some(exit) => hc.step(exit, |_| Ok(())),
         None => Ok(()),
@@ -672,8 +706,8 @@ fn refuse_waiting_clients(events: &Receiver<HcEvent>, error: &CoordinatorError) 
     let deadline = Instant::now() + REFUSAL_WINDOW;
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         match events.recv_timeout(left) {
-            Ok(HcEvent::Client(mut stream, _, _)) => reply(
-                &mut stream,
+            Ok(HcEvent::Client(mut joining)) => reply(
+                &mut joining.stream,
                 &CoordinatorMessage::Refused(Refusal::LaunchFailed(format!(
                     "the Domain could not be recovered: {error}"
                 ))),
@@ -721,8 +755,8 @@ fn serve(
             }
         };
         match event {
-            HcEvent::Client(stream, hello, matches) => {
-                client(hc, launch, events_tx, stream, &hello, matches)?;
+            HcEvent::Client(joining) => {
+                client(hc, launch, events_tx, joining)?;
             }
             HcEvent::Session {
                 slot,
@@ -752,14 +786,12 @@ fn client(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
     events_tx: &Sender<HcEvent>,
-    mut stream: UnixStream,
-    hello: &Hello,
-    matches: bool,
+    mut joining: Joining,
 ) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
-    let Some(plan) = serve::on_client(hc.model.model(), matches)? else {
+    let Some(plan) = serve::on_client(hc.model.model(), joining.matches)? else {
         reply(
-            &mut stream,
+            &mut joining.stream,
             &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
                 "this Domain already serves {SESSION_SLOTS} sessions"
             ))),
@@ -770,20 +802,23 @@ fn client(
     hc.step(plan.connect(), |_| Ok(()))?;
     match plan.admission {
         Admission::Refuse => hc.step(Action::RefuseConfigurationMismatch { c, s }, |_| {
-            reply(&mut stream, &CoordinatorMessage::Refused(launch.refusal()));
+            reply(
+                &mut joining.stream,
+                &CoordinatorMessage::Refused(launch.refusal()),
+            );
             Ok(())
         }),
         Admission::Ended => hc.step(Action::ClientExits { s }, |_| {
             let why = super::launch::runtime_lost().unwrap_or("");
             reply(
-                &mut stream,
+                &mut joining.stream,
                 &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
                     "the sandbox has ended: {why}"
                 ))),
             );
             Ok(())
         }),
-        Admission::Join => admit(hc, launch, stream, hello, s, Vec::new(), events_tx),
+        Admission::Join => admit(hc, launch, joining, s, Vec::new(), events_tx),
         Admission::Launch => {
             let mut timings = Vec::new();
             let t = Instant::now();
@@ -794,7 +829,7 @@ fn client(
                 // failed generation's release.
                 let refused = hc.step(Action::ClientExits { s }, |_| {
                     reply(
-                        &mut stream,
+                        &mut joining.stream,
                         &CoordinatorMessage::Refused(Refusal::LaunchFailed(e.to_string())),
                     );
                     Ok(())
@@ -812,7 +847,7 @@ fn client(
                 return Err(e);
             }
             timings.push(("launch_total".into(), micros(t)));
-            admit(hc, launch, stream, hello, s, timings, events_tx)
+            admit(hc, launch, joining, s, timings, events_tx)
         }
     }
 }
@@ -839,12 +874,18 @@ impl LaunchInputs<'_> {
 fn admit(
     hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
-    mut stream: UnixStream,
-    hello: &Hello,
+    joining: Joining,
     s: SessionsId,
     timings: Vec<(String, u64)>,
     events_tx: &Sender<HcEvent>,
 ) -> Result<(), CoordinatorError> {
+    let Joining {
+        mut stream,
+        hello,
+        cli_id,
+        ..
+    } = joining;
+    let hello = &hello;
     let c = hc.model.me();
     let cold = !timings.is_empty();
     let Some(g) = hc.generation.as_ref() else {
@@ -852,10 +893,10 @@ fn admit(
     };
     let generation = g.id;
     // Spec 3.3 session registration: the Client CLI's Session Anchor is
-    // bound to a fresh Session ID and Client CLI ID by the generation's
-    // Session Request Capability; the Session record carries both IDs.
+    // bound to a fresh Session ID and the Client CLI ID its mTLS leaf was
+    // issued to by the generation's Session Request Capability; the
+    // Session record carries both IDs.
     let session = SessionId(random_bytes().map_err(CoordinatorError::Random)?);
-    let cli_id = CliId(random_bytes().map_err(CoordinatorError::Random)?);
     let registration = Registration {
         response: g
             .trust_anchor
@@ -1208,10 +1249,32 @@ pub(super) fn micros(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
-fn spawn_acceptor(listener: UnixListener, running: Running, events: Sender<HcEvent>) {
+/// The control socket's acceptor (spec 3.3): one TLS connection at a time,
+/// each given [`HELLO_TIMEOUT`]; enrollments are answered here, and an
+/// authenticated client's hello goes to the event loop with its Client CLI
+/// ID. The acceptor holds the generation's [`TlsAuthority`] (its CA key)
+/// until the process exits, after publication was withdrawn.
+fn spawn_acceptor(
+    listener: UnixListener,
+    running: Running,
+    events: Sender<HcEvent>,
+    mut tls: TlsAuthority,
+    developer_uid: u32,
+) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
+            let Ok(stream) = stream else { continue };
+            let (cli_id, mut stream) = match control_tls::accept(stream, &mut tls, developer_uid) {
+                Ok(Accepted::Client { cli_id, stream }) => (cli_id, stream),
+                Ok(Accepted::Enrolled(cli_id)) => {
+                    tracing::debug!(%cli_id, "Client CLI enrolled");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a control connection is refused");
+                    continue;
+                }
+            };
             let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
             let hello = match channel::receive::<ClientMessage>(&mut stream, "client") {
                 Ok(ClientMessage::Hello(hello)) => hello,
@@ -1238,7 +1301,12 @@ fn spawn_acceptor(listener: UnixListener, running: Running, events: Sender<HcEve
             }
             let matches = hello.fingerprint == running.fingerprint;
             if events
-                .send(HcEvent::Client(stream, hello, matches))
+                .send(HcEvent::Client(Joining {
+                    stream,
+                    hello,
+                    matches,
+                    cli_id,
+                }))
                 .is_err()
             {
                 return;

@@ -20,6 +20,12 @@ impl DomainPaths {
     pub fn socket(&self) -> PathBuf {
         self.runtime.join("hc.sock")
     }
+    /// The publication identity (spec 3.3): the generation's TLS CA and the
+    /// digests pinning its Trust Manifest and coordinator leaf, written
+    /// before the socket is bound and removed right after it.
+    pub fn publication(&self) -> PathBuf {
+        self.runtime.join("publication")
+    }
     /// The coordinator's diagnostic log (removed on a clean exit).
     pub fn log(&self) -> PathBuf {
         self.runtime.join("coordinator.log")

@@ -35,13 +35,18 @@ use lazaret_runtime::records::participant::{
 };
 
 /// BeginTeardown: the last session has left; publication is withdrawn (the
-/// socket file goes, so nobody new joins), then the generation is released.
-pub(super) fn teardown(hc: &mut Hc<'_, '_>, socket: &Path) -> Result<(), CoordinatorError> {
+/// socket file goes, so nobody new joins, then the publication identity),
+/// then the generation is released; its keys go after that (spec 3.3).
+pub(super) fn teardown(
+    hc: &mut Hc<'_, '_>,
+    socket: &Path,
+    publication: &Path,
+) -> Result<(), CoordinatorError> {
     let _span = tracing::info_span!("BeginTeardown", generation = hc.id.0).entered();
     let c = hc.model.me();
     let generation = hc.id;
     hc.step(Action::BeginTeardown { c }, |hc| {
-        let _ = std::fs::remove_file(socket);
+        super::publication::withdraw(socket, publication);
         // Fault `teardown-keeps-published` (crash-point builds only): the
         // effect writes nothing, so the store still says Published while
         // the step says TearingDown. Nothing in the run notices; only trace

@@ -10,6 +10,7 @@
 //! cryptographic material is ephemeral").
 pub mod records;
 pub mod signing;
+pub mod tls;
 pub mod trust_anchor;
 mod verify;
 
@@ -21,3 +22,5 @@ pub const PROTOCOL_VERSION: u16 = 1;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

@@ -271,6 +271,54 @@ impl Drop for SandboxCredentialBundle {
     }
 }
 
+/// TlsRole: whose TLS leaf a [`TlsCredential`] carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TlsRole {
+    SessionCoordinator,
+    ClientCli,
+}
+
+/// TlsCredential: a TLS leaf the generation's CA issued. `subject_id` is
+/// the Session Coordinator ID or the Client CLI ID.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsCredential {
+    pub generation_identity: GenerationIdentity,
+    pub role: TlsRole,
+    pub subject_id: [u8; 16],
+    pub certificate_der: Vec<u8>,
+    pub certificate_sha256: Digest,
+}
+
+/// ProtocolPublicationIdentity: what the Host Coordinator publishes in the
+/// host-private Domain path before it accepts a connection (spec 3.3): the
+/// generation's TLS CA, and the digests that pin its Trust Manifest and
+/// its own TLS leaf.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProtocolPublicationIdentity {
+    pub protocol_version: u16,
+    pub generation_identity: GenerationIdentity,
+    pub tls_ca_certificate_der: Vec<u8>,
+    pub trust_manifest_sha256: Digest,
+    pub coordinator_tls_certificate_sha256: Digest,
+}
+
+/// ClientEnrollmentRequest: a Client CLI's request for a `clientAuth` leaf
+/// of the published generation, for the key its CSR proves it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientEnrollmentRequest {
+    pub protocol_version: u16,
+    pub generation_identity: GenerationIdentity,
+    pub cli_id: CliId,
+    pub certificate_signing_request_der: Vec<u8>,
+}
+
+/// ClientEnrollmentResponse: the issued leaf.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientEnrollmentResponse {
+    pub protocol_version: u16,
+    pub credential: TlsCredential,
+}
+
 /// The records with a v1 codec, named as in their signature input
 /// (lower-kebab record names, schemas.md).
 pub trait ProtocolRecord: Serialize + serde::de::DeserializeOwned {
@@ -307,4 +355,8 @@ record_name!(
     SessionRequestCapabilityClaims => "session-request-capability",
     SessionRegistrationResponse => "session-registration-response",
     SandboxCredentialBundle => "sandbox-credential-bundle",
+    TlsCredential => "tls-credential",
+    ProtocolPublicationIdentity => "protocol-publication-identity",
+    ClientEnrollmentRequest => "client-enrollment-request",
+    ClientEnrollmentResponse => "client-enrollment-response",
 );

@@ -1,9 +1,10 @@
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 
 use super::records::{
-    GenerationIdentity, ProtocolCredential, ProtocolCredentialRole, ProtocolRecord,
-    SandboxCredentialBundle, SessionBinding, SessionRegistrationResponse, SessionRequestCapability,
-    Signature, TrustManifest,
+    ClientEnrollmentRequest, ClientEnrollmentResponse, GenerationIdentity, ProtocolCredential,
+    ProtocolCredentialRole, ProtocolPublicationIdentity, ProtocolRecord, SandboxCredentialBundle,
+    SessionBinding, SessionRegistrationResponse, SessionRequestCapability, Signature,
+    TlsCredential, TlsRole, TrustManifest,
 };
 use super::signing::{sha256, signature_input, SignatureError};
 use super::trust_anchor::{TrustAnchor, TrustAnchorError, TrustAnchorSeeds};
@@ -16,10 +17,26 @@ use crate::records::ids::{
 /// Cases per codec property: at least 100,000 for every codec.
 const CODEC_CASES: u64 = 100_000;
 /// 2026-12-05T00:00:00Z.
-const NOW: i64 = 1_796_428_800;
+pub(super) const NOW: i64 = 1_796_428_800;
 const ANCHOR: [u8; 32] = [0xa7; 32];
 
-fn identity(generation: u64) -> GenerationIdentity {
+/// A clock that always says `at` (seconds since the epoch).
+#[derive(Debug)]
+pub(super) struct FixedClock(pub i64);
+
+impl rustls::time_provider::TimeProvider for FixedClock {
+    fn current_time(&self) -> Option<rustls::pki_types::UnixTime> {
+        u64::try_from(self.0).ok().map(|secs| {
+            rustls::pki_types::UnixTime::since_unix_epoch(std::time::Duration::from_secs(secs))
+        })
+    }
+}
+
+pub(super) fn fixed_clock(at: i64) -> super::tls::Clock {
+    std::sync::Arc::new(FixedClock(at))
+}
+
+pub(super) fn identity(generation: u64) -> GenerationIdentity {
     GenerationIdentity {
         agent_profile: ProfileName::new("agent").expect("a valid profile name"),
         domain_id: DomainId([1; 32]),
@@ -30,18 +47,20 @@ fn identity(generation: u64) -> GenerationIdentity {
     }
 }
 
-fn seeds(base: u8) -> TrustAnchorSeeds {
+pub(super) fn seeds(base: u8) -> TrustAnchorSeeds {
     TrustAnchorSeeds {
         tls_ca: [base; 32],
         tls_ca_serial: [base.wrapping_add(1); 16],
         issuer: [base.wrapping_add(2); 32],
         coordinator: [base.wrapping_add(3); 32],
+        coordinator_tls: [base.wrapping_add(5); 32],
         sandbox: [base.wrapping_add(4); 32],
     }
 }
 
 fn anchor(generation: u64, base: u8) -> Result<TrustAnchor, TrustAnchorError> {
-    TrustAnchor::new(identity(generation), &seeds(base), NOW)
+    TrustAnchor::new(identity(generation), &seeds(base), NOW, fixed_clock(NOW))
+        .map(|(anchor, _)| anchor)
 }
 
 /// What a coordinator answers a registration with (the response, and the
@@ -51,6 +70,8 @@ struct Answer {
     response: SessionRegistrationResponse,
     manifest: TrustManifest,
     credential: ProtocolCredential,
+    /// The manifest digest the coordinator's publication identity pins.
+    pinned: [u8; 32],
 }
 
 fn answer(a: &TrustAnchor) -> Result<Answer, TrustAnchorError> {
@@ -58,6 +79,7 @@ fn answer(a: &TrustAnchor) -> Result<Answer, TrustAnchorError> {
         response: a.register(CliId([5; 16]), SessionId([6; 16]), ANCHOR)?,
         manifest: a.manifest().clone(),
         credential: a.coordinator_credential().clone(),
+        pinned: sha256(&a.manifest().encode()?),
     })
 }
 
@@ -68,6 +90,7 @@ fn check_joined(r: &Answer, generation: u64) -> Result<(), VerifyError> {
         configuration_fingerprint: ConfigurationFingerprint([2; 32]),
         generation_id: GenerationId(generation),
         session_anchor: ANCHOR,
+        trust_manifest_sha256: r.pinned,
     };
     verify_registration(&r.response, &r.manifest, &r.credential, &expected).map(|_| ())
 }
@@ -347,6 +370,21 @@ fn every_tampered_registration_is_refused_by_name() -> Result<(), Box<dyn std::e
 /// against the generation the session was told it joined: the manifest is
 /// not pinned yet, docs/control-protocol.md.)
 #[test]
+fn a_registration_under_a_manifest_the_publication_does_not_pin_is_refused(
+) -> Result<(), Box<dyn std::error::Error>> {
+    // Another package for the same generation identity: every record is
+    // validly signed, but its manifest is not the published one.
+    let published = answer(&anchor(7, 10)?)?;
+    let other = Answer {
+        pinned: published.pinned,
+        ..answer(&anchor(7, 60)?)?
+    };
+    check(&published)?;
+    assert!(matches!(check(&other), Err(VerifyError::UnpinnedManifest)));
+    Ok(())
+}
+
+#[test]
 fn another_generations_records_are_refused() -> Result<(), Box<dyn std::error::Error>> {
     let (current, previous) = (anchor(8, 10)?, anchor(7, 20)?);
     let mut r = answer(&current)?;
@@ -441,6 +479,9 @@ struct AnyRecords {
     manifest: TrustManifest,
     credential: ProtocolCredential,
     bundle: SandboxCredentialBundle,
+    publication: ProtocolPublicationIdentity,
+    enrollment: ClientEnrollmentRequest,
+    enrolled: ClientEnrollmentResponse,
 }
 
 impl Arbitrary for AnyRecords {
@@ -494,6 +535,33 @@ impl Arbitrary for AnyRecords {
                 coordinator_signature: Signature(bytes(g)),
             },
         };
+        let publication = ProtocolPublicationIdentity {
+            protocol_version: u16::arbitrary(g),
+            generation_identity: identity.clone(),
+            tls_ca_certificate_der: Vec::arbitrary(g),
+            trust_manifest_sha256: bytes(g),
+            coordinator_tls_certificate_sha256: bytes(g),
+        };
+        let enrollment = ClientEnrollmentRequest {
+            protocol_version: u16::arbitrary(g),
+            generation_identity: identity.clone(),
+            cli_id: CliId(bytes(g)),
+            certificate_signing_request_der: Vec::arbitrary(g),
+        };
+        let enrolled = ClientEnrollmentResponse {
+            protocol_version: u16::arbitrary(g),
+            credential: TlsCredential {
+                generation_identity: identity.clone(),
+                role: if bool::arbitrary(g) {
+                    TlsRole::SessionCoordinator
+                } else {
+                    TlsRole::ClientCli
+                },
+                subject_id: bytes(g),
+                certificate_der: Vec::arbitrary(g),
+                certificate_sha256: bytes(g),
+            },
+        };
         let bundle = SandboxCredentialBundle {
             protocol_version: u16::arbitrary(g),
             generation_identity: identity,
@@ -507,6 +575,9 @@ impl Arbitrary for AnyRecords {
             manifest,
             credential,
             bundle,
+            publication,
+            enrollment,
+            enrolled,
         }
     }
 }
@@ -538,6 +609,10 @@ fn every_protocol_record_round_trips_and_refuses_truncation_and_trailing_bytes()
             && round_trips(&r.manifest.generation_identity, cut)
             && round_trips(&r.credential, cut)
             && round_trips(&r.bundle, cut)
+            && round_trips(&r.publication, cut)
+            && round_trips(&r.enrollment, cut)
+            && round_trips(&r.enrolled, cut)
+            && round_trips(&r.enrolled.credential, cut)
     }
     cases().quickcheck(prop as fn(AnyRecords, usize) -> bool);
 }
@@ -571,11 +646,14 @@ fn damaged_encodings_decode_to_a_refusal_or_to_a_stable_record() {
         bytes
     }
     fn prop(r: AnyRecords, edits: Vec<(usize, u8, u8)>) -> TestResult {
-        let encodings = [
+        let encodings: [Result<Vec<u8>, _>; 7] = [
             r.response.encode(),
             r.manifest.encode(),
             r.credential.encode(),
             r.bundle.encode(),
+            r.publication.encode(),
+            r.enrollment.encode(),
+            r.enrolled.encode(),
         ];
         let mut all = true;
         for bytes in encodings {
@@ -587,7 +665,11 @@ fn damaged_encodings_decode_to_a_refusal_or_to_a_stable_record() {
                 && stable::<TrustManifest>(&data)
                 && stable::<ProtocolCredential>(&data)
                 && stable::<SandboxCredentialBundle>(&data)
-                && stable::<GenerationIdentity>(&data);
+                && stable::<GenerationIdentity>(&data)
+                && stable::<ProtocolPublicationIdentity>(&data)
+                && stable::<ClientEnrollmentRequest>(&data)
+                && stable::<ClientEnrollmentResponse>(&data)
+                && stable::<TlsCredential>(&data);
         }
         TestResult::from_bool(all)
     }

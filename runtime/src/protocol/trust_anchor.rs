@@ -15,19 +15,21 @@
 //! The sandbox request-signing key is kept only until the credential
 //! bundle that carries it into the sandbox is taken
 //! ([`TrustAnchor::take_sandbox_bundle`]); after that the package holds
-//! its public half only (spec 3.3). The TLS CA key is dropped too until the
-//! TLS control socket that uses it exists, so no private key outlives its
-//! use.
+//! its public half only (spec 3.3). The TLS CA key and the coordinator's
+//! TLS leaf key go to the [`TlsAuthority`] built with the package, which
+//! the control socket's acceptor holds.
 use ed25519_dalek::pkcs8::EncodePrivateKey;
 use ed25519_dalek::SigningKey;
 use zeroize::Zeroize;
 
+use super::records::ProtocolRecord;
 use super::records::{
     GenerationIdentity, ProtocolCredential, ProtocolCredentialClaims, ProtocolCredentialRole,
     SandboxCredentialBundle, SessionBinding, SessionRegistrationResponse, SessionRequestCapability,
     SessionRequestCapabilityClaims, TrustManifest, TrustManifestClaims,
 };
 use super::signing::{sha256, sign};
+use super::tls::{Clock, TlsAuthority, TlsError};
 use super::PROTOCOL_VERSION;
 use crate::records::codec::CodecError;
 use crate::records::ids::{CliId, SessionId};
@@ -45,6 +47,8 @@ pub struct TrustAnchorSeeds {
     pub tls_ca_serial: [u8; 16],
     pub issuer: [u8; 32],
     pub coordinator: [u8; 32],
+    /// The Session Coordinator's TLS leaf key.
+    pub coordinator_tls: [u8; 32],
     pub sandbox: [u8; 32],
 }
 
@@ -53,6 +57,7 @@ impl Drop for TrustAnchorSeeds {
         self.tls_ca.zeroize();
         self.issuer.zeroize();
         self.coordinator.zeroize();
+        self.coordinator_tls.zeroize();
         self.sandbox.zeroize();
     }
 }
@@ -74,6 +79,8 @@ pub enum TrustAnchorError {
     CaCertificate(rcgen::Error),
     #[error("the TLS CA validity does not fit a certificate date (now = {now} s since the epoch)")]
     CaValidity { now: i64 },
+    #[error("the control socket's TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// One generation's Trust Anchor package, held only by its Host
@@ -103,13 +110,17 @@ impl std::fmt::Debug for TrustAnchor {
 
 impl TrustAnchor {
     /// The package for `identity`, from `seeds`, at `now` (seconds since
-    /// the Unix epoch).
+    /// the Unix epoch), and the generation's [`TlsAuthority`] (its CA key
+    /// and the coordinator's TLS leaf, which the control socket's acceptor
+    /// holds), whose handshakes judge certificate dates by `clock`.
     pub fn new(
         identity: GenerationIdentity,
         seeds: &TrustAnchorSeeds,
         now: i64,
-    ) -> Result<Self, TrustAnchorError> {
-        let tls_ca_certificate_der = tls_ca_certificate(&identity, seeds, now)?;
+        clock: Clock,
+    ) -> Result<(Self, TlsAuthority), TrustAnchorError> {
+        let (ca_certificate, ca_key) = tls_ca_certificate(&identity, seeds, now)?;
+        let tls_ca_certificate_der = ca_certificate.der().to_vec();
         let issuer = SigningKey::from_bytes(&seeds.issuer);
         let manifest_claims = TrustManifestClaims {
             protocol_version: PROTOCOL_VERSION,
@@ -141,14 +152,24 @@ impl TrustAnchor {
             identity.sandbox_id.0,
             &sandbox_key,
         )?;
-        Ok(Self {
+        let tls = TlsAuthority::new(
+            identity,
+            ca_certificate,
+            ca_key,
+            &SigningKey::from_bytes(&seeds.coordinator_tls),
+            sha256(&manifest.encode()?),
+            now,
+            clock,
+        )?;
+        let anchor = Self {
             manifest,
             tls_ca_certificate_der,
             coordinator_key,
             coordinator_credential,
             sandbox_credential,
             sandbox_key: Some(sandbox_key),
-        })
+        };
+        Ok((anchor, tls))
     }
 
     /// The Agent Sandbox's credential bundle, once: the sandbox
@@ -246,15 +267,15 @@ fn issue(
     })
 }
 
-/// The generation's self-signed Ed25519 TLS CA certificate (DER): a CA for
-/// leaves only (path length 0), named after the Domain and generation.
-/// Ed25519 signatures are deterministic, so the certificate is a function
-/// of its inputs.
+/// The generation's self-signed Ed25519 TLS CA certificate and its key: a
+/// CA for leaves only (path length 0), named after the Domain and
+/// generation. Ed25519 signatures are deterministic, so the certificate is
+/// a function of its inputs.
 fn tls_ca_certificate(
     identity: &GenerationIdentity,
     seeds: &TrustAnchorSeeds,
     now: i64,
-) -> Result<Vec<u8>, TrustAnchorError> {
+) -> Result<(rcgen::Certificate, rcgen::KeyPair), TrustAnchorError> {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SerialNumber,
     };
@@ -283,5 +304,5 @@ fn tls_ca_certificate(
     let certificate = params
         .self_signed(&key_pair)
         .map_err(TrustAnchorError::CaCertificate)?;
-    Ok(certificate.der().to_vec())
+    Ok((certificate, key_pair))
 }

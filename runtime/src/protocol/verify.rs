@@ -6,13 +6,15 @@
 //! and for the CLI's own Session Anchor. Every refusal names the record
 //! and the check that failed.
 //!
-//! The manifest itself is not pinned yet: the CLI checks against the
-//! manifest the coordinator sends on the same socket (docs/control-protocol.md).
+//! The manifest must be the one the coordinator's publication identity
+//! pins (its SHA-256), which the CLI read from the host-private Domain path
+//! before it connected.
+use super::records::{Digest, ProtocolRecord};
 use super::records::{
     GenerationIdentity, ProtocolCredential, ProtocolCredentialRole, PublicKey,
     SessionRegistrationResponse, SessionRequestCapability, TrustManifest,
 };
-use super::signing::{verify, SignatureError};
+use super::signing::{sha256, verify, SignatureError};
 use super::PROTOCOL_VERSION;
 use crate::records::ids::{ConfigurationFingerprint, DomainId, GenerationId};
 
@@ -27,6 +29,8 @@ pub struct ExpectedRegistration {
     pub generation_id: GenerationId,
     /// The public key of the CLI's Session Anchor.
     pub session_anchor: PublicKey,
+    /// The manifest digest the publication identity pins.
+    pub trust_manifest_sha256: Digest,
 }
 
 /// Why a registration response is refused.
@@ -48,6 +52,8 @@ pub enum VerifyError {
     },
     #[error("the trust manifest: {0}")]
     Manifest(SignatureError),
+    #[error("the trust manifest is not the one the coordinator's publication identity pins")]
+    UnpinnedManifest,
     #[error("the {record} names another generation than the trust manifest")]
     OtherGeneration { record: &'static str },
     #[error("the coordinator credential is for role {found:?}, not SessionCoordinator")]
@@ -111,6 +117,18 @@ pub fn verify_registration<'r>(
         &manifest.issuer_signature,
     )
     .map_err(VerifyError::Manifest)?;
+    let manifest_sha256 = manifest
+        .encode()
+        .map(|bytes| sha256(&bytes))
+        .map_err(|source| {
+            VerifyError::Manifest(SignatureError::Claims {
+                record: "trust manifest",
+                source,
+            })
+        })?;
+    if manifest_sha256 != expected.trust_manifest_sha256 {
+        return Err(VerifyError::UnpinnedManifest);
+    }
 
     if credential.generation_identity != *identity {
         return Err(VerifyError::OtherGeneration {

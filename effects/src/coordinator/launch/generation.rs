@@ -6,13 +6,15 @@ use std::path::Path;
 
 use lazaret_generated::lazaret::Action;
 use lazaret_runtime::protocol::records::GenerationIdentity;
+use lazaret_runtime::protocol::tls::TlsAuthority;
 use lazaret_runtime::protocol::{TrustAnchor, TrustAnchorSeeds};
 use lazaret_runtime::records::domain::{Domain, Generation};
 use lazaret_runtime::records::ids::{
-    ConfigurationFingerprint, DomainId, HostPath, NetworkSidecarId, ProfileName, SandboxId,
+    ConfigurationFingerprint, CoordinatorId, DomainId, GenerationId, HostPath, NetworkSidecarId,
+    ProfileName, SandboxId,
 };
 
-use super::super::host::{CoordinatorError, Hc, LaunchInputs};
+use super::super::host::{CoordinatorError, Hc, LaunchInputs, Running};
 use super::super::paths::SANDBOX_CREDENTIALS;
 use super::super::session::random_bytes;
 use super::super::supervisor::{INIT_NAME, PROBE_NAME};
@@ -34,23 +36,27 @@ pub(super) struct NetworkInputs {
     pub sandbox_id: SandboxId,
 }
 
-/// The launch about to start generation `hc.id`: its fresh sidecar and
-/// sandbox IDs, its directory and its container ID.
+/// The launch about to start generation `hc.id`: its fresh sidecar ID, the
+/// sandbox ID its Trust Anchor names, its directory and its container ID.
+/// The generation's Trust Anchor moves from `hc` into the launch.
 pub(super) fn launching(
-    hc: &Hc<'_, '_>,
+    hc: &mut Hc<'_, '_>,
     launch: &LaunchInputs<'_>,
     prepared: PreparedLaunch,
 ) -> Result<Launching, CoordinatorError> {
     let running = launch.running;
     let dir = launch.paths.generation(hc.id.0);
+    let trust_anchor = hc
+        .trust_anchor
+        .take()
+        .ok_or(CoordinatorError::TrustAnchorTaken)?;
     let network = NetworkInputs {
         domain_id: DomainId(running.domain_id),
         configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
         network_sidecar_id: NetworkSidecarId(random_bytes().map_err(CoordinatorError::Random)?),
         policy_digest: launch.policy.digest().0,
-        sandbox_id: SandboxId(random_bytes().map_err(CoordinatorError::Random)?),
+        sandbox_id: trust_anchor.manifest().generation_identity.sandbox_id,
     };
-    let trust_anchor = trust_anchor(hc, launch, &network)?;
     let anchors = anchor_plans(
         launch.paths,
         &launch.persistent_dirs,
@@ -73,45 +79,55 @@ pub(super) fn launching(
     })
 }
 
-/// Spec 3.3 "Protocol cryptography refinement": the generation's ephemeral
-/// Trust Anchor package, bound to its generation identity, from fresh
-/// kernel randomness, before the sandbox starts.
-fn trust_anchor(
-    hc: &Hc<'_, '_>,
-    launch: &LaunchInputs<'_>,
-    network: &NetworkInputs,
-) -> Result<TrustAnchor, CoordinatorError> {
+/// Spec 3.3 "Protocol cryptography refinement": generation `generation`'s
+/// ephemeral Trust Anchor package and its TLS authority, bound to its
+/// generation identity (with a fresh sandbox ID), from fresh kernel
+/// randomness, before anything is published or started.
+pub(in super::super) fn trust_anchor(
+    profile: &str,
+    running: &Running,
+    generation: GenerationId,
+    coordinator_id: CoordinatorId,
+) -> Result<(TrustAnchor, TlsAuthority), CoordinatorError> {
+    fn seed<const N: usize>() -> Result<[u8; N], CoordinatorError> {
+        random_bytes().map_err(CoordinatorError::Random)
+    }
     let identity = GenerationIdentity {
-        agent_profile: ProfileName::new(launch.profile.clone()).map_err(|source| {
+        agent_profile: ProfileName::new(profile.to_owned()).map_err(|source| {
             CoordinatorError::RecordValue {
                 what: "profile",
                 source,
             }
         })?,
-        domain_id: network.domain_id,
-        generation_id: hc.id,
-        configuration_fingerprint: network.configuration_fingerprint,
-        coordinator_id: hc.coordinator_id,
-        sandbox_id: network.sandbox_id,
+        domain_id: DomainId(running.domain_id),
+        generation_id: generation,
+        configuration_fingerprint: ConfigurationFingerprint(running.fingerprint),
+        coordinator_id,
+        sandbox_id: SandboxId(seed()?),
     };
-    fn seed<const N: usize>() -> Result<[u8; N], CoordinatorError> {
-        random_bytes().map_err(CoordinatorError::Random)
-    }
     let seeds = TrustAnchorSeeds {
         tls_ca: seed()?,
         tls_ca_serial: seed()?,
         issuer: seed()?,
         coordinator: seed()?,
+        coordinator_tls: seed()?,
         sandbox: seed()?,
     };
     crate::crash_point::disclose_secret!("tls-ca", &seeds.tls_ca);
     crate::crash_point::disclose_secret!("issuer", &seeds.issuer);
     crate::crash_point::disclose_secret!("coordinator", &seeds.coordinator);
+    crate::crash_point::disclose_secret!("coordinator-tls", &seeds.coordinator_tls);
     crate::crash_point::disclose_secret!("sandbox", &seeds.sandbox);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    TrustAnchor::new(identity, &seeds, now).map_err(CoordinatorError::TrustAnchor)
+    TrustAnchor::new(
+        identity,
+        &seeds,
+        now,
+        super::super::control_tls::system_clock(),
+    )
+    .map_err(CoordinatorError::TrustAnchor)
 }
 
 fn hex_prefix(bytes: &[u8; 32]) -> String {

@@ -43,6 +43,7 @@ use super::host::{micros, CoordinatorError, Hc, HcEvent, LaunchInputs};
 use super::paths::remove_generation_dir;
 use crate::broker::{CommittedChild, StagedChild};
 use crate::process_identity::{ChildState, ProcessHandle, Signal};
+pub(super) use generation::trust_anchor;
 use generation::NetworkInputs;
 use pre_generation::PreparedLaunch;
 use reports::RunningSandbox;
