@@ -230,3 +230,99 @@ fn plaintext_that_arrives_with_the_handshake_is_relayed() {
     stream.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"hello at once");
 }
+
+/// The coordinator writes a session's last output and ends its stream at
+/// once (as a session does after its exit status): a client that is slow
+/// to read (a pager on the first page) still gets every byte, then EOF.
+#[test]
+fn a_slow_reader_gets_everything_the_peer_wrote_before_it_ended() {
+    let (mut coordinator, mut client) = connected(CliId([9; 16]));
+    // More than the path past the coordinator's relay holds (the client's
+    // relay queue and both sockets), less than the whole path: the
+    // coordinator's writes and its end finish while its relay still holds
+    // output it cannot send.
+    let output: Vec<u8> = (0..768u32 << 10).map(|i| i.to_le_bytes()[1]).collect();
+    let expected = output.clone();
+    let writer = std::thread::spawn(move || {
+        coordinator.write_all(&output).unwrap();
+        coordinator.shutdown(std::net::Shutdown::Both).unwrap();
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).unwrap();
+    writer.join().unwrap();
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "the output arrived changed");
+}
+
+/// A coordinator session that ends without reading what its client still
+/// sends (stdin after the command exited) still gets its last frames to
+/// the client.
+#[test]
+fn the_last_bytes_arrive_although_the_peer_never_read_its_input() {
+    let (mut coordinator, mut client) = connected(CliId([9; 16]));
+    let mut sender = client.try_clone().unwrap();
+    let flood = std::thread::spawn(move || {
+        let chunk = vec![b'y'; 64 * 1024];
+        // Until the connection ends (the coordinator never reads).
+        for _ in 0..64 {
+            if sender.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    coordinator.write_all(b"exit 0").unwrap();
+    coordinator.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(coordinator);
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"exit 0");
+    drop(client);
+    flood.join().unwrap();
+}
+
+/// This process's CPU time (user + system), from `/proc/self/stat`.
+fn cpu_time() -> std::time::Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    // utime and stime are fields 14 and 15 of the whole line.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // In USER_HZ, which Linux fixes at 100 for /proc.
+    std::time::Duration::from_millis(ticks * 10)
+}
+
+/// Once the peer has ended and hung up, a relay whose local end has not
+/// read yet waits without spinning (a hung-up socket is no longer polled).
+#[test]
+fn a_relay_waiting_for_a_slow_reader_after_its_peer_left_does_not_spin() {
+    let (mut coordinator, mut client) = connected(CliId([9; 16]));
+    // More than the client's relay queues and its local socket holds, less
+    // than the whole path: the writes finish, the client's relay keeps a
+    // queue it cannot deliver.
+    coordinator.write_all(&[7u8; 640 * 1024]).unwrap();
+    coordinator.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(coordinator);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let before = cpu_time();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let spent = cpu_time().saturating_sub(before);
+    assert!(
+        spent < std::time::Duration::from_millis(300),
+        "the relays used {spent:?} of CPU in 1.5 s of waiting"
+    );
+    let mut got = Vec::new();
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    client.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), 640 * 1024);
+    assert!(got.iter().all(|b| *b == 7));
+}

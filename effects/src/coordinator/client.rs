@@ -185,7 +185,8 @@ const TLS_ATTEMPTS: u32 = 3;
 enum Authenticated {
     /// The mTLS connection's plaintext, and the publication it pinned.
     Connected(UnixStream, Box<ProtocolPublicationIdentity>),
-    /// No publication identity (the coordinator is stopping): try again.
+    /// No publication identity, or no socket after the enrollment (the
+    /// coordinator is stopping): try again.
     Unpublished,
 }
 
@@ -210,10 +211,25 @@ fn authenticate(plan: &JoinPlan, first: UnixStream) -> Result<Authenticated, Cli
     let credential =
         control_tls::enroll(first, &publication, &key, cli_id).map_err(ClientError::Control)?;
     crash_point!(Cli, "enrolled", "after", "Enrolled");
-    let second = connect(plan).map_err(|source| ClientError::Connect {
-        path: plan.paths.socket(),
-        source,
-    })?;
+    let second = match connect(plan) {
+        Ok(second) => second,
+        // The coordinator withdrew its socket since the enrollment (it is
+        // stopping): the join starts over.
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Ok(Authenticated::Unpublished)
+        }
+        Err(source) => {
+            return Err(ClientError::Connect {
+                path: plan.paths.socket(),
+                source,
+            })
+        }
+    };
     let stream =
         control_tls::open(second, &publication, &key, &credential).map_err(ClientError::Control)?;
     Ok(Authenticated::Connected(stream, Box::new(publication)))

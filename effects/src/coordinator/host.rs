@@ -19,6 +19,7 @@ use super::launch::trust_anchor;
 use super::launch::{launch_generation, LaunchedGeneration};
 use super::observed::{ObserveError, Observer, Served};
 use super::paths::{DomainPaths, ShortSocketPath};
+use super::publication::Publication;
 use super::recovery::{recover_all, RecoveryError};
 use super::release::{abort, teardown};
 use super::runtime_end::record_runtime_end;
@@ -514,7 +515,9 @@ pub fn run_coordinator(
     // published; the publication identity is written before the socket is
     // bound, so a client that can connect can pin what it connects to.
     let (trust_anchor, tls) = trust_anchor(&args.profile, &running, id, coordinator_id)?;
-    super::publication::publish(&publication, tls.publication())
+    // Withdrawn when dropped: an early exit leaves neither file (declared
+    // after the lock, so dropped before it).
+    let published = Publication::publish(socket.clone(), publication, tls.publication())
         .map_err(CoordinatorError::Publication)?;
     crate::crash_point::crash_point!(Hc, "publication", "after", "Publication");
     let listener = ShortSocketPath::new(&socket)
@@ -522,14 +525,7 @@ pub fn run_coordinator(
         .map_err(|source| CoordinatorError::Socket {
             path: socket.clone(),
             source,
-        });
-    let listener = match listener {
-        Ok(listener) => listener,
-        Err(e) => {
-            super::publication::withdraw(&socket, &publication);
-            return Err(e);
-        }
-    };
+        })?;
     let (events_tx, events) = mpsc::channel();
     spawn_acceptor(
         listener,
@@ -594,15 +590,16 @@ pub fn run_coordinator(
     let result = booted.and_then(|()| serve(&mut hc, &launch, events, &events_tx));
     // Teardown (FR-6): no new joiners, then the sandbox, then our files.
     let released = match hc.model.state().decision {
-        Decision::Published => teardown(&mut hc, &socket, &publication),
+        Decision::Published => teardown(&mut hc, &published),
         _ => Ok(()),
     };
-    super::publication::withdraw(&socket, &publication);
+    published.withdraw();
     let exited = match hc.model.model().exit_step() {
         Some(exit) => hc.step(exit, |_| Ok(())),
         None => Ok(()),
     };
     hc.model.archive(&paths.traces());
+    drop(published);
     drop(store);
     drop(lock);
     // The log only matters to a CLI whose coordinator failed before serving;

@@ -34,6 +34,7 @@ mod session_release;
 pub mod session_report;
 pub mod supervisor;
 pub mod terminal_session;
+mod tls_relay;
 
 /// Hidden subcommand names of the `lazaret` binary.
 pub const COORDINATOR_SUBCOMMAND: &str = "__coordinator";

@@ -32,35 +32,77 @@ impl PublicationError {
     }
 }
 
-/// Writes `identity` at `path` as a new file readable by its owner only
-/// (any file left there by a dead coordinator is removed first; the caller
-/// holds the Domain lock).
+/// Writes `identity` at `path`, readable by its owner only: a new file
+/// beside it, synced, then renamed over any file a dead coordinator left
+/// (the caller holds the Domain lock), so a reader sees either no file, the
+/// old one or the whole new one.
 pub fn publish(
     path: &Path,
     identity: &ProtocolPublicationIdentity,
 ) -> Result<(), PublicationError> {
-    let io_err = |source| PublicationError::Io {
-        path: path.to_owned(),
-        source,
-    };
     let bytes = identity
         .encode()
         .map_err(|source| PublicationError::Codec {
             path: path.to_owned(),
             source,
         })?;
-    match std::fs::remove_file(path) {
+    let staged = path.with_extension("new");
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source| PublicationError::Io { path, source }
+    };
+    match std::fs::remove_file(&staged) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(e)),
+        Err(e) => return Err(io_err(&staged)(e)),
     }
-    std::fs::OpenOptions::new()
+    let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(path)
+        .open(&staged)
         .and_then(|mut file| file.write_all(&bytes).and_then(|()| file.sync_data()))
-        .map_err(io_err)
+        .map_err(io_err(&staged))
+        .and_then(|()| std::fs::rename(&staged, path).map_err(io_err(path)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&staged);
+    }
+    written
+}
+
+/// Publication that is withdrawn when dropped: the early exits of a
+/// coordinator leave no socket or identity file behind. Dropped before the
+/// Domain lock is released, so it never removes a successor's files.
+#[derive(Debug)]
+pub struct Publication {
+    socket: PathBuf,
+    identity: PathBuf,
+}
+
+impl Publication {
+    /// Writes the identity file for `socket` (which the caller binds next).
+    pub fn publish(
+        socket: PathBuf,
+        identity_path: PathBuf,
+        identity: &ProtocolPublicationIdentity,
+    ) -> Result<Self, PublicationError> {
+        publish(&identity_path, identity)?;
+        Ok(Self {
+            socket,
+            identity: identity_path,
+        })
+    }
+
+    /// Withdraws it now (socket, then identity file).
+    pub fn withdraw(&self) {
+        withdraw(&self.socket, &self.identity);
+    }
+}
+
+impl Drop for Publication {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
 }
 
 /// Withdraws publication: the socket first (nobody new connects), then the

@@ -8,7 +8,6 @@
 //! its next step, so the same routine releases a clean teardown and a
 //! failed launch.
 use crate::crash_point::{crash_point, fault};
-use std::path::Path;
 use std::time::Duration;
 
 use lazaret_generated::lazaret::{Action, Decision, Roles};
@@ -39,14 +38,13 @@ use lazaret_runtime::records::participant::{
 /// then the generation is released; its keys go after that (spec 3.3).
 pub(super) fn teardown(
     hc: &mut Hc<'_, '_>,
-    socket: &Path,
-    publication: &Path,
+    published: &super::publication::Publication,
 ) -> Result<(), CoordinatorError> {
     let _span = tracing::info_span!("BeginTeardown", generation = hc.id.0).entered();
     let c = hc.model.me();
     let generation = hc.id;
     hc.step(Action::BeginTeardown { c }, |hc| {
-        super::publication::withdraw(socket, publication);
+        published.withdraw();
         // Fault `teardown-keeps-published` (crash-point builds only): the
         // effect writes nothing, so the store still says Published while
         // the step says TearingDown. Nothing in the run notices; only trace

@@ -130,18 +130,27 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// An rcgen key pair for an Ed25519 key, and its PKCS#8 encoding (which
-/// rustls signs with).
-fn key_pair(key: &SigningKey) -> Result<(rcgen::KeyPair, PrivatePkcs8KeyDer<'static>), TlsError> {
+/// An rcgen key pair for an Ed25519 key (rcgen keeps its own copy of the
+/// PKCS#8 bytes, unwiped: docs/control-protocol.md); the encoding it is
+/// made from is zeroed when dropped.
+fn rcgen_key(key: &SigningKey) -> Result<rcgen::KeyPair, TlsError> {
     let pkcs8 = key.to_pkcs8_der().map_err(TlsError::Key)?;
-    let der = PrivatePkcs8KeyDer::from(pkcs8.as_bytes().to_vec());
-    let pair = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_ED25519).map_err(
-        |source| TlsError::Certificate {
+    let der = PrivatePkcs8KeyDer::from(pkcs8.as_bytes());
+    rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der, &rcgen::PKCS_ED25519).map_err(|source| {
+        TlsError::Certificate {
             what: "key",
             source,
-        },
-    )?;
-    Ok((pair, der))
+        }
+    })
+}
+
+/// The PKCS#8 encoding of an Ed25519 key that a rustls configuration takes
+/// ownership of (and keeps, unwiped, as its signing key).
+fn rustls_key(key: &SigningKey) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let pkcs8 = key.to_pkcs8_der().map_err(TlsError::Key)?;
+    Ok(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        pkcs8.as_bytes().to_vec(),
+    )))
 }
 
 fn date(what: &'static str, at: i64) -> Result<time::OffsetDateTime, TlsError> {
@@ -200,7 +209,7 @@ impl TlsAuthority {
         now: i64,
         clock: Clock,
     ) -> Result<Self, TlsError> {
-        let (pair, pkcs8) = key_pair(coordinator_key)?;
+        let pair = rcgen_key(coordinator_key)?;
         let mut params =
             rcgen::CertificateParams::new(vec![SERVER_NAME.to_owned()]).map_err(|source| {
                 TlsError::Certificate {
@@ -245,7 +254,7 @@ impl TlsAuthority {
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(config)?
             .with_client_cert_verifier(verifier)
-            .with_single_cert(vec![leaf_der.clone()], PrivateKeyDer::Pkcs8(pkcs8))
+            .with_single_cert(vec![leaf_der.clone()], rustls_key(coordinator_key)?)
             .map_err(config)?;
         server.alpn_protocols = vec![ALPN.to_vec()];
         // No resumption, no early data (spec 3.3): no session cache, no
@@ -466,7 +475,7 @@ impl ClientTlsKey {
         publication: &ProtocolPublicationIdentity,
         cli_id: CliId,
     ) -> Result<ClientEnrollmentRequest, ClientTlsError> {
-        let (pair, _) = key_pair(&self.key)?;
+        let pair = rcgen_key(&self.key)?;
         let mut params = rcgen::CertificateParams::default();
         params.distinguished_name.push(
             rcgen::DnType::CommonName,
@@ -526,12 +535,11 @@ impl ClientTlsKey {
         credential: &TlsCredential,
         clock: Clock,
     ) -> Result<Arc<ClientConfig>, ClientTlsError> {
-        let (_, pkcs8) = key_pair(&self.key)?;
         let builder = client_builder(publication, clock)?;
         let config = builder
             .with_client_auth_cert(
                 vec![CertificateDer::from(credential.certificate_der.clone())],
-                PrivateKeyDer::Pkcs8(pkcs8),
+                rustls_key(&self.key)?,
             )
             .map_err(|source| TlsError::Config {
                 what: "client",
