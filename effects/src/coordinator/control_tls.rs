@@ -67,7 +67,8 @@ pub fn system_clock() -> Clock {
     std::sync::Arc::new(rustls::time_provider::DefaultTimeProvider)
 }
 
-fn now() -> i64 {
+/// Seconds since the Unix epoch by the system clock (0 before it).
+pub(crate) fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -152,7 +153,7 @@ pub fn accept(
             deadline,
         },
     )?;
-    if let Some(cli_id) = tls.authenticate(&conn, now())? {
+    if let Some(cli_id) = tls.authenticate(&conn, unix_now())? {
         let stream = relay(conn.into(), socket).map_err(ControlTlsError::Socket)?;
         return Ok(Accepted::Client { cli_id, stream });
     }
@@ -177,7 +178,7 @@ pub fn accept(
     let request: ClientEnrollmentRequest =
         channel::receive_within(&mut stream, "enrollment", ENROLLMENT_LIMIT)
             .map_err(ControlTlsError::Exchange)?;
-    let response = tls.enroll(&request, now())?;
+    let response = tls.enroll(&request, unix_now())?;
     channel::send(&mut stream, "enrollment", &response).map_err(ControlTlsError::Exchange)?;
     // The answer is written; the client may close as soon as it has read
     // it, so the close_notify is best effort.

@@ -122,6 +122,20 @@ fn enrolled(
     Ok((key, credential))
 }
 
+/// A client enrolled at `issuer` connecting to `tls` with its leaf: its
+/// key and how the handshake ended.
+fn leaf_of(
+    issuer: &mut TlsAuthority,
+    tls: &TlsAuthority,
+) -> Result<(ClientTlsKey, Result<(), Failed>), Box<dyn std::error::Error>> {
+    let (key, credential) = enrolled(issuer, 7, now())?;
+    let (_, _, done) = connect(
+        key.session_config(tls.publication(), &credential, fixed_clock(now()))?,
+        tls,
+    )?;
+    Ok((key, done))
+}
+
 #[test]
 fn an_enrolled_client_authenticates_as_its_cli_id_on_a_new_connection() -> TestResult {
     let (_, mut tls) = authority(1, 10)?;
@@ -151,11 +165,7 @@ fn a_client_leaf_from_another_ca_is_refused_in_the_handshake() -> TestResult {
     // Another CA for the same generation identity (so of the same name,
     // with another key): the leaf's signature does not verify.
     let (_, mut other) = authority(1, 40)?;
-    let (key, credential) = enrolled(&mut other, 7, now())?;
-    let (_, _, done) = connect(
-        key.session_config(tls.publication(), &credential, fixed_clock(now()))?,
-        &tls,
-    )?;
+    let (_, done) = leaf_of(&mut other, &tls)?;
     assert!(
         server_refused(&done, |e| matches!(
             e,
@@ -170,11 +180,7 @@ fn a_client_leaf_from_another_ca_is_refused_in_the_handshake() -> TestResult {
 fn a_leaf_and_an_enrollment_of_the_previous_generation_are_refused() -> TestResult {
     let (_, mut previous) = authority(1, 10)?;
     let (_, mut tls) = authority(2, 70)?;
-    let (key, credential) = enrolled(&mut previous, 7, now())?;
-    let (_, _, done) = connect(
-        key.session_config(tls.publication(), &credential, fixed_clock(now()))?,
-        &tls,
-    )?;
+    let (key, done) = leaf_of(&mut previous, &tls)?;
     assert!(
         server_refused(&done, |e| matches!(
             e,

@@ -118,9 +118,7 @@ pub(in super::super) fn trust_anchor(
     crate::crash_point::disclose_secret!("coordinator", &seeds.coordinator);
     crate::crash_point::disclose_secret!("coordinator-tls", &seeds.coordinator_tls);
     crate::crash_point::disclose_secret!("sandbox", &seeds.sandbox);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let now = super::super::control_tls::unix_now();
     TrustAnchor::new(
         identity,
         &seeds,
