@@ -17,15 +17,14 @@ use clap::{Args, Parser};
 use lazaret_effects::config_resolve::{load_configuration, LoadError, LoadRequest};
 use lazaret_effects::confined::ConfinedSys;
 use lazaret_effects::coordinator::client::{
-    run_session, ClientError, ClientTimings, JoinPlan, SessionAnchor,
+    fresh_session_id, run_session, ClientError, ClientTimings, JoinPlan, SessionAnchor,
 };
 use lazaret_effects::coordinator::paths::DomainPaths;
 use lazaret_effects::coordinator::COORDINATOR_SUBCOMMAND;
 use lazaret_effects::terminal_mode::{RawModeGuard, RealTerm, TermSys, TerminalModeError};
 use lazaret_runtime::config::{HostEnvironment, SandboxLayoutV1};
-use lazaret_runtime::coordinator::messages::{
-    Hello, InteractiveTerminal, TerminalSize, PROTOCOL_VERSION,
-};
+use lazaret_runtime::coordinator::messages::{InteractiveTerminal, SessionRequest, TerminalSize};
+use lazaret_runtime::terminal::protocol::MAX_TERM_BYTES;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
@@ -162,6 +161,8 @@ pub enum LaunchError {
     SelfExe(std::io::Error),
     #[error("cannot make the session's Session Anchor key: {0}")]
     SessionAnchor(std::io::Error),
+    #[error("cannot draw the session's Session ID: {0}")]
+    SessionId(std::io::Error),
     #[error(transparent)]
     Session(#[from] ClientError),
     #[error("the image: {0}")]
@@ -326,8 +327,8 @@ pub fn run(
             &config.runtime_domain_root().label(),
             &config.storage_domain_root().label(),
         ),
-        hello: Hello {
-            version: PROTOCOL_VERSION,
+        request: SessionRequest {
+            session_id: fresh_session_id().map_err(LaunchError::SessionId)?,
             domain_id: config.domain_id().0,
             fingerprint: config.fingerprint().0,
             argv,
@@ -353,9 +354,16 @@ pub fn run(
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let local = if interactive {
         let local = local_terminal(Arc::new(RealTerm))?;
-        plan.hello.terminal = Some(InteractiveTerminal {
+        // A `TERM` the protocol cannot carry (empty, over 256 bytes, or
+        // not printable ASCII) is left unset in the sandbox.
+        let term = std::env::var("TERM").ok().filter(|term| {
+            !term.is_empty()
+                && term.len() <= MAX_TERM_BYTES
+                && term.bytes().all(|b| b.is_ascii_graphic())
+        });
+        plan.request.terminal = Some(InteractiveTerminal {
             size: local.initial,
-            term: std::env::var("TERM").ok(),
+            term,
         });
         Some(local)
     } else {

@@ -8,67 +8,60 @@
 #[path = "support/trust_anchor.rs"]
 mod trust_anchor;
 
-use lazaret_effects::coordinator::client::{run_session, ClientError, JoinPlan, SessionAnchor};
+use lazaret_effects::coordinator::client::{
+    fresh_session_id, run_session, ClientError, JoinPlan, SessionAnchor,
+};
 use lazaret_effects::coordinator::control_tls::{self, Accepted};
 use lazaret_effects::coordinator::paths::DomainPaths;
 use lazaret_effects::coordinator::{channel, publication};
-use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Registration, PROTOCOL_VERSION,
-};
+use lazaret_runtime::coordinator::control::{ControlResponse, SessionOpening, SessionStarted};
+use lazaret_runtime::coordinator::messages::{CommandStatus, SessionRequest};
 use lazaret_runtime::protocol::{TrustAnchor, VerifyError};
-use lazaret_runtime::records::ids::{CliId, SessionId};
+use lazaret_runtime::records::ids::SessionId;
+use lazaret_runtime::terminal::protocol::{
+    Chunk, NonInteractiveOutput, NonInteractiveSessionEvent, NonInteractiveSessionMessage,
+    SessionExit,
+};
 use std::os::unix::net::UnixListener;
 
-/// What the fake coordinator sends after `Joined`.
-fn script() -> Vec<CoordinatorMessage> {
-    use CoordinatorMessage::{Stderr, Stdout};
-    let m = |s: &[u8]| s.to_vec();
+/// What the fake coordinator sends after `Started`, for session `id`.
+fn script(id: SessionId) -> Vec<NonInteractiveSessionMessage> {
+    let out = |s: &[u8]| NonInteractiveOutput {
+        session_id: id,
+        bytes: Chunk::new(s.to_vec()).unwrap(),
+    };
+    let stdout = |s: &[u8]| NonInteractiveSessionMessage::Stdout(out(s));
+    let stderr = |s: &[u8]| NonInteractiveSessionMessage::Stderr(out(s));
     vec![
-        Stdout(m(b"start\n\x1b]0;ti")),
-        Stdout(m(b"tle\x07\x1b[3")),
-        Stdout(m(b"1mred\x1b[0m\n")),
+        stdout(b"start\n\x1b]0;ti"),
+        stdout(b"tle\x07\x1b[3"),
+        stdout(b"1mred\x1b[0m\n"),
         // OSC 52 split across three messages.
-        Stdout(m(b"before|\x1b]5")),
-        Stdout(m(b"2;c;aGVs")),
-        Stdout(m(b"bG8=\x07|after\n")),
+        stdout(b"before|\x1b]5"),
+        stdout(b"2;c;aGVs"),
+        stdout(b"bG8=\x07|after\n"),
         // On stderr: the C1 form in UTF-8, ended by ST; then tmux's wrapper.
-        Stderr(m(b"err|\xc2")),
-        Stderr(m(b"\x9d52;c;aGk=\x1b\\|err\n")),
-        Stderr(m(b"\x1bPtmux;\x1b\x1b]52;c;aGk=\x07\x1b\\tmux-gone\n")),
+        stderr(b"err|\xc2"),
+        stderr(b"\x9d52;c;aGk=\x1b\\|err\n"),
+        stderr(b"\x1bPtmux;\x1b\x1b]52;c;aGk=\x07\x1b\\tmux-gone\n"),
         // stdout leaves an ESC pending; stderr's `]52;` must not use it.
-        Stdout(m(b"\x1b\x1b]52;c;eA==\x07")),
-        Stderr(m(b"]52;c;eQ==\x07cross\n")),
-        Stdout(m(b"[0mtext\n")),
-        // Ends unterminated: discarded at Exited.
-        Stdout(m(b"last\x1b]52;c;dW50ZXJt")),
-        CoordinatorMessage::Exited(CommandStatus::Exited(7)),
+        stdout(b"\x1b\x1b]52;c;eA==\x07"),
+        stderr(b"]52;c;eQ==\x07cross\n"),
+        stdout(b"[0mtext\n"),
+        // Ends unterminated: discarded at the exit.
+        stdout(b"last\x1b]52;c;dW50ZXJt"),
+        NonInteractiveSessionMessage::Exit(SessionExit::exited(id, 7)),
     ]
-}
-
-/// The registration binding `anchor`.
-fn joined(trust_anchor: &TrustAnchor, anchor: [u8; 32]) -> CoordinatorMessage {
-    CoordinatorMessage::Joined {
-        generation: 1,
-        cold: false,
-        timings: Vec::new(),
-        registration: Box::new(Registration {
-            response: trust_anchor
-                .register(CliId([10; 16]), SessionId([11; 16]), anchor)
-                .unwrap(),
-            trust_manifest: trust_anchor.manifest().clone(),
-            coordinator_protocol_credential: trust_anchor.coordinator_credential().clone(),
-        }),
-    }
 }
 
 /// A fake coordinator on `paths`' socket, with a real publication identity
 /// and TLS (spec 3.3): it answers the enrollment, then on the mTLS
-/// connection answers the Hello with the registration of
-/// `registered(hello's anchor)`, then sends `script`.
+/// connection takes the opening frames through the real [`SessionOpening`]
+/// checks and answers them with the registration of `registered(the
+/// request's anchor)`, then sends its script.
 fn fake_coordinator(
     paths: &DomainPaths,
     registered: fn([u8; 32]) -> [u8; 32],
-    script: Vec<CoordinatorMessage>,
 ) -> std::thread::JoinHandle<()> {
     std::fs::create_dir_all(&paths.runtime).unwrap();
     let (trust_anchor, mut tls) = trust_anchor::trust_anchor();
@@ -80,40 +73,63 @@ fn fake_coordinator(
         let enrolled = control_tls::accept(enrolling, &mut tls, uid).unwrap();
         assert!(matches!(enrolled, Accepted::Enrolled(_)), "{enrolled:?}");
         let (session, _) = listener.accept().unwrap();
-        let Accepted::Client { mut stream, .. } =
+        let Accepted::Client { mut stream, cli_id } =
             control_tls::accept(session, &mut tls, uid).unwrap()
         else {
             panic!("the second connection is not an authenticated client");
         };
-        let hello: ClientMessage = channel::receive(&mut stream, "test").unwrap();
-        let ClientMessage::Hello(hello) = hello else {
-            panic!("the first message is not a Hello: {hello:?}");
-        };
+        let mut opening = SessionOpening::new(tls.generation_identity().clone(), cli_id);
+        let register = channel::receive_body(&mut stream, "test", 1 << 16).unwrap();
+        assert_eq!(opening.feed(&register).unwrap(), None);
+        let start = channel::receive_body(&mut stream, "test", 1 << 16).unwrap();
+        let opened = opening.feed(&start).unwrap().unwrap();
+        assert!(opened.matches, "{opened:?}");
+        let request = opened.request;
+        let registration = trust_anchor
+            .register(
+                cli_id,
+                request.session_id,
+                registered(request.session_anchor),
+            )
+            .unwrap();
         channel::send(
             &mut stream,
             "test",
-            &joined(&trust_anchor, registered(hello.session_anchor)),
+            &ControlResponse::Registered(registration),
         )
         .unwrap();
+        let started =
+            ControlResponse::Started(Box::new(started(&trust_anchor, request.session_id)));
+        channel::send(&mut stream, "test", &started).unwrap();
         // A client that refused its registration has hung up.
-        for message in script {
+        for message in script(request.session_id) {
             if channel::send(&mut stream, "test", &message).is_err() {
                 return;
             }
         }
-        // Drains the client (stdin closed) until it hangs up.
-        while channel::receive::<ClientMessage>(&mut stream, "test").is_ok() {}
+        // Drains the client (its input closed) until it hangs up.
+        while channel::receive::<NonInteractiveSessionEvent>(&mut stream, "test").is_ok() {}
     })
+}
+
+fn started(trust_anchor: &TrustAnchor, session_id: SessionId) -> SessionStarted {
+    SessionStarted {
+        session_id,
+        cold: false,
+        timings: Vec::new(),
+        trust_manifest: trust_anchor.manifest().clone(),
+        coordinator_protocol_credential: trust_anchor.coordinator_credential().clone(),
+    }
 }
 
 fn plan(paths: DomainPaths) -> JoinPlan {
     let session_anchor = SessionAnchor::generate().unwrap();
     JoinPlan {
         paths,
-        hello: Hello {
-            version: PROTOCOL_VERSION,
+        request: SessionRequest {
             domain_id: [1; 32],
             fingerprint: [2; 32],
+            session_id: fresh_session_id().unwrap(),
             argv: vec!["true".into()],
             terminal: None,
             session_anchor: session_anchor.public_key(),
@@ -129,7 +145,7 @@ fn plan(paths: DomainPaths) -> JoinPlan {
 fn a_registration_of_another_session_anchor_is_refused_before_any_output() {
     let dir = tempfile::tempdir().unwrap();
     let paths = DomainPaths::new(&dir.path().join("run"), &dir.path().join("store"));
-    let coordinator = fake_coordinator(&paths, |_| [0x42; 32], script());
+    let coordinator = fake_coordinator(&paths, |_| [0x42; 32]);
     let plan = plan(paths);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let refused = run_session(&plan, Box::new(std::io::empty()), &mut out, &mut err, None);
@@ -149,7 +165,7 @@ fn a_registration_of_another_session_anchor_is_refused_before_any_output() {
 fn a_session_streams_everything_but_clipboard_sequences() {
     let dir = tempfile::tempdir().unwrap();
     let paths = DomainPaths::new(&dir.path().join("run"), &dir.path().join("store"));
-    let coordinator = fake_coordinator(&paths, |anchor| anchor, script());
+    let coordinator = fake_coordinator(&paths, |anchor| anchor);
     let plan = plan(paths);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let (status, _) =

@@ -49,6 +49,17 @@ pub fn receive_within<T: DeserializeOwned>(
     what: &'static str,
     limit: usize,
 ) -> Result<T, ChannelError> {
+    let body = receive_body(input, what, limit)?;
+    Ok(frame::decode(what, &body)?)
+}
+
+/// One frame's body, undecoded, at most `limit` bytes with its prefix; a
+/// longer one is refused before its body is read.
+pub fn receive_body(
+    input: &mut impl Read,
+    what: &'static str,
+    limit: usize,
+) -> Result<Vec<u8>, ChannelError> {
     let mut prefix = [0u8; PREFIX];
     let mut got = 0;
     while got < PREFIX {
@@ -77,5 +88,5 @@ pub fn receive_within<T: DeserializeOwned>(
     input
         .read_exact(&mut body)
         .map_err(|source| ChannelError::Io { what, source })?;
-    Ok(frame::decode(what, &body)?)
+    Ok(body)
 }

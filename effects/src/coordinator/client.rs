@@ -9,14 +9,22 @@ use super::publication::{self, PublicationError};
 use super::LOST_LOCK_EXIT;
 use crate::crash_point::crash_point;
 use ed25519_dalek::SigningKey;
-use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, Hello, Refusal, TerminalSize,
+use lazaret_runtime::coordinator::control::{
+    opening_requests, ControlResponse, Refusal, MAX_CONTROL_FRAME,
 };
+use lazaret_runtime::coordinator::frame::PREFIX;
+use lazaret_runtime::coordinator::messages::{CommandStatus, SessionRequest, TerminalSize};
 use lazaret_runtime::protocol::records::ProtocolPublicationIdentity;
 use lazaret_runtime::protocol::tls::{check_publication, ClientTlsError, ClientTlsKey};
 use lazaret_runtime::protocol::{verify_registration, ExpectedRegistration, VerifyError};
-use lazaret_runtime::records::ids::{CliId, ConfigurationFingerprint, DomainId, GenerationId};
+use lazaret_runtime::records::ids::{CliId, ConfigurationFingerprint, DomainId, SessionId};
 use lazaret_runtime::terminal::escape_filter::{OutputStream, SessionOutputFilter};
+use lazaret_runtime::terminal::protocol::{
+    Chunk, NonInteractiveInput, NonInteractiveOutput, NonInteractiveSessionEvent,
+    NonInteractiveSessionMessage, ProtocolError, SessionAbort, SessionAbortKind, SessionClose,
+    SessionExit, SessionTerminalEvent, SessionTerminalMessage, TerminalInput, TerminalResize,
+    MAX_CHUNK_BYTES, MAX_RECORD_BYTES,
+};
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -81,6 +89,18 @@ pub enum ClientError {
     Control(#[source] ControlTlsError),
     #[error("the kernel's random source: {0}")]
     Random(#[source] io::Error),
+    /// The session's opening frames cannot be built (its argv or `TERM`).
+    #[error("the session request: {0}")]
+    Request(#[source] ProtocolError),
+    /// The coordinator refused a step of the session's opening.
+    #[error("the coordinator refused the session: {0}")]
+    Refused(#[source] Refusal),
+    /// The coordinator's answer was not the record due.
+    #[error("the coordinator sent {found} where {expected} was due")]
+    Unexpected {
+        expected: &'static str,
+        found: &'static str,
+    },
 }
 
 /// The Session Anchor of one Client Session (spec 3.3 "Protocol
@@ -114,12 +134,18 @@ impl std::fmt::Debug for SessionAnchor {
     }
 }
 
+/// A fresh Session ID for the session's registration (spec 3.3: the
+/// Client CLI chooses it; the coordinator refuses one it already has).
+pub fn fresh_session_id() -> io::Result<SessionId> {
+    Ok(SessionId(super::session::random_bytes()?))
+}
+
 /// What the CLI knows before it joins.
 #[derive(Debug)]
 pub struct JoinPlan {
     pub paths: DomainPaths,
-    pub hello: Hello,
-    /// The session's anchor; `hello.session_anchor` is its public key.
+    pub request: SessionRequest,
+    /// The session's anchor; `request.session_anchor` is its public key.
     pub session_anchor: SessionAnchor,
     /// `lazaret __coordinator ...` (program first).
     pub coordinator: Vec<OsString>,
@@ -183,8 +209,9 @@ const TLS_ATTEMPTS: u32 = 3;
 
 /// What the CLI's control connection is, once it is authenticated.
 enum Authenticated {
-    /// The mTLS connection's plaintext, and the publication it pinned.
-    Connected(UnixStream, Box<ProtocolPublicationIdentity>),
+    /// The mTLS connection's plaintext, the publication it pinned, and the
+    /// Client CLI ID its leaf was issued to.
+    Connected(UnixStream, Box<ProtocolPublicationIdentity>, CliId),
     /// No publication identity, or no socket after the enrollment (the
     /// coordinator is stopping): try again.
     Unpublished,
@@ -201,7 +228,7 @@ fn authenticate(plan: &JoinPlan, first: UnixStream) -> Result<Authenticated, Cli
         Err(e) if e.is_absent() => return Ok(Authenticated::Unpublished),
         Err(e) => return Err(ClientError::Publication(e)),
     };
-    check_publication(&publication, DomainId(plan.hello.domain_id))
+    check_publication(&publication, DomainId(plan.request.domain_id))
         .map_err(ClientError::PublicationRefused)?;
     let mut seed: [u8; 32] = super::session::random_bytes().map_err(ClientError::Random)?;
     crate::crash_point::disclose_secret!("client-tls", &seed);
@@ -232,7 +259,11 @@ fn authenticate(plan: &JoinPlan, first: UnixStream) -> Result<Authenticated, Cli
     };
     let stream =
         control_tls::open(second, &publication, &key, &credential).map_err(ClientError::Control)?;
-    Ok(Authenticated::Connected(stream, Box::new(publication)))
+    Ok(Authenticated::Connected(
+        stream,
+        Box::new(publication),
+        cli_id,
+    ))
 }
 
 fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
@@ -240,87 +271,120 @@ fn connect(plan: &JoinPlan) -> io::Result<UnixStream> {
     UnixStream::connect(short.path())
 }
 
-fn hello(
+/// Spec 3.3 session registration, then the session's start: the two
+/// opening frames, answered by `Registered` (the Session Request
+/// Capability, verified against this CLI's Session Anchor under the pinned
+/// manifest) and `Started`, or by a refusal.
+fn register(
     plan: &JoinPlan,
     mut stream: UnixStream,
     publication: &ProtocolPublicationIdentity,
+    cli_id: CliId,
     timings: &mut ClientTimings,
 ) -> Result<Attempt, ClientError> {
     let t = Instant::now();
     crash_point!(Cli, "hello", "before", "Hello");
-    channel::send(
-        &mut stream,
-        "client",
-        &ClientMessage::Hello(plan.hello.clone()),
-    )?;
-    // HC answers before the session's command starts (`Joined` is the
-    // EnrollClient step's effect), so no output can precede the answer.
-    let answer = match channel::receive::<CoordinatorMessage>(&mut stream, "client") {
-        Ok(answer) => answer,
-        // The coordinator went away between accept and answer: it was
-        // stopping.
-        Err(ChannelError::Closed { .. }) => return Ok(Attempt::Retry),
-        Err(e) => return Err(e.into()),
+    let opening = opening_requests(&plan.request, &publication.generation_identity, cli_id)
+        .map_err(ClientError::Request)?;
+    for request in &opening {
+        channel::send(&mut stream, "client", request)?;
+    }
+    // HC answers before the session's command starts (`Registered` and
+    // `Started` are the EnrollClient step's effect), so no output can
+    // precede the answer.
+    let registered = match answer(&mut stream)? {
+        None => return Ok(Attempt::Retry),
+        Some(ControlResponse::Registered(registered)) => registered,
+        Some(other) => return Err(refused(plan, other, "Registered")),
+    };
+    let started = match answer(&mut stream)? {
+        None => return Ok(Attempt::Retry),
+        Some(ControlResponse::Started(started)) => started,
+        Some(other) => return Err(refused(plan, other, "Started")),
     };
     timings
         .phases
         .push(("hello_and_launch_or_join".into(), t.elapsed()));
-    match answer {
-        CoordinatorMessage::Joined {
-            generation,
-            cold,
-            timings: hc,
-            registration,
-        } => {
-            let expected = ExpectedRegistration {
-                domain_id: DomainId(plan.hello.domain_id),
-                configuration_fingerprint: ConfigurationFingerprint(plan.hello.fingerprint),
-                generation_id: GenerationId(generation),
-                session_anchor: plan.session_anchor.public_key(),
-                trust_manifest_sha256: publication.trust_manifest_sha256,
-            };
-            verify_registration(
-                &registration.response,
-                &registration.trust_manifest,
-                &registration.coordinator_protocol_credential,
-                &expected,
-            )
-            .map_err(ClientError::Registration)?;
-            timings.cold = cold;
-            timings.coordinator = hc;
-            Ok(Attempt::Joined(stream, std::mem::take(timings)))
+    let expected = ExpectedRegistration {
+        domain_id: DomainId(plan.request.domain_id),
+        configuration_fingerprint: ConfigurationFingerprint(plan.request.fingerprint),
+        generation_id: publication.generation_identity.generation_id,
+        session_anchor: plan.session_anchor.public_key(),
+        trust_manifest_sha256: publication.trust_manifest_sha256,
+    };
+    verify_registration(
+        &registered,
+        &started.trust_manifest,
+        &started.coordinator_protocol_credential,
+        &expected,
+    )
+    .map_err(ClientError::Registration)?;
+    if started.session_id != plan.request.session_id
+        || registered.session_capability.session_binding.session_id != plan.request.session_id
+    {
+        return Err(ClientError::Refused(Refusal::SessionMismatch));
+    }
+    timings.cold = started.cold;
+    timings.coordinator = started.timings;
+    Ok(Attempt::Joined(stream, std::mem::take(timings)))
+}
+
+/// One answer of the opening; `None` when the coordinator went away first
+/// (it was stopping: the join starts over).
+fn answer(stream: &mut UnixStream) -> Result<Option<ControlResponse>, ClientError> {
+    match channel::receive_within(stream, "client", PREFIX + MAX_CONTROL_FRAME) {
+        Ok(answer) => Ok(Some(answer)),
+        Err(ChannelError::Closed { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The error for an answer that is not the `expected` one.
+fn refused(plan: &JoinPlan, answer: ControlResponse, expected: &'static str) -> ClientError {
+    let refusal = match answer {
+        ControlResponse::Refused(refusal) => refusal,
+        ControlResponse::Enrolled(_) => {
+            return ClientError::Unexpected {
+                expected,
+                found: "Enrolled",
+            }
         }
-        CoordinatorMessage::Refused(Refusal::Version { supported }) => Err(ClientError::Version {
+        ControlResponse::Registered(_) => {
+            return ClientError::Unexpected {
+                expected,
+                found: "Registered",
+            }
+        }
+        ControlResponse::Started(_) => {
+            return ClientError::Unexpected {
+                expected,
+                found: "Started",
+            }
+        }
+    };
+    match refusal {
+        Refusal::Version { supported } => ClientError::Version {
             supported,
-            ours: plan.hello.version,
-        }),
-        CoordinatorMessage::Refused(Refusal::OtherDomain { running }) => {
-            Err(ClientError::OtherDomain {
-                path: plan.paths.socket(),
-                running: hex(&running),
-            })
-        }
-        CoordinatorMessage::Refused(Refusal::OtherConfiguration {
+            ours: lazaret_runtime::protocol::PROTOCOL_VERSION,
+        },
+        Refusal::OtherDomain { running } => ClientError::OtherDomain {
+            path: plan.paths.socket(),
+            running: hex(&running),
+        },
+        Refusal::OtherConfiguration {
             profile,
             workspace,
             running_fingerprint,
-            source,
-        }) => Err(ClientError::OtherConfiguration {
+            config_file,
+        } => ClientError::OtherConfiguration {
             profile,
             workspace,
             running: hex(&running_fingerprint),
-            source_file: source,
-        }),
-        CoordinatorMessage::Refused(Refusal::LaunchFailed(why)) => {
-            Err(ClientError::LaunchFailed(why))
-        }
-        CoordinatorMessage::Refused(Refusal::SessionFailed(why)) => {
-            Err(ClientError::SessionFailed(why))
-        }
-        other => Err(ClientError::Channel(ChannelError::Io {
-            what: "client",
-            source: io::Error::new(io::ErrorKind::InvalidData, format!("unexpected {other:?}")),
-        })),
+            source_file: config_file,
+        },
+        Refusal::LaunchFailed(why) => ClientError::LaunchFailed(why),
+        Refusal::SessionFailed(why) => ClientError::SessionFailed(why),
+        other => ClientError::Refused(other),
     }
 }
 
@@ -395,10 +459,10 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
             .phases
             .push(("find_or_start_coordinator".into(), t.elapsed()));
         let t = Instant::now();
-        let (stream, publication) = match authenticate(plan, stream) {
-            Ok(Authenticated::Connected(stream, publication)) => {
+        let (stream, publication, cli_id) = match authenticate(plan, stream) {
+            Ok(Authenticated::Connected(stream, publication, cli_id)) => {
                 tls_failures = 0;
-                (stream, publication)
+                (stream, publication, cli_id)
             }
             Ok(Authenticated::Unpublished) => {
                 timings = ClientTimings::default();
@@ -417,7 +481,7 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
         timings
             .phases
             .push(("enroll_and_connect".into(), t.elapsed()));
-        match hello(plan, stream, &publication, &mut timings)? {
+        match register(plan, stream, &publication, cli_id, &mut timings)? {
             Attempt::Joined(stream, timings) => return Ok((stream, timings)),
             Attempt::Retry => {
                 timings = ClientTimings::default();
@@ -447,39 +511,34 @@ pub fn run_session(
             source,
         }
     })?));
-    let send = |writer: &Mutex<UnixStream>, msg: &ClientMessage| -> bool {
-        match writer.lock() {
-            Ok(mut w) => channel::send(&mut *w, "client", msg).is_ok(),
-            Err(_) => false,
-        }
-    };
+    let session_id = plan.request.session_id;
+    let interactive = plan.request.terminal.is_some();
     if let Some(resizes) = resizes {
         let writer = Arc::clone(&writer);
         std::thread::spawn(move || {
             for size in resizes {
-                if !send(&writer, &ClientMessage::Resize(size)) {
+                // Spec 3.4: rows and columns are nonzero; a terminal that
+                // reports a zero dimension has no size to send.
+                let (Some(rows), Some(columns)) = (
+                    std::num::NonZeroU16::new(size.rows),
+                    std::num::NonZeroU16::new(size.columns),
+                ) else {
+                    continue;
+                };
+                let resize = SessionTerminalEvent::Resize(TerminalResize {
+                    session_id,
+                    rows,
+                    columns,
+                    pixel_width: 0,
+                    pixel_height: 0,
+                });
+                if !send(&writer, &resize) {
                     return;
                 }
             }
         });
     }
-    std::thread::spawn(move || {
-        let mut stdin = stdin;
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => {
-                    send(&writer, &ClientMessage::StdinClosed);
-                    return;
-                }
-                Ok(n) => {
-                    if !send(&writer, &ClientMessage::Stdin(buf[..n].to_vec())) {
-                        return;
-                    }
-                }
-            }
-        }
-    });
+    std::thread::spawn(move || forward_stdin(stdin, &writer, session_id, interactive));
     let mut reader = stream;
     // Spec README 'Terminal output hygiene': no clipboard sequence of the
     // sandbox reaches the user, whatever stdout and stderr are (output piped
@@ -502,35 +561,140 @@ pub fn run_session(
             .map_err(ClientError::Output)
     };
     loop {
-        let message = channel::receive::<CoordinatorMessage>(&mut reader, "client")?;
-        match message {
-            CoordinatorMessage::Stdout(bytes) => {
-                write(OutputStream::Stdout, Some(&bytes))?;
-                crash_point!(Cli, "output", "after", "Stdout");
+        let received = receive(&mut reader, interactive)?;
+        if received.session_id() != session_id {
+            return Err(ClientError::Unexpected {
+                expected: "this session's records",
+                found: "another session's record",
+            });
+        }
+        match received {
+            Received::Output(stream, out) => {
+                write(stream, Some(out.bytes.as_bytes()))?;
+                if stream == OutputStream::Stdout {
+                    crash_point!(Cli, "output", "after", "Stdout");
+                }
             }
-            CoordinatorMessage::Stderr(bytes) => write(OutputStream::Stderr, Some(&bytes))?,
-            CoordinatorMessage::Exited(status) => {
+            Received::Exit(exit) => {
                 write(OutputStream::Stdout, None)?;
                 write(OutputStream::Stderr, None)?;
+                let Some(status) = CommandStatus::of_exit(&exit) else {
+                    return Err(ClientError::SessionLost(
+                        "the session's exec client ended without reporting the command's \
+                         status (it was killed or vanished before or while running the command)"
+                            .into(),
+                    ));
+                };
                 crash_point!(Cli, "status", "before", "Exited");
                 timings.phases.push(("command".into(), t.elapsed()));
                 return Ok((status, timings));
             }
-            CoordinatorMessage::SessionLost(why) => return Err(ClientError::SessionLost(why)),
-            // Joined comes before the exec client is started, so a start
-            // that fails is reported after it.
-            CoordinatorMessage::Refused(Refusal::SessionFailed(why)) => {
-                return Err(ClientError::SessionFailed(why))
+            Received::Abort(abort) => return Err(aborted(&abort)),
+        }
+    }
+}
+
+/// One record of the session's stream, whichever form the session has.
+enum Received {
+    Output(OutputStream, NonInteractiveOutput),
+    Exit(SessionExit),
+    Abort(SessionAbort),
+}
+
+impl Received {
+    fn session_id(&self) -> SessionId {
+        match self {
+            Self::Output(_, out) => out.session_id,
+            Self::Exit(exit) => exit.session_id(),
+            Self::Abort(abort) => abort.session_id(),
+        }
+    }
+}
+
+/// Reads one record: an interactive session's `SessionTerminalMessage`
+/// (one merged output stream, spec 3.4), or a piped one's
+/// `NonInteractiveSessionMessage` (stdout and stderr apart).
+fn receive(reader: &mut UnixStream, interactive: bool) -> Result<Received, ClientError> {
+    const LIMIT: usize = PREFIX + MAX_RECORD_BYTES;
+    Ok(if interactive {
+        match channel::receive_within(reader, "client", LIMIT)? {
+            SessionTerminalMessage::Output(out) => Received::Output(
+                OutputStream::Stdout,
+                NonInteractiveOutput {
+                    session_id: out.session_id,
+                    bytes: out.bytes,
+                },
+            ),
+            SessionTerminalMessage::Exit(exit) => Received::Exit(exit),
+            SessionTerminalMessage::Abort(abort) => Received::Abort(abort),
+        }
+    } else {
+        match channel::receive_within(reader, "client", LIMIT)? {
+            NonInteractiveSessionMessage::Stdout(out) => {
+                Received::Output(OutputStream::Stdout, out)
             }
-            other => {
-                return Err(ClientError::Channel(ChannelError::Io {
-                    what: "client",
-                    source: io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("unexpected {other:?}"),
-                    ),
-                }))
+            NonInteractiveSessionMessage::Stderr(out) => {
+                Received::Output(OutputStream::Stderr, out)
             }
+            NonInteractiveSessionMessage::Exit(exit) => Received::Exit(exit),
+            NonInteractiveSessionMessage::Abort(abort) => Received::Abort(abort),
+        }
+    })
+}
+
+/// The CLI's error for a session that ended without its command's status.
+fn aborted(abort: &SessionAbort) -> ClientError {
+    match abort.kind() {
+        SessionAbortKind::StartFailed => ClientError::SessionFailed(abort.reason().to_owned()),
+        SessionAbortKind::RuntimeLost => ClientError::SessionLost(abort.reason().to_owned()),
+    }
+}
+
+fn send<T: serde::Serialize>(writer: &Mutex<UnixStream>, record: &T) -> bool {
+    match writer.lock() {
+        Ok(mut w) => channel::send(&mut *w, "client", record).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Forwards the CLI's standard input, in chunks of at most
+/// [`MAX_CHUNK_BYTES`]: an interactive session's as `Input` events (a
+/// terminal has no end of input; Ctrl-D is a byte), a piped one's as
+/// `Input`, then `InputClosed` at its end.
+fn forward_stdin(
+    mut stdin: Box<dyn Read + Send>,
+    writer: &Mutex<UnixStream>,
+    session_id: SessionId,
+    interactive: bool,
+) {
+    let mut buf = vec![0u8; MAX_CHUNK_BYTES];
+    loop {
+        let n = match stdin.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                if !interactive {
+                    let closed = SessionClose { session_id };
+                    send(writer, &NonInteractiveSessionEvent::InputClosed(closed));
+                }
+                return;
+            }
+            Ok(n) => n,
+        };
+        let Ok(bytes) = Chunk::new(buf[..n].to_vec()) else {
+            return;
+        };
+        let sent = if interactive {
+            send(
+                writer,
+                &SessionTerminalEvent::Input(TerminalInput { session_id, bytes }),
+            )
+        } else {
+            send(
+                writer,
+                &NonInteractiveSessionEvent::Input(NonInteractiveInput { session_id, bytes }),
+            )
+        };
+        if !sent {
+            return;
         }
     }
 }

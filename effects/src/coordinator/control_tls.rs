@@ -11,9 +11,8 @@ use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use lazaret_runtime::protocol::records::{
-    ClientEnrollmentRequest, ClientEnrollmentResponse, ProtocolPublicationIdentity, TlsCredential,
-};
+use lazaret_runtime::coordinator::control::{ControlRequest, ControlResponse, Refusal};
+use lazaret_runtime::protocol::records::{ProtocolPublicationIdentity, TlsCredential};
 use lazaret_runtime::protocol::tls::{
     server_name, ClientTlsError, ClientTlsKey, Clock, EnrollError, PeerError, TlsAuthority,
     TlsError, ENROLLMENT_LIMIT,
@@ -45,6 +44,15 @@ pub enum ControlTlsError {
     Exchange(#[source] ChannelError),
     #[error("the enrollment is refused: {0}")]
     Enroll(#[from] EnrollError),
+    /// An enrollment connection carried another record than `Enroll`.
+    #[error("an enrollment connection opened with {found}, not Enroll")]
+    NotEnrollment { found: &'static str },
+    /// The coordinator refused this CLI's enrollment.
+    #[error("the coordinator refused the enrollment: {0}")]
+    Refused(Refusal),
+    /// The coordinator answered the enrollment with another record.
+    #[error("the coordinator answered the enrollment with {found}, not Enrolled")]
+    NotEnrolled { found: &'static str },
     #[error("the coordinator's answer is refused: {0}")]
     Client(#[from] ClientTlsError),
     #[error("{0}")]
@@ -175,10 +183,25 @@ pub fn accept(
         deadline,
     };
     let mut stream = rustls::Stream::new(&mut conn, &mut bounded);
-    let request: ClientEnrollmentRequest =
-        channel::receive_within(&mut stream, "enrollment", ENROLLMENT_LIMIT)
-            .map_err(ControlTlsError::Exchange)?;
-    let response = tls.enroll(&request, unix_now())?;
+    let request = match channel::receive_within(&mut stream, "enrollment", ENROLLMENT_LIMIT)
+        .map_err(ControlTlsError::Exchange)?
+    {
+        ControlRequest::Enroll(request) => request,
+        other => {
+            return Err(ControlTlsError::NotEnrollment {
+                found: other.name(),
+            })
+        }
+    };
+    let response = match tls.enroll(&request, unix_now()) {
+        Ok(response) => ControlResponse::Enrolled(response),
+        Err(e) => {
+            // The refusal is named to the CLI, then the connection ends.
+            let refused = ControlResponse::Refused(Refusal::Enrollment(e.to_string()));
+            let _ = channel::send(&mut stream, "enrollment", &refused);
+            return Err(e.into());
+        }
+    };
     channel::send(&mut stream, "enrollment", &response).map_err(ControlTlsError::Exchange)?;
     // The answer is written; the client may close as soon as it has read
     // it, so the close_notify is best effort.
@@ -213,11 +236,22 @@ pub fn enroll(
         ClientTlsKey::enrollment_config(publication, system_clock())?,
         &mut bounded,
     )?;
-    let request = key.enrollment_request(publication, cli_id)?;
+    let request = ControlRequest::Enroll(key.enrollment_request(publication, cli_id)?);
     let mut stream = rustls::Stream::new(&mut conn, &mut bounded);
     channel::send(&mut stream, "enrollment", &request).map_err(ControlTlsError::Exchange)?;
-    let response: ClientEnrollmentResponse =
-        channel::receive(&mut stream, "enrollment").map_err(ControlTlsError::Exchange)?;
+    let response =
+        match channel::receive(&mut stream, "enrollment").map_err(ControlTlsError::Exchange)? {
+            ControlResponse::Enrolled(response) => response,
+            ControlResponse::Refused(refusal) => return Err(ControlTlsError::Refused(refusal)),
+            ControlResponse::Registered(_) => {
+                return Err(ControlTlsError::NotEnrolled {
+                    found: "Registered",
+                })
+            }
+            ControlResponse::Started(_) => {
+                return Err(ControlTlsError::NotEnrolled { found: "Started" })
+            }
+        };
     Ok(ClientTlsKey::accept_enrollment(
         publication,
         cli_id,

@@ -48,12 +48,14 @@ use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
 };
+use lazaret_runtime::coordinator::control::{
+    ControlResponse, Refusal, SessionOpening, SessionStarted, MAX_CONTROL_FRAME,
+};
+use lazaret_runtime::coordinator::frame::PREFIX;
 use lazaret_runtime::coordinator::host_model::SESSION_SLOTS;
 use lazaret_runtime::coordinator::host_model::{HostModelError, ProcessView, Routing};
 use lazaret_runtime::coordinator::launch::step_name;
-use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CoordinatorMessage, Hello, Refusal, Registration, PROTOCOL_VERSION,
-};
+use lazaret_runtime::coordinator::messages::SessionRequest;
 use lazaret_runtime::coordinator::serve::{self, Admission, ServeError};
 use lazaret_runtime::core::CoreError;
 use lazaret_runtime::ownership::terminal::TerminalOp;
@@ -70,6 +72,9 @@ use lazaret_runtime::records::process::{
     PidfsProcessIdentityV1,
 };
 use lazaret_runtime::records::terminal::SessionTerminalState;
+use lazaret_runtime::terminal::protocol::{
+    NonInteractiveSessionMessage, SessionAbort, SessionAbortKind, SessionTerminalMessage,
+};
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -80,8 +85,9 @@ use std::time::{Duration, Instant};
 /// How long a coordinator whose bootstrap failed keeps answering the CLIs
 /// that try to join with the reason.
 const REFUSAL_WINDOW: Duration = Duration::from_secs(2);
-/// How long a new connection may take to say hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an authenticated connection may take to send its opening
+/// frames (its registration and its start).
+const OPENING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the CLI passes to the coordinator it starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -358,11 +364,11 @@ pub(super) enum HcEvent {
     SupervisorLost(String),
 }
 
-/// An authenticated Client CLI's connection and hello (spec 3.3).
+/// An authenticated Client CLI's connection and its opening (spec 3.3).
 pub(super) struct Joining {
     /// The mTLS connection's plaintext.
     pub stream: UnixStream,
-    pub hello: Hello,
+    pub request: SessionRequest,
     /// Whether its configuration fingerprint matches this coordinator's.
     pub matches: bool,
     /// The Client CLI its leaf was issued to.
@@ -529,7 +535,6 @@ pub fn run_coordinator(
     let (events_tx, events) = mpsc::channel();
     spawn_acceptor(
         listener,
-        running.clone(),
         events_tx.clone(),
         tls,
         rustix::process::geteuid().as_raw(),
@@ -705,7 +710,7 @@ fn refuse_waiting_clients(events: &Receiver<HcEvent>, error: &CoordinatorError) 
         match events.recv_timeout(left) {
             Ok(HcEvent::Client(mut joining)) => reply(
                 &mut joining.stream,
-                &CoordinatorMessage::Refused(Refusal::LaunchFailed(format!(
+                &ControlResponse::Refused(Refusal::LaunchFailed(format!(
                     "the Domain could not be recovered: {error}"
                 ))),
             ),
@@ -715,7 +720,7 @@ fn refuse_waiting_clients(events: &Receiver<HcEvent>, error: &CoordinatorError) 
     }
 }
 
-fn reply(stream: &mut UnixStream, message: &CoordinatorMessage) {
+fn reply(stream: &mut UnixStream, message: &ControlResponse) {
     if let Err(e) = channel::send(stream, "client", message) {
         tracing::warn!(error = %e, "cannot answer a client");
     }
@@ -789,19 +794,29 @@ fn client(
     let Some(plan) = serve::on_client(hc.model.model(), joining.matches)? else {
         reply(
             &mut joining.stream,
-            &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
+            &ControlResponse::Refused(Refusal::SessionFailed(format!(
                 "this Domain already serves {SESSION_SLOTS} sessions"
             ))),
         );
         return Ok(());
     };
+    // Spec 3.3: the Client CLI chose its Session ID; one this generation
+    // already recorded is refused before it is any model session (a
+    // second Session row would fail the Domain Store transaction).
+    if session_taken(hc, joining.request.session_id)? {
+        reply(
+            &mut joining.stream,
+            &ControlResponse::Refused(Refusal::SessionIdTaken),
+        );
+        return Ok(());
+    }
     let s = plan.s;
     hc.step(plan.connect(), |_| Ok(()))?;
     match plan.admission {
         Admission::Refuse => hc.step(Action::RefuseConfigurationMismatch { c, s }, |_| {
             reply(
                 &mut joining.stream,
-                &CoordinatorMessage::Refused(launch.refusal()),
+                &ControlResponse::Refused(launch.refusal()),
             );
             Ok(())
         }),
@@ -809,7 +824,7 @@ fn client(
             let why = super::launch::runtime_lost().unwrap_or("");
             reply(
                 &mut joining.stream,
-                &CoordinatorMessage::Refused(Refusal::SessionFailed(format!(
+                &ControlResponse::Refused(Refusal::SessionFailed(format!(
                     "the sandbox has ended: {why}"
                 ))),
             );
@@ -827,7 +842,7 @@ fn client(
                 let refused = hc.step(Action::ClientExits { s }, |_| {
                     reply(
                         &mut joining.stream,
-                        &CoordinatorMessage::Refused(Refusal::LaunchFailed(e.to_string())),
+                        &ControlResponse::Refused(Refusal::LaunchFailed(e.to_string())),
                     );
                     Ok(())
                 });
@@ -856,7 +871,7 @@ impl LaunchInputs<'_> {
             profile: self.running.profile.clone(),
             workspace: self.running.workspace.clone(),
             running_fingerprint: self.running.fingerprint,
-            source: self.running.source.clone(),
+            config_file: self.running.source.clone(),
         }
     }
 }
@@ -878,11 +893,11 @@ fn admit(
 ) -> Result<(), CoordinatorError> {
     let Joining {
         mut stream,
-        hello,
+        request,
         cli_id,
         ..
     } = joining;
-    let hello = &hello;
+    let request = &request;
     let c = hc.model.me();
     let cold = !timings.is_empty();
     let Some(g) = hc.generation.as_ref() else {
@@ -890,34 +905,31 @@ fn admit(
     };
     let generation = g.id;
     // Spec 3.3 session registration: the Client CLI's Session Anchor is
-    // bound to a fresh Session ID and the Client CLI ID its mTLS leaf was
-    // issued to by the generation's Session Request Capability; the
+    // bound to the Session ID it chose and the Client CLI ID its mTLS leaf
+    // was issued to by the generation's Session Request Capability; the
     // Session record carries both IDs.
-    let session = SessionId(random_bytes().map_err(CoordinatorError::Random)?);
-    let registration = Registration {
-        response: g
-            .trust_anchor
-            .register(cli_id, session, hello.session_anchor)
-            .map_err(CoordinatorError::Registration)?,
-        trust_manifest: g.trust_anchor.manifest().clone(),
-        coordinator_protocol_credential: g.trust_anchor.coordinator_credential().clone(),
-    };
-    let session_anchor_id = registration
-        .response
+    let session = request.session_id;
+    let registered = g
+        .trust_anchor
+        .register(cli_id, session, request.session_anchor)
+        .map_err(CoordinatorError::Registration)?;
+    let session_anchor_id = registered
         .session_capability
         .session_binding
         .session_anchor_id();
+    let started = SessionStarted {
+        session_id: session,
+        cold,
+        timings,
+        trust_manifest: g.trust_anchor.manifest().clone(),
+        coordinator_protocol_credential: g.trust_anchor.coordinator_credential().clone(),
+    };
     // The client is told it joined before its command can start: a CLI
     // that loses its coordinator after this never retries, so a command is
     // never run twice.
-    let joined = CoordinatorMessage::Joined {
-        generation: generation.0,
-        cold,
-        timings,
-        registration: Box::new(registration),
-    };
     hc.step(Action::EnrollClient { c, s }, |_| {
-        reply(&mut stream, &joined);
+        reply(&mut stream, &ControlResponse::Registered(registered));
+        reply(&mut stream, &ControlResponse::Started(Box::new(started)));
         Ok(())
     })?;
     hc.step(Action::RecordTerminalIntent { c, s }, |hc| {
@@ -927,7 +939,7 @@ fn admit(
             s,
             Served {
                 session,
-                piped: hello.terminal.is_none(),
+                piped: request.terminal.is_none(),
             },
         );
         Ok(())
@@ -954,7 +966,7 @@ fn admit(
                 hc.store,
                 &ctx,
                 session,
-                hello,
+                request,
                 client,
                 reports,
             )
@@ -965,7 +977,7 @@ fn admit(
         // record is made: on its guest leader identity (`session_report`).
         // A piped one has no Running record (schemas.md: the running state
         // records a PTY): it registers once its exec client runs.
-        Ok(()) if hello.terminal.is_some() => Ok(()),
+        Ok(()) if request.terminal.is_some() => Ok(()),
         Ok(()) => hc.step(Action::RegisterSession { c, s }, |_| Ok(())),
         Err(e) => {
             // Spec 3.4 "Failure before the running state never admits the
@@ -986,13 +998,39 @@ fn admit(
                 } else {
                     clean_terminal(hc, s)?;
                 }
-                reply(
-                    &mut stream,
-                    &CoordinatorMessage::Refused(Refusal::SessionFailed(e)),
-                );
+                // `Started` is sent: the failure is the session's one
+                // ending, in its stream's own form.
+                let abort = SessionAbort::new(session, SessionAbortKind::StartFailed, &e);
+                let sent = if request.terminal.is_some() {
+                    channel::send(&mut stream, "client", &SessionTerminalMessage::Abort(abort))
+                } else {
+                    channel::send(
+                        &mut stream,
+                        "client",
+                        &NonInteractiveSessionMessage::Abort(abort),
+                    )
+                };
+                if let Err(e) = sent {
+                    tracing::warn!(error = %e, "cannot tell a client its session failed");
+                }
                 Ok(())
             })
         }
+    }
+}
+
+/// Whether `session` is already a session of this coordinator: one it
+/// serves, or a Session row of its generation.
+fn session_taken(hc: &Hc<'_, '_>, session: SessionId) -> Result<bool, CoordinatorError> {
+    if hc.sessions.values().any(|served| served.session == session) {
+        return Ok(true);
+    }
+    match hc.generation.as_ref() {
+        None => Ok(false),
+        Some(g) => hc
+            .store
+            .has_session(g.id, session)
+            .map_err(|e| hc.store_err(e)),
     }
 }
 
@@ -1247,13 +1285,13 @@ pub(super) fn micros(t: Instant) -> u64 {
 }
 
 /// The control socket's acceptor (spec 3.3): one TLS connection at a time,
-/// each given [`HELLO_TIMEOUT`]; enrollments are answered here, and an
-/// authenticated client's hello goes to the event loop with its Client CLI
+/// its handshake bounded by `control_tls`, its opening frames by
+/// [`OPENING_TIMEOUT`]; enrollments and refused openings are answered
+/// here, and an opened session goes to the event loop with its Client CLI
 /// ID. The acceptor holds the generation's [`TlsAuthority`] (its CA key)
 /// until the process exits, after publication was withdrawn.
 fn spawn_acceptor(
     listener: UnixListener,
-    running: Running,
     events: Sender<HcEvent>,
     mut tls: TlsAuthority,
     developer_uid: u32,
@@ -1272,36 +1310,22 @@ fn spawn_acceptor(
                     continue;
                 }
             };
-            let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
-            let hello = match channel::receive::<ClientMessage>(&mut stream, "client") {
-                Ok(ClientMessage::Hello(hello)) => hello,
-                _ => continue,
+            let _ = stream.set_read_timeout(Some(OPENING_TIMEOUT));
+            let opened = match open_session(&mut stream, tls.generation_identity(), cli_id) {
+                Ok(Some(opened)) => opened,
+                Ok(None) => continue,
+                Err(refusal) => {
+                    tracing::warn!(%cli_id, %refusal, "a session opening is refused");
+                    reply(&mut stream, &ControlResponse::Refused(refusal));
+                    continue;
+                }
             };
             let _ = stream.set_read_timeout(None);
-            // Version and Domain are checked here (they are not protocol
-            // sessions); a configuration mismatch is the model's
-            // RefuseConfigurationMismatch, decided by the event loop.
-            let refusal = if hello.version != PROTOCOL_VERSION {
-                Some(Refusal::Version {
-                    supported: PROTOCOL_VERSION,
-                })
-            } else if hello.domain_id != running.domain_id {
-                Some(Refusal::OtherDomain {
-                    running: running.domain_id,
-                })
-            } else {
-                None
-            };
-            if let Some(r) = refusal {
-                reply(&mut stream, &CoordinatorMessage::Refused(r));
-                continue;
-            }
-            let matches = hello.fingerprint == running.fingerprint;
             if events
                 .send(HcEvent::Client(Joining {
                     stream,
-                    hello,
-                    matches,
+                    request: opened.request,
+                    matches: opened.matches,
                     cli_id,
                 }))
                 .is_err()
@@ -1310,6 +1334,38 @@ fn spawn_acceptor(
             }
         }
     });
+}
+
+/// Reads a session connection's opening frames through [`SessionOpening`]
+/// (spec 3.3): the registration, then the start, each at most
+/// [`MAX_CONTROL_FRAME`] bytes. `Ok(None)`: the client left or stalled
+/// before it finished (nothing to answer).
+fn open_session(
+    stream: &mut UnixStream,
+    expected: &lazaret_runtime::protocol::records::GenerationIdentity,
+    cli_id: CliId,
+) -> Result<Option<lazaret_runtime::coordinator::control::OpenedSession>, Refusal> {
+    let mut opening = SessionOpening::new(expected.clone(), cli_id);
+    // Two frames open a session; the loop is bounded by them.
+    for _ in 0..2 {
+        let body = match channel::receive_body(stream, "client", PREFIX + MAX_CONTROL_FRAME) {
+            Ok(body) => body,
+            Err(ChannelError::Oversized { len, limit, .. }) => {
+                return Err(Refusal::Malformed(format!(
+                    "a frame of {len} bytes exceeds the {limit}-byte bound"
+                )))
+            }
+            Err(ChannelError::Frame(e)) => return Err(Refusal::Malformed(e.to_string())),
+            Err(_) => return Ok(None),
+        };
+        if let Some(opened) = opening.feed(&body)? {
+            return Ok(Some(opened));
+        }
+    }
+    Err(Refusal::Unexpected {
+        expected: "Execute or Attach".into(),
+        found: "nothing".into(),
+    })
 }
 
 fn next_generation(store: &DomainStore<'_>, path: &Path) -> Result<GenerationId, CoordinatorError> {

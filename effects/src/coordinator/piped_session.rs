@@ -25,16 +25,19 @@ use super::guest_runner::EnteredRunner;
 use super::release_gate::ReleaseGate;
 use super::session_release::{self, ReleaseEffects, ReleaseOutcome};
 use super::session_report::SessionReport;
-use super::terminal_session::{command_message, read_leader_pid, GuestTarget};
+use super::terminal_session::{read_leader_pid, session_end, GuestTarget};
 use crate::broker::CommittedChild;
 use crate::runsc_exec::GuestControl;
-use lazaret_runtime::coordinator::messages::{ClientMessage, CoordinatorMessage};
+use lazaret_runtime::coordinator::frame::PREFIX;
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::terminal::GuestProcessIdentity;
 use lazaret_runtime::terminal::machine::{
     Command, GroupObservation, Input, Machine, ReleaseTimings,
 };
-use lazaret_runtime::terminal::protocol::SessionTerminalMessage;
+use lazaret_runtime::terminal::protocol::{
+    Chunk, NonInteractiveOutput, NonInteractiveSessionEvent, NonInteractiveSessionMessage,
+    SessionTerminalMessage, MAX_CHUNK_BYTES, MAX_RECORD_BYTES,
+};
 use rustix::event::{PollFd, PollFlags};
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -44,8 +47,6 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Output is forwarded in chunks of at most this size (bounded frames).
-const CHUNK: usize = 32 * 1024;
 /// How long the loop waits for the guest leader identity when a release
 /// needs it.
 const IDENTITY_WAIT: Duration = Duration::from_secs(10);
@@ -102,8 +103,10 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
         let events = events_tx.clone();
         let forwarded = forwarded_tx.clone();
         let wake = Arc::clone(&wake_w);
+        let session = parts.session;
         std::thread::spawn(move || {
-            forward_output(&fd, is_stdout, &writer, &stop, &events, &wake);
+            let output = Output { session, is_stdout };
+            forward_output(&fd, output, &writer, &stop, &events, &wake);
             let _ = forwarded.send(());
         });
     }
@@ -113,7 +116,8 @@ pub fn spawn(parts: PipedParts) -> io::Result<()> {
         let wake = Arc::clone(&wake_w);
         let client = parts.client;
         let stdin = parts.stdin;
-        std::thread::spawn(move || forward_input(client, stdin, &events, &wake));
+        let session = parts.session;
+        std::thread::spawn(move || forward_input(client, session, stdin, &events, &wake));
     }
     drop(events_tx);
     let (leader_tx, leader_rx) = mpsc::channel();
@@ -162,7 +166,7 @@ impl ExitPath {
     /// Sends `message` once both forwarders finished their current chunk
     /// (bounded), then closes the connection: the CLI exits while the
     /// release's final observation goes on.
-    fn send(self, message: &CoordinatorMessage) {
+    fn send(self, message: &NonInteractiveSessionMessage) {
         for _ in 0..2 {
             if self.forwarded.recv_timeout(FORWARDERS_FINISH).is_err() {
                 break;
@@ -180,18 +184,26 @@ fn poke(wake: &OwnedFd) {
     let _ = rustix::io::write(wake, &[1]);
 }
 
-/// Copies one output pipe to the client until EOF or until told to stop.
-/// After the client is gone the pipe is still read (and discarded), so a
-/// guest writing from its SIGHUP or SIGTERM handler is not blocked.
+/// Which of the session's output pipes a forwarder copies.
+#[derive(Clone, Copy)]
+struct Output {
+    session: SessionId,
+    is_stdout: bool,
+}
+
+/// Copies one output pipe to the client, in `Stdout` or `Stderr` records
+/// of at most [`MAX_CHUNK_BYTES`], until EOF or until told to stop. After
+/// the client is gone the pipe is still read (and discarded), so a guest
+/// writing from its SIGHUP or SIGTERM handler is not blocked.
 fn forward_output(
     fd: &OwnedFd,
-    is_stdout: bool,
+    output: Output,
     writer: &Mutex<UnixStream>,
     stop: &OwnedFd,
     events: &Sender<Event>,
     wake: &OwnedFd,
 ) {
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = vec![0u8; MAX_CHUNK_BYTES];
     let mut client_ok = true;
     loop {
         let mut fds = [
@@ -208,11 +220,17 @@ fn forward_output(
         match rustix::io::read(fd, &mut buf) {
             Ok(0) => break,
             Ok(n) if client_ok => {
-                let bytes = buf[..n].to_vec();
-                let message = if is_stdout {
-                    CoordinatorMessage::Stdout(bytes)
+                let Ok(bytes) = Chunk::new(buf[..n].to_vec()) else {
+                    break;
+                };
+                let out = NonInteractiveOutput {
+                    session_id: output.session,
+                    bytes,
+                };
+                let message = if output.is_stdout {
+                    NonInteractiveSessionMessage::Stdout(out)
                 } else {
-                    CoordinatorMessage::Stderr(bytes)
+                    NonInteractiveSessionMessage::Stderr(out)
                 };
                 let sent = writer
                     .lock()
@@ -233,21 +251,36 @@ fn forward_output(
 }
 
 /// Copies the client's stdin into the guest's stdin pipe; a client that
-/// goes away is reported. A guest that stops reading its stdin blocks only
-/// this thread (the socket then holds the client back).
-fn forward_input(mut client: UnixStream, stdin: OwnedFd, events: &Sender<Event>, wake: &OwnedFd) {
+/// goes away, or sends a frame that is not a bounded v1 record, is
+/// reported as lost. A record of another Session ID is refused (spec 3.4)
+/// and dropped. A guest that stops reading its stdin blocks only this
+/// thread (the socket then holds the client back).
+fn forward_input(
+    mut client: UnixStream,
+    session: SessionId,
+    stdin: OwnedFd,
+    events: &Sender<Event>,
+    wake: &OwnedFd,
+) {
     let mut pipe = Some(std::fs::File::from(stdin));
     loop {
-        match channel::receive::<ClientMessage>(&mut client, "session") {
-            Ok(ClientMessage::Stdin(bytes)) => {
+        let event = channel::receive_within::<NonInteractiveSessionEvent>(
+            &mut client,
+            "session",
+            PREFIX + MAX_RECORD_BYTES,
+        );
+        match event {
+            Ok(event) if event.session_id() != session => {
+                tracing::warn!(other = %event.session_id(), "an event of another session is refused");
+            }
+            Ok(NonInteractiveSessionEvent::Input(input)) => {
                 if let Some(p) = pipe.as_mut() {
-                    if p.write_all(&bytes).is_err() {
+                    if p.write_all(input.bytes.as_bytes()).is_err() {
                         pipe = None;
                     }
                 }
             }
-            Ok(ClientMessage::StdinClosed) => pipe = None,
-            Ok(ClientMessage::Hello(_) | ClientMessage::Resize(_)) => {}
+            Ok(NonInteractiveSessionEvent::InputClosed(_)) => pipe = None,
             Err(_) => {
                 let _ = events.send(Event::ClientLost);
                 poke(wake);
@@ -313,7 +346,10 @@ impl Driver {
             // The queue has no room for output: only the exit is ever in it.
             if let Some(SessionTerminalMessage::Exit(exit)) = self.machine.poll_message() {
                 if let Some(path) = self.exit.take() {
-                    path.send(&command_message(exit));
+                    path.send(&match session_end(exit) {
+                        Ok(exit) => NonInteractiveSessionMessage::Exit(exit),
+                        Err(abort) => NonInteractiveSessionMessage::Abort(abort),
+                    });
                     tracing::info!("session exit sent");
                 }
             }

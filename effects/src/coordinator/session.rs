@@ -22,7 +22,7 @@ use crate::process_identity::ProcessHandle;
 use crate::pty::{RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{ExecProcess, GuestTools, Runsc};
 use lazaret_runtime::config::ResolvedEnvironment;
-use lazaret_runtime::coordinator::messages::{Hello, TerminalSize};
+use lazaret_runtime::coordinator::messages::{SessionRequest, TerminalSize};
 use lazaret_runtime::records::domain::Session;
 use lazaret_runtime::records::ids::{
     CliId, GenerationId, ModelValue, SessionAnchorId, SessionId, ValueError,
@@ -168,7 +168,7 @@ pub fn record_terminal_intent(
 
 /// Spec 3.4 acquisition steps 2-3 for Domain Store session `session`,
 /// whose terminal intent is recorded ([`record_terminal_intent`]): spawns
-/// the exec client for `hello`'s argv and starts the forwarding threads;
+/// the exec client for `request`'s argv and starts the forwarding threads;
 /// `links.ended` is told when the session is over. The CLI stream is
 /// answered with `Exited` by the session itself. On an error no exec
 /// client of the session is left (the broker reaps a refused wrapper, a
@@ -179,7 +179,7 @@ pub fn start_session(
     store: &DomainStore<'_>,
     ctx: &SessionContext<'_>,
     session: SessionId,
-    hello: &Hello,
+    request: &SessionRequest,
     client: UnixStream,
     reports: Sender<SessionReport>,
 ) -> Result<(), SessionError> {
@@ -196,16 +196,16 @@ pub fn start_session(
     // over these) only inside the memfd's JSON.
     let mut env = vec![SESSION_PATH.to_owned(), "HOME=/root".to_owned()];
     env.extend(SESSION_GIT_CONFIG.map(str::to_owned));
-    match hello.terminal.as_ref().and_then(|t| t.term.as_ref()) {
+    match request.terminal.as_ref().and_then(|t| t.term.as_ref()) {
         Some(term) => env.push(format!("TERM={term}")),
         // The piped form keeps the sandbox's default.
-        None if hello.terminal.is_none() => env.push("TERM=xterm".to_owned()),
+        None if request.terminal.is_none() => env.push("TERM=xterm".to_owned()),
         None => {}
     }
     let process = ExecProcess {
-        args: session_args(hello),
+        args: session_args(request),
         env,
-        terminal: hello.terminal.is_some(),
+        terminal: request.terminal.is_some(),
     };
     let json = process.to_json(
         ctx.environment
@@ -225,7 +225,7 @@ pub fn start_session(
         process_json: &process_json,
         internal_pid_file: &internal_pid_file,
     };
-    if let Some(terminal) = &hello.terminal {
+    if let Some(terminal) = &request.terminal {
         let size = window_size(terminal.size)?;
         let (pty, slave) = SessionPty::allocate(&RealPty)?;
         pty.resize(size)?;
@@ -320,16 +320,16 @@ fn window_size(size: TerminalSize) -> Result<WindowSize, SessionError> {
 /// admitted (spec 3.4 acquisition steps 3-5, `terminal_session`); a piped
 /// one's runs as it is. An empty command stays empty (refused by
 /// `ExecProcess::to_json`).
-fn session_args(hello: &Hello) -> Vec<String> {
-    if hello.terminal.is_none() || hello.argv.is_empty() {
-        return hello.argv.clone();
+fn session_args(request: &SessionRequest) -> Vec<String> {
+    if request.terminal.is_none() || request.argv.is_empty() {
+        return request.argv.clone();
     }
     let mut args = vec![
         GuestTools::default().tool,
         "lead".to_owned(),
         "--".to_owned(),
     ];
-    args.extend(hello.argv.iter().cloned());
+    args.extend(request.argv.iter().cloned());
     args
 }
 

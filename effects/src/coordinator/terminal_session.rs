@@ -33,9 +33,7 @@ use crate::broker::CommittedChild;
 use crate::process_identity::Signal;
 use crate::pty::{LineModes, Pumped, RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{GuestControl, GuestTools, Runsc};
-use lazaret_runtime::coordinator::messages::{
-    ClientMessage, CommandStatus, CoordinatorMessage, TerminalSize,
-};
+use lazaret_runtime::coordinator::frame::PREFIX;
 use lazaret_runtime::records::ids::{GenerationId, SessionId};
 use lazaret_runtime::records::terminal::{GuestProcessIdentity, PtyIdentity};
 use lazaret_runtime::terminal::keys::{split_keys, KeyedInput, SignalKeys};
@@ -43,14 +41,13 @@ use lazaret_runtime::terminal::machine::{
     Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseTimings,
 };
 use lazaret_runtime::terminal::protocol::{
-    Chunk, SessionExit, SessionExitOutcome, SessionTerminalEvent, SessionTerminalMessage,
-    TerminalInput, TerminalResize, MAX_CHUNK_BYTES,
+    Chunk, SessionAbort, SessionAbortKind, SessionExit, SessionTerminalEvent,
+    SessionTerminalMessage, TerminalInput, MAX_CHUNK_BYTES, MAX_RECORD_BYTES,
 };
 use lazaret_runtime::terminal::sessions::SessionLimits;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::collections::VecDeque;
 use std::io;
-use std::num::NonZeroU16;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,7 +121,7 @@ pub struct TerminalEvidence {
 }
 
 enum Inbound {
-    Message(ClientMessage),
+    Message(SessionTerminalEvent),
     Lost,
 }
 
@@ -181,7 +178,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
     let wake_w = Arc::new(wake_w);
     let writer_stream = parts.client.try_clone()?;
     let (inbound_tx, inbound_rx) = mpsc::sync_channel::<Inbound>(limits.inbound_events_max);
-    let (out_tx, out_rx) = mpsc::sync_channel::<CoordinatorMessage>(WRITER_FRAMES_MAX);
+    let (out_tx, out_rx) = mpsc::sync_channel::<SessionTerminalMessage>(WRITER_FRAMES_MAX);
     let (writer_done_tx, writer_done_rx) = mpsc::channel::<()>();
     let writer_failed = Arc::new(AtomicBool::new(false));
     let (leader_tx, leader_rx) = mpsc::channel();
@@ -235,7 +232,6 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
             ReleaseTimings::default(),
             limits.client_queue_bytes_max,
         ),
-        session: parts.session,
         generation: parts.generation,
         effects: ReleaseEffects::new(parts.committed, parts.release),
         pty: Some(parts.pty),
@@ -297,7 +293,14 @@ fn read_client(
     wake: &OwnedFd,
 ) {
     loop {
-        let inbound = match channel::receive::<ClientMessage>(&mut stream, "session") {
+        // A frame that is not a bounded v1 event ends the session like the
+        // client's loss: the stream cannot be resynchronised.
+        let received = channel::receive_within::<SessionTerminalEvent>(
+            &mut stream,
+            "session",
+            PREFIX + MAX_RECORD_BYTES,
+        );
+        let inbound = match received {
             Ok(message) => Inbound::Message(message),
             Err(_) => Inbound::Lost,
         };
@@ -369,7 +372,7 @@ fn hung_up(stream: &UnixStream, wait: Duration) -> bool {
 
 fn write_client(
     mut stream: UnixStream,
-    rx: &Receiver<CoordinatorMessage>,
+    rx: &Receiver<SessionTerminalMessage>,
     failed: &AtomicBool,
     wake: &OwnedFd,
 ) {
@@ -436,7 +439,6 @@ fn read_leader(
 
 struct Driver {
     machine: Machine,
-    session: SessionId,
     generation: GenerationId,
     effects: ReleaseEffects,
     pty: Option<SessionPty<'static, RealPty>>,
@@ -446,9 +448,9 @@ struct Driver {
     /// no input waits for the PTY.
     staged: VecDeque<SessionTerminalEvent>,
     client_lost_fed: bool,
-    to_writer: Option<SyncSender<CoordinatorMessage>>,
+    to_writer: Option<SyncSender<SessionTerminalMessage>>,
     writer_failed: Arc<AtomicBool>,
-    pending_out: Option<CoordinatorMessage>,
+    pending_out: Option<SessionTerminalMessage>,
     leader: Leader,
     gate: Gate,
     /// Set by the reader thread before it queues the client's loss: seen
@@ -472,27 +474,18 @@ fn process_signal(signal: GuestSignal) -> Signal {
     }
 }
 
-/// The CLI protocol's message for the session's one `SessionExit`: the
-/// command's status, or, when the runtime lost the exec client or the
-/// Domain's runtime ended under it, Lazaret's own error (never a made-up
-/// status).
-pub(super) fn command_message(exit: SessionExit) -> CoordinatorMessage {
-    if let Some(why) = super::launch::runtime_lost() {
-        return CoordinatorMessage::SessionLost(format!("the Domain's runtime stopped: {why}"));
-    }
-    match (exit.outcome(), exit.exit_code()) {
-        (SessionExitOutcome::Exited, Some(code)) => {
-            CoordinatorMessage::Exited(CommandStatus::from_wait(Some(i32::from(code)), None))
-        }
-        // Released by Lazaret: reported as killed (128 + 9).
-        (SessionExitOutcome::Terminated, _) | (SessionExitOutcome::Exited, None) => {
-            CoordinatorMessage::Exited(CommandStatus::Signalled(9))
-        }
-        (SessionExitOutcome::RuntimeLost, _) => CoordinatorMessage::SessionLost(
-            "the session's exec client ended without reporting the command's status \
-             (it was killed or vanished before or while running the command)"
-                .into(),
-        ),
+/// The session's one ending on the wire: its `SessionExit` as the machine
+/// queued it, or, when the Domain's runtime ended under the session, a
+/// `SessionAbort` naming why (the CLI reports it as Lazaret's own error,
+/// never as a made-up status).
+pub(super) fn session_end(exit: SessionExit) -> Result<SessionExit, SessionAbort> {
+    match super::launch::runtime_lost() {
+        Some(why) => Err(SessionAbort::new(
+            exit.session_id(),
+            SessionAbortKind::RuntimeLost,
+            &format!("the Domain's runtime stopped: {why}"),
+        )),
+        None => Ok(exit),
     }
 }
 
@@ -590,67 +583,47 @@ impl Driver {
         }
     }
 
-    /// One client message as protocol events: typed input split into
+    /// One client event as the machine's events: typed input split into
     /// chunks, with an `Interrupt`/`Quit`/`Suspend` event after each byte
     /// the session terminal's line discipline signals for right now
-    /// (`lazaret_runtime::terminal::keys`; spec 3.4, FR-8).
-    fn stage(&mut self, message: ClientMessage) {
-        let session_id = self.session;
-        match message {
-            ClientMessage::Stdin(bytes) => {
-                // Settings that cannot be read (a PTY being lost) generate
-                // no signal: the bytes go through as typed.
-                let keys = match self.pty.as_ref().map(|p| p.signal_keys()) {
-                    Some(Ok(keys)) => keys,
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "terminal settings unreadable; no signal keys");
-                        SignalKeys::from_termios(false, 0, 0, 0)
-                    }
-                    None => SignalKeys::from_termios(false, 0, 0, 0),
-                };
-                for piece in split_keys(&bytes, &keys) {
-                    match piece {
-                        KeyedInput::Bytes(typed) => {
-                            for part in typed.chunks(MAX_CHUNK_BYTES) {
-                                if let Ok(bytes) = Chunk::new(part.to_vec()) {
-                                    self.staged.push_back(SessionTerminalEvent::Input(
-                                        TerminalInput { session_id, bytes },
-                                    ));
-                                }
-                            }
-                        }
-                        KeyedInput::Signal(signal) => {
-                            self.staged.push_back(SessionTerminalEvent::Signal(
-                                lazaret_runtime::terminal::protocol::TerminalSignal {
+    /// (`lazaret_runtime::terminal::keys`; spec 3.4, FR-8); every other
+    /// event as it came. Each keeps the Session ID it named, so the machine
+    /// refuses one of another session (spec 3.4).
+    fn stage(&mut self, event: SessionTerminalEvent) {
+        let SessionTerminalEvent::Input(input) = event else {
+            self.staged.push_back(event);
+            return;
+        };
+        let session_id = input.session_id;
+        // Settings that cannot be read (a PTY being lost) generate no
+        // signal: the bytes go through as typed.
+        let keys = match self.pty.as_ref().map(|p| p.signal_keys()) {
+            Some(Ok(keys)) => keys,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "terminal settings unreadable; no signal keys");
+                SignalKeys::from_termios(false, 0, 0, 0)
+            }
+            None => SignalKeys::from_termios(false, 0, 0, 0),
+        };
+        for piece in split_keys(input.bytes.as_bytes(), &keys) {
+            match piece {
+                KeyedInput::Bytes(typed) => {
+                    for part in typed.chunks(MAX_CHUNK_BYTES) {
+                        if let Ok(bytes) = Chunk::new(part.to_vec()) {
+                            self.staged
+                                .push_back(SessionTerminalEvent::Input(TerminalInput {
                                     session_id,
-                                    signal,
-                                },
-                            ));
+                                    bytes,
+                                }));
                         }
                     }
                 }
-            }
-            ClientMessage::Resize(TerminalSize { rows, columns }) => {
-                match (NonZeroU16::new(rows), NonZeroU16::new(columns)) {
-                    (Some(rows), Some(columns)) => {
-                        self.staged
-                            .push_back(SessionTerminalEvent::Resize(TerminalResize {
-                                session_id,
-                                rows,
-                                columns,
-                                pixel_width: 0,
-                                pixel_height: 0,
-                            }));
-                    }
-                    _ => tracing::warn!(
-                        rows,
-                        columns,
-                        "resize refused: rows and columns must be nonzero"
-                    ),
+                KeyedInput::Signal(signal) => {
+                    self.staged.push_back(SessionTerminalEvent::Signal(
+                        lazaret_runtime::terminal::protocol::TerminalSignal { session_id, signal },
+                    ));
                 }
             }
-            // A terminal has no end of input; Ctrl-D is a byte.
-            ClientMessage::StdinClosed | ClientMessage::Hello(_) => {}
         }
     }
 
@@ -807,10 +780,11 @@ impl Driver {
         loop {
             if self.pending_out.is_none() {
                 self.pending_out = self.machine.poll_message().map(|m| match m {
-                    SessionTerminalMessage::Output(out) => {
-                        CoordinatorMessage::Stdout(out.bytes.as_bytes().to_vec())
-                    }
-                    SessionTerminalMessage::Exit(exit) => command_message(exit),
+                    SessionTerminalMessage::Exit(exit) => match session_end(exit) {
+                        Ok(exit) => SessionTerminalMessage::Exit(exit),
+                        Err(abort) => SessionTerminalMessage::Abort(abort),
+                    },
+                    other => other,
                 });
             }
             let (Some(message), Some(writer)) = (self.pending_out.take(), self.to_writer.as_ref())
@@ -908,7 +882,10 @@ mod tests {
             channel::send(
                 &mut client_end,
                 "session",
-                &ClientMessage::Stdin(b"x".to_vec()),
+                &SessionTerminalEvent::Input(TerminalInput {
+                    session_id: SessionId([1; 16]),
+                    bytes: Chunk::new(b"x".to_vec()).unwrap(),
+                }),
             )
             .unwrap();
         }
@@ -974,7 +951,7 @@ mod tests {
         assert!(!seen_gone_within(&state, Duration::from_millis(200)));
         let got: Vec<bool> = rx
             .iter()
-            .map(|inbound| matches!(inbound, Inbound::Message(ClientMessage::Stdin(_))))
+            .map(|inbound| matches!(inbound, Inbound::Message(SessionTerminalEvent::Input(_))))
             .collect();
         assert_eq!(got, [true, true, true, false]);
         assert!(state.gone.load(Ordering::SeqCst));

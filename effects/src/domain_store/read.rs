@@ -279,6 +279,18 @@ impl DomainStore<'_> {
             .and_then(|g| g.participants.into_iter().find(|p| p.role == role)))
     }
 
+    /// Whether `session` is a Session row of `generation` (spec 3.3: a
+    /// Client CLI chooses its Session ID; one already recorded is refused).
+    pub fn has_session(
+        &self,
+        generation: GenerationId,
+        session: SessionId,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .generation_document(generation)?
+            .is_some_and(|g| g.sessions.iter().any(|s| s.session_id == session)))
+    }
+
     /// One session terminal row (validated), if present.
     pub fn terminal(
         &self,

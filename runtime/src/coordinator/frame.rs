@@ -67,23 +67,29 @@ pub fn decode<T: DeserializeOwned>(what: &'static str, body: &[u8]) -> Result<T,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordinator::messages::{ClientMessage, Hello, PROTOCOL_VERSION};
+    use crate::coordinator::control::ControlRequest;
+    use crate::records::ids::SessionId;
+    use crate::terminal::protocol::NonInteractiveSessionRequest;
+
+    fn execute() -> ControlRequest {
+        let argv = vec!["sh".into(), "-c".into(), "exit 7".into()];
+        match NonInteractiveSessionRequest::new(SessionId([5; 16]), argv) {
+            Ok(request) => ControlRequest::Execute(request),
+            Err(e) => unreachable!("a valid argv: {e}"),
+        }
+    }
 
     #[test]
     fn a_frame_round_trips_and_announces_its_body_length() -> Result<(), FrameError> {
-        let hello = ClientMessage::Hello(Hello {
-            version: PROTOCOL_VERSION,
-            domain_id: [7; 32],
-            fingerprint: [9; 32],
-            argv: vec!["sh".into(), "-c".into(), "exit 7".into()],
-            terminal: None,
-            session_anchor: [3; 32],
-        });
-        let bytes = encode("hello", &hello)?;
+        let request = execute();
+        let bytes = encode("execute", &request)?;
         let mut prefix = [0; PREFIX];
         prefix.copy_from_slice(&bytes[..PREFIX]);
-        assert_eq!(body_len("hello", prefix)?, bytes.len() - PREFIX);
-        assert_eq!(decode::<ClientMessage>("hello", &bytes[PREFIX..])?, hello);
+        assert_eq!(body_len("execute", prefix)?, bytes.len() - PREFIX);
+        assert_eq!(
+            decode::<ControlRequest>("execute", &bytes[PREFIX..])?,
+            request
+        );
         Ok(())
     }
 
@@ -96,10 +102,10 @@ mod tests {
             body_len("x", too_big),
             Err(FrameError::TooLarge { .. })
         ));
-        let mut bytes = encode("x", &ClientMessage::StdinClosed)?;
+        let mut bytes = encode("x", &execute())?;
         bytes.push(0);
         assert!(matches!(
-            decode::<ClientMessage>("x", &bytes[PREFIX..]),
+            decode::<ControlRequest>("x", &bytes[PREFIX..]),
             Err(FrameError::Decode { .. })
         ));
         Ok(())

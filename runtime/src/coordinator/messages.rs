@@ -1,26 +1,24 @@
-//! CLI <-> Host Coordinator and HC <-> Runtime Supervisor messages. The CLI's
-//! first frame is a [`Hello`] carrying [`PROTOCOL_VERSION`]; the
-//! coordinator answers a different version with [`Refusal::Version`] before
-//! reading anything else.
+//! What a CLI asks of the Domain's coordinator, and HC <-> Runtime
+//! Supervisor messages. The CLI <-> HC wire records are
+//! [`super::control`]'s and `crate::terminal::protocol`'s.
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::records::{
-    ProtocolCredential, PublicKey, SessionRegistrationResponse, TrustManifest,
-};
+use crate::protocol::records::PublicKey;
+use crate::records::ids::SessionId;
 use crate::records::participant::{AnchorMounts, MountIdentity, NamespaceIdentity};
 use crate::records::process::HostProcessOwnershipSlot;
+use crate::terminal::protocol::{SessionExit, SessionExitOutcome};
 
-/// The CLI <-> HC protocol version.
-pub const PROTOCOL_VERSION: u16 = 6;
-
-/// What a CLI asks of the Domain's coordinator.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
-    pub version: u16,
+/// One Client Session as its CLI asks for it and as the coordinator admits
+/// it (carried by the opening frames, [`super::control::opening_requests`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRequest {
     /// DomainIdV1 the CLI resolved.
     pub domain_id: [u8; 32],
     /// ConfigurationFingerprintV1 the CLI resolved.
     pub fingerprint: [u8; 32],
+    /// The Session ID the CLI chose for its registration (spec 3.3).
+    pub session_id: SessionId,
     /// The exact argv to run in the sandbox.
     pub argv: Vec<String>,
     /// Present when the CLI's stdin and stdout are terminals: the session
@@ -44,37 +42,6 @@ pub struct InteractiveTerminal {
 pub struct TerminalSize {
     pub rows: u16,
     pub columns: u16,
-}
-
-/// CLI -> HC after the hello.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ClientMessage {
-    Hello(Hello),
-    Stdin(Vec<u8>),
-    StdinClosed,
-    /// The CLI's window changed (interactive sessions only, FR-15).
-    Resize(TerminalSize),
-}
-
-/// Why a coordinator refused a session.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Refusal {
-    /// The CLI speaks another protocol version.
-    Version { supported: u16 },
-    /// The socket belongs to another Domain (cannot happen for a path
-    /// derived from the Domain ID unless the directory was tampered with).
-    OtherDomain { running: [u8; 32] },
-    /// The Domain is running with another configuration (FR-2).
-    OtherConfiguration {
-        profile: String,
-        workspace: String,
-        running_fingerprint: [u8; 32],
-        source: String,
-    },
-    /// The launch failed; the message is the coordinator's error chain.
-    LaunchFailed(String),
-    /// The session could not be started in the running sandbox.
-    SessionFailed(String),
 }
 
 /// How the command in the sandbox ended.
@@ -105,40 +72,23 @@ impl CommandStatus {
             (None, None) => Self::Exited(u8::MAX),
         }
     }
-}
 
-/// A session's registration as its CLI checks it (spec 3.3): the v1
-/// SessionRegistrationResponse (the Session Request Capability for the
-/// Hello's Session Anchor) and, until the publication identity pins them,
-/// the generation's Trust Manifest and the Session Coordinator's protocol
-/// credential it is verified by.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Registration {
-    pub response: SessionRegistrationResponse,
-    pub trust_manifest: TrustManifest,
-    pub coordinator_protocol_credential: ProtocolCredential,
-}
-
-/// HC -> CLI.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CoordinatorMessage {
-    Joined {
-        generation: u64,
-        /// Whether this session started the sandbox (cold) or joined it.
-        cold: bool,
-        /// Launch phase timings in microseconds (phase name, duration).
-        timings: Vec<(String, u64)>,
-        /// The session's registration (spec 3.3).
-        registration: Box<Registration>,
-    },
-    Refused(Refusal),
-    Stdout(Vec<u8>),
-    Stderr(Vec<u8>),
-    Exited(CommandStatus),
-    /// The session ended without the command's status: its exec client was
-    /// lost (killed by a signal Lazaret did not send, or vanished). The CLI
-    /// reports it as its own error, never as a command status.
-    SessionLost(String),
+    /// The status a session's `SessionExit` reports: an exit code (128+N
+    /// from `runsc exec` for a command killed by signal N), or a command
+    /// Lazaret's release terminated (reported as killed, 128 + 9); `None`
+    /// when the runtime lost the exec client (the CLI reports that as its
+    /// own error, never as a made-up status).
+    pub fn of_exit(exit: &SessionExit) -> Option<Self> {
+        match (exit.outcome(), exit.exit_code()) {
+            (SessionExitOutcome::Exited, Some(code)) => {
+                Some(Self::from_wait(Some(i32::from(code)), None))
+            }
+            (SessionExitOutcome::Terminated, _) | (SessionExitOutcome::Exited, None) => {
+                Some(Self::Signalled(9))
+            }
+            (SessionExitOutcome::RuntimeLost, _) => None,
+        }
+    }
 }
 
 /// RS -> HC over the lifetime channel.

@@ -211,6 +211,15 @@ impl SessionRequestCapability {
     }
 }
 
+/// SessionRegistrationRequest: a Client CLI asks for a Session Request
+/// Capability for `session_binding` (its Session ID, Client CLI ID and
+/// Session Anchor under the generation it expects).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRegistrationRequest {
+    pub protocol_version: u16,
+    pub session_binding: SessionBinding,
+}
+
 /// SessionRegistrationResponse.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionRegistrationResponse {
@@ -353,6 +362,7 @@ record_name!(
     SessionBinding => "session-binding",
     SessionRequestCapability => "session-request-capability",
     SessionRequestCapabilityClaims => "session-request-capability",
+    SessionRegistrationRequest => "session-registration-request",
     SessionRegistrationResponse => "session-registration-response",
     SandboxCredentialBundle => "sandbox-credential-bundle",
     TlsCredential => "tls-credential",

@@ -197,6 +197,11 @@ impl std::fmt::Debug for TlsAuthority {
 }
 
 impl TlsAuthority {
+    /// The generation every credential of this authority is bound to.
+    pub fn generation_identity(&self) -> &GenerationIdentity {
+        &self.identity
+    }
+
     /// The authority of the CA `ca_key` certified by `ca_certificate`, with
     /// the coordinator's leaf for `coordinator_key`, issued at `now`; the
     /// publication pins `trust_manifest_sha256`.

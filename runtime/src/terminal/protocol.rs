@@ -16,11 +16,15 @@ use std::num::NonZeroU16;
 pub const MAX_CHUNK_BYTES: usize = 16 * 1024;
 /// Largest complete encoded record accepted by [`decode_event`] and friends.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
-/// Most argv elements in a non-interactive request.
+/// Most argv elements in a session request.
 pub const MAX_ARGV: usize = 4096;
+/// Largest `TERM` value an interactive request carries.
+pub const MAX_TERM_BYTES: usize = 256;
+/// Largest reason text in a [`SessionAbort`].
+pub const MAX_REASON_BYTES: usize = 4096;
 
 /// A byte chunk of at most [`MAX_CHUNK_BYTES`].
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
 pub struct Chunk(Vec<u8>);
 
@@ -79,6 +83,10 @@ pub enum ProtocolError {
     ArgvLength { len: usize },
     #[error("non-interactive argv element {index} contains a NUL byte")]
     ArgvNul { index: usize },
+    #[error("a terminal TERM value must be 1..={MAX_TERM_BYTES} bytes of printable ASCII, got {len} bytes")]
+    Term { len: usize },
+    #[error("a session abort reason of {len} bytes exceeds the {MAX_REASON_BYTES}-byte bound")]
+    ReasonTooLarge { len: usize },
     #[error("{record} record of {len} bytes exceeds the {MAX_RECORD_BYTES}-byte bound")]
     RecordTooLarge { record: &'static str, len: usize },
     #[error(transparent)]
@@ -240,6 +248,88 @@ impl From<SessionExit> for SessionExitWire {
 pub enum SessionTerminalMessage {
     Output(TerminalOutput),
     Exit(SessionExit),
+    /// Lazaret extension, after the schema's variants: see [`SessionAbort`].
+    Abort(SessionAbort),
+}
+
+/// Why a session ended without a [`SessionExit`] of its command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SessionAbortKind {
+    /// The session's exec client could not be started.
+    StartFailed,
+    /// The Domain's runtime ended under the session (the sandbox, its
+    /// supervisor or its connectivity helper was lost).
+    RuntimeLost,
+}
+
+/// Lazaret extension (schemas.md is silent): the session ended without the
+/// command's status, and why, in the coordinator's words, so every attached
+/// terminal can say what failed instead of a bare `RuntimeLost`. It takes
+/// the place of the one `SessionExit` and is never sent after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SessionAbortWire", into = "SessionAbortWire")]
+pub struct SessionAbort {
+    session_id: SessionId,
+    kind: SessionAbortKind,
+    reason: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SessionAbortWire {
+    session_id: SessionId,
+    kind: SessionAbortKind,
+    reason: String,
+}
+
+impl SessionAbort {
+    /// `reason` is cut to at most [`MAX_REASON_BYTES`] at a character
+    /// boundary.
+    pub fn new(session_id: SessionId, kind: SessionAbortKind, reason: &str) -> Self {
+        let mut end = reason.len().min(MAX_REASON_BYTES);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        Self {
+            session_id,
+            kind,
+            reason: reason[..end].to_owned(),
+        }
+    }
+    pub fn session_id(&self) -> SessionId {
+        self.session_id
+    }
+    pub fn kind(&self) -> SessionAbortKind {
+        self.kind
+    }
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+impl TryFrom<SessionAbortWire> for SessionAbort {
+    type Error = ProtocolError;
+    fn try_from(w: SessionAbortWire) -> Result<Self, Self::Error> {
+        if w.reason.len() > MAX_REASON_BYTES {
+            return Err(ProtocolError::ReasonTooLarge {
+                len: w.reason.len(),
+            });
+        }
+        Ok(Self {
+            session_id: w.session_id,
+            kind: w.kind,
+            reason: w.reason,
+        })
+    }
+}
+
+impl From<SessionAbort> for SessionAbortWire {
+    fn from(a: SessionAbort) -> Self {
+        Self {
+            session_id: a.session_id,
+            kind: a.kind,
+            reason: a.reason,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -279,15 +369,22 @@ impl NonInteractiveSessionRequest {
     }
 }
 
+/// A session's argv: 1..=[`MAX_ARGV`] elements, none with a NUL byte (an
+/// exec argument cannot hold one).
+pub fn check_argv(argv: &[String]) -> Result<(), ProtocolError> {
+    if argv.is_empty() || argv.len() > MAX_ARGV {
+        return Err(ProtocolError::ArgvLength { len: argv.len() });
+    }
+    if let Some(index) = argv.iter().position(|a| a.contains('\0')) {
+        return Err(ProtocolError::ArgvNul { index });
+    }
+    Ok(())
+}
+
 impl TryFrom<NonInteractiveWire> for NonInteractiveSessionRequest {
     type Error = ProtocolError;
     fn try_from(w: NonInteractiveWire) -> Result<Self, Self::Error> {
-        if w.argv.is_empty() || w.argv.len() > MAX_ARGV {
-            return Err(ProtocolError::ArgvLength { len: w.argv.len() });
-        }
-        if let Some(index) = w.argv.iter().position(|a| a.contains('\0')) {
-            return Err(ProtocolError::ArgvNul { index });
-        }
+        check_argv(&w.argv)?;
         Ok(Self {
             protocol_version: w.protocol_version,
             session_id: w.session_id,
@@ -317,6 +414,129 @@ pub enum NonInteractiveSessionMessage {
     Stdout(NonInteractiveOutput),
     Stderr(NonInteractiveOutput),
     Exit(SessionExit),
+    /// Lazaret extension, after the schema's variants: see [`SessionAbort`].
+    Abort(SessionAbort),
+}
+
+/// Standard input bytes of a non-interactive session (extension, below).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NonInteractiveInput {
+    pub session_id: SessionId,
+    pub bytes: Chunk,
+}
+
+/// Lazaret extension (schemas.md has no client-to-coordinator record for a
+/// non-interactive session): the CLI's standard input, in chunks, then its
+/// end. Unlike [`SessionClose`], the end of input does not close the
+/// session: the command runs on and its output and status still come.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NonInteractiveSessionEvent {
+    Input(NonInteractiveInput),
+    InputClosed(SessionClose),
+}
+
+impl NonInteractiveSessionEvent {
+    pub fn session_id(&self) -> SessionId {
+        match self {
+            Self::Input(e) => e.session_id,
+            Self::InputClosed(e) => e.session_id,
+        }
+    }
+}
+
+/// Lazaret extension (schemas.md has a request record for the
+/// non-interactive form only): an interactive session's start, its exact
+/// argv run on a Host Coordinator-owned PTY of the CLI's window (rows and
+/// columns nonzero, spec 3.4), with the CLI's `TERM` passed to the guest
+/// process (`None`: unset).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "InteractiveWire", into = "InteractiveWire")]
+pub struct InteractiveSessionRequest {
+    protocol_version: TerminalProtocolVersion,
+    session_id: SessionId,
+    argv: Vec<String>,
+    rows: NonZeroU16,
+    columns: NonZeroU16,
+    term: Option<String>,
+}
+
+/// The wire form of [`InteractiveSessionRequest`], checked on decode.
+#[derive(Serialize, Deserialize)]
+struct InteractiveWire {
+    protocol_version: TerminalProtocolVersion,
+    session_id: SessionId,
+    argv: Vec<String>,
+    rows: NonZeroU16,
+    columns: NonZeroU16,
+    term: Option<String>,
+}
+
+impl InteractiveSessionRequest {
+    pub fn new(
+        session_id: SessionId,
+        argv: Vec<String>,
+        rows: NonZeroU16,
+        columns: NonZeroU16,
+        term: Option<String>,
+    ) -> Result<Self, ProtocolError> {
+        Self::try_from(InteractiveWire {
+            protocol_version: TerminalProtocolVersion::V1,
+            session_id,
+            argv,
+            rows,
+            columns,
+            term,
+        })
+    }
+    pub fn session_id(&self) -> SessionId {
+        self.session_id
+    }
+    pub fn argv(&self) -> &[String] {
+        &self.argv
+    }
+    pub fn rows(&self) -> NonZeroU16 {
+        self.rows
+    }
+    pub fn columns(&self) -> NonZeroU16 {
+        self.columns
+    }
+    pub fn term(&self) -> Option<&str> {
+        self.term.as_deref()
+    }
+}
+
+impl TryFrom<InteractiveWire> for InteractiveSessionRequest {
+    type Error = ProtocolError;
+    fn try_from(w: InteractiveWire) -> Result<Self, Self::Error> {
+        check_argv(&w.argv)?;
+        if let Some(term) = &w.term {
+            let printable = term.bytes().all(|b| b.is_ascii_graphic());
+            if term.is_empty() || term.len() > MAX_TERM_BYTES || !printable {
+                return Err(ProtocolError::Term { len: term.len() });
+            }
+        }
+        Ok(Self {
+            protocol_version: w.protocol_version,
+            session_id: w.session_id,
+            argv: w.argv,
+            rows: w.rows,
+            columns: w.columns,
+            term: w.term,
+        })
+    }
+}
+
+impl From<InteractiveSessionRequest> for InteractiveWire {
+    fn from(r: InteractiveSessionRequest) -> Self {
+        Self {
+            protocol_version: r.protocol_version,
+            session_id: r.session_id,
+            argv: r.argv,
+            rows: r.rows,
+            columns: r.columns,
+            term: r.term,
+        }
+    }
 }
 
 fn encode_bounded<T: Serialize>(record: &'static str, value: &T) -> Result<Vec<u8>, ProtocolError> {
@@ -377,4 +597,16 @@ codec_pair!(
     decode_non_interactive,
     NonInteractiveSessionMessage,
     "non-interactive session message"
+);
+codec_pair!(
+    encode_non_interactive_event,
+    decode_non_interactive_event,
+    NonInteractiveSessionEvent,
+    "non-interactive session event"
+);
+codec_pair!(
+    encode_interactive_request,
+    decode_interactive_request,
+    InteractiveSessionRequest,
+    "interactive session request"
 );
