@@ -14,10 +14,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod support;
-use lazaret_runtime::bundle::CREDENTIALS;
+use lazaret_runtime::bundle::{CREDENTIALS, SESSION_CAPABILITY_ENV};
 use lazaret_runtime::protocol::records::{
-    ProtocolCredentialRole, ProtocolRecord, SandboxCredentialBundle,
+    ProtocolCredentialRole, ProtocolRecord, SandboxCredentialBundle, SessionRegistrationResponse,
+    SessionRequestCapability,
 };
+use lazaret_runtime::protocol::signing::sha256;
+use lazaret_runtime::protocol::{verify_registration, ExpectedRegistration};
 use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
@@ -98,6 +101,52 @@ fn the_sandbox_holds_its_credentials_and_no_other_private_key() {
         bundle.generation_identity
     );
 
+    // Spec 3.3: the session's guest process gets its Session Request
+    // Capability, which binds this CLI's Session Anchor (the last one
+    // disclosed) to this generation and the sandbox credential, signed by
+    // the coordinator credential the bundle holds.
+    let out = run(&["default", "--", "/bin/probe", "hex", "/proc/self/environ"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let environ = hex::decode(text(&out.stdout).trim()).expect("the environment's hex");
+    let wanted = format!("{SESSION_CAPABILITY_ENV}=");
+    let value = environ
+        .split(|b| *b == 0)
+        .find_map(|entry| entry.strip_prefix(wanted.as_bytes()))
+        .unwrap_or_else(|| panic!("no {SESSION_CAPABILITY_ENV} in the session's environment"));
+    let capability = SessionRequestCapability::decode(&hex::decode(value).unwrap())
+        .expect("a v1 Session Request Capability");
+    let anchor_seed: [u8; 32] = disclosed(&log)
+        .iter()
+        .rev()
+        .find(|(l, _)| l == "session-anchor")
+        .map(|(_, s)| s.as_slice().try_into().unwrap())
+        .unwrap();
+    let identity = &bundle.generation_identity;
+    let expected = ExpectedRegistration {
+        domain_id: identity.domain_id,
+        configuration_fingerprint: identity.configuration_fingerprint,
+        generation_id: identity.generation_id,
+        session_anchor: ed25519_dalek::SigningKey::from_bytes(&anchor_seed)
+            .verifying_key()
+            .to_bytes(),
+        trust_manifest_sha256: sha256(&bundle.trust_manifest.encode().unwrap()),
+    };
+    let response = SessionRegistrationResponse {
+        protocol_version: capability.protocol_version,
+        session_capability: capability.clone(),
+    };
+    verify_registration(
+        &response,
+        &bundle.trust_manifest,
+        &bundle.coordinator_protocol_credential,
+        &expected,
+    )
+    .expect("the session's capability verifies against the sandbox's bundle");
+    assert_eq!(
+        capability.sandbox_credential_id,
+        bundle.sandbox_protocol_credential.credential_id
+    );
+
     // Read-only for the sandbox, whose sessions may override file modes
     // (CAP_DAC_OVERRIDE): the mount refuses, not the mode.
     let out = run(&["default", "--", "/bin/probe", "write", CREDENTIALS]);
@@ -108,12 +157,12 @@ fn the_sandbox_holds_its_credentials_and_no_other_private_key() {
     );
 
     // Every disclosed seed so far: the generation's five, and one Session
-    // Anchor and one TLS client key per CLI (the keeper's and the two
+    // Anchor and one TLS client key per CLI (the keeper's and the three
     // probes').
     let secrets = disclosed(&log);
     for per_cli in ["session-anchor", "client-tls"] {
         let count = secrets.iter().filter(|(l, _)| l == per_cli).count();
-        assert_eq!(count, 3, "{per_cli}: {secrets:?}");
+        assert_eq!(count, 4, "{per_cli}: {secrets:?}");
     }
     for label in [
         "tls-ca",
@@ -205,7 +254,9 @@ fn the_coordinator_survives_malformed_truncated_oversized_and_reordered_frames()
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let image = support::distroless_image(Path::new("/tmp/lazaret-e2e-credentials-image"));
+    // Its own image directory: the test runner may run the other test of
+    // this file at the same time, in another process.
+    let image = support::distroless_image(Path::new("/tmp/lazaret-e2e-control-fuzz-image"));
     let env = Env::new("control-fuzz", &image);
     let mut keeper = env.spawn(&["default", "--", "/bin/probe", "hold", "keeper"]);
     wait_for("the keeping session", Duration::from_secs(60), || {

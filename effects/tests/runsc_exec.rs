@@ -67,11 +67,16 @@ fn process_json_has_a_terminal_workspace_cwd_and_the_container_capabilities() {
     let p = ExecProcess {
         args: vec!["/bin/bash".into()],
         env: vec!["TERM=xterm-256color".into(), "HOME=/root".into()],
+        session_env: vec!["LAZARET_SESSION_CAPABILITY=0a0b".into()],
         terminal: true,
     };
     let got: serde_json::Value = serde_json::from_slice(
-        &p.to_json([("API_KEY", "s3cret"), ("HOME", "/home/agent")])
-            .unwrap(),
+        &p.to_json([
+            ("API_KEY", "s3cret"),
+            ("HOME", "/home/agent"),
+            ("LAZARET_SESSION_CAPABILITY", "forged"),
+        ])
+        .unwrap(),
     )
     .unwrap();
     let caps = [
@@ -92,8 +97,9 @@ fn process_json_has_a_terminal_workspace_cwd_and_the_container_capabilities() {
         "terminal": true,
         "user": {"uid": 0, "gid": 0},
         "args": ["/bin/bash"],
-        // A profile entry replaces the product's entry of the same name.
-        "env": ["TERM=xterm-256color", "API_KEY=s3cret", "HOME=/home/agent"],
+        // A profile entry replaces the product's entry of the same name,
+        // never the session's.
+        "env": ["TERM=xterm-256color", "API_KEY=s3cret", "HOME=/home/agent", "LAZARET_SESSION_CAPABILITY=0a0b"],
         "cwd": "/workspace",
         "capabilities": {"bounding": caps, "effective": caps, "inheritable": [], "permitted": caps, "ambient": []},
         "noNewPrivileges": true
@@ -112,6 +118,7 @@ fn process_json_refuses_bad_argv_and_env_without_printing_values() {
     let mk = |args: Vec<&str>, env: Vec<&str>| ExecProcess {
         args: args.into_iter().map(String::from).collect(),
         env: env.into_iter().map(String::from).collect(),
+        session_env: Vec::new(),
         terminal: true,
     };
     assert!(matches!(

@@ -189,6 +189,7 @@ impl Sandbox {
         let process = ExecProcess {
             args: args.iter().map(|s| s.to_string()).collect(),
             env: vec!["PATH=/usr/bin:/bin".into(), "TERM=xterm".into()],
+            session_env: Vec::new(),
             terminal: true,
         };
         let json = self.dir.join(format!("{name}.json"));

@@ -917,6 +917,7 @@ fn admit(
         .session_capability
         .session_binding
         .session_anchor_id();
+    let capability = registered.session_capability.clone();
     let started = SessionStarted {
         session_id: session,
         cold,
@@ -967,6 +968,7 @@ fn admit(
                 &ctx,
                 session,
                 request,
+                &capability,
                 client,
                 reports,
             )

@@ -21,8 +21,11 @@ use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::ProcessHandle;
 use crate::pty::{RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{ExecProcess, GuestTools, Runsc};
+use lazaret_runtime::bundle::SESSION_CAPABILITY_ENV;
 use lazaret_runtime::config::ResolvedEnvironment;
 use lazaret_runtime::coordinator::messages::{SessionRequest, TerminalSize};
+use lazaret_runtime::protocol::records::{ProtocolRecord, SessionRequestCapability};
+use lazaret_runtime::records::codec::CodecError;
 use lazaret_runtime::records::domain::Session;
 use lazaret_runtime::records::ids::{
     CliId, GenerationId, ModelValue, SessionAnchorId, SessionId, ValueError,
@@ -57,6 +60,8 @@ pub enum SessionError {
     ProcessSpec(#[from] crate::runsc_exec::ProcessSpecError),
     #[error("session process JSON memfd: {0}")]
     ProcessFile(io::Error),
+    #[error("the session's Session Request Capability: {0}")]
+    Capability(#[source] CodecError),
 }
 
 /// The guest `PATH` of every session (`--process` replaces the
@@ -180,6 +185,7 @@ pub fn start_session(
     ctx: &SessionContext<'_>,
     session: SessionId,
     request: &SessionRequest,
+    capability: &SessionRequestCapability,
     client: UnixStream,
     reports: Sender<SessionReport>,
 ) -> Result<(), SessionError> {
@@ -202,9 +208,14 @@ pub fn start_session(
         None if request.terminal.is_none() => env.push("TERM=xterm".to_owned()),
         None => {}
     }
+    let capability = capability.encode().map_err(SessionError::Capability)?;
     let process = ExecProcess {
         args: session_args(request),
         env,
+        session_env: vec![format!(
+            "{SESSION_CAPABILITY_ENV}={}",
+            hex::encode(capability)
+        )],
         terminal: request.terminal.is_some(),
     };
     let json = process.to_json(

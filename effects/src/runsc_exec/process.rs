@@ -11,8 +11,13 @@ use serde_json::json;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecProcess {
     pub args: Vec<String>,
-    /// `NAME=VALUE` entries Lazaret itself sets (`PATH`, `HOME`, `TERM`).
+    /// `NAME=VALUE` entries Lazaret itself sets (`PATH`, `HOME`, `TERM`);
+    /// the profile's `env` may replace them.
     pub env: Vec<String>,
+    /// `NAME=VALUE` entries of this session that the profile's `env` never
+    /// replaces: its Session Request Capability (spec 3.3, "HC delivers the
+    /// signed Session Request Capability with guest execution").
+    pub session_env: Vec<String>,
     pub terminal: bool,
 }
 
@@ -55,8 +60,8 @@ impl ExecProcess {
         if let Some(index) = self.args.iter().position(|a| a.contains('\0')) {
             return Err(ProcessSpecError::NulInArgv { index });
         }
-        let mut product = Vec::with_capacity(self.env.len());
-        for (index, entry) in self.env.iter().enumerate() {
+        let mut product = Vec::with_capacity(self.env.len() + self.session_env.len());
+        for (index, entry) in self.env.iter().chain(&self.session_env).enumerate() {
             match entry.split_once('=') {
                 Some((name, _)) if !name.is_empty() && !entry.contains('\0') => {
                     product.push((name, entry.as_str()));
@@ -84,16 +89,26 @@ impl ExecProcess {
             }
             profile.push(format!("{name}={value}"));
         }
-        let overridden = |n: &str| {
-            profile
+        let named = |entries: &[String], n: &str| {
+            entries
                 .iter()
-                .any(|p| p.split_once('=').is_some_and(|(pn, _)| pn == n))
+                .any(|e| e.split_once('=').is_some_and(|(en, _)| en == n))
         };
+        let (product, session) = product.split_at(self.env.len());
         let env: Vec<&str> = product
             .iter()
-            .filter(|(name, _)| !overridden(name))
+            .filter(|(name, _)| !named(&profile, name) && !named(&self.session_env, name))
             .map(|(_, entry)| *entry)
-            .chain(profile.iter().map(String::as_str))
+            .chain(
+                profile
+                    .iter()
+                    .filter(|p| {
+                        let name = p.split_once('=').map_or(p.as_str(), |(n, _)| n);
+                        !named(&self.session_env, name)
+                    })
+                    .map(String::as_str),
+            )
+            .chain(session.iter().map(|(_, entry)| *entry))
             .collect();
         let caps: Vec<&str> = SESSION_CAPABILITIES.to_vec();
         let none: Vec<&str> = Vec::new();

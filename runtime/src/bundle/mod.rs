@@ -55,6 +55,11 @@ pub const NETWORK_INFO_DIR: &str = "/etc/lazaret";
 /// mount whose host source the Host Coordinator unlinks once the sandbox
 /// runs.
 pub const CREDENTIALS: &str = "/.lazaret/credentials";
+/// The environment variable every session's guest process gets (spec 3.3:
+/// "HC delivers the signed Session Request Capability with guest
+/// execution"): the session's `SessionRequestCapability`, its v1 Postcard
+/// encoding in lowercase hex. A profile's `env` cannot replace it.
+pub const SESSION_CAPABILITY_ENV: &str = "LAZARET_SESSION_CAPABILITY";
 /// Directories every prepared lower must contain as mount points.
 pub const MOUNT_POINTS: [&str; 5] = [WORKSPACE, GIT_COMMON, INIT_DIR, TMP, NETWORK_INFO_DIR];
 /// Files every prepared lower must contain as (regular, empty) mount points.
