@@ -24,7 +24,7 @@ pub const MAX_TERM_BYTES: usize = 256;
 pub const MAX_REASON_BYTES: usize = 4096;
 
 /// A byte chunk of at most [`MAX_CHUNK_BYTES`].
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "Vec<u8>", into = "Vec<u8>")]
 pub struct Chunk(Vec<u8>);
 
