@@ -33,6 +33,9 @@ pub static INIT_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazare
 pub static GUEST_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-guest"));
 /// The static network probe (cli/init/lazaret_probe.rs), bound next to it.
 pub static PROBE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-probe"));
+/// The static Escalation Client (the `lazaret-escalate` package), bound
+/// next to it.
+pub static ESCALATE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/lazaret-escalate"));
 
 #[derive(Debug, Args)]
 pub struct CoordinatorCommand {
@@ -79,6 +82,7 @@ pub fn coordinator(args: CoordinatorCommand) -> ExitCode {
         init: INIT_BINARY,
         guest: GUEST_BINARY,
         probe: PROBE_BINARY,
+        escalate: ESCALATE_BINARY,
     };
     match run_coordinator(&args, &ProcessEnvironment, binaries) {
         Ok(Outcome::LostLock) => ExitCode::from(LOST_LOCK_EXIT),
@@ -206,7 +210,7 @@ pub fn enter_with(argv: &[std::ffi::OsString]) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{GUEST_BINARY, INIT_BINARY, PROBE_BINARY};
+    use super::{ESCALATE_BINARY, GUEST_BINARY, INIT_BINARY, PROBE_BINARY};
 
     fn u16_at(b: &[u8], at: usize) -> Option<u16> {
         Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
@@ -221,7 +225,7 @@ mod tests {
     /// (ARCHITECTURE.md "Static in-sandbox binaries").
     #[test]
     fn the_init_has_no_interpreter_and_no_dynamic_section() {
-        for b in [INIT_BINARY, GUEST_BINARY, PROBE_BINARY] {
+        for b in [INIT_BINARY, GUEST_BINARY, PROBE_BINARY, ESCALATE_BINARY] {
             assert_static(b);
         }
     }

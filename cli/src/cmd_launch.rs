@@ -264,7 +264,9 @@ fn print_timings(config_load: std::time::Duration, t: &ClientTimings, total: std
 fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec<&'static str> {
     let mut notes = Vec::new();
     if profile.escalation().enabled {
-        notes.push("escalation: host escalation is not available");
+        notes.push(
+            "escalation: only requests an auto_approve rule matches exactly run; the developer prompt is not available, so every other request is denied",
+        );
     }
     notes
 }

@@ -88,7 +88,8 @@ fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
     env.assert_nothing_left();
     // runsc wrote no mount point into the shared prepared lower: its
     // `.lazaret` holds exactly the preparer's (empty) mount points, the
-    // credential path's an empty file (spec 3.3: the bundle is a mount).
+    // credential path's an empty file (spec 3.3: the bundle is a mount),
+    // the escalation mailbox's a directory (spec 3.8).
     let prepared = env.home.join(".local/share/lazaret/prepared");
     let lower = std::fs::read_dir(&prepared)
         .unwrap()
@@ -104,7 +105,7 @@ fn the_command_runs_in_gvisor_on_the_workspace_both_ways() {
     names.sort();
     assert_eq!(
         names,
-        ["credentials", "git-common", "sbin"],
+        ["credentials", "escalation", "git-common", "sbin"],
         "{}",
         dot.display()
     );

@@ -2,14 +2,15 @@
 #![allow(clippy::panic)] // a test harness reports failure by panicking
 //! (ARCHITECTURE.md "Top level"; STYLE.md "rust-analyzer").
 //!
-//! - Dependencies point one way: cli -> effects -> runtime -> generated ->
-//!   codegen (the build-time generator), for normal, dev and build
-//!   dependencies alike: not even a test may reach back up a layer.
-//!   Nothing depends on cli; runtime never depends on effects. conformance
-//!   (the checker) may use all of them, and only the CLI uses it (`lazaret
-//!   model check`, `lazaret trace replay`).
-//! - runtime/ and generated/ do no I/O: no syscalls, clocks, environment or
-//!   randomness.
+//! - Dependencies point one way: cli -> effects -> runtime -> wire ->
+//!   generated -> codegen (the build-time generator), for normal, dev and
+//!   build dependencies alike: not even a test may reach back up a layer.
+//!   Nothing depends on cli; runtime never depends on effects. The
+//!   in-sandbox Escalation Client (escalate) sits beside cli and depends
+//!   only downward. conformance (the checker) may use all of them, and only
+//!   the CLI uses it (`lazaret model check`, `lazaret trace replay`).
+//! - runtime/, wire/ and generated/ do no I/O: no syscalls, clocks,
+//!   environment or randomness.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,8 +20,10 @@ use std::process::Command;
 /// crates to its right (conformance, the checker, may depend on all).
 const LAYERS: &[&str] = &[
     "lazaret-cli",
+    "lazaret-escalate",
     "lazaret-effects",
     "lazaret-runtime",
+    "lazaret-wire",
     "lazaret-generated",
     "lazaret-codegen",
 ];
@@ -98,7 +101,7 @@ fn dependencies_point_one_way() {
             ) {
                 assert!(
                     to > from,
-                    "{pkg} depends on {dep}: dependencies point cli -> effects -> runtime -> generated -> codegen"
+                    "{pkg} depends on {dep}: dependencies point cli -> effects -> runtime -> wire -> generated -> codegen"
                 );
             }
         }
@@ -152,7 +155,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn runtime_and_generated_do_no_io() {
     let root = workspace_root();
     let mut files = Vec::new();
-    for crate_dir in ["runtime/src", "generated/src"] {
+    for crate_dir in ["runtime/src", "wire/src", "generated/src"] {
         rust_files(&root.join(crate_dir), &mut files);
     }
     assert!(
@@ -229,8 +232,10 @@ fn every_module_is_on_the_code_map() {
     for (dir, sources) in [
         ("codegen", vec!["codegen/src"]),
         ("generated", vec!["generated/src"]),
+        ("wire", vec!["wire/src"]),
         ("runtime", vec!["runtime/src"]),
         ("effects", vec!["effects/src"]),
+        ("escalate", vec!["escalate/src"]),
         ("cli", vec!["cli/src", "cli/init"]),
         ("conformance", vec!["conformance/src"]),
     ] {

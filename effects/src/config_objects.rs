@@ -10,7 +10,9 @@ use lazaret_runtime::config::{
 };
 
 use crate::config_resolve::LoadError;
-use crate::confined::{ConfinedError, ConfinedSys, FileKind, OpenedObject, RootHandle, UserIds};
+use crate::confined::{
+    ConfinedError, ConfinedSys, FileKind, FileStat, OpenedObject, RootHandle, UserIds,
+};
 
 pub(crate) fn bytes(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()
@@ -182,52 +184,50 @@ impl Loader<'_> {
                 "changed while being resolved; expected a stable object".to_owned(),
             ));
         }
-        if st.kind() != FileKind::Regular {
-            return Err(refuse(
-                &canonical,
-                format!("is {}; expected a regular file", st.kind().describe()),
-            ));
-        }
-        if st.nlink != 1 {
-            return Err(refuse(
-                &canonical,
-                format!("has {} hard links; expected exactly one", st.nlink),
-            ));
-        }
-        if st.uid != 0 && st.uid != self.user.uid {
-            return Err(refuse(
-                &canonical,
-                format!(
-                    "is owned by uid {}; expected root or the invoking user (uid {})",
-                    st.uid, self.user.uid
-                ),
-            ));
-        }
-        if st.permissions() & 0o022 != 0 {
-            return Err(refuse(
-                &canonical,
-                format!(
-                    "has mode {:04o}; expected no group or other write bit",
-                    st.permissions()
-                ),
-            ));
-        }
-        let exec_bit = if st.uid == self.user.uid {
-            0o100
-        } else if st.gid == self.user.gid || self.user.groups.contains(&st.gid) {
-            0o010
-        } else {
-            0o001
-        };
-        if st.permissions() & exec_bit == 0 {
-            return Err(refuse(
-                &canonical,
-                format!(
-                    "has mode {:04o}; expected it to be executable by the invoking user",
-                    st.permissions()
-                ),
-            ));
-        }
+        executable_rules(st, &self.user).map_err(|problem| refuse(&canonical, problem))?;
         Ok(object)
     }
+}
+
+/// The rules an auto-approval executable meets at load and before every
+/// execution (schemas.md auto-approval rules, spec 3.2): a regular file with
+/// exactly one hard link, owned by root or the invoking user, granting no
+/// group or other write permission, executable by the invoking user. The
+/// problem names the rule broken.
+pub(crate) fn executable_rules(st: &FileStat, user: &UserIds) -> Result<(), String> {
+    if st.kind() != FileKind::Regular {
+        return Err(format!(
+            "is {}; expected a regular file",
+            st.kind().describe()
+        ));
+    }
+    if st.nlink != 1 {
+        return Err(format!("has {} hard links; expected exactly one", st.nlink));
+    }
+    if st.uid != 0 && st.uid != user.uid {
+        return Err(format!(
+            "is owned by uid {}; expected root or the invoking user (uid {})",
+            st.uid, user.uid
+        ));
+    }
+    if st.permissions() & 0o022 != 0 {
+        return Err(format!(
+            "has mode {:04o}; expected no group or other write bit",
+            st.permissions()
+        ));
+    }
+    let exec_bit = if st.uid == user.uid {
+        0o100
+    } else if st.gid == user.gid || user.groups.contains(&st.gid) {
+        0o010
+    } else {
+        0o001
+    };
+    if st.permissions() & exec_bit == 0 {
+        return Err(format!(
+            "has mode {:04o}; expected it to be executable by the invoking user",
+            st.permissions()
+        ));
+    }
+    Ok(())
 }

@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod domain_lock;
 pub mod domain_root;
 pub mod domain_store;
+pub mod escalation;
 mod fuse_passthrough;
 pub mod git_sentry;
 pub mod image;

@@ -213,6 +213,21 @@ impl<F: Fn()> ConfinedSys for SwapBeforeOpenRoot<F> {
     fn write_all(&self, fd: std::os::fd::BorrowedFd<'_>, bytes: &[u8]) -> std::io::Result<()> {
         RealSys.write_all(fd, bytes)
     }
+    fn renameat(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        from: &std::path::Path,
+        to: &std::path::Path,
+    ) -> std::io::Result<()> {
+        RealSys.renameat(dir, from, to)
+    }
+    fn read_dir(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        max: usize,
+    ) -> std::io::Result<(Vec<std::ffi::OsString>, bool)> {
+        RealSys.read_dir(dir, max)
+    }
     fn user_ids(&self) -> std::io::Result<lazaret_effects::confined::UserIds> {
         RealSys.user_ids()
     }

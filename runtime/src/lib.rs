@@ -5,6 +5,7 @@ pub mod config;
 pub mod coordinator;
 pub mod core;
 pub mod display;
+pub mod escalation;
 pub mod gc_policy;
 pub mod git_sentry;
 pub mod image_ref;

@@ -3,6 +3,7 @@
 //! fail the next call of a kind (or the n-th call of a kind at one path), and
 //! can impersonate another user. Tests pass it in explicitly.
 use std::cell::RefCell;
+use std::ffi::OsString;
 use std::fmt;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -48,6 +49,11 @@ pub enum RecordedCall {
     WriteAll {
         len: usize,
     },
+    Renameat {
+        from: PathBuf,
+        to: PathBuf,
+    },
+    ReadDir,
     UserIds,
 }
 
@@ -65,6 +71,8 @@ impl RecordedCall {
             Self::Unlinkat { .. } => "unlinkat",
             Self::Chmod { .. } => "chmod",
             Self::WriteAll { .. } => "write_all",
+            Self::Renameat { .. } => "renameat",
+            Self::ReadDir => "read_dir",
             Self::UserIds => "user_ids",
         }
     }
@@ -74,6 +82,7 @@ impl RecordedCall {
         match self {
             Self::OpenAmbient { path, .. } | Self::Openat2 { path, .. } => Some(path),
             Self::Mkdirat { name, .. } | Self::Unlinkat { name } => Some(name),
+            Self::Renameat { to, .. } => Some(to),
             Self::OpenRoot
             | Self::Reopen { .. }
             | Self::FdPath
@@ -81,6 +90,7 @@ impl RecordedCall {
             | Self::ReadAt { .. }
             | Self::Chmod { .. }
             | Self::WriteAll { .. }
+            | Self::ReadDir
             | Self::UserIds => None,
         }
     }
@@ -278,6 +288,19 @@ impl<S: ConfinedSys> ConfinedSys for RecordingSys<S> {
     fn write_all(&self, fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
         self.record(RecordedCall::WriteAll { len: bytes.len() })?;
         self.inner.write_all(fd, bytes)
+    }
+
+    fn renameat(&self, dir: BorrowedFd<'_>, from: &Path, to: &Path) -> io::Result<()> {
+        self.record(RecordedCall::Renameat {
+            from: from.to_owned(),
+            to: to.to_owned(),
+        })?;
+        self.inner.renameat(dir, from, to)
+    }
+
+    fn read_dir(&self, dir: BorrowedFd<'_>, max: usize) -> io::Result<(Vec<OsString>, bool)> {
+        self.record(RecordedCall::ReadDir)?;
+        self.inner.read_dir(dir, max)
     }
 
     fn user_ids(&self) -> io::Result<UserIds> {

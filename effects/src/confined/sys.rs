@@ -123,6 +123,11 @@ pub trait ConfinedSys {
     fn chmod(&self, fd: BorrowedFd<'_>, mode: Mode) -> io::Result<()>;
     /// Writes all of `bytes` at the current offset.
     fn write_all(&self, fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()>;
+    /// `renameat(dir, from, dir, to)`: atomically replaces `to`.
+    fn renameat(&self, dir: BorrowedFd<'_>, from: &Path, to: &Path) -> io::Result<()>;
+    /// The names in the directory behind `dir` (without `.` and `..`): the
+    /// first `max` it yields, and whether it holds more.
+    fn read_dir(&self, dir: BorrowedFd<'_>, max: usize) -> io::Result<(Vec<OsString>, bool)>;
     /// The effective user and group IDs and supplementary groups.
     fn user_ids(&self) -> io::Result<UserIds>;
 }
@@ -241,6 +246,27 @@ impl ConfinedSys for RealSys {
             io::ErrorKind::WriteZero,
             "write did not finish",
         ))
+    }
+
+    fn renameat(&self, dir: BorrowedFd<'_>, from: &Path, to: &Path) -> io::Result<()> {
+        Ok(rustix::fs::renameat(dir, from, dir, to)?)
+    }
+
+    fn read_dir(&self, dir: BorrowedFd<'_>, max: usize) -> io::Result<(Vec<OsString>, bool)> {
+        // A directory stream of its own: reopened from the (O_PATH) handle.
+        let fd = self.reopen(dir, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::new(fd)? {
+            let name = entry?.file_name().to_bytes().to_vec();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if names.len() == max {
+                return Ok((names, true));
+            }
+            names.push(OsString::from_vec(name));
+        }
+        Ok((names, false))
     }
 
     fn user_ids(&self) -> io::Result<UserIds> {

@@ -17,6 +17,7 @@ use super::election::elect;
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::trust_anchor;
 use super::launch::{launch_generation, LaunchedGeneration};
+use super::mailbox::{host_setting, MailboxHost};
 use super::observed::{ObserveError, Observer, Served};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::publication::Publication;
@@ -583,6 +584,7 @@ pub fn run_coordinator(
             .collect(),
         volumes: config.volumes(),
         isolate_gitignored: config.selected().isolate_gitignored(),
+        escalation: config.selected().escalation().enabled,
     };
     let booted = bootstrap(&mut hc, &paths);
     if let Err(e) = &booted {
@@ -592,7 +594,22 @@ pub fn run_coordinator(
     // waiting for its release intent's answer (`release_gate.rs`) is told
     // at once that none comes, instead of waiting through the teardown,
     // which would find its exec client unreaped.
-    let result = booted.and_then(|()| serve(&mut hc, &launch, events, &events_tx));
+    // Spec 3.8: the mailbox threads live in this scope, so every host
+    // process is stopped and reaped before the teardown below.
+    let result = booted.and_then(|()| {
+        std::thread::scope(|scope| {
+            let mut mailbox = launch.escalation.then(|| {
+                MailboxHost::new(
+                    scope,
+                    config.auto_approval_rules(),
+                    host_setting(env, &config.workspace().label()),
+                )
+            });
+            // Dropping `mailbox` (on return or panic) stops its threads
+            // before the scope joins them.
+            serve(&mut hc, &launch, events, &events_tx, mailbox.as_mut())
+        })
+    });
     // Teardown (FR-6): no new joiners, then the sandbox, then our files.
     let released = match hc.model.state().decision {
         Decision::Published => teardown(&mut hc, &published),
@@ -685,6 +702,9 @@ pub(super) struct LaunchInputs<'a> {
     pub isolate_gitignored: bool,
     /// The developer volumes, opened through their confined plans at load.
     pub volumes: &'a [ResolvedVolumeSource],
+    /// Whether the profile enables host escalation (spec 3.8): the
+    /// generation gets an Escalation Mailbox.
+    pub escalation: bool,
 }
 
 /// The static in-sandbox binaries the `lazaret` binary embeds
@@ -699,6 +719,8 @@ pub struct SandboxBinaries<'a> {
     pub guest: &'a [u8],
     /// The network probe of `lazaret doctor --network` (`lazaret-probe`).
     pub probe: &'a [u8],
+    /// The Escalation Client (`lazaret-escalate`, spec 3.8).
+    pub escalate: &'a [u8],
 }
 
 /// A bootstrap that failed (a generation that cannot be recovered) reaches
@@ -738,6 +760,7 @@ fn serve(
     launch: &LaunchInputs<'_>,
     events: Receiver<HcEvent>,
     events_tx: &Sender<HcEvent>,
+    mut mailbox: Option<&mut MailboxHost<'_, '_>>,
 ) -> Result<(), CoordinatorError> {
     loop {
         let waiting = Instant::now();
@@ -758,7 +781,7 @@ fn serve(
         };
         match event {
             HcEvent::Client(joining) => {
-                client(hc, launch, events_tx, joining)?;
+                client(hc, launch, events_tx, joining, mailbox.as_deref_mut())?;
             }
             HcEvent::Session {
                 slot,
@@ -775,6 +798,10 @@ fn serve(
                 record_runtime_end(hc, None)?;
             }
         }
+        // Spec 3.8: a request counts only while its session is served.
+        if let Some(m) = mailbox.as_deref() {
+            m.publish(hc.sessions.values().map(|served| served.session));
+        }
         if serve::serving_done(hc.model.model()) {
             return Ok(());
         }
@@ -789,6 +816,7 @@ fn client(
     launch: &LaunchInputs<'_>,
     events_tx: &Sender<HcEvent>,
     mut joining: Joining,
+    mut mailbox: Option<&mut MailboxHost<'_, '_>>,
 ) -> Result<(), CoordinatorError> {
     let c = hc.model.me();
     let Some(plan) = serve::on_client(hc.model.model(), joining.matches)? else {
@@ -830,7 +858,15 @@ fn client(
             );
             Ok(())
         }),
-        Admission::Join => admit(hc, launch, joining, s, Vec::new(), events_tx),
+        Admission::Join => admit(
+            hc,
+            launch,
+            joining,
+            s,
+            Vec::new(),
+            events_tx,
+            mailbox.as_deref(),
+        ),
         Admission::Launch => {
             let mut timings = Vec::new();
             let t = Instant::now();
@@ -859,7 +895,18 @@ fn client(
                 return Err(e);
             }
             timings.push(("launch_total".into(), micros(t)));
-            admit(hc, launch, joining, s, timings, events_tx)
+            if let (Some(m), Some(g)) = (mailbox.as_deref_mut(), hc.generation.as_ref()) {
+                m.start(&g.dir, &g.trust_anchor);
+            }
+            admit(
+                hc,
+                launch,
+                joining,
+                s,
+                timings,
+                events_tx,
+                mailbox.as_deref(),
+            )
         }
     }
 }
@@ -890,6 +937,7 @@ fn admit(
     s: SessionsId,
     timings: Vec<(String, u64)>,
     events_tx: &Sender<HcEvent>,
+    mailbox: Option<&MailboxHost<'_, '_>>,
 ) -> Result<(), CoordinatorError> {
     let Joining {
         mut stream,
@@ -945,6 +993,11 @@ fn admit(
         );
         Ok(())
     })?;
+    // Spec 3.8: the session's requests count from before its command
+    // can make one.
+    if let Some(m) = mailbox {
+        m.publish(hc.sessions.values().map(|served| served.session));
+    }
     let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };

@@ -19,6 +19,7 @@ pub mod guest_runner;
 pub mod hc_model;
 pub mod host;
 pub mod launch;
+mod mailbox;
 pub mod model_ledger;
 pub mod nsys;
 pub mod observed;

@@ -75,6 +75,13 @@ impl DomainPaths {
 /// unlinked once the sandbox runs.
 pub const SANDBOX_CREDENTIALS: &str = "credentials";
 
+/// The generation's Escalation Mailbox in its generation directory (spec
+/// 3.8; SR-10: inside the 0700 Domain runtime directory), made only when
+/// the profile enables escalation: `requests/` (the sandbox writes) and
+/// `results/` (the Host Coordinator writes). It goes with the generation
+/// directory.
+pub const MAILBOX: &str = "mailbox";
+
 /// A unix socket path short enough for `sockaddr_un` however deep the
 /// runtime directory is: `/proc/self/fd/N/hc.sock` through an `O_PATH`
 /// descriptor of the directory, held while the path is in use.

@@ -17,7 +17,7 @@ use super::channel::{self, ChannelError};
 use super::enforcement::{self, EnforcementError};
 use super::git_routing::{self, RoutingPlan, SentryPlan};
 use super::nsys::NamespaceSys;
-use super::paths::SANDBOX_CREDENTIALS;
+use super::paths::{MAILBOX, SANDBOX_CREDENTIALS};
 use crate::broker::ledger::StagingContext;
 use crate::broker::remote::{CoordinatorLink, LinkError, RemoteLedger};
 use crate::broker::sys::TargetCommand;
@@ -59,6 +59,9 @@ pub const INIT_NAME: &str = "lazaret-init";
 /// The static network probe's file name, next to the init (spec 3.7,
 /// `lazaret doctor --network`).
 pub const PROBE_NAME: &str = "lazaret-probe";
+/// The static Escalation Client's file name, next to the init (spec 3.8):
+/// `/.lazaret/sbin/lazaret-escalate` inside.
+pub const ESCALATE_NAME: &str = "lazaret-escalate";
 /// How long the sandbox may take to reach `running`.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `runsc run` gets to stop the sandbox itself after init's stdin
@@ -483,6 +486,9 @@ pub fn write_bundle(
         git_filter,
         network_files: network_files.to_owned(),
         credentials: PathBuf::from(&plan.generation_dir).join(SANDBOX_CREDENTIALS),
+        mailbox: plan
+            .escalation
+            .then(|| PathBuf::from(&plan.generation_dir).join(MAILBOX)),
         state_anchors: plan
             .state_anchors
             .iter()

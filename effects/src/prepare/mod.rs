@@ -58,7 +58,7 @@ use std::time::Duration;
 
 /// Version of the preparation recipe; part of the artifact identity.
 const RECIPE: &str =
-    "lazaret-prepared-lower v8: umoci raw unpack in verified userns, bundle mount points with the init and network directories and the default persistent paths made descriptor-relatively (0755), resolv.conf and the credential path empty regular files (0644), published through the Storage Catalog";
+    "lazaret-prepared-lower v9: umoci raw unpack in verified userns, bundle mount points with the init, network and escalation mailbox directories and the default persistent paths made descriptor-relatively (0755), resolv.conf and the credential path empty regular files (0644), published through the Storage Catalog";
 /// The tag of the private one-manifest layout umoci reads.
 /// How long `umoci --version` may take.
 const VERSION_LIMIT: Duration = Duration::from_secs(30);

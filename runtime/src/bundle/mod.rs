@@ -49,19 +49,22 @@ pub const TMP: &str = "/tmp";
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
 /// Where the sandbox reads its effective network policy (`network`).
 pub const NETWORK_INFO_DIR: &str = "/etc/lazaret";
-/// The fixed credential path (spec 3.3 "Protocol cryptography
-/// refinement"): the Agent Sandbox's credential bundle
-/// (`SandboxCredentialBundle`, its v1 Postcard encoding), a read-only file
-/// mount whose host source the Host Coordinator unlinks once the sandbox
-/// runs.
-pub const CREDENTIALS: &str = "/.lazaret/credentials";
-/// The environment variable every session's guest process gets (spec 3.3:
-/// "HC delivers the signed Session Request Capability with guest
-/// execution"): the session's `SessionRequestCapability`, its v1 Postcard
-/// encoding in lowercase hex. A profile's `env` cannot replace it.
-pub const SESSION_CAPABILITY_ENV: &str = "LAZARET_SESSION_CAPABILITY";
+/// The fixed credential path and the session capability's environment
+/// variable (spec 3.3), shared with the Escalation Client that reads them
+/// inside the sandbox. A profile's `env` cannot replace the capability.
+pub use lazaret_wire::client::{CREDENTIALS, SESSION_CAPABILITY_ENV};
+/// The Escalation Mailbox's place inside the sandbox (spec 3.8), shared
+/// with the Escalation Client.
+pub use lazaret_wire::client::{SANDBOX_MAILBOX, SANDBOX_REQUESTS};
 /// Directories every prepared lower must contain as mount points.
-pub const MOUNT_POINTS: [&str; 5] = [WORKSPACE, GIT_COMMON, INIT_DIR, TMP, NETWORK_INFO_DIR];
+pub const MOUNT_POINTS: [&str; 6] = [
+    WORKSPACE,
+    GIT_COMMON,
+    INIT_DIR,
+    TMP,
+    NETWORK_INFO_DIR,
+    SANDBOX_MAILBOX,
+];
 /// Files every prepared lower must contain as (regular, empty) mount points.
 pub const MOUNT_FILES: [&str; 2] = [RESOLV_CONF, CREDENTIALS];
 
@@ -107,7 +110,8 @@ pub const PROTECTED_DESTINATIONS: [(&str, DestinationClass); 8] = [
     // the default image) and the bundle names no /tmp: a persistent /tmp or
     // a volume in it would be hidden behind that tmpfs.
     ("/tmp", DestinationClass::Protected),
-    // Reserved for the Escalation Mailbox (spec 3.8), not mounted yet.
+    // Reserved for Lazaret's own runtime files inside the sandbox (the
+    // Escalation Mailbox is beneath PRODUCT_DIR).
     ("/run/lazaret", DestinationClass::Protected),
     // The protected resolver configuration (spec 3.7): an exact file mount
     // that may replace a child of a persistent `/etc`.
@@ -217,6 +221,11 @@ pub struct BundlePlan {
     /// The generation's sandbox credential bundle (host file, spec 3.3):
     /// bound read-only at [`CREDENTIALS`].
     pub credentials: PathBuf,
+    /// The generation's Escalation Mailbox (host directory holding
+    /// `requests/` and `results/`, spec 3.8) when the profile enables
+    /// escalation: bound read-only at [`SANDBOX_MAILBOX`], its `requests`
+    /// read-write at [`SANDBOX_REQUESTS`].
+    pub mailbox: Option<PathBuf>,
     /// The State Anchors (spec 3.6, FR-4): `(persistent path, host mount
     /// point)`, each bound read-write at its path. They come before every
     /// mount that may lie beneath a persistent path (the resolver
@@ -543,6 +552,22 @@ pub fn build_spec(plan: &BundlePlan) -> Result<Spec, BundleError> {
         &plan.credentials,
         &ro,
     )?);
+    if let Some(mailbox) = &plan.mailbox {
+        if !normal_absolute(mailbox) {
+            return Err(BundleError::NotAbsolute {
+                what: "mailbox",
+                path: mailbox.clone(),
+            });
+        }
+        // Spec 3.8: results read-only, requests writable; neither executable.
+        mounts.push(mount(Path::new(SANDBOX_MAILBOX), "bind", mailbox, &ro)?);
+        mounts.push(mount(
+            Path::new(SANDBOX_REQUESTS),
+            "bind",
+            &mailbox.join("requests"),
+            &["bind", "rw", "nosuid", "nodev", "noexec"],
+        )?);
+    }
     let mut seen = HashSet::new();
     for m in &mounts {
         if !seen.insert(m.destination().clone()) {

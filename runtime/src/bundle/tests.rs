@@ -26,6 +26,7 @@ fn plan(git: GitSentry) -> BundlePlan {
         git_filter: Some("/run/user/1000/lazaret/d/gen-1/git-sentry".into()),
         network_files: "/run/user/1000/lazaret/d/gen-1/net".into(),
         credentials: "/run/user/1000/lazaret/d/gen-1/credentials".into(),
+        mailbox: None,
         state_anchors: vec![
             (
                 "/usr".into(),
@@ -493,6 +494,53 @@ fn volumes_are_bound_inside_their_anchors_with_their_access() -> Result<(), Stri
         build_spec(&q),
         Err(BundleError::NotAbsolute {
             what: "volume source",
+            ..
+        })
+    ));
+    Ok(())
+}
+
+#[test]
+fn the_mailbox_is_bound_read_only_with_its_requests_writable() -> Result<(), String> {
+    let without = mounts(&json(&plan(GitSentry::NoRepository))?);
+    assert!(
+        !without.iter().any(|(d, ..)| d.starts_with(SANDBOX_MAILBOX)),
+        "no mailbox without escalation"
+    );
+    let mut p = plan(GitSentry::NoRepository);
+    p.mailbox = Some("/run/user/1000/lazaret/d/gen-1/mailbox".into());
+    let v = json(&p)?;
+    assert_isolation(&v, &p);
+    let all = mounts(&v);
+    let at = |dest: &str| all.iter().position(|(d, ..)| d == dest);
+    let mailbox = at(SANDBOX_MAILBOX).ok_or("no mailbox mount")?;
+    let requests = at(SANDBOX_REQUESTS).ok_or("no requests mount")?;
+    assert!(mailbox < requests, "the parent is bound first");
+    let opts = |o: &[&str]| o.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        all[mailbox],
+        (
+            SANDBOX_MAILBOX.to_owned(),
+            "bind".to_owned(),
+            "/run/user/1000/lazaret/d/gen-1/mailbox".to_owned(),
+            opts(&["bind", "ro", "nosuid", "nodev", "noexec"])
+        )
+    );
+    assert_eq!(
+        all[requests],
+        (
+            SANDBOX_REQUESTS.to_owned(),
+            "bind".to_owned(),
+            "/run/user/1000/lazaret/d/gen-1/mailbox/requests".to_owned(),
+            opts(&["bind", "rw", "nosuid", "nodev", "noexec"])
+        )
+    );
+    assert!(MOUNT_POINTS.contains(&SANDBOX_MAILBOX));
+    p.mailbox = Some("relative/mailbox".into());
+    assert!(matches!(
+        build_spec(&p),
+        Err(BundleError::NotAbsolute {
+            what: "mailbox",
             ..
         })
     ));

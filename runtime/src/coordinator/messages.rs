@@ -224,6 +224,9 @@ pub struct SupervisorPlan {
     pub state_anchors: Vec<AnchorPlan>,
     /// The developer volumes, bound after the anchors they lie in.
     pub volumes: Vec<VolumePlan>,
+    /// Whether the profile enables host escalation (spec 3.8): the
+    /// generation directory's `mailbox` is bound into the sandbox.
+    pub escalation: bool,
 }
 
 /// HC -> RS over the lifetime channel.

@@ -8,17 +8,16 @@
 //! a socket. The Host Coordinator holds the [`TrustAnchor`] in memory for
 //! its generation only (spec 3.3: "All Trust Anchor and session
 //! cryptographic material is ephemeral").
-pub mod records;
-pub mod signing;
+pub use lazaret_wire::{mailbox, records, signing};
 pub mod tls;
 pub mod trust_anchor;
 mod verify;
 
-pub use trust_anchor::{TrustAnchor, TrustAnchorSeeds};
+pub use trust_anchor::{ResultSigner, TrustAnchor, TrustAnchorSeeds};
 pub use verify::{verify_registration, ExpectedRegistration, VerifyError};
 
 /// The protocol version every v1 record carries.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub use lazaret_wire::PROTOCOL_VERSION;
 
 #[cfg(test)]
 mod tests;

@@ -356,7 +356,7 @@ impl TlsAuthority {
         );
         params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
-        params.serial_number = Some(serial(&sha256(&request.encode_for_serial()?)));
+        params.serial_number = Some(serial(&sha256(&encode_for_serial(request)?)));
         params.not_before = date("client leaf", now.saturating_sub(LEAF_BACKDATE_SECS))?;
         params.not_after = date("client leaf", not_after)?;
         params.use_authority_key_identifier_extension = true;
@@ -418,12 +418,10 @@ impl TlsAuthority {
     }
 }
 
-impl ClientEnrollmentRequest {
-    /// The bytes a leaf's serial is derived from (the whole request).
-    fn encode_for_serial(&self) -> Result<Vec<u8>, TlsError> {
-        use super::records::ProtocolRecord;
-        Ok(self.encode()?)
-    }
+/// The bytes a leaf's serial is derived from (the whole request).
+fn encode_for_serial(request: &ClientEnrollmentRequest) -> Result<Vec<u8>, TlsError> {
+    use super::records::ProtocolRecord;
+    Ok(request.encode()?)
 }
 
 /// Why a Client CLI refuses what the coordinator published or issued.

@@ -22,7 +22,8 @@ use ed25519_dalek::pkcs8::EncodePrivateKey;
 use ed25519_dalek::SigningKey;
 use zeroize::Zeroize;
 
-use super::records::ProtocolRecord;
+use super::mailbox::{seal, MailboxError, MailboxResult, MailboxResultChunk};
+use super::records::{Digest, ProtocolRecord};
 use super::records::{
     GenerationIdentity, ProtocolCredential, ProtocolCredentialClaims, ProtocolCredentialRole,
     SandboxCredentialBundle, SessionBinding, SessionRegistrationResponse, SessionRequestCapability,
@@ -203,6 +204,16 @@ impl TrustAnchor {
         &self.sandbox_credential
     }
 
+    /// What signs this generation's escalation chunks and results: a copy
+    /// of the Session Coordinator's protocol key (zeroed when dropped) with
+    /// its credential ID, for the Host Coordinator's mailbox service.
+    pub fn result_signer(&self) -> ResultSigner {
+        ResultSigner {
+            key: self.coordinator_key.clone(),
+            credential_id: self.coordinator_credential.credential_id,
+        }
+    }
+
     /// Session registration (spec 3.3; schemas SessionRegistrationResponse):
     /// the Session Request Capability binding `session_id` of `cli_id` to
     /// the Session Anchor `session_anchor_public_key`, signed by the
@@ -305,4 +316,40 @@ fn tls_ca_certificate(
         .self_signed(&key_pair)
         .map_err(TrustAnchorError::CaCertificate)?;
     Ok((certificate, key_pair))
+}
+
+/// The Session Coordinator's signer of escalation results (spec 3.8:
+/// chunks and terminal results are the coordinator's records).
+pub struct ResultSigner {
+    key: SigningKey,
+    credential_id: Digest,
+}
+
+impl std::fmt::Debug for ResultSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResultSigner")
+            .field("credential_id", &self.credential_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResultSigner {
+    /// The coordinator credential the signed records name.
+    pub fn credential_id(&self) -> Digest {
+        self.credential_id
+    }
+
+    /// A terminal Escalation Result as a complete mailbox file, and its
+    /// payload's SHA-256.
+    pub fn seal_result(&self, result: &MailboxResult) -> Result<(Vec<u8>, Digest), MailboxError> {
+        seal(&self.key, result)
+    }
+
+    /// One result chunk as a complete mailbox file.
+    pub fn seal_chunk(
+        &self,
+        chunk: &MailboxResultChunk,
+    ) -> Result<(Vec<u8>, Digest), MailboxError> {
+        seal(&self.key, chunk)
+    }
 }

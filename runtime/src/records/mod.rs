@@ -2,9 +2,9 @@
 //! identity and staged ownership", "Participant ownership", "Storage Catalog", "Session terminal
 //! ownership") and their postcard codecs.
 pub mod catalog;
-pub mod codec;
+pub use lazaret_wire::codec;
 pub mod domain;
-pub mod ids;
+pub use lazaret_wire::ids;
 pub mod participant;
 pub mod process;
 pub mod readiness;

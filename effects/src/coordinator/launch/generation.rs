@@ -17,7 +17,7 @@ use lazaret_runtime::records::ids::{
 use super::super::host::{CoordinatorError, Hc, LaunchInputs, Running};
 use super::super::paths::SANDBOX_CREDENTIALS;
 use super::super::session::random_bytes;
-use super::super::supervisor::{INIT_NAME, PROBE_NAME};
+use super::super::supervisor::{ESCALATE_NAME, INIT_NAME, PROBE_NAME};
 use super::pre_generation::PreparedLaunch;
 use super::storage::anchor_plans;
 use super::{decision_value, Launching, Supervisor};
@@ -174,11 +174,15 @@ pub(super) fn start_generation(
         (INIT_NAME, launch.binaries.init),
         (GUEST_TOOL_NAME, launch.binaries.guest),
         (PROBE_NAME, launch.binaries.probe),
+        (ESCALATE_NAME, launch.binaries.escalate),
     ] {
         let path = init_dir.join(name);
         std::fs::write(&path, bytes)
             .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o555)))
             .map_err(io_err(&path))?;
+    }
+    if launch.escalation {
+        super::super::mailbox::make_mailbox(&l.dir)?;
     }
     write_sandbox_credentials(&mut l.trust_anchor, &l.dir)
 }

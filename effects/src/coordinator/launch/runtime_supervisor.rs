@@ -135,6 +135,7 @@ fn supervisor_plan(
         policy_digest: l.network.policy_digest,
         state_anchors: l.anchors.clone(),
         volumes: l.prepared.volumes.clone(),
+        escalation: launch.escalation,
         env: vec![
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
             "HOME=/root".to_owned(),

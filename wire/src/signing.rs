@@ -3,11 +3,11 @@
 //! `lazaret/v1/` prefix plus the lower-kebab record name, the unsigned
 //! 64-bit big-endian payload length and the exact payload bytes; an ID is
 //! SHA-256 over the minimally encoded claims.
-use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
-use super::records::{Digest, ProtocolRecord, PublicKey, Signature};
-use crate::records::codec::CodecError;
+use crate::codec::CodecError;
+use crate::records::{Digest, ProtocolRecord, PublicKey, Signature};
 
 /// The prefix of every signature input.
 pub const SIGNATURE_PREFIX: &[u8] = b"lazaret/v1/";
@@ -30,13 +30,13 @@ pub fn signature_input(name: &str, payload: &[u8]) -> Vec<u8> {
 
 /// The claims' ID (SHA-256 of their encoding) and `key`'s signature over
 /// their signature input.
-pub(crate) fn sign<T: ProtocolRecord>(
+pub fn sign<T: ProtocolRecord>(
     key: &SigningKey,
     claims: &T,
 ) -> Result<(Digest, Signature), CodecError> {
     let payload = claims.encode()?;
-    let signature = key.sign(&signature_input(T::NAME, &payload));
-    Ok((sha256(&payload), Signature(signature.to_bytes())))
+    let signature = sign_payload(key, T::NAME, &payload);
+    Ok((sha256(&payload), signature))
 }
 
 /// Why a signature does not verify.
@@ -55,7 +55,7 @@ pub enum SignatureError {
 
 /// Verifies `signature` over `claims` with `public` (strict Ed25519: no
 /// small-order keys, canonical encodings) and returns the claims' ID.
-pub(crate) fn verify<T: ProtocolRecord>(
+pub fn verify<T: ProtocolRecord>(
     public: &PublicKey,
     claims: &T,
     signature: &Signature,
@@ -64,9 +64,26 @@ pub(crate) fn verify<T: ProtocolRecord>(
     let payload = claims
         .encode()
         .map_err(|source| SignatureError::Claims { record, source })?;
+    verify_payload(public, record, &payload, signature)?;
+    Ok(sha256(&payload))
+}
+
+/// Verifies `signature` over the exact `payload` bytes of record `record`
+/// with `public` (strict Ed25519), before anything decodes them (spec 3.8:
+/// "verifies the signature over those owned bytes before parsing").
+pub fn verify_payload(
+    public: &PublicKey,
+    record: &'static str,
+    payload: &[u8],
+    signature: &Signature,
+) -> Result<(), SignatureError> {
     let key = VerifyingKey::from_bytes(public).map_err(|_| SignatureError::Key { record })?;
     let signature = ed25519_dalek::Signature::from_bytes(&signature.0);
-    key.verify_strict(&signature_input(record, &payload), &signature)
-        .map_err(|_| SignatureError::Forged { record })?;
-    Ok(sha256(&payload))
+    key.verify_strict(&signature_input(record, payload), &signature)
+        .map_err(|_| SignatureError::Forged { record })
+}
+
+/// `key`'s signature over the exact `payload` bytes of record `record`.
+pub fn sign_payload(key: &SigningKey, record: &'static str, payload: &[u8]) -> Signature {
+    Signature(key.sign(&signature_input(record, payload)).to_bytes())
 }

@@ -71,6 +71,11 @@ byte_id!(
     /// Session Anchor ID: digest of the anchor public key.
     SessionAnchorId, 32
 );
+byte_id!(
+    /// Escalation Request ID (spec glossary): cryptographically random, 128
+    /// bits; correlates one host escalation request with its results.
+    EscalationRequestId, 16
+);
 
 /// Durable generation key: generations of one Domain are numbered upward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -3,11 +3,11 @@
 //! "For embedded signed claims, the field order shown above is the Postcard
 //! field order"). Each signed record has a claims form (every field but
 //! its ID and signature) whose minimal Postcard encoding is what is
-//! digested and signed ([`crate::protocol::signing`]).
+//! digested and signed ([`crate::signing`]).
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::records::codec::{self, CodecError};
-use crate::records::ids::{
+use crate::codec::{self, CodecError};
+use crate::ids::{
     CliId, ConfigurationFingerprint, CoordinatorId, DomainId, GenerationId, ProfileName, SandboxId,
     SessionAnchorId, SessionId,
 };
@@ -95,7 +95,7 @@ pub struct TrustManifest {
 
 /// The manifest's signed fields (all but `issuer_signature`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct TrustManifestClaims {
+pub struct TrustManifestClaims {
     pub protocol_version: u16,
     pub generation_identity: GenerationIdentity,
     pub tls_ca_sha256: Digest,
@@ -103,7 +103,7 @@ pub(crate) struct TrustManifestClaims {
 }
 
 impl TrustManifest {
-    pub(crate) fn claims(&self) -> TrustManifestClaims {
+    pub fn claims(&self) -> TrustManifestClaims {
         TrustManifestClaims {
             protocol_version: self.protocol_version,
             generation_identity: self.generation_identity.clone(),
@@ -137,7 +137,7 @@ pub struct ProtocolCredential {
 /// The credential's claims (all but `credential_id` and
 /// `issuer_signature`): digested into the ID and signed by the issuer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ProtocolCredentialClaims {
+pub struct ProtocolCredentialClaims {
     pub protocol_version: u16,
     pub generation_identity: GenerationIdentity,
     pub role: ProtocolCredentialRole,
@@ -146,7 +146,7 @@ pub(crate) struct ProtocolCredentialClaims {
 }
 
 impl ProtocolCredential {
-    pub(crate) fn claims(&self) -> ProtocolCredentialClaims {
+    pub fn claims(&self) -> ProtocolCredentialClaims {
         ProtocolCredentialClaims {
             protocol_version: self.protocol_version,
             generation_identity: self.generation_identity.clone(),
@@ -171,9 +171,7 @@ impl SessionBinding {
     /// The Session record's `session_anchor_id`: SHA-256 of the anchor's
     /// public key (schemas.md Session; records::ids::SessionAnchorId).
     pub fn session_anchor_id(&self) -> SessionAnchorId {
-        SessionAnchorId(crate::protocol::signing::sha256(
-            &self.session_anchor_public_key,
-        ))
+        SessionAnchorId(crate::signing::sha256(&self.session_anchor_public_key))
     }
 }
 
@@ -193,7 +191,7 @@ pub struct SessionRequestCapability {
 /// The capability's claims (all but `capability_id` and
 /// `coordinator_signature`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SessionRequestCapabilityClaims {
+pub struct SessionRequestCapabilityClaims {
     pub protocol_version: u16,
     pub session_binding: SessionBinding,
     pub coordinator_credential_id: Digest,
@@ -201,7 +199,7 @@ pub(crate) struct SessionRequestCapabilityClaims {
 }
 
 impl SessionRequestCapability {
-    pub(crate) fn claims(&self) -> SessionRequestCapabilityClaims {
+    pub fn claims(&self) -> SessionRequestCapabilityClaims {
         SessionRequestCapabilityClaims {
             protocol_version: self.protocol_version,
             session_binding: self.session_binding.clone(),

@@ -1,0 +1,190 @@
+//! Host escalation end to end (spec 3.8), with real runsc, as the
+//! unprivileged test user: a process in the sandbox runs
+//! `/.lazaret/sbin/lazaret-escalate`, the Host Coordinator serves the
+//! generation's mailbox, and an auto-approved host command runs on the host
+//! with its output and status streamed back; a request that differs from
+//! the rule by one element is denied and never runs; without escalation
+//! the sandbox has no mailbox.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
+
+mod support;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use support::{chown_tree, text, Env, ONE_AT_A_TIME};
+
+const CLIENT: &str = "/.lazaret/sbin/lazaret-escalate";
+
+/// The host tool the rule approves: prints its argument and where it runs,
+/// writes a marker the sandbox cannot see, and exits 3.
+fn host_tool(env: &Env) -> (String, std::path::PathBuf) {
+    let dir = env.home.join("tools");
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("ran");
+    let tool = dir.join("report");
+    std::fs::write(
+        &tool,
+        format!(
+            "#!/bin/sh\nprintf 'host:%s:%s\\n' \"$1\" \"$(cat /proc/sys/kernel/hostname)\"\nprintf 'to stderr\\n' >&2\necho \"$@\" >> {}\nexit 3\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown_tree(&dir);
+    (tool.display().to_string(), marker)
+}
+
+#[test]
+fn an_auto_approved_host_command_runs_from_inside_the_sandbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let image = support::default_image();
+    let env = Env::new("escalation", &image);
+    let (tool, marker) = host_tool(&env);
+    env.write_config(
+        "config.toml",
+        &image,
+        &format!(
+            "[profiles.default.escalation]\nenabled = true\nauto_approve = [{{ executable = \"{tool}\", args = [\"ok\"] }}]\n"
+        ),
+    );
+
+    // The approved vector: runs on the host (its marker is written, its
+    // host name is the host's, not the sandbox's `lazaret`), output on the
+    // right streams, status 3.
+    let out = env.run(&[
+        "default",
+        "--",
+        CLIENT,
+        "--why",
+        "the test asks",
+        "--",
+        &tool,
+        "ok",
+    ]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "stdout {stdout}\nstderr {stderr}"
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(
+        stdout.trim(),
+        format!("host:ok:{}", host.trim()),
+        "{stderr}"
+    );
+    assert!(stderr.contains("to stderr"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ok\n");
+
+    // One element more than the rule grants: denied, never run.
+    let out = env.run(&[
+        "default", "--", CLIENT, "--why", "more", "--", &tool, "ok", "extra",
+    ]);
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("denied"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ok\n");
+
+    // The executable is checked again before every run, not only when a
+    // CLI loads the configuration: within one session, a second hard link
+    // made on the host after the launch refuses the next run (status 125,
+    // the tool does not run); once the link is gone it runs again.
+    let script = format!(
+        "C={CLIENT}; T={tool}; \
+         $C --why a -- $T ok >/dev/null; echo $? > /workspace/first; \
+         while [ ! -e /workspace/go ]; do sleep 0.05; done; \
+         $C --why b -- $T ok >/dev/null 2>/workspace/second.err; echo $? > /workspace/second; \
+         while [ ! -e /workspace/go2 ]; do sleep 0.05; done; \
+         $C --why c -- $T ok >/dev/null; echo $? > /workspace/third"
+    );
+    let session = env
+        .command(&["default", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let file = |name: &str| env.workspace.join(name);
+    let wait = |name: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !file(name).exists() {
+            assert!(std::time::Instant::now() < deadline, "waited for {name}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::read_to_string(file(name)).unwrap()
+    };
+    assert_eq!(wait("first").trim(), "3");
+    let second = env.home.join("tools/second-name");
+    std::fs::hard_link(&tool, &second).unwrap();
+    std::fs::write(file("go"), b"").unwrap();
+    assert_eq!(
+        wait("second").trim(),
+        "125",
+        "{}",
+        std::fs::read_to_string(file("second.err")).unwrap_or_default()
+    );
+    assert!(
+        std::fs::read_to_string(file("second.err"))
+            .unwrap()
+            .contains("could not run"),
+        "{}",
+        std::fs::read_to_string(file("second.err")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "ok\nok\n",
+        "the linked tool did not run"
+    );
+    std::fs::remove_file(&second).unwrap();
+    std::fs::write(file("go2"), b"").unwrap();
+    assert_eq!(wait("third").trim(), "3");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ok\nok\nok\n");
+    let status = session.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(0));
+
+    // A command string needs a shell: the client refuses it before asking.
+    let out = env.run(&["default", "--", CLIENT, "--why", "x", "--", "report ok"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("CommandRequiresShell"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The sandbox cannot write results, nor see the host tool's marker.
+    let look = format!(
+        "touch /.lazaret/escalation/results/x 2>/dev/null && echo wrote; ls /.lazaret/escalation; test -e {} && echo seen; true",
+        marker.display()
+    );
+    let out = env.run(&["default", "--", "sh", "-c", &look]);
+    let listing = text(&out.stdout);
+    assert!(!listing.contains("wrote"), "{listing}");
+    assert!(
+        listing.contains("requests") && listing.contains("results"),
+        "{listing}"
+    );
+    assert!(!listing.contains("seen"), "{listing}");
+
+    env.assert_nothing_left();
+}
+
+#[test]
+fn without_escalation_the_client_finds_no_mailbox() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let image = support::default_image();
+    let env = Env::new("no-escalation", &image);
+    let out = env.run(&["default", "--", CLIENT, "--why", "x", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not enabled"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!Path::new(&env.home.join("tools")).exists());
+    env.assert_nothing_left();
+}

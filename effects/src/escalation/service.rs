@@ -1,0 +1,641 @@
+//! The Host Coordinator's side of the Escalation Mailbox (spec 3.8): takes
+//! the sandbox's requests from the inbound directory, authenticates and
+//! admits them (`lazaret_runtime::escalation`), runs an auto-approved one
+//! through the shell-free launcher, streams its output as signed chunks
+//! within the window of eight, follows the client's acknowledgements and
+//! cancellation, and writes the signed terminal result.
+//!
+//! The developer prompt is not built: a request no auto-approval rule
+//! matches exactly is answered `Denied` (docs/escalation.md "What is not
+//! built").
+//!
+//! Each request is served to its result by [`Service::serve`] on the
+//! caller's thread; the host process is killed and reaped through its pidfd
+//! before `serve` returns, whatever happens (OR-3).
+use std::ffi::OsStr;
+use std::time::{Duration, Instant};
+
+use lazaret_runtime::config::ResolvedAutoApprovalRule;
+use lazaret_runtime::escalation::command::{classify, RuleMatch};
+use lazaret_runtime::escalation::{
+    authenticate, correlate_ack, correlate_cancellation, MailboxAuthority, MailboxRefusal,
+    OpenRequest, RequestLedger, ResultError, ResultWindow, SandboxSigned,
+};
+use lazaret_runtime::protocol::mailbox::{
+    EscalationOutcome, MailboxCancellation, MailboxEntry, MailboxError, MailboxRequest,
+    MailboxResultAck, ResultStream, SignedProtocolRecord, MAX_RESULT_CHUNK,
+};
+use lazaret_runtime::protocol::records::SessionBinding;
+use lazaret_runtime::protocol::ResultSigner;
+use lazaret_runtime::records::ids::EscalationRequestId;
+
+use super::host_process::HostProcess;
+use super::launcher::{host_command, HostProcessSetting, LaunchError};
+use super::{MailboxDir, MailboxReadError, MailboxWriteError};
+use crate::confined::{ConfinedSys, OpenedObject, UserIds};
+use crate::process_identity::ChildState;
+
+/// An auto-approval rule and the executable object it approves.
+#[derive(Clone, Copy, Debug)]
+pub struct ApprovalRule<'a> {
+    pub rule: &'a ResolvedAutoApprovalRule,
+    pub executable: &'a OpenedObject,
+}
+
+/// The service's time bounds.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// How long a host process may run (the model's `HostProcessTimeout`).
+    pub run: Duration,
+    /// How long the client may leave chunks unacknowledged before the host
+    /// process is stopped (while it runs) or the chunks are given up
+    /// (after it ended; the model's `AckTimeout`).
+    pub ack: Duration,
+    /// How often the inbound directory is looked at while a request runs.
+    pub poll: Duration,
+    /// How old an unfinished write (a temporary) may get before it is
+    /// removed.
+    pub temporary: Duration,
+    /// How long a delivered result (and a chunk of a request no longer
+    /// open) stays in `results/` for its client.
+    pub retention: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            run: Duration::from_secs(600),
+            ack: Duration::from_secs(30),
+            poll: Duration::from_millis(2),
+            temporary: Duration::from_secs(30),
+            retention: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A step of serving that failed; the host process was killed and reaped
+/// before it was returned.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Read(#[from] MailboxReadError),
+    #[error(transparent)]
+    Write(#[from] MailboxWriteError),
+    #[error("cannot sign a result record: {0}")]
+    Seal(#[from] MailboxError),
+    #[error("the result window: {0}")]
+    Window(#[from] ResultError),
+    #[error("escalation host process: cannot {step}: {source}")]
+    Process {
+        step: &'static str,
+        source: std::io::Error,
+    },
+    #[error("escalation host process: cannot stop and reap it: {source}")]
+    ProcessNotStopped { source: std::io::Error },
+}
+
+/// An authenticated, admitted request waiting to be served.
+#[derive(Debug)]
+pub struct Admitted {
+    pub request: MailboxRequest,
+    pub open: OpenRequest,
+    /// The model's `RuleMatches` value of its vector.
+    pub matched: RuleMatch,
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub outcome: EscalationOutcome,
+    pub exit_code: Option<i32>,
+    /// Chunks written.
+    pub chunks: u64,
+    /// The most chunks unacknowledged at once.
+    pub most_unacknowledged: u64,
+}
+
+/// The Escalation Mailbox of one generation, served.
+pub struct Service<'a> {
+    pub sys: &'a dyn ConfinedSys,
+    /// Inbound: requests, cancellations, acknowledgements.
+    pub requests: &'a MailboxDir,
+    /// Outbound: chunks and results.
+    pub results: &'a MailboxDir,
+    pub authority: &'a MailboxAuthority,
+    /// Signs chunks and results with the Session Coordinator's key.
+    pub signer: &'a ResultSigner,
+    pub rules: &'a [ApprovalRule<'a>],
+    pub user: &'a UserIds,
+    pub setting: &'a HostProcessSetting,
+    pub limits: Limits,
+}
+
+impl std::fmt::Debug for Service<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("requests", &self.requests.label())
+            .field("results", &self.results.label())
+            .field("rules", &self.rules.len())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long output may stay open after the host process exited (held by a
+/// process it started) before its result follows anyway.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// What is left to do when the host process's output is all written.
+enum Ending {
+    Exited(Option<i32>),
+    Cancelled,
+    TimedOut,
+}
+
+impl Service<'_> {
+    /// One pass over the inbound directory. Every request file is read
+    /// once and removed; those that authenticate (`registered` answers for
+    /// the live sessions) and are admitted by `ledger` are returned, in
+    /// name order, the others refused (returned with their refusals; no
+    /// result is written: nothing authenticated asked). Acknowledgements
+    /// and cancellations of requests not `open` now, names Lazaret never
+    /// writes, and temporaries older than [`Limits::temporary`] are removed, so
+    /// nothing the sandbox leaves accumulates. One entry's failure is that
+    /// entry's refusal, never the pass's.
+    pub fn take_requests(
+        &self,
+        ledger: &mut RequestLedger,
+        registered: &dyn Fn(&SessionBinding) -> bool,
+        open: &dyn Fn(EscalationRequestId) -> bool,
+    ) -> Result<Pass, ServiceError> {
+        let listing = self.requests.list(self.sys)?;
+        let mut pass = Pass::default();
+        for name in listing.foreign {
+            self.discard(&name, &mut pass, "a name Lazaret never writes");
+        }
+        for (name, age) in listing.temporary {
+            if age > self.limits.temporary {
+                self.discard(&name, &mut pass, "an unfinished write");
+            }
+        }
+        for entry in listing.entries {
+            let name = entry.name();
+            let id = match entry {
+                MailboxEntry::Request(id) => id,
+                MailboxEntry::Ack(id, _) | MailboxEntry::Cancellation(id) => {
+                    if !open(id) {
+                        self.discard(OsStr::new(&name), &mut pass, "no open request");
+                    }
+                    continue;
+                }
+                MailboxEntry::Chunk(..) | MailboxEntry::Result(_) => {
+                    self.discard(OsStr::new(&name), &mut pass, "not a request");
+                    continue;
+                }
+            };
+            let read = self.requests.read(self.sys, OsStr::new(&name));
+            if let Err(e) = self.remove_entry(self.requests, OsStr::new(&name)) {
+                pass.refused.push((name.clone(), e.to_string()));
+                continue;
+            }
+            let accepted = read.map_err(|e| e.to_string()).and_then(|bytes| {
+                let file = SignedProtocolRecord::read(&bytes).map_err(|e| e.to_string())?;
+                let (request, digest) =
+                    authenticate::<MailboxRequest>(&file, self.authority, registered)
+                        .map_err(|e| e.to_string())?;
+                ledger.admit(&request).map_err(|e| e.to_string())?;
+                Ok((request, digest))
+            });
+            match accepted {
+                Ok((request, digest)) => {
+                    debug_assert_eq!(request.request_id, id);
+                    let rules: Vec<ResolvedAutoApprovalRule> =
+                        self.rules.iter().map(|r| r.rule.clone()).collect();
+                    let matched = classify(&rules, &request.command_argv);
+                    tracing::info!(request = %request.request_id, session = %request.session_binding.session_id, m = matched.model().name(), "SubmitEscalation");
+                    pass.admitted.push(Admitted {
+                        open: OpenRequest::of(&request, digest),
+                        request,
+                        matched,
+                    });
+                }
+                Err(refusal) => pass.refused.push((name, refusal)),
+            }
+        }
+        Ok(pass)
+    }
+
+    /// Removes from `results/` what no client can still want: results and
+    /// chunks of requests not `open`, older than [`Limits::retention`].
+    /// Returns how many went.
+    pub fn sweep_results(
+        &self,
+        open: &dyn Fn(EscalationRequestId) -> bool,
+    ) -> Result<usize, ServiceError> {
+        let listing = self.results.list(self.sys)?;
+        let mut removed = 0;
+        for entry in listing.entries {
+            let (MailboxEntry::Result(id) | MailboxEntry::Chunk(id, _)) = entry else {
+                continue;
+            };
+            let name = entry.name();
+            let old = self
+                .results
+                .age(self.sys, OsStr::new(&name))
+                .is_some_and(|age| age > self.limits.retention);
+            if old && !open(id) && self.remove_entry(self.results, OsStr::new(&name)).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Removes inbound entry `name`, noting it in `pass`.
+    fn discard(&self, name: &OsStr, pass: &mut Pass, why: &str) {
+        let outcome = match self.remove_entry(self.requests, name) {
+            Ok(()) => why.to_owned(),
+            Err(e) => format!("{why}; {e}"),
+        };
+        pass.refused
+            .push((name.to_string_lossy().into_owned(), outcome));
+    }
+
+    /// Removes `name` from `dir`; one already gone is removed.
+    fn remove_entry(&self, dir: &MailboxDir, name: &OsStr) -> Result<(), MailboxWriteError> {
+        match dir.remove(self.sys, name) {
+            Err(MailboxWriteError::Remove { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Serves `admitted` to its terminal result. `registered` is asked
+    /// again while it runs: a session that ends stops its host process.
+    /// Every admitted request gets a result: when a step fails, the host
+    /// process is stopped and reaped and a `Failed` result is still
+    /// written where the mailbox allows.
+    pub fn serve(
+        &self,
+        admitted: &Admitted,
+        registered: &dyn Fn(&SessionBinding) -> bool,
+    ) -> Result<Served, ServiceError> {
+        let _span =
+            tracing::info_span!("AcceptEscalation", request = %admitted.open.request_id).entered();
+        let mut window = ResultWindow::new(admitted.open.clone(), self.signer.credential_id());
+        match self.serve_in(admitted, &mut window, registered) {
+            Ok(served) => Ok(served),
+            Err(ServiceError::ProcessNotStopped { source }) => {
+                // The process may still run: no result may say it ended.
+                Err(ServiceError::ProcessNotStopped { source })
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "serving an escalation request failed");
+                let _ = window.ack_timeout();
+                self.deliver(&mut window, EscalationOutcome::Failed, None, 0)
+                    .map_err(|_| e)
+            }
+        }
+    }
+
+    /// The outcome a refusal of `admitted` without running it gets
+    /// (too many requests waiting): `Denied`, so its client ends.
+    pub fn refuse(&self, admitted: &Admitted) -> Result<Served, ServiceError> {
+        let mut window = ResultWindow::new(admitted.open.clone(), self.signer.credential_id());
+        self.deliver(&mut window, EscalationOutcome::Denied, None, 0)
+    }
+
+    fn serve_in(
+        &self,
+        admitted: &Admitted,
+        window: &mut ResultWindow,
+        registered: &dyn Fn(&SessionBinding) -> bool,
+    ) -> Result<Served, ServiceError> {
+        // A request whose session ended while it waited is not run.
+        if !registered(&admitted.open.session_binding) {
+            return self.deliver(window, EscalationOutcome::Cancelled, None, 0);
+        }
+        let RuleMatch::Exact { rule } = admitted.matched else {
+            tracing::info!(
+                "no auto-approval rule matches exactly and the prompt is not built: Denied"
+            );
+            return self.deliver(window, EscalationOutcome::Denied, None, 0);
+        };
+        let Some(approval) = self.rules.get(rule) else {
+            return self.deliver(window, EscalationOutcome::Failed, None, 0);
+        };
+        tracing::info!(rule, "AutoApproveEscalation");
+        let command = host_command(
+            self.sys,
+            self.user,
+            approval.executable,
+            &admitted.request.command_argv,
+            self.setting,
+        );
+        let mut command = match command {
+            Ok(command) => command,
+            Err(e) => {
+                tracing::warn!(error = %e, "the approved executable cannot run");
+                return self.deliver(window, EscalationOutcome::Failed, None, 0);
+            }
+        };
+        let mut process = match HostProcess::spawn(&mut command) {
+            Ok(process) => process,
+            Err(e) => {
+                let e = LaunchError::Spawn(e);
+                tracing::warn!(error = %e, "the approved executable cannot run");
+                return self.deliver(window, EscalationOutcome::Failed, None, 0);
+            }
+        };
+        tracing::info!("StartHostProcess");
+        let result = self.stream(admitted, window, &mut process, registered);
+        // Whatever happened, the process is gone before its results are
+        // (OR-3); if it cannot be stopped, nothing says it ended.
+        process
+            .kill_and_reap()
+            .map_err(|source| ServiceError::ProcessNotStopped { source })?;
+        let (ending, most) = result?;
+        match ending {
+            Ending::Exited(code) => {
+                tracing::info!(?code, "HostProcessExits");
+                self.settle(admitted, window, registered)?;
+                self.deliver(window, EscalationOutcome::Completed, code, most)
+            }
+            Ending::TimedOut => {
+                tracing::info!("HostProcessTimeout");
+                self.give_up(window)?;
+                self.deliver(window, EscalationOutcome::TimedOut, None, most)
+            }
+            Ending::Cancelled => {
+                tracing::info!("ApplyCancellation");
+                self.give_up(window)?;
+                self.deliver(window, EscalationOutcome::Cancelled, None, most)
+            }
+        }
+    }
+
+    /// Streams the running process's output until it ended and all of it
+    /// is written, or it was cancelled, timed out or its session ended.
+    fn stream(
+        &self,
+        admitted: &Admitted,
+        window: &mut ResultWindow,
+        process: &mut HostProcess,
+        registered: &dyn Fn(&SessionBinding) -> bool,
+    ) -> Result<(Ending, u64), ServiceError> {
+        let started = Instant::now();
+        // Since when the window has been full without an acknowledgement
+        // that moved it.
+        let mut full_since: Option<Instant> = None;
+        let mut most = 0;
+        let mut exit: Option<(Option<i32>, Instant)> = None;
+        // Bounded by the run limit: every turn waits at most `poll`.
+        loop {
+            if exit.is_none() {
+                if let Some(state) = process.try_reap().map_err(|source| ServiceError::Process {
+                    step: "wait for its exit",
+                    source,
+                })? {
+                    let code = match state {
+                        ChildState::Exited { code, .. } => code,
+                        ChildState::Running => None,
+                    };
+                    exit = Some((code, Instant::now()));
+                }
+            }
+            if let Some((code, at)) = exit {
+                let drained = !process.stdout.is_open() && !process.stderr.is_open();
+                // Output still held open by something the process started
+                // gets a grace period, not the run limit.
+                if drained || at.elapsed() > EXIT_GRACE {
+                    return Ok((Ending::Exited(code), most));
+                }
+            }
+            if exit.is_none() && started.elapsed() > self.limits.run {
+                return Ok((Ending::TimedOut, most));
+            }
+            if !registered(&admitted.open.session_binding) {
+                return Ok((Ending::Cancelled, most));
+            }
+            match self.inbound(admitted, window)? {
+                Inbound::Cancelled => return Ok((Ending::Cancelled, most)),
+                Inbound::Acknowledged => full_since = None,
+                Inbound::Nothing => {}
+            }
+            let reading = window.can_emit();
+            if reading {
+                full_since = None;
+            } else {
+                let since = *full_since.get_or_insert_with(Instant::now);
+                if exit.is_none() && since.elapsed() > self.limits.ack {
+                    return Ok((Ending::TimedOut, most));
+                }
+            }
+            let mut wrote = false;
+            if reading {
+                for (stream, pipe) in [
+                    (ResultStream::Stdout, &mut process.stdout),
+                    (ResultStream::Stderr, &mut process.stderr),
+                ] {
+                    if !window.can_emit() {
+                        break;
+                    }
+                    let bytes =
+                        pipe.read(MAX_RESULT_CHUNK)
+                            .map_err(|source| ServiceError::Process {
+                                step: "read its output",
+                                source,
+                            })?;
+                    if let Some(bytes) = bytes.filter(|b| !b.is_empty()) {
+                        let chunk = window.emit(stream, bytes)?;
+                        let (file, _) = self.signer.seal_chunk(&chunk)?;
+                        self.results.write(
+                            self.sys,
+                            MailboxEntry::Chunk(chunk.request_id, chunk.sequence),
+                            &file,
+                        )?;
+                        tracing::debug!(sequence = chunk.sequence, "EmitResultChunk");
+                        most = most.max(window.unacknowledged());
+                        wrote = true;
+                    }
+                }
+            }
+            if !wrote {
+                // Once reaped, the pidfd stays readable: wait on the pipes
+                // only (or just sleep when the window is full).
+                process
+                    .wait_ready(reading, exit.is_none(), self.limits.poll)
+                    .map_err(|source| ServiceError::Process {
+                        step: "wait for its output",
+                        source,
+                    })?;
+            }
+        }
+    }
+
+    /// Reads the request's acknowledgements and cancellation, if any.
+    fn inbound(
+        &self,
+        admitted: &Admitted,
+        window: &mut ResultWindow,
+    ) -> Result<Inbound, ServiceError> {
+        let id = admitted.open.request_id;
+        let listing = self.requests.list(self.sys)?;
+        let mut seen = Inbound::Nothing;
+        for entry in listing.entries {
+            let name = entry.name();
+            match entry {
+                MailboxEntry::Ack(of, _) if of == id => {
+                    let ack = self.read_signed::<MailboxResultAck>(&name).and_then(|a| {
+                        correlate_ack(&admitted.open, &a)?;
+                        Ok(a)
+                    });
+                    if let Err(e) = self.remove_entry(self.requests, OsStr::new(&name)) {
+                        tracing::warn!(error = %e, "an acknowledgement stays");
+                    }
+                    match ack {
+                        Ok(ack) => match window.acknowledge(ack.highest_contiguous_sequence) {
+                            // Only an acknowledgement that moves the window
+                            // is progress: a repeated one changes nothing.
+                            Ok(settled) if !settled.is_empty() => {
+                                for sequence in settled {
+                                    self.remove_result(MailboxEntry::Chunk(id, sequence))?;
+                                }
+                                tracing::debug!(
+                                    highest = ack.highest_contiguous_sequence,
+                                    "AckResultChunk"
+                                );
+                                seen = Inbound::Acknowledged;
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(error = %e, "ignored an acknowledgement"),
+                        },
+                        Err(refusal) => tracing::warn!(%refusal, "refused an acknowledgement"),
+                    }
+                }
+                MailboxEntry::Cancellation(of) if of == id => {
+                    let cancel = self
+                        .read_signed::<MailboxCancellation>(&name)
+                        .and_then(|c| {
+                            correlate_cancellation(&admitted.open, &c)?;
+                            Ok(c)
+                        });
+                    if let Err(e) = self.remove_entry(self.requests, OsStr::new(&name)) {
+                        tracing::warn!(error = %e, "a cancellation stays");
+                    }
+                    match cancel {
+                        Ok(_) => {
+                            tracing::info!("RequestCancellation");
+                            return Ok(Inbound::Cancelled);
+                        }
+                        Err(refusal) => tracing::warn!(%refusal, "refused a cancellation"),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(seen)
+    }
+
+    /// The authenticated sandbox record in inbound entry `name`.
+    fn read_signed<T: SandboxSigned>(&self, name: &str) -> Result<T, InboundRefusal> {
+        let bytes = self.requests.read(self.sys, OsStr::new(name))?;
+        let file = SignedProtocolRecord::read(&bytes).map_err(MailboxRefusal::Record)?;
+        // The session was checked when the request was admitted; the
+        // record must name the same one (correlation, next).
+        Ok(authenticate::<T>(&file, self.authority, |_| true).map(|(r, _)| r)?)
+    }
+
+    /// After the process exited: waits for the remaining acknowledgements
+    /// while they move the window, at most [`Limits::ack`] since the last
+    /// one that did and never past the session's end; then gives up what
+    /// is still unacknowledged (`AckTimeout`).
+    fn settle(
+        &self,
+        admitted: &Admitted,
+        window: &mut ResultWindow,
+        registered: &dyn Fn(&SessionBinding) -> bool,
+    ) -> Result<(), ServiceError> {
+        let mut progress = Instant::now();
+        // Bounded: every acknowledgement that counts settles at least one
+        // of the finitely many chunks, and each wait is at most `ack`.
+        while window.unacknowledged() > 0 {
+            if progress.elapsed() > self.limits.ack || !registered(&admitted.open.session_binding) {
+                tracing::info!(unacked = window.unacknowledged(), "AckTimeout");
+                return self.give_up(window);
+            }
+            match self.inbound(admitted, window)? {
+                Inbound::Acknowledged => progress = Instant::now(),
+                // The process already ended: its result follows as is.
+                Inbound::Cancelled | Inbound::Nothing => std::thread::sleep(self.limits.poll),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every unacknowledged chunk file.
+    fn give_up(&self, window: &mut ResultWindow) -> Result<(), ServiceError> {
+        let id = window.request().request_id;
+        for sequence in window.ack_timeout() {
+            self.remove_result(MailboxEntry::Chunk(id, sequence))?;
+        }
+        Ok(())
+    }
+
+    fn remove_result(&self, entry: MailboxEntry) -> Result<(), ServiceError> {
+        Ok(self.remove_entry(self.results, OsStr::new(&entry.name()))?)
+    }
+
+    /// `DeliverResult`: the signed terminal result.
+    fn deliver(
+        &self,
+        window: &mut ResultWindow,
+        outcome: EscalationOutcome,
+        exit_code: Option<i32>,
+        most: u64,
+    ) -> Result<Served, ServiceError> {
+        let result = window.finish(outcome, exit_code)?;
+        let (file, _) = self.signer.seal_result(&result)?;
+        self.results
+            .write(self.sys, MailboxEntry::Result(result.request_id), &file)?;
+        tracing::info!(
+            ?outcome,
+            ?exit_code,
+            chunks = result.chunk_count,
+            "DeliverResult"
+        );
+        Ok(Served {
+            outcome,
+            exit_code,
+            chunks: result.chunk_count,
+            most_unacknowledged: most,
+        })
+    }
+}
+
+/// What one pass over the inbound directory found.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Requests to serve, in name order.
+    pub admitted: Vec<Admitted>,
+    /// Entries refused or removed, and why.
+    pub refused: Vec<(String, String)>,
+}
+
+/// Why an inbound acknowledgement or cancellation is not taken.
+#[derive(Debug, thiserror::Error)]
+enum InboundRefusal {
+    #[error(transparent)]
+    Read(#[from] MailboxReadError),
+    #[error(transparent)]
+    Refused(#[from] MailboxRefusal),
+}
+
+/// What the inbound directory held for a running request.
+enum Inbound {
+    Nothing,
+    Acknowledged,
+    Cancelled,
+}

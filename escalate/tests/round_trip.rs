@@ -1,0 +1,525 @@
+//! The Escalation Client binary against the Host Coordinator's mailbox
+//! service (spec 3.8): real files in a mailbox directory pair, real
+//! signatures under one generation's Trust Anchor, a real host process
+//! started by the shell-free launcher and held by its pidfd. The service
+//! runs on the test's thread; the client is the `lazaret-escalate` binary
+//! (the same source `cli/build.rs` builds static for the sandbox).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
+
+use std::fs;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lazaret_effects::confined::{ConfinedSys, RealSys, UserIds};
+use lazaret_effects::escalation::launcher::{open_executable, HostProcessSetting};
+use lazaret_effects::escalation::service::{ApprovalRule, Limits, Served, Service};
+use lazaret_effects::escalation::MailboxDir;
+use lazaret_runtime::config::ResolvedAutoApprovalRule;
+use lazaret_runtime::escalation::{MailboxAuthority, RequestLedger};
+use lazaret_runtime::protocol::mailbox::{EscalationOutcome, MailboxEntry};
+use lazaret_runtime::protocol::records::{GenerationIdentity, ProtocolRecord, SessionBinding};
+use lazaret_runtime::protocol::{TrustAnchor, TrustAnchorSeeds};
+use lazaret_runtime::records::ids::{
+    CliId, ConfigurationFingerprint, CoordinatorId, DomainId, GenerationId, ProfileName, SandboxId,
+    SessionId,
+};
+
+/// 2026-12-05T00:00:00Z.
+const NOW: i64 = 1_796_428_800;
+const SESSION: SessionId = SessionId([1; 16]);
+
+#[derive(Debug)]
+struct FixedClock;
+
+impl rustls::time_provider::TimeProvider for FixedClock {
+    fn current_time(&self) -> Option<rustls::pki_types::UnixTime> {
+        Some(rustls::pki_types::UnixTime::since_unix_epoch(
+            Duration::from_secs(NOW as u64),
+        ))
+    }
+}
+
+/// One generation's mailbox, credentials and a host executable (a private
+/// copy of `/bin/sh`).
+struct Fixture {
+    dir: tempfile::TempDir,
+    anchor: TrustAnchor,
+    capability_hex: String,
+    sh: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let identity = GenerationIdentity {
+        agent_profile: ProfileName::new("agent").expect("a profile name"),
+        domain_id: DomainId([1; 32]),
+        generation_id: GenerationId(3),
+        configuration_fingerprint: ConfigurationFingerprint([2; 32]),
+        coordinator_id: CoordinatorId([3; 16]),
+        sandbox_id: SandboxId([4; 16]),
+    };
+    let seeds = TrustAnchorSeeds {
+        tls_ca: [9; 32],
+        tls_ca_serial: [10; 16],
+        issuer: [11; 32],
+        coordinator: [12; 32],
+        coordinator_tls: [13; 32],
+        sandbox: [14; 32],
+    };
+    let (mut anchor, _) =
+        TrustAnchor::new(identity, &seeds, NOW, Arc::new(FixedClock)).expect("a trust anchor");
+    let bundle = anchor.take_sandbox_bundle().expect("the bundle");
+    fs::write(
+        dir.path().join("credentials"),
+        &*bundle.encode_secret().expect("encodes"),
+    )
+    .expect("writes the credentials");
+    let capability = anchor
+        .register(CliId([5; 16]), SESSION, [6; 32])
+        .expect("a registration")
+        .session_capability;
+    let capability_hex = capability
+        .encode()
+        .expect("encodes")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    for d in ["mailbox/requests", "mailbox/results"] {
+        fs::create_dir_all(dir.path().join(d)).expect("creates the mailbox");
+    }
+    let sh = dir.path().join("sh");
+    fs::copy("/bin/sh", &sh).expect("copies /bin/sh");
+    fs::set_permissions(&sh, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let sh = fs::canonicalize(&sh).expect("canonical");
+    Fixture {
+        dir,
+        anchor,
+        capability_hex,
+        sh,
+    }
+}
+
+fn handle(path: &Path) -> MailboxDir {
+    let fd: OwnedFd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .expect("opens the mailbox directory");
+    MailboxDir::new(fd, path.to_owned())
+}
+
+impl Fixture {
+    /// The client asking for `argv`, its standard output piped.
+    fn client(&self, argv: &[&str]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_lazaret-escalate"))
+            .arg("--credentials")
+            .arg(self.dir.path().join("credentials"))
+            .arg("--mailbox")
+            .arg(self.dir.path().join("mailbox"))
+            .args(["--why", "the test asks"])
+            .arg("--")
+            .args(argv)
+            .env("LAZARET_SESSION_CAPABILITY", &self.capability_hex)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the client starts")
+    }
+
+    /// Serves requests until one was served; `rule_args` is the one
+    /// auto-approval rule's arguments for the private `sh`.
+    fn serve_one(&self, rule_args: &[&str], limits: Limits) -> Served {
+        let sys = RealSys;
+        let user: UserIds = sys.user_ids().expect("user ids");
+        let requests = handle(&self.dir.path().join("mailbox/requests"));
+        let results = handle(&self.dir.path().join("mailbox/results"));
+        let authority = MailboxAuthority::of(&self.anchor);
+        let signer = self.anchor.result_signer();
+        let rule = ResolvedAutoApprovalRule {
+            canonical_executable: self.sh.to_str().expect("UTF-8").as_bytes().to_vec(),
+            args: rule_args.iter().map(|a| (*a).to_owned()).collect(),
+            allow_extra_args: false,
+        };
+        let executable = open_executable(&sys, &user, &self.sh).expect("the executable opens");
+        let rules = [ApprovalRule {
+            rule: &rule,
+            executable: &executable,
+        }];
+        let setting = HostProcessSetting {
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: self.dir.path().to_owned(),
+        };
+        let service = Service {
+            sys: &sys,
+            requests: &requests,
+            results: &results,
+            authority: &authority,
+            signer: &signer,
+            rules: &rules,
+            user: &user,
+            setting: &setting,
+            limits,
+        };
+        let registered = |b: &SessionBinding| b.session_id == SESSION;
+        let mut ledger = RequestLedger::default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let pass = service
+                .take_requests(&mut ledger, &registered, &|_| false)
+                .expect("the inbound directory is read");
+            if let Some(a) = pass.admitted.first() {
+                return service
+                    .serve(a, &registered)
+                    .expect("the request is served");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("no request arrived");
+    }
+}
+
+/// Waits (at most 20 s) until eight chunk files wait in `results`;
+/// returns the most seen at once.
+fn wait_for_eight_chunks(results: &Path) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut most = 0;
+    while most < 8 && Instant::now() < deadline {
+        let chunks = fs::read_dir(results)
+            .map(|d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().contains(".chunk."))
+                })
+                .count()
+            })
+            .unwrap_or(0);
+        most = most.max(chunks);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    most
+}
+
+/// Runs `run` with a service of `f`'s mailbox that approves nothing.
+fn with_service<T>(f: &Fixture, limits: Limits, run: impl FnOnce(&Service<'_>) -> T) -> T {
+    let sys = RealSys;
+    let user = sys.user_ids().expect("user ids");
+    let requests = handle(&f.dir.path().join("mailbox/requests"));
+    let results = handle(&f.dir.path().join("mailbox/results"));
+    let authority = MailboxAuthority::of(&f.anchor);
+    let signer = f.anchor.result_signer();
+    let setting = HostProcessSetting {
+        env: Vec::new(),
+        cwd: f.dir.path().to_owned(),
+    };
+    run(&Service {
+        sys: &sys,
+        requests: &requests,
+        results: &results,
+        authority: &authority,
+        signer: &signer,
+        rules: &[],
+        user: &user,
+        setting: &setting,
+        limits,
+    })
+}
+
+/// The names in `f`'s mailbox direction `dir` (`requests` or `results`).
+fn names(f: &Fixture, dir: &str) -> Vec<String> {
+    fs::read_dir(f.dir.path().join("mailbox").join(dir))
+        .expect("lists")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// A pidfd of the running client (it is signalled only through one).
+fn pidfd_of(client: &Child) -> OwnedFd {
+    let pid =
+        rustix::process::Pid::from_raw(i32::try_from(client.id()).expect("a PID")).expect("a PID");
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .expect("the client's pidfd")
+}
+
+fn finish(child: Child) -> (i32, String, String) {
+    let out = child.wait_with_output().expect("the client ends");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn fast() -> Limits {
+    Limits {
+        run: Duration::from_secs(20),
+        ack: Duration::from_secs(10),
+        poll: Duration::from_millis(1),
+        temporary: Duration::from_secs(30),
+        retention: Duration::from_secs(300),
+    }
+}
+
+#[test]
+fn an_auto_approved_command_streams_its_output_and_status() {
+    let f = fixture();
+    let script = "printf out; printf err >&2; exit 7";
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let client = f.client(&[&sh, "-c", script]);
+    let served = f.serve_one(&["-c", script], fast());
+    assert_eq!(served.outcome, EscalationOutcome::Completed);
+    assert_eq!(served.exit_code, Some(7));
+    let (code, stdout, stderr) = finish(client);
+    assert_eq!(code, 7, "{stderr}");
+    assert_eq!(stdout, "out");
+    assert_eq!(stderr, "err");
+}
+
+#[test]
+fn a_request_no_rule_matches_exactly_is_denied_and_never_runs() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let marker = f.dir.path().join("ran");
+    let touch = format!("echo > {}", marker.display());
+    // The rule allows `-c true`; the request differs by one element.
+    let client = f.client(&[&sh, "-c", &touch]);
+    let served = f.serve_one(&["-c", "true"], fast());
+    assert_eq!(served.outcome, EscalationOutcome::Denied);
+    let (code, _, stderr) = finish(client);
+    assert_eq!(code, 126);
+    assert!(stderr.contains("denied"), "{stderr}");
+    assert!(!marker.exists(), "a denied command ran");
+}
+
+#[test]
+fn a_flood_read_slowly_keeps_at_most_eight_chunks_outstanding() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    // 6 MiB on standard output.
+    let script = "head -c 6291456 /dev/zero";
+    let mut client = f.client(&[&sh, "-c", script]);
+    let mut stdout = client.stdout.take().expect("piped");
+    let results = f.dir.path().join("mailbox/results");
+    // A reader that reads nothing until eight chunk files wait unread:
+    // the client, blocked on its full output pipe, cannot acknowledge, so
+    // the window fills; then it reads everything.
+    let reader = std::thread::spawn(move || {
+        let most = wait_for_eight_chunks(&results);
+        let mut total = 0usize;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => return (most, total),
+                Ok(n) => {
+                    assert!(buf[..n].iter().all(|b| *b == 0));
+                    total += n;
+                }
+            }
+        }
+    });
+    let served = f.serve_one(&["-c", script], fast());
+    assert_eq!(served.outcome, EscalationOutcome::Completed);
+    assert_eq!(served.exit_code, Some(0));
+    assert_eq!(served.most_unacknowledged, 8, "the window filled and held");
+    // At least as many chunks as full ones would take (a pipe read may
+    // return less than a full chunk).
+    assert!(served.chunks >= 6_291_456u64.div_ceil(49_152), "{served:?}");
+    let status = client.wait().expect("the client ends");
+    assert_eq!(status.code(), Some(0));
+    let (most_files, total) = reader.join().expect("the reader");
+    assert_eq!(most_files, 8, "eight chunk files waited while nobody read");
+    assert_eq!(total, 6_291_456);
+    // Every chunk file was acknowledged and removed; only the result is left.
+    let left = names(&f, "results");
+    assert_eq!(left.len(), 1, "{left:?}");
+}
+
+#[test]
+fn an_interrupted_client_cancels_and_the_host_process_is_reaped() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    // Prints its PID, then stays (exec keeps the PID).
+    let script = "echo $$; exec sleep 60";
+    let mut client = f.client(&[&sh, "-c", script]);
+    let mut stdout = client.stdout.take().expect("piped");
+    let pid = std::thread::spawn(move || {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while stdout.read(&mut byte).map(|n| n == 1).unwrap_or(false) && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+        let pid: u32 = String::from_utf8(line)
+            .expect("UTF-8")
+            .parse()
+            .expect("a PID");
+        let client_pidfd = rustix::process::pidfd_open(
+            rustix::process::Pid::from_raw(i32::try_from(pid).expect("a PID")).expect("a PID"),
+            rustix::process::PidfdFlags::empty(),
+        );
+        (pid, client_pidfd.is_ok())
+    });
+    let client_pidfd = pidfd_of(&client);
+    let interrupter = std::thread::spawn(move || {
+        // The host process has printed its PID: interrupt the client.
+        let (pid, alive) = pid.join().expect("the PID reader");
+        assert!(alive, "the host process was running");
+        rustix::process::pidfd_send_signal(client_pidfd.as_fd(), rustix::process::Signal::INT)
+            .expect("SIGINT to the client");
+        pid
+    });
+    let served = f.serve_one(&["-c", script], fast());
+    assert_eq!(served.outcome, EscalationOutcome::Cancelled);
+    let host_pid = interrupter.join().expect("the interrupter");
+    let (code, _, stderr) = finish(client);
+    assert_eq!(code, 130, "{stderr}");
+    // Reaped: no process of that PID is the host process any more.
+    let comm = fs::read_to_string(format!("/proc/{host_pid}/comm")).unwrap_or_default();
+    assert_ne!(
+        comm.trim(),
+        "sleep",
+        "the host process outlived its cancellation"
+    );
+}
+
+#[test]
+fn forged_and_linked_request_files_are_refused_without_an_answer() {
+    let f = fixture();
+    let requests = f.dir.path().join("mailbox/requests");
+    let forged = MailboxEntry::Request(lazaret_runtime::records::ids::EscalationRequestId([7; 16]));
+    fs::write(requests.join(forged.name()), b"not a signed record").expect("writes");
+    let linked = MailboxEntry::Request(lazaret_runtime::records::ids::EscalationRequestId([8; 16]));
+    std::os::unix::fs::symlink(
+        f.dir.path().join("credentials"),
+        requests.join(linked.name()),
+    )
+    .expect("a symlink");
+    let pass = with_service(&f, fast(), |service| {
+        service
+            .take_requests(&mut RequestLedger::default(), &|_| true, &|_| false)
+            .expect("reads")
+    });
+    assert!(pass.admitted.is_empty());
+    assert_eq!(pass.refused.len(), 2, "{:?}", pass.refused);
+    assert_eq!(names(&f, "requests"), Vec::<String>::new(), "both removed");
+    assert_eq!(
+        names(&f, "results"),
+        Vec::<String>::new(),
+        "nothing authenticated asked, so nothing is answered"
+    );
+    // The symlink's target is untouched.
+    assert!(f.dir.path().join("credentials").exists());
+}
+
+#[test]
+fn without_a_mailbox_the_client_says_escalation_is_not_enabled() {
+    let f = fixture();
+    fs::remove_dir_all(f.dir.path().join("mailbox")).expect("removes");
+    let (code, _, stderr) = finish(f.client(&["/bin/true"]));
+    assert_eq!(code, 125);
+    assert!(stderr.contains("not enabled"), "{stderr}");
+}
+
+#[test]
+fn junk_in_the_mailbox_never_stops_the_next_request() {
+    let f = fixture();
+    let requests = f.dir.path().join("mailbox/requests");
+    // A directory named like a request (it cannot be removed), a name
+    // Lazaret never writes, a stale acknowledgement and an old temporary.
+    let id = |b: u8| lazaret_runtime::records::ids::EscalationRequestId([b; 16]);
+    fs::create_dir(requests.join(MailboxEntry::Request(id(0)).name())).expect("mkdir");
+    fs::write(requests.join("junk"), b"x").expect("writes");
+    fs::write(requests.join(MailboxEntry::Ack(id(1), 0).name()), b"x").expect("writes");
+    fs::write(requests.join(".tmp.old"), b"x").expect("writes");
+    let script = "printf fine";
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let client = f.client(&[&sh, "-c", script]);
+    let served = f.serve_one(
+        &["-c", script],
+        Limits {
+            // Every temporary is old enough to be removed.
+            temporary: Duration::ZERO,
+            ..fast()
+        },
+    );
+    assert_eq!(served.outcome, EscalationOutcome::Completed);
+    let (code, stdout, stderr) = finish(client);
+    assert_eq!((code, stdout.as_str()), (0, "fine"), "{stderr}");
+    let left = names(&f, "requests");
+    // The junk, the stale acknowledgement and the old temporary are gone;
+    // the directory stays (it cannot be unlinked), and so may the served
+    // request's last acknowledgement, written after its result (the next
+    // pass removes it).
+    for gone in [
+        "junk".to_owned(),
+        ".tmp.old".to_owned(),
+        MailboxEntry::Ack(id(1), 0).name(),
+    ] {
+        assert!(!left.contains(&gone), "{gone} stays: {left:?}");
+    }
+    assert!(
+        left.contains(&MailboxEntry::Request(id(0)).name()),
+        "{left:?}"
+    );
+}
+
+#[test]
+fn cancelling_mid_flood_gives_unread_chunks_up_and_exits_130() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let script = "head -c 6291456 /dev/zero; sleep 60";
+    let mut client = f.client(&[&sh, "-c", script]);
+    let stdout = client.stdout.take().expect("piped");
+    let results = f.dir.path().join("mailbox/results");
+    let client_pidfd = pidfd_of(&client);
+    // Nobody reads the client's output: once eight chunk files wait, the
+    // client is interrupted with chunks it never printed.
+    let interrupter = std::thread::spawn(move || {
+        assert_eq!(wait_for_eight_chunks(&results), 8);
+        rustix::process::pidfd_send_signal(client_pidfd.as_fd(), rustix::process::Signal::INT)
+            .expect("SIGINT to the client");
+        // Now drain, so the client can reach its result.
+        let mut stdout = stdout;
+        let mut sink = Vec::new();
+        let _ = stdout.read_to_end(&mut sink);
+    });
+    let served = f.serve_one(&["-c", script], fast());
+    assert_eq!(served.outcome, EscalationOutcome::Cancelled);
+    interrupter.join().expect("the interrupter");
+    let status = client.wait().expect("the client ends");
+    assert_eq!(status.code(), Some(130));
+    let left = names(&f, "results");
+    assert_eq!(left.len(), 1, "only the result stays: {left:?}");
+}
+
+#[test]
+fn delivered_results_are_swept_after_their_retention() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let client = f.client(&[&sh, "-c", "true"]);
+    f.serve_one(&["-c", "true"], fast());
+    assert_eq!(finish(client).0, 0);
+    let results = || names(&f, "results").len();
+    assert_eq!(results(), 1);
+    let kept = with_service(&f, fast(), |s| s.sweep_results(&|_| false).expect("sweeps"));
+    assert_eq!((kept, results()), (0, 1), "within its retention it stays");
+    let expired = Limits {
+        retention: Duration::ZERO,
+        ..fast()
+    };
+    let open = with_service(&f, expired, |s| s.sweep_results(&|_| true).expect("sweeps"));
+    assert_eq!((open, results()), (0, 1), "an open request's result stays");
+    let swept = with_service(&f, expired, |s| {
+        s.sweep_results(&|_| false).expect("sweeps")
+    });
+    assert_eq!((swept, results()), (1, 0));
+}

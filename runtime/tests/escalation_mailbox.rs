@@ -1,0 +1,976 @@
+//! The Escalation Mailbox's records and the Host Coordinator's pure checks
+//! of them (spec 3.8; schemas.md mailbox records and auto-approval rules):
+//! fixed v1 encodings, signatures verified before decoding, bounds before
+//! allocation, every refusal by name (forged, replayed, another session's
+//! capability, an unregistered session, another generation), the command
+//! language and rule matching, and the bounded result window.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
+use std::sync::Arc;
+
+use ed25519_dalek::{Signer as _, SigningKey};
+use lazaret_runtime::config::ResolvedAutoApprovalRule;
+use lazaret_runtime::escalation::command::{
+    check_argv, classify, rule_matches, CommandError, RuleMatch,
+};
+use lazaret_runtime::escalation::{
+    authenticate, correlate_ack, correlate_cancellation, ClientError, EscalationClient,
+    MailboxAuthority, MailboxRefusal, OpenRequest, RequestLedger, ResultError, ResultWindow,
+    MAX_JUSTIFICATION, MAX_UNACKED_CHUNKS,
+};
+use lazaret_runtime::protocol::mailbox::*;
+use lazaret_runtime::protocol::records::{
+    GenerationIdentity, ProtocolRecord, SandboxCredentialBundle, SessionBinding, Signature,
+};
+use lazaret_runtime::protocol::signing::{sha256, signature_input, SignatureError};
+use lazaret_runtime::protocol::{TrustAnchor, TrustAnchorSeeds, PROTOCOL_VERSION};
+use lazaret_runtime::records::ids::{
+    CliId, ConfigurationFingerprint, CoordinatorId, DomainId, EscalationRequestId, GenerationId,
+    ProfileName, SandboxId, SessionId,
+};
+use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
+use sha2::Digest as _;
+
+/// 2026-12-05T00:00:00Z.
+const NOW: i64 = 1_796_428_800;
+/// Cases per property.
+const CASES: u64 = 100_000;
+
+#[derive(Debug)]
+struct FixedClock;
+
+impl rustls::time_provider::TimeProvider for FixedClock {
+    fn current_time(&self) -> Option<rustls::pki_types::UnixTime> {
+        Some(rustls::pki_types::UnixTime::since_unix_epoch(
+            std::time::Duration::from_secs(NOW as u64),
+        ))
+    }
+}
+
+fn identity(generation: u64) -> GenerationIdentity {
+    GenerationIdentity {
+        agent_profile: ProfileName::new("agent").expect("a valid profile name"),
+        domain_id: DomainId([1; 32]),
+        generation_id: GenerationId(generation),
+        configuration_fingerprint: ConfigurationFingerprint([2; 32]),
+        coordinator_id: CoordinatorId([3; 16]),
+        sandbox_id: SandboxId([4; 16]),
+    }
+}
+
+/// A generation's Trust Anchor and the sandbox key from its bundle.
+struct Generation {
+    anchor: TrustAnchor,
+    sandbox_key: SigningKey,
+}
+
+fn generation(number: u64, base: u8) -> Generation {
+    generation_and_bundle(number, base).0
+}
+
+/// A generation and the credential bundle its sandbox reads.
+fn generation_and_bundle(number: u64, base: u8) -> (Generation, SandboxCredentialBundle) {
+    let seeds = TrustAnchorSeeds {
+        tls_ca: [base; 32],
+        tls_ca_serial: [base.wrapping_add(1); 16],
+        issuer: [base.wrapping_add(2); 32],
+        coordinator: [base.wrapping_add(3); 32],
+        coordinator_tls: [base.wrapping_add(5); 32],
+        sandbox: [base.wrapping_add(4); 32],
+    };
+    let (mut anchor, _) = TrustAnchor::new(identity(number), &seeds, NOW, Arc::new(FixedClock))
+        .expect("a trust anchor");
+    let bundle = anchor.take_sandbox_bundle().expect("the bundle, once");
+    let sandbox_key = SigningKey::from_bytes(&bundle.sandbox_private_key);
+    (
+        Generation {
+            anchor,
+            sandbox_key,
+        },
+        bundle,
+    )
+}
+
+const CLI: CliId = CliId([5; 16]);
+
+/// The capability of session `session` (anchor key `[session; 32]`).
+fn capability(
+    g: &Generation,
+    session: u8,
+) -> lazaret_runtime::protocol::records::SessionRequestCapability {
+    g.anchor
+        .register(CLI, SessionId([session; 16]), [session; 32])
+        .expect("a registration")
+        .session_capability
+}
+
+fn request(g: &Generation, session: u8, id: u8, argv: &[&str]) -> MailboxRequest {
+    let capability = capability(g, session);
+    MailboxRequest {
+        protocol_version: PROTOCOL_VERSION,
+        session_binding: capability.session_binding.clone(),
+        request_id: EscalationRequestId([id; 16]),
+        sandbox_credential_id: capability.sandbox_credential_id,
+        session_capability: capability,
+        command_argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+        justification: "update the lock file".to_owned(),
+    }
+}
+
+/// Sessions 1 and 2 are registered.
+fn registered(binding: &SessionBinding) -> bool {
+    [1u8, 2]
+        .iter()
+        .any(|s| binding.session_id == SessionId([*s; 16]))
+}
+
+fn accept(g: &Generation, file: &[u8]) -> Result<(MailboxRequest, [u8; 32]), MailboxRefusal> {
+    let envelope = SignedProtocolRecord::read(file)?;
+    authenticate::<MailboxRequest>(&envelope, &MailboxAuthority::of(&g.anchor), registered)
+}
+
+#[test]
+fn mailbox_records_keep_their_schema_indices_and_names() {
+    let signed = SignedPayload {
+        payload_bytes: vec![0xaa, 0xbb],
+        signature: Signature([0x11; 64]),
+    };
+    let variants = [
+        SignedProtocolRecord::MailboxRequest(signed.clone()),
+        SignedProtocolRecord::MailboxCancellation(signed.clone()),
+        SignedProtocolRecord::MailboxResultAck(signed.clone()),
+        SignedProtocolRecord::DeveloperDecision(signed.clone()),
+        SignedProtocolRecord::MailboxResult(signed.clone()),
+        SignedProtocolRecord::MailboxResultChunk(signed),
+    ];
+    let names = [
+        "mailbox-request",
+        "mailbox-cancellation",
+        "mailbox-result-ack",
+        "developer-decision",
+        "mailbox-result",
+        "mailbox-result-chunk",
+    ];
+    for (index, (variant, name)) in variants.iter().zip(names).enumerate() {
+        let bytes = variant.encode().expect("an envelope encodes");
+        // Tag, payload length 2, the payload, 64 signature bytes (no length).
+        let mut expected = vec![u8::try_from(index).expect("a small index"), 2, 0xaa, 0xbb];
+        expected.extend([0x11; 64]);
+        assert_eq!(bytes, expected, "{name}");
+        assert_eq!(variant.record_name(), name);
+        assert_eq!(
+            SignedProtocolRecord::read(&bytes).expect("it reads back"),
+            *variant
+        );
+    }
+    for (outcome, index) in [
+        (EscalationOutcome::Completed, 0u8),
+        (EscalationOutcome::Denied, 1),
+        (EscalationOutcome::TimedOut, 2),
+        (EscalationOutcome::Cancelled, 3),
+        (EscalationOutcome::Failed, 4),
+    ] {
+        assert_eq!(postcard::to_allocvec(&outcome).expect("encodes"), [index]);
+    }
+    assert_eq!(
+        postcard::to_allocvec(&ResultStream::Stderr).expect("encodes"),
+        [1]
+    );
+    assert_eq!(
+        postcard::to_allocvec(&DeveloperDecisionKind::Deny).expect("encodes"),
+        [1]
+    );
+}
+
+#[test]
+fn a_request_is_signed_over_its_exact_payload_under_its_own_name() {
+    let g = generation(7, 0x40);
+    let r = request(&g, 1, 9, &["/usr/bin/git", "fetch"]);
+    let (file, digest) = seal(&g.sandbox_key, &r).expect("a request seals");
+    let SignedProtocolRecord::MailboxRequest(signed) =
+        SignedProtocolRecord::read(&file).expect("it reads")
+    else {
+        panic!("a request file carries a MailboxRequest");
+    };
+    assert_eq!(signed.payload_bytes, r.encode().expect("encodes"));
+    assert_eq!(digest, sha256(&signed.payload_bytes));
+    let expected = g
+        .sandbox_key
+        .sign(&signature_input("mailbox-request", &signed.payload_bytes));
+    assert_eq!(signed.signature.0, expected.to_bytes());
+    let (accepted, accepted_digest) = accept(&g, &file).expect("the sandbox's request is accepted");
+    assert_eq!(accepted, r);
+    assert_eq!(accepted_digest, digest);
+}
+
+#[test]
+fn a_forged_or_relabelled_record_is_refused_before_it_is_decoded() {
+    let g = generation(7, 0x40);
+    let r = request(&g, 1, 9, &["/usr/bin/git", "fetch"]);
+    // Signed by the coordinator's key? No: by a key that is not the sandbox's.
+    let stranger = SigningKey::from_bytes(&[0x77; 32]);
+    let (forged, _) = seal(&stranger, &r).expect("seals");
+    assert!(matches!(
+        accept(&g, &forged),
+        Err(MailboxRefusal::Record(MailboxError::Signature(
+            SignatureError::Forged { .. }
+        )))
+    ));
+    // One payload byte changed after signing.
+    let (file, _) = seal(&g.sandbox_key, &r).expect("seals");
+    let mut envelope = SignedProtocolRecord::read(&file).expect("reads");
+    if let SignedProtocolRecord::MailboxRequest(s) = &mut envelope {
+        let last = s.payload_bytes.len() - 1;
+        s.payload_bytes[last] ^= 1;
+    }
+    let tampered = envelope.encode().expect("encodes");
+    assert!(matches!(
+        accept(&g, &tampered),
+        Err(MailboxRefusal::Record(MailboxError::Signature(
+            SignatureError::Forged { .. }
+        )))
+    ));
+    // The same signed payload relabelled as a cancellation: the signature
+    // input names the record, so it does not verify under the new label.
+    let SignedProtocolRecord::MailboxRequest(s) = SignedProtocolRecord::read(&file).expect("reads")
+    else {
+        panic!("a request");
+    };
+    let relabelled = SignedProtocolRecord::MailboxCancellation(s);
+    let refused = authenticate::<MailboxCancellation>(
+        &relabelled,
+        &MailboxAuthority::of(&g.anchor),
+        registered,
+    );
+    assert!(matches!(
+        refused,
+        Err(MailboxRefusal::Record(MailboxError::Signature(
+            SignatureError::Forged { .. }
+        )))
+    ));
+    // A request file offered where an acknowledgement is expected.
+    let wrong_kind = authenticate::<MailboxResultAck>(
+        &SignedProtocolRecord::read(&file).expect("reads"),
+        &MailboxAuthority::of(&g.anchor),
+        registered,
+    );
+    assert!(matches!(
+        wrong_kind,
+        Err(MailboxRefusal::Record(MailboxError::Kind {
+            expected: "mailbox-result-ack",
+            found: "mailbox-request"
+        }))
+    ));
+}
+
+#[test]
+fn a_request_of_another_session_generation_or_version_is_refused_by_name() {
+    let g = generation(7, 0x40);
+    // Session 2's binding with session 1's capability.
+    let mut r = request(&g, 1, 9, &["/bin/true"]);
+    r.session_binding = capability(&g, 2).session_binding;
+    let (file, _) = seal(&g.sandbox_key, &r).expect("seals");
+    assert!(matches!(
+        accept(&g, &file),
+        Err(MailboxRefusal::AnotherSessionsCapability { .. })
+    ));
+    // A capability whose binding was edited to another session: its
+    // coordinator signature no longer verifies.
+    let mut r = request(&g, 1, 9, &["/bin/true"]);
+    r.session_capability.session_binding = capability(&g, 2).session_binding;
+    r.session_binding = r.session_capability.session_binding.clone();
+    let (file, _) = seal(&g.sandbox_key, &r).expect("seals");
+    assert!(matches!(
+        accept(&g, &file),
+        Err(MailboxRefusal::CapabilityForged { .. })
+    ));
+    // A capability the coordinator issued for a session that is not (or no
+    // longer) registered.
+    let r = request(&g, 3, 9, &["/bin/true"]);
+    let (file, _) = seal(&g.sandbox_key, &r).expect("seals");
+    assert!(matches!(
+        accept(&g, &file),
+        Err(MailboxRefusal::SessionNotRegistered { .. })
+    ));
+    // The previous generation's sandbox signs a request with its own
+    // capability: neither its key nor its capability is this generation's.
+    let old = generation(6, 0x10);
+    let r = request(&old, 1, 9, &["/bin/true"]);
+    let (file, _) = seal(&old.sandbox_key, &r).expect("seals");
+    assert!(matches!(
+        accept(&g, &file),
+        Err(MailboxRefusal::Record(MailboxError::Signature(
+            SignatureError::Forged { .. }
+        )))
+    ));
+    // This generation's key signing the old generation's capability.
+    let (file, _) = seal(&g.sandbox_key, &r).expect("seals");
+    assert!(matches!(
+        accept(&g, &file),
+        Err(MailboxRefusal::OtherSandboxCredential { .. })
+    ));
+    let mut r = request(&g, 1, 9, &["/bin/true"]);
+    r.protocol_version = 2;
+    let (file, _) = seal(&g.sandbox_key, &r).expect("seals");
+    assert!(matches!(
+        accept(&g, &file),
+        Err(MailboxRefusal::Version { found: 2, .. })
+    ));
+}
+
+#[test]
+fn a_replayed_request_is_refused_and_ids_are_never_reused() {
+    let g = generation(7, 0x40);
+    let mut ledger = RequestLedger::default();
+    let r = request(&g, 1, 9, &["/bin/true"]);
+    let (file, _) = seal(&g.sandbox_key, &r).expect("seals");
+    let (first, _) = accept(&g, &file).expect("accepted");
+    ledger.admit(&first).expect("a new ID is admitted");
+    // The same file again, byte for byte.
+    let (again, _) = accept(&g, &file).expect("it still authenticates");
+    assert!(matches!(
+        ledger.admit(&again),
+        Err(MailboxRefusal::Replayed { id }) if id == EscalationRequestId([9; 16])
+    ));
+    // The same ID in another session's (valid) request.
+    let other = request(&g, 2, 9, &["/bin/false"]);
+    assert!(matches!(
+        ledger.admit(&other),
+        Err(MailboxRefusal::Replayed { .. })
+    ));
+    assert_eq!(ledger.len(), 1);
+    let mut long = request(&g, 1, 10, &["/bin/true"]);
+    long.justification = "x".repeat(MAX_JUSTIFICATION + 1);
+    assert!(matches!(
+        ledger.admit(&long),
+        Err(MailboxRefusal::JustificationTooLong { .. })
+    ));
+    assert_eq!(ledger.len(), 1, "a refused request does not spend its ID");
+}
+
+#[test]
+fn cancellations_and_acknowledgements_name_the_open_request_exactly() {
+    let g = generation(7, 0x40);
+    let r = request(&g, 1, 9, &["/bin/true"]);
+    let (file, digest) = seal(&g.sandbox_key, &r).expect("seals");
+    let (r, _) = accept(&g, &file).expect("accepted");
+    let open = OpenRequest::of(&r, digest);
+    let cancel = |id: u8, session: u8| {
+        let c = capability(&g, session);
+        MailboxCancellation {
+            protocol_version: PROTOCOL_VERSION,
+            session_binding: c.session_binding.clone(),
+            request_id: EscalationRequestId([id; 16]),
+            sandbox_credential_id: c.sandbox_credential_id,
+            session_capability: c,
+        }
+    };
+    let authority = MailboxAuthority::of(&g.anchor);
+    let through = |c: &MailboxCancellation| {
+        let (file, _) = seal(&g.sandbox_key, c).expect("seals");
+        authenticate::<MailboxCancellation>(
+            &SignedProtocolRecord::read(&file).expect("reads"),
+            &authority,
+            registered,
+        )
+        .map(|(c, _)| c)
+    };
+    let ok = through(&cancel(9, 1)).expect("the session's cancellation authenticates");
+    correlate_cancellation(&open, &ok).expect("it names the open request");
+    let other_id = through(&cancel(8, 1)).expect("authenticates");
+    assert!(matches!(
+        correlate_cancellation(&open, &other_id),
+        Err(MailboxRefusal::NotTheOpenRequest { .. })
+    ));
+    let other_session = through(&cancel(9, 2)).expect("authenticates");
+    assert!(matches!(
+        correlate_cancellation(&open, &other_session),
+        Err(MailboxRefusal::AnotherSessionsCapability { .. })
+    ));
+    let c = capability(&g, 1);
+    let mut ack = MailboxResultAck {
+        protocol_version: PROTOCOL_VERSION,
+        session_binding: c.session_binding.clone(),
+        request_id: EscalationRequestId([9; 16]),
+        request_sha256: digest,
+        sandbox_credential_id: c.sandbox_credential_id,
+        session_capability: c,
+        highest_contiguous_sequence: 0,
+    };
+    correlate_ack(&open, &ack).expect("the acknowledgement names the request");
+    ack.request_sha256[0] ^= 1;
+    assert!(matches!(
+        correlate_ack(&open, &ack),
+        Err(MailboxRefusal::OtherRequestDigest)
+    ));
+}
+
+#[test]
+fn bounds_hold_before_allocation_and_for_every_chunk() {
+    let g = generation(7, 0x40);
+    assert!(matches!(
+        SignedProtocolRecord::read(&vec![0; MAX_MAILBOX_RECORD + 1]),
+        Err(MailboxError::TooLarge { len }) if len == MAX_MAILBOX_RECORD + 1
+    ));
+    let mut huge = request(&g, 1, 9, &["/bin/true"]);
+    huge.justification = "y".repeat(MAX_MAILBOX_RECORD);
+    assert!(matches!(
+        seal(&g.sandbox_key, &huge),
+        Err(MailboxError::TooLarge { .. })
+    ));
+
+    let c = capability(&g, 1);
+    let open = OpenRequest {
+        session_binding: c.session_binding.clone(),
+        request_id: EscalationRequestId([9; 16]),
+        request_sha256: [7; 32],
+    };
+    let mut window = ResultWindow::new(open, g.anchor.coordinator_credential().credential_id);
+    // A full chunk of the longest profile name still fits one file.
+    let chunk = window
+        .emit(ResultStream::Stdout, vec![0x5a; MAX_RESULT_CHUNK])
+        .expect("a full chunk");
+    let (file, _) = g
+        .anchor
+        .result_signer()
+        .seal_chunk(&chunk)
+        .expect("a full chunk seals");
+    assert!(file.len() <= MAX_MAILBOX_RECORD);
+    let coordinator = g.anchor.coordinator_credential().public_key;
+    let (opened, _) = SignedProtocolRecord::read(&file)
+        .expect("reads")
+        .open::<MailboxResultChunk>(&coordinator)
+        .expect("the coordinator's chunk opens");
+    assert_eq!(opened, chunk);
+    // One byte over: refused when sealed, and refused when opened even
+    // with a valid signature.
+    let mut over = chunk.clone();
+    over.bytes.push(0);
+    assert!(matches!(
+        g.anchor.result_signer().seal_chunk(&over),
+        Err(MailboxError::ChunkTooLarge { len }) if len == MAX_RESULT_CHUNK + 1
+    ));
+    let payload = over.encode().expect("encodes");
+    let signature = Signature(
+        SigningKey::from_bytes(&[0x43; 32])
+            .sign(&signature_input("mailbox-result-chunk", &payload))
+            .to_bytes(),
+    );
+    // Seeds base 0x40: the coordinator seed is base + 3.
+    assert_eq!(
+        SigningKey::from_bytes(&[0x43; 32])
+            .verifying_key()
+            .to_bytes(),
+        coordinator
+    );
+    let file = SignedProtocolRecord::MailboxResultChunk(SignedPayload {
+        payload_bytes: payload,
+        signature,
+    });
+    assert!(matches!(
+        file.open::<MailboxResultChunk>(&coordinator),
+        Err(MailboxError::ChunkTooLarge { .. })
+    ));
+    assert!(matches!(
+        window.emit(ResultStream::Stdout, vec![0; MAX_RESULT_CHUNK + 1]),
+        Err(ResultError::ChunkSize { .. })
+    ));
+    assert!(matches!(
+        window.emit(ResultStream::Stdout, Vec::new()),
+        Err(ResultError::ChunkSize { len: 0 })
+    ));
+}
+
+#[test]
+fn the_command_language_has_no_shell_form() {
+    let v = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(check_argv(&[]), Err(CommandError::Empty));
+    assert_eq!(
+        check_argv(&v(&["ls -l | grep x"])),
+        Err(CommandError::RequiresShell {
+            executable: "ls -l | grep x".to_owned()
+        })
+    );
+    assert_eq!(
+        check_argv(&v(&["git", "status"])),
+        Err(CommandError::RequiresShell {
+            executable: "git".to_owned()
+        })
+    );
+    assert_eq!(
+        check_argv(&v(&["/bin/echo", "a\0b"])),
+        Err(CommandError::Nul { index: 1 })
+    );
+    assert_eq!(check_argv(&v(&["/bin/sh", "-c", "echo $HOME"])), Ok(()));
+
+    let rules = [
+        ResolvedAutoApprovalRule {
+            canonical_executable: b"/usr/bin/git".to_vec(),
+            args: v(&["fetch", "origin"]),
+            allow_extra_args: false,
+        },
+        ResolvedAutoApprovalRule {
+            canonical_executable: b"/usr/bin/make".to_vec(),
+            args: v(&["test"]),
+            allow_extra_args: true,
+        },
+        ResolvedAutoApprovalRule {
+            canonical_executable: b"/bin/sh".to_vec(),
+            args: v(&["-c", "make lint"]),
+            allow_extra_args: false,
+        },
+    ];
+    let exact = |a: &[&str]| classify(&rules, &v(a));
+    assert_eq!(
+        exact(&["/usr/bin/git", "fetch", "origin"]),
+        RuleMatch::Exact { rule: 0 }
+    );
+    // An argv mismatch by one element.
+    assert_eq!(
+        exact(&["/usr/bin/git", "fetch", "upstream"]),
+        RuleMatch::Inexact
+    );
+    assert_eq!(exact(&["/usr/bin/git", "fetch"]), RuleMatch::Inexact);
+    assert_eq!(
+        exact(&["/usr/bin/git", "fetch", "origin", "--all"]),
+        RuleMatch::Inexact
+    );
+    assert_eq!(exact(&["git", "fetch", "origin"]), RuleMatch::Inexact);
+    assert_eq!(
+        exact(&["/usr/bin/../bin/git", "fetch", "origin"]),
+        RuleMatch::Inexact
+    );
+    assert_eq!(
+        exact(&["/usr/bin/make", "test"]),
+        RuleMatch::Exact { rule: 1 }
+    );
+    assert_eq!(
+        exact(&["/usr/bin/make", "test", "-j4"]),
+        RuleMatch::Exact { rule: 1 }
+    );
+    assert_eq!(exact(&["/usr/bin/make", "-j4", "test"]), RuleMatch::Inexact);
+    // A configured shell vector matches only itself.
+    assert_eq!(
+        exact(&["/bin/sh", "-c", "make lint"]),
+        RuleMatch::Exact { rule: 2 }
+    );
+    assert_eq!(
+        exact(&["/bin/sh", "-c", "make lint; id"]),
+        RuleMatch::Inexact
+    );
+    assert_eq!(RuleMatch::Exact { rule: 2 }.model().name(), "Exact");
+    assert_eq!(RuleMatch::Inexact.model().name(), "Inexact");
+}
+
+/// A rule and a vector built around it, from a small alphabet so that
+/// matches and near misses are both common.
+#[derive(Clone, Debug)]
+struct Case {
+    rule: ResolvedAutoApprovalRule,
+    argv: Vec<String>,
+}
+
+fn word(g: &mut Gen) -> String {
+    (*g.choose(&["", "a", "b", "-x", "/bin/a", "/bin/b", "a b", "$(id)"])
+        .expect("non-empty"))
+    .to_owned()
+}
+
+impl Arbitrary for Case {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let exe = (*g.choose(&["/bin/a", "/bin/b", "a"]).expect("non-empty")).to_owned();
+        let args: Vec<String> = (0..usize::arbitrary(g) % 4).map(|_| word(g)).collect();
+        let allow_extra_args = bool::arbitrary(g) && !args.is_empty();
+        let mut argv = vec![exe.clone()];
+        argv.extend(args.iter().cloned());
+        // Perturb: change, drop or append elements, or none.
+        match u8::arbitrary(g) % 4 {
+            0 => {}
+            1 => {
+                let i = usize::arbitrary(g) % argv.len();
+                argv[i] = word(g);
+            }
+            2 => {
+                argv.pop();
+            }
+            _ => argv.push(word(g)),
+        }
+        Case {
+            rule: ResolvedAutoApprovalRule {
+                canonical_executable: exe.into_bytes(),
+                args,
+                allow_extra_args,
+            },
+            argv,
+        }
+    }
+}
+
+#[test]
+fn a_rule_matches_exactly_its_vector_or_its_granted_prefix() {
+    fn prop(case: Case) -> bool {
+        let Case { rule, argv } = case;
+        let expected = match argv.split_first() {
+            None => false,
+            Some((exe, args)) => {
+                exe.as_bytes() == rule.canonical_executable.as_slice()
+                    && if rule.allow_extra_args {
+                        args.len() >= rule.args.len() && args[..rule.args.len()] == rule.args[..]
+                    } else {
+                        args == rule.args.as_slice()
+                    }
+            }
+        };
+        let classified = classify(std::slice::from_ref(&rule), &argv);
+        rule_matches(&rule, &argv) == expected
+            && (classified == RuleMatch::Exact { rule: 0 })
+                == (expected && check_argv(&argv).is_ok())
+    }
+    QuickCheck::new()
+        .tests(CASES)
+        .max_tests(CASES)
+        .quickcheck(prop as fn(Case) -> bool);
+}
+
+/// One step against a result window.
+#[derive(Clone, Debug)]
+enum Step {
+    Emit(bool, Vec<u8>),
+    Ack(u64),
+    AckTimeout,
+}
+
+impl Arbitrary for Step {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 8 {
+            0..=3 => {
+                let len = 1 + usize::arbitrary(g) % 24;
+                Step::Emit(
+                    bool::arbitrary(g),
+                    (0..len).map(|_| u8::arbitrary(g)).collect(),
+                )
+            }
+            4..=6 => Step::Ack(u64::arbitrary(g) % 24),
+            _ => Step::AckTimeout,
+        }
+    }
+}
+
+#[test]
+fn the_result_window_never_holds_more_than_eight_and_digests_every_byte() {
+    fn prop(steps: Vec<Step>) -> TestResult {
+        let open = OpenRequest {
+            session_binding: SessionBinding {
+                generation_identity: identity(1),
+                cli_id: CLI,
+                session_id: SessionId([1; 16]),
+                session_anchor_public_key: [1; 32],
+            },
+            request_id: EscalationRequestId([9; 16]),
+            request_sha256: [3; 32],
+        };
+        let mut w = ResultWindow::new(open, [4; 32]);
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let (mut emitted, mut settled) = (0u64, 0u64);
+        for step in steps {
+            match step {
+                Step::Emit(err, bytes) => {
+                    let stream = if err {
+                        ResultStream::Stderr
+                    } else {
+                        ResultStream::Stdout
+                    };
+                    match w.emit(stream, bytes.clone()) {
+                        Ok(chunk) => {
+                            if chunk.sequence != emitted || chunk.bytes != bytes {
+                                return TestResult::failed();
+                            }
+                            emitted += 1;
+                            if err {
+                                stderr.extend(bytes)
+                            } else {
+                                stdout.extend(bytes)
+                            }
+                        }
+                        Err(ResultError::WindowFull { unacked }) => {
+                            if unacked != MAX_UNACKED_CHUNKS {
+                                return TestResult::failed();
+                            }
+                        }
+                        Err(_) => return TestResult::failed(),
+                    }
+                }
+                Step::Ack(h) => match w.acknowledge(h) {
+                    Ok(range) => {
+                        if h >= emitted || h + 1 < settled || range != (settled..h + 1) {
+                            return TestResult::failed();
+                        }
+                        settled = h + 1;
+                    }
+                    Err(_) => {
+                        if h < emitted && h + 1 >= settled {
+                            return TestResult::failed();
+                        }
+                    }
+                },
+                Step::AckTimeout => {
+                    if w.ack_timeout() != (settled..emitted) {
+                        return TestResult::failed();
+                    }
+                    settled = emitted;
+                }
+            }
+            if w.unacknowledged() != emitted - settled || w.unacknowledged() > MAX_UNACKED_CHUNKS {
+                return TestResult::failed();
+            }
+        }
+        let result = w.finish(EscalationOutcome::Completed, Some(0));
+        if emitted != settled {
+            return TestResult::from_bool(matches!(
+                result,
+                Err(ResultError::Unacknowledged { .. })
+            ));
+        }
+        let Ok(result) = result else {
+            return TestResult::failed();
+        };
+        TestResult::from_bool(
+            result.chunk_count == emitted
+                && result.stdout_sha256 == <[u8; 32]>::from(sha2::Sha256::digest(&stdout))
+                && result.stderr_sha256 == <[u8; 32]>::from(sha2::Sha256::digest(&stderr)),
+        )
+    }
+    QuickCheck::new()
+        .rng(Gen::new(64))
+        .tests(CASES / 10)
+        .max_tests(CASES / 10)
+        .quickcheck(prop as fn(Vec<Step>) -> TestResult);
+}
+
+#[test]
+fn arbitrary_bytes_are_refused_or_open_without_panicking() {
+    let g = generation(7, 0x40);
+    let authority = MailboxAuthority::of(&g.anchor);
+    fn prop(bytes: Vec<u8>, authority: &MailboxAuthority) -> bool {
+        match SignedProtocolRecord::read(&bytes) {
+            Err(_) => true,
+            // Random bytes never carry a valid sandbox signature.
+            Ok(envelope) => {
+                authenticate::<MailboxRequest>(&envelope, authority, |_| true).is_err()
+                    && authenticate::<MailboxResultAck>(&envelope, authority, |_| true).is_err()
+            }
+        }
+    }
+    let mut g = Gen::new(256);
+    for _ in 0..CASES {
+        let bytes = Vec::<u8>::arbitrary(&mut g);
+        assert!(prop(bytes, &authority));
+    }
+}
+
+/// Generation `number` and the Escalation Client of its session `session`.
+fn client_of(number: u64, base: u8, session: u8) -> (Generation, EscalationClient) {
+    let (g, bundle) = generation_and_bundle(number, base);
+    let client =
+        EscalationClient::new(&bundle, capability(&g, session)).expect("the session's client");
+    (g, client)
+}
+
+#[test]
+fn a_flood_of_output_round_trips_with_eight_chunks_outstanding_at_most() {
+    let (g, client) = client_of(7, 0x40, 1);
+    let authority = MailboxAuthority::of(&g.anchor);
+    let (file, mut reader) = client
+        .request(
+            EscalationRequestId([9; 16]),
+            vec!["/usr/bin/yes".to_owned()],
+            "print a lot".to_owned(),
+        )
+        .expect("a request");
+    let (request, digest) = authenticate::<MailboxRequest>(
+        &SignedProtocolRecord::read(&file).expect("reads"),
+        &authority,
+        registered,
+    )
+    .expect("the coordinator accepts its own sandbox's request");
+    RequestLedger::default().admit(&request).expect("admitted");
+    let open = OpenRequest::of(&request, digest);
+    assert_eq!(&open, reader.request());
+    let mut window = ResultWindow::new(
+        open.clone(),
+        g.anchor.coordinator_credential().credential_id,
+    );
+    // The host process writes 2 MiB; the client acknowledges after every
+    // third chunk it reads (a slow reader). The coordinator writes while
+    // the window allows, and the files in flight never exceed eight.
+    let output: Vec<u8> = (0..2 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut pending: std::collections::VecDeque<Vec<u8>> = Default::default();
+    let mut offset = 0;
+    let mut received = Vec::new();
+    let mut most_in_flight = 0;
+    for _ in 0..10_000 {
+        while window.can_emit() && offset < output.len() {
+            let end = (offset + MAX_RESULT_CHUNK).min(output.len());
+            let chunk = window
+                .emit(ResultStream::Stdout, output[offset..end].to_vec())
+                .expect("within the window");
+            offset = end;
+            pending.push_back(
+                g.anchor
+                    .result_signer()
+                    .seal_chunk(&chunk)
+                    .expect("seals")
+                    .0,
+            );
+        }
+        most_in_flight = most_in_flight.max(window.unacknowledged());
+        for _ in 0..3 {
+            if let Some(file) = pending.pop_front() {
+                received.extend(
+                    reader
+                        .chunk(&file)
+                        .expect("the coordinator's chunk, in sequence")
+                        .bytes,
+                );
+            }
+        }
+        if let Some(ack) = client.acknowledgement(&reader).expect("an acknowledgement") {
+            let (ack, _) = authenticate::<MailboxResultAck>(
+                &SignedProtocolRecord::read(&ack).expect("reads"),
+                &authority,
+                registered,
+            )
+            .expect("the acknowledgement authenticates");
+            correlate_ack(&open, &ack).expect("it names the request");
+            window
+                .acknowledge(ack.highest_contiguous_sequence)
+                .expect("a valid acknowledgement");
+        }
+        if offset == output.len() && window.unacknowledged() == 0 {
+            break;
+        }
+    }
+    assert_eq!(most_in_flight, MAX_UNACKED_CHUNKS);
+    assert_eq!(received, output);
+    let result = window
+        .finish(EscalationOutcome::Completed, Some(0))
+        .expect("nothing unacknowledged");
+    let (file, _) = g
+        .anchor
+        .result_signer()
+        .seal_result(&result)
+        .expect("seals");
+    let checked = reader
+        .result(&file)
+        .expect("the result matches what arrived");
+    assert_eq!(
+        checked.chunk_count,
+        output.len().div_ceil(MAX_RESULT_CHUNK) as u64
+    );
+    assert_eq!(checked.exit_code, Some(0));
+}
+
+#[test]
+fn the_client_refuses_out_of_order_foreign_and_incomplete_results() {
+    let (g, client) = client_of(7, 0x40, 1);
+    let (file, mut reader) = client
+        .request(
+            EscalationRequestId([9; 16]),
+            vec!["/bin/true".to_owned()],
+            String::new(),
+        )
+        .expect("a request");
+    let (request, digest) = authenticate::<MailboxRequest>(
+        &SignedProtocolRecord::read(&file).expect("reads"),
+        &MailboxAuthority::of(&g.anchor),
+        registered,
+    )
+    .expect("accepted");
+    let open = OpenRequest::of(&request, digest);
+    let mut window = ResultWindow::new(
+        open.clone(),
+        g.anchor.coordinator_credential().credential_id,
+    );
+    let first = window
+        .emit(ResultStream::Stderr, b"one".to_vec())
+        .expect("emits");
+    let second = window
+        .emit(ResultStream::Stdout, b"two".to_vec())
+        .expect("emits");
+    assert!(matches!(
+        reader.chunk(
+            &g.anchor
+                .result_signer()
+                .seal_chunk(&second)
+                .expect("seals")
+                .0
+        ),
+        Err(ClientError::OutOfSequence {
+            expected: 0,
+            found: 1
+        })
+    ));
+    // Another request's chunk, and a chunk the sandbox key signed.
+    let mut foreign = first.clone();
+    foreign.request_id = EscalationRequestId([8; 16]);
+    assert!(matches!(
+        reader.chunk(
+            &g.anchor
+                .result_signer()
+                .seal_chunk(&foreign)
+                .expect("seals")
+                .0
+        ),
+        Err(ClientError::OtherRequest { .. })
+    ));
+    assert!(matches!(
+        reader.chunk(&seal(&g.sandbox_key, &first).expect("seals").0),
+        Err(ClientError::Record(MailboxError::Signature(
+            SignatureError::Forged { .. }
+        )))
+    ));
+    reader
+        .chunk(
+            &g.anchor
+                .result_signer()
+                .seal_chunk(&first)
+                .expect("seals")
+                .0,
+        )
+        .expect("chunk 0");
+    // The coordinator gave chunk 1 up (AckTimeout): the result counts it,
+    // the client never had it.
+    window.acknowledge(0).expect("acknowledged");
+    assert_eq!(window.ack_timeout(), 1..2);
+    let result = window
+        .finish(EscalationOutcome::Completed, Some(0))
+        .expect("finishes");
+    assert!(matches!(
+        reader.result(
+            &g.anchor
+                .result_signer()
+                .seal_result(&result)
+                .expect("seals")
+                .0
+        ),
+        Err(ClientError::MissingChunks {
+            counted: 2,
+            received: 1
+        })
+    ));
+    // A client cannot be made from another generation's capability.
+    let (other, _) = client_of(6, 0x10, 1);
+    let (_, bundle_g) = generation_and_bundle(7, 0x40);
+    assert!(matches!(
+        EscalationClient::new(&bundle_g, capability(&other, 1)),
+        Err(ClientError::OtherCredentials)
+    ));
+    // Nor build a request needing a shell.
+    assert!(matches!(
+        client.request(
+            EscalationRequestId([7; 16]),
+            vec!["make test".to_owned()],
+            String::new()
+        ),
+        Err(ClientError::Command(CommandError::RequiresShell { .. }))
+    ));
+}
