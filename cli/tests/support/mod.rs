@@ -5,6 +5,8 @@
 //! it.
 #![allow(dead_code)] // each test binary compiles this module and uses part of it
 
+pub mod terminal;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
