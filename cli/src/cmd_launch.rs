@@ -17,7 +17,7 @@ use clap::{Args, Parser};
 use lazaret_effects::config_resolve::{load_configuration, LoadError, LoadRequest};
 use lazaret_effects::confined::ConfinedSys;
 use lazaret_effects::coordinator::client::{
-    fresh_session_id, run_session, ClientError, ClientTimings, JoinPlan, SessionAnchor,
+    fresh_session_id, run_session, ClientError, ClientTimings, JoinPlan, SessionAnchor, TerminalIo,
 };
 use lazaret_effects::coordinator::paths::DomainPaths;
 use lazaret_effects::coordinator::COORDINATOR_SUBCOMMAND;
@@ -371,8 +371,14 @@ pub fn run(
     } else {
         None
     };
-    let (guard, resizes) = match local {
-        Some(l) => (Some(l.guard), Some(l.resizes)),
+    let (guard, terminal) = match local {
+        Some(l) => (
+            Some(l.guard),
+            Some(TerminalIo {
+                resizes: l.resizes,
+                echo: Box::new(std::io::stdout()),
+            }),
+        ),
         None => (None, None),
     };
     let result = run_session(
@@ -380,7 +386,7 @@ pub fn run(
         Box::new(std::io::stdin()),
         &mut std::io::stdout(),
         &mut std::io::stderr(),
-        resizes,
+        terminal,
     );
     // DX-5: the terminal is restored before anything else is printed.
     drop(guard);

@@ -188,6 +188,8 @@ mod tests {
         const ALLOWED: &[(&str, &str)] = &[
             ("cmd_launch.rs", "&mut std::io::stdout(),"),
             ("cmd_launch.rs", "&mut std::io::stderr(),"),
+            // The developer prompt's echo: the session's terminal.
+            ("cmd_launch.rs", "echo: Box::new(std::io::stdout()),"),
             ("cmd_launch.rs", "std::io::stdout().is_terminal()"),
             ("cmd_launch.rs", "std::io::stderr().is_terminal()"),
         ];

@@ -3,13 +3,17 @@
 //! `/.lazaret/sbin/lazaret-escalate`, the Host Coordinator serves the
 //! generation's mailbox, and an auto-approved host command runs on the host
 //! with its output and status streamed back; a request that differs from
-//! the rule by one element is denied and never runs; without escalation
-//! the sandbox has no mailbox.
+//! the rule by one element is denied and never runs; a request no rule
+//! matches is asked on its own session's terminal (a tmux pane) and runs
+//! only when the developer types `yes` there; without escalation the
+//! sandbox has no mailbox.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::Duration;
+use support::terminal::Domain;
 use support::{chown_tree, text, Env, ONE_AT_A_TIME};
 
 const CLIENT: &str = "/.lazaret/sbin/lazaret-escalate";
@@ -187,4 +191,108 @@ fn without_escalation_the_client_finds_no_mailbox() {
     );
     assert!(!Path::new(&env.home.join("tools")).exists());
     env.assert_nothing_left();
+}
+
+fn shell_prompt(screen: &str) -> bool {
+    screen.trim_end().ends_with("/workspace#")
+}
+
+/// Spec 3.8, DX-4, FR-5: with no auto-approval rule, a request is asked on
+/// the requesting session's terminal only, naming the profile, the exact
+/// vector and the justification; the other session's terminal never
+/// shows it and keeps working; `yes` runs the command on the host, `no`
+/// denies it; a piped session has no terminal to ask on and is denied.
+#[test]
+fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let image = support::default_image();
+    let domain = Domain::new("prompt-escalation");
+    let (tool, marker) = host_tool(&domain.env);
+    domain.env.write_config(
+        "config.toml",
+        &image,
+        "[profiles.default.escalation]\nenabled = true\n",
+    );
+    let a = domain.tmux("esc-a", &domain.pane("a", "default"));
+    a.wait_for("session a's shell", Duration::from_secs(90), shell_prompt);
+    let b = domain.tmux("esc-b", &domain.pane("b", "default"));
+    b.wait_for("session b's shell", Duration::from_secs(60), shell_prompt);
+
+    let ask = |word: &str| {
+        format!("clear; {CLIENT} --why 'deploy the {word} build' -- {tool} {word}; echo rc=$?")
+    };
+    a.keys(&[&ask("approved"), "Enter"]);
+    let question = "Run it on the host as you?";
+    // The prompt of this request: an earlier one stays on the screen
+    // until `clear` runs.
+    let asked = |word: &str| {
+        let line = format!("[1] {word}");
+        move |s: &str| s.contains(question) && s.contains(&line)
+    };
+    a.wait_for("the prompt", Duration::from_secs(20), asked("approved"));
+    let screen = a.screen();
+    for shown in [
+        "profile  default",
+        &format!("[0] {tool}"),
+        "[1] approved",
+        "reason   deploy the approved build",
+    ] {
+        assert!(screen.contains(shown), "{shown} in:\n{screen}");
+    }
+    // The other session's terminal shows nothing of it and still works.
+    b.keys(&["clear; echo b-$((6*7))", "Enter"]);
+    b.wait_for("session b's echo", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "b-42") && shell_prompt(s)
+    });
+    assert!(!b.screen().contains(question), "{}", b.screen());
+    assert!(!marker.exists(), "nothing runs before the answer");
+    a.keys(&["yes", "Enter"]);
+    a.wait_for(
+        "the approved command's status",
+        Duration::from_secs(20),
+        |s| s.lines().any(|l| l.trim() == "rc=3") && shell_prompt(s),
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let screen = a.screen();
+    assert!(
+        screen.contains("approved; the command runs on the host"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&format!("host:approved:{}", host.trim())),
+        "{screen}"
+    );
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "approved\n");
+
+    // Denied at the prompt: never runs.
+    a.keys(&[&ask("denied"), "Enter"]);
+    a.wait_for(
+        "the second prompt",
+        Duration::from_secs(20),
+        asked("denied"),
+    );
+    a.keys(&["no", "Enter"]);
+    a.wait_for("the denied status", Duration::from_secs(20), |s| {
+        s.lines().any(|l| l.trim() == "rc=126") && shell_prompt(s)
+    });
+    assert!(a.screen().contains("lazaret: denied"), "{}", a.screen());
+    // The terminal is the sandbox's again.
+    a.keys(&["clear; echo a-$((6*7))", "Enter"]);
+    a.wait_for("session a's echo", Duration::from_secs(10), |s| {
+        s.lines().any(|l| l.trim() == "a-42") && shell_prompt(s)
+    });
+
+    // A piped session has no terminal to ask on: denied at once.
+    let out = domain
+        .env
+        .run(&["default", "--", CLIENT, "--why", "x", "--", &tool, "piped"]);
+    assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "approved\n");
+
+    a.keys(&["exit", "Enter"]);
+    assert_eq!(domain.status("a", &a), "0");
+    b.keys(&["exit", "Enter"]);
+    assert_eq!(domain.status("b", &b), "0");
+    drop((a, b));
+    domain.finish();
 }

@@ -199,7 +199,10 @@ fn exit_for(outcome: EscalationOutcome, exit_code: Option<i32>) -> (u8, Option<&
             (125, Some("the host command ended without a status"))
         }
         (EscalationOutcome::Denied, _) => (126, Some("the request was denied")),
-        (EscalationOutcome::TimedOut, _) => (124, Some("the host command timed out")),
+        (EscalationOutcome::TimedOut, _) => (
+            124,
+            Some("timed out: the prompt was not answered, or the host command ran too long"),
+        ),
         (EscalationOutcome::Cancelled, _) => (130, Some("the request was cancelled")),
         (EscalationOutcome::Failed, _) => (125, Some("the host command could not run")),
     }

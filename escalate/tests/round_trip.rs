@@ -15,23 +15,36 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ed25519_dalek::SigningKey;
 use lazaret_effects::confined::{ConfinedSys, RealSys, UserIds};
 use lazaret_effects::escalation::launcher::{open_executable, HostProcessSetting};
+use lazaret_effects::escalation::prompt_desk::{PromptAnswer, PromptDesk};
 use lazaret_effects::escalation::service::{ApprovalRule, Limits, Served, Service};
 use lazaret_effects::escalation::MailboxDir;
 use lazaret_runtime::config::ResolvedAutoApprovalRule;
+use lazaret_runtime::escalation::prompt::check_decision;
 use lazaret_runtime::escalation::{MailboxAuthority, RequestLedger};
-use lazaret_runtime::protocol::mailbox::{EscalationOutcome, MailboxEntry};
+use lazaret_runtime::protocol::mailbox::{
+    DeveloperDecision, DeveloperDecisionKind, EscalationOutcome, MailboxEntry, SignedPayload,
+    SignedProtocolRecord,
+};
 use lazaret_runtime::protocol::records::{GenerationIdentity, ProtocolRecord, SessionBinding};
+use lazaret_runtime::protocol::signing::sign_payload;
 use lazaret_runtime::protocol::{TrustAnchor, TrustAnchorSeeds};
 use lazaret_runtime::records::ids::{
     CliId, ConfigurationFingerprint, CoordinatorId, DomainId, GenerationId, ProfileName, SandboxId,
     SessionId,
 };
+use lazaret_runtime::terminal::protocol::{EscalationPrompt, PromptClosing};
 
 /// 2026-12-05T00:00:00Z.
 const NOW: i64 = 1_796_428_800;
 const SESSION: SessionId = SessionId([1; 16]);
+
+/// The session's Session Anchor (the Client CLI's key).
+fn session_anchor() -> SigningKey {
+    SigningKey::from_bytes(&[6; 32])
+}
 
 #[derive(Debug)]
 struct FixedClock;
@@ -80,7 +93,11 @@ fn fixture() -> Fixture {
     )
     .expect("writes the credentials");
     let capability = anchor
-        .register(CliId([5; 16]), SESSION, [6; 32])
+        .register(
+            CliId([5; 16]),
+            SESSION,
+            session_anchor().verifying_key().to_bytes(),
+        )
         .expect("a registration")
         .session_capability;
     let capability_hex = capability
@@ -135,6 +152,16 @@ impl Fixture {
     /// Serves requests until one was served; `rule_args` is the one
     /// auto-approval rule's arguments for the private `sh`.
     fn serve_one(&self, rule_args: &[&str], limits: Limits) -> Served {
+        self.serve_one_prompting(rule_args, limits, None)
+    }
+
+    /// [`Fixture::serve_one`] with developer prompts on `prompts`.
+    fn serve_one_prompting(
+        &self,
+        rule_args: &[&str],
+        limits: Limits,
+        prompts: Option<&PromptDesk>,
+    ) -> Served {
         let sys = RealSys;
         let user: UserIds = sys.user_ids().expect("user ids");
         let requests = handle(&self.dir.path().join("mailbox/requests"));
@@ -162,6 +189,7 @@ impl Fixture {
             authority: &authority,
             signer: &signer,
             rules: &rules,
+            prompts,
             user: &user,
             setting: &setting,
             limits,
@@ -224,6 +252,7 @@ fn with_service<T>(f: &Fixture, limits: Limits, run: impl FnOnce(&Service<'_>) -
         authority: &authority,
         signer: &signer,
         rules: &[],
+        prompts: None,
         user: &user,
         setting: &setting,
         limits,
@@ -267,6 +296,7 @@ fn fast() -> Limits {
         poll: Duration::from_millis(1),
         temporary: Duration::from_secs(30),
         retention: Duration::from_secs(300),
+        prompt: Duration::from_secs(20),
     }
 }
 
@@ -440,14 +470,17 @@ fn junk_in_the_mailbox_never_stops_the_next_request() {
     fs::write(requests.join("junk"), b"x").expect("writes");
     fs::write(requests.join(MailboxEntry::Ack(id(1), 0).name()), b"x").expect("writes");
     fs::write(requests.join(".tmp.old"), b"x").expect("writes");
+    // Older than the second a temporary may live here (its age is its
+    // ctime, which the writer cannot set back); the client's own
+    // temporary is renamed within milliseconds.
+    std::thread::sleep(Duration::from_millis(1_200));
     let script = "printf fine";
     let sh = f.sh.to_str().expect("UTF-8").to_owned();
     let client = f.client(&[&sh, "-c", script]);
     let served = f.serve_one(
         &["-c", script],
         Limits {
-            // Every temporary is old enough to be removed.
-            temporary: Duration::ZERO,
+            temporary: Duration::from_secs(1),
             ..fast()
         },
     );
@@ -522,4 +555,182 @@ fn delivered_results_are_swept_after_their_retention() {
         s.sweep_results(&|_| false).expect("sweeps")
     });
     assert_eq!((swept, results()), (1, 0));
+}
+
+/// Plays the session's terminal loop for one prompt: takes it, and
+/// answers `answer` signed by `key` (through `check_decision`, as the
+/// loop does), or, without an answer, waits until the service withdraws
+/// it. Returns the prompt and how the service withdrew it.
+fn terminal(
+    desk: &Arc<PromptDesk>,
+    key: SigningKey,
+    answer: Option<DeveloperDecisionKind>,
+) -> std::thread::JoinHandle<(EscalationPrompt, Option<PromptClosing>)> {
+    let (line, asks) = desk.register(SESSION, Arc::new(|| {}));
+    std::thread::spawn(move || {
+        let _line = line;
+        let ask = asks
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a prompt reaches the session's terminal");
+        let Some(kind) = answer else {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while ask.withdrawn().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            return (ask.prompt.clone(), ask.withdrawn());
+        };
+        let decision = DeveloperDecision {
+            protocol_version: lazaret_runtime::protocol::PROTOCOL_VERSION,
+            session_binding: ask.expect.open.session_binding.clone(),
+            request_id: ask.prompt.request_id,
+            request_sha256: ask.prompt.request_sha256,
+            decision: kind,
+            approved_command_argv: match kind {
+                DeveloperDecisionKind::Approve => ask.prompt.command_argv.clone(),
+                DeveloperDecisionKind::Deny => Vec::new(),
+            },
+        };
+        let payload_bytes = decision.encode().expect("encodes");
+        let signature = sign_payload(&key, DeveloperDecision::NAME, &payload_bytes);
+        let record = SignedProtocolRecord::DeveloperDecision(SignedPayload {
+            payload_bytes,
+            signature,
+        });
+        ask.answer(match check_decision(&record, &ask.expect) {
+            Ok(d) => PromptAnswer::Decided(Box::new(d)),
+            Err(e) => PromptAnswer::Refused(e),
+        });
+        (ask.prompt.clone(), ask.withdrawn())
+    })
+}
+
+/// A request no rule matches, which writes `marker` and exits 4.
+fn marked_request(f: &Fixture) -> (Vec<String>, PathBuf) {
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let marker = f.dir.path().join("ran");
+    let script = format!("printf approved; echo > {}; exit 4", marker.display());
+    (vec![sh, "-c".into(), script], marker)
+}
+
+fn strs(argv: &[String]) -> Vec<&str> {
+    argv.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn an_inexact_request_runs_once_its_session_approves_on_its_prompt() {
+    let f = fixture();
+    let (argv, marker) = marked_request(&f);
+    let desk = Arc::new(PromptDesk::new("agent".into()));
+    let term = terminal(
+        &desk,
+        session_anchor(),
+        Some(DeveloperDecisionKind::Approve),
+    );
+    let client = f.client(&strs(&argv));
+    let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    let (prompt, withdrawn) = term.join().expect("the terminal");
+    // DX-4: the prompt names the profile, the session, the exact vector
+    // and the justification.
+    assert_eq!(prompt.profile, "agent");
+    assert_eq!(prompt.session_id, SESSION);
+    assert_eq!(prompt.command_argv, argv);
+    assert_eq!(prompt.justification, "the test asks");
+    assert_eq!(withdrawn, None);
+    assert_eq!(served.outcome, EscalationOutcome::Completed);
+    assert_eq!(served.exit_code, Some(4));
+    let (code, stdout, stderr) = finish(client);
+    assert_eq!((code, stdout.as_str()), (4, "approved"), "{stderr}");
+    assert!(marker.exists(), "the approved command ran");
+}
+
+#[test]
+fn a_denial_or_a_decision_not_signed_by_the_session_never_runs_the_command() {
+    let f = fixture();
+    let (argv, marker) = marked_request(&f);
+    let desk = Arc::new(PromptDesk::new("agent".into()));
+    // Denied by the developer.
+    let term = terminal(&desk, session_anchor(), Some(DeveloperDecisionKind::Deny));
+    let client = f.client(&strs(&argv));
+    let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    term.join().expect("the terminal");
+    assert_eq!(served.outcome, EscalationOutcome::Denied);
+    let (code, _, stderr) = finish(client);
+    assert_eq!(code, 126, "{stderr}");
+    // An approval signed by any other key (another session's anchor, the
+    // sandbox) is not the developer's: denied.
+    let other = SigningKey::from_bytes(&[7; 32]);
+    let term = terminal(&desk, other, Some(DeveloperDecisionKind::Approve));
+    let client = f.client(&strs(&argv));
+    let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    term.join().expect("the terminal");
+    assert_eq!(served.outcome, EscalationOutcome::Denied);
+    assert_eq!(finish(client).0, 126);
+    assert!(!marker.exists(), "a command ran without an approval");
+}
+
+#[test]
+fn an_unanswered_prompt_times_out_and_is_withdrawn_from_the_terminal() {
+    let f = fixture();
+    let (argv, marker) = marked_request(&f);
+    let desk = Arc::new(PromptDesk::new("agent".into()));
+    let term = terminal(&desk, session_anchor(), None);
+    let client = f.client(&strs(&argv));
+    let limits = Limits {
+        prompt: Duration::from_millis(300),
+        ..fast()
+    };
+    let served = f.serve_one_prompting(&["-c", "true"], limits, Some(&desk));
+    let (_, withdrawn) = term.join().expect("the terminal");
+    assert_eq!(served.outcome, EscalationOutcome::TimedOut);
+    assert_eq!(withdrawn, Some(PromptClosing::TimedOut));
+    let (code, _, stderr) = finish(client);
+    assert_eq!(code, 124, "{stderr}");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_session_without_a_terminal_is_denied_without_a_prompt() {
+    let f = fixture();
+    let (argv, marker) = marked_request(&f);
+    // A desk on which this session's terminal never registered (a piped
+    // session has none).
+    let desk = PromptDesk::new("agent".into());
+    let client = f.client(&strs(&argv));
+    let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    assert_eq!(served.outcome, EscalationOutcome::Denied);
+    assert_eq!(finish(client).0, 126);
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_cancelled_request_withdraws_its_prompt() {
+    let f = fixture();
+    let (argv, marker) = marked_request(&f);
+    let desk = Arc::new(PromptDesk::new("agent".into()));
+    let (line, asks) = desk.register(SESSION, Arc::new(|| {}));
+    let client = f.client(&strs(&argv));
+    let client_pidfd = pidfd_of(&client);
+    // The terminal takes the prompt; then the asking process is
+    // interrupted, which cancels its request.
+    let term = std::thread::spawn(move || {
+        let _line = line;
+        let ask = asks
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a prompt reaches the session's terminal");
+        rustix::process::pidfd_send_signal(client_pidfd.as_fd(), rustix::process::Signal::INT)
+            .expect("SIGINT to the client");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ask.withdrawn().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        ask.withdrawn()
+    });
+    let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    assert_eq!(served.outcome, EscalationOutcome::Cancelled);
+    assert_eq!(
+        term.join().expect("the terminal"),
+        Some(PromptClosing::Withdrawn)
+    );
+    assert_eq!(finish(client).0, 130);
+    assert!(!marker.exists());
 }

@@ -3,7 +3,9 @@
 //! fixed v1 encodings, signatures verified before decoding, bounds before
 //! allocation, every refusal by name (forged, replayed, another session's
 //! capability, an unregistered session, another generation), the command
-//! language and rule matching, and the bounded result window.
+//! language and rule matching, the bounded result window, and the
+//! developer prompt: its escaped text, its answer line and the signed
+//! decision the Host Coordinator takes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code: a failed unwrap is a failed test
 use std::sync::Arc;
 
@@ -973,4 +975,212 @@ fn the_client_refuses_out_of_order_foreign_and_incomplete_results() {
         ),
         Err(ClientError::Command(CommandError::RequiresShell { .. }))
     ));
+}
+
+// ---------------------------------------------------------------------------
+// The developer prompt (spec 3.8, DX-4, FR-5).
+
+use lazaret_runtime::escalation::prompt::{
+    check_decision, prompt_text, shown, Answer, AnswerLine, DecisionRefusal, PromptExpectation,
+    PROMPT_START, SHOWN_MAX,
+};
+use lazaret_runtime::terminal::protocol::EscalationPrompt;
+
+/// Session 9, registered with a real Session Anchor key, its open
+/// request, and what the coordinator expects of the decision on it.
+fn prompted(g: &Generation) -> (SigningKey, MailboxRequest, PromptExpectation) {
+    let key = SigningKey::from_bytes(&[0x99; 32]);
+    let capability = g
+        .anchor
+        .register(CLI, SessionId([9; 16]), key.verifying_key().to_bytes())
+        .expect("a registration")
+        .session_capability;
+    let request = MailboxRequest {
+        protocol_version: PROTOCOL_VERSION,
+        session_binding: capability.session_binding.clone(),
+        request_id: EscalationRequestId([0x42; 16]),
+        sandbox_credential_id: capability.sandbox_credential_id,
+        session_capability: capability,
+        command_argv: vec!["/usr/bin/git".into(), "push".into()],
+        justification: "publish the branch".into(),
+    };
+    let digest = sha256(&request.encode().expect("encodes"));
+    let expect = PromptExpectation {
+        open: OpenRequest::of(&request, digest),
+        session_anchor: key.verifying_key().to_bytes(),
+    };
+    (key, request, expect)
+}
+
+fn approval(expect: &PromptExpectation, argv: &[&str]) -> DeveloperDecision {
+    DeveloperDecision {
+        protocol_version: PROTOCOL_VERSION,
+        session_binding: expect.open.session_binding.clone(),
+        request_id: expect.open.request_id,
+        request_sha256: expect.open.request_sha256,
+        decision: DeveloperDecisionKind::Approve,
+        approved_command_argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+    }
+}
+
+fn signed_by(key: &SigningKey, decision: &DeveloperDecision) -> SignedProtocolRecord {
+    let payload_bytes = decision.encode().expect("encodes");
+    let signature = Signature(
+        key.sign(&signature_input(DeveloperDecision::NAME, &payload_bytes))
+            .to_bytes(),
+    );
+    SignedProtocolRecord::DeveloperDecision(SignedPayload {
+        payload_bytes,
+        signature,
+    })
+}
+
+#[test]
+fn a_decision_counts_only_signed_by_its_sessions_anchor_for_its_open_request() {
+    let g = generation(3, 0x30);
+    let (key, _, expect) = prompted(&g);
+    let approve = approval(&expect, &["/usr/bin/git", "push"]);
+    let taken = check_decision(&signed_by(&key, &approve), &expect).expect("the developer's");
+    assert_eq!(taken, approve);
+
+    // Another key: the sandbox's, or another session's anchor.
+    for other in [&g.sandbox_key, &SigningKey::from_bytes(&[1; 32])] {
+        let r = check_decision(&signed_by(other, &approve), &expect);
+        assert!(matches!(r, Err(DecisionRefusal::Record(_))), "{r:?}");
+    }
+    // The same bytes under another record kind's name do not verify.
+    let SignedProtocolRecord::DeveloperDecision(payload) = signed_by(&key, &approve) else {
+        panic!("a decision");
+    };
+    let relabelled = SignedProtocolRecord::MailboxRequest(payload);
+    assert!(matches!(
+        check_decision(&relabelled, &expect),
+        Err(DecisionRefusal::Record(MailboxError::Kind { .. }))
+    ));
+    // Another request, or the same ID with other request bytes.
+    let mut other_id = approve.clone();
+    other_id.request_id = EscalationRequestId([0x43; 16]);
+    let mut other_digest = approve.clone();
+    other_digest.request_sha256[0] ^= 1;
+    for d in [other_id, other_digest] {
+        let r = check_decision(&signed_by(&key, &d), &expect);
+        assert!(matches!(r, Err(DecisionRefusal::OtherRequest)), "{r:?}");
+    }
+    // Bound to another session (session 1's binding), signed by this key.
+    let mut other_session = approve.clone();
+    other_session.session_binding = capability(&g, 1).session_binding;
+    let r = check_decision(&signed_by(&key, &other_session), &expect);
+    assert!(matches!(r, Err(DecisionRefusal::OtherSession)), "{r:?}");
+    // Another protocol version.
+    let mut version = approve.clone();
+    version.protocol_version = PROTOCOL_VERSION + 1;
+    let r = check_decision(&signed_by(&key, &version), &expect);
+    assert!(matches!(r, Err(DecisionRefusal::Version { .. })), "{r:?}");
+    // An approval the command language refuses; a denial naming a command.
+    let shell = approval(&expect, &["git", "push"]);
+    let r = check_decision(&signed_by(&key, &shell), &expect);
+    assert!(matches!(r, Err(DecisionRefusal::Argv(_))), "{r:?}");
+    let mut deny = approve.clone();
+    deny.decision = DeveloperDecisionKind::Deny;
+    let r = check_decision(&signed_by(&key, &deny), &expect);
+    assert!(
+        matches!(r, Err(DecisionRefusal::DenialWithCommand { len: 2 })),
+        "{r:?}"
+    );
+    deny.approved_command_argv.clear();
+    assert_eq!(
+        check_decision(&signed_by(&key, &deny), &expect)
+            .expect("a denial")
+            .decision,
+        DeveloperDecisionKind::Deny
+    );
+}
+
+#[test]
+fn the_prompt_shows_the_requests_text_escaped_never_as_terminal_input() {
+    let g = generation(3, 0x30);
+    let (_, request, expect) = prompted(&g);
+    let prompt = EscalationPrompt {
+        session_id: request.session_binding.session_id,
+        request_id: request.request_id,
+        request_sha256: expect.open.request_sha256,
+        profile: "agent".into(),
+        command_argv: vec![
+            "/usr/bin/env".into(),
+            "\x1b[2J clear".into(),
+            "\u{1b}]52;c;Zm9v\u{7}".into(),
+            "back\rspace\u{202e}gnp.exe".into(),
+        ],
+        justification: "line one\nApproved: yes\u{9b}".into(),
+        deadline_seconds: 300,
+    };
+    let text = prompt_text(&prompt);
+    // Ours: the start (CAN ends any sequence the sandbox left open, then
+    // a line break and an attribute reset); every other carriage return
+    // starts our own line break.
+    let body = text.strip_prefix(PROMPT_START).expect("our start");
+    assert!(PROMPT_START.starts_with('\x18'));
+    assert!(!body.contains('\x1b'), "{body:?}");
+    assert!(!body.contains('\u{7}') && !body.contains('\u{9b}') && !body.contains('\u{202e}'));
+    assert!(
+        body.match_indices('\r')
+            .all(|(i, _)| body[i + 1..].starts_with('\n')),
+        "{body:?}"
+    );
+    for shown_form in [
+        "\\u{1b}[2J clear",
+        "\\u{1b}]52;c;Zm9v\\u{7}",
+        "back\\u{d}space\\u{202e}gnp.exe",
+        "line one\\u{a}Approved: yes\\u{9b}",
+        "session  09090909",
+        "profile  agent",
+        "[0] /usr/bin/env",
+    ] {
+        assert!(text.contains(shown_form), "{shown_form} in {text:?}");
+    }
+    // A long text is cut, saying how much was left out.
+    let long = "a".repeat(SHOWN_MAX + 88);
+    assert!(shown(&long).ends_with("... (88 more characters)"));
+    assert_eq!(shown("a\\b"), "a\\\\b");
+}
+
+#[test]
+fn only_a_typed_yes_approves_and_every_other_answer_denies() {
+    let answer = |typed: &[&[u8]]| {
+        let mut line = AnswerLine::default();
+        typed.iter().find_map(|bytes| line.feed(bytes).1)
+    };
+    for yes in [&b"yes\r"[..], b"y\r", b"YES\n", b"yess\x7f\r", b"n\x7fy\r"] {
+        assert_eq!(answer(&[yes]), Some(Answer::Approve), "{yes:?}");
+    }
+    assert_eq!(answer(&[b"ye", b"s", b"\r"]), Some(Answer::Approve));
+    for no in [
+        &b"\r"[..],
+        b"no\r",
+        b"ls -la\r",
+        b"yes please\r",
+        b"ye\x03",
+        b"y\x04",
+        b"\x1b[Ay\r",
+    ] {
+        assert_eq!(answer(&[no]), Some(Answer::Deny), "{no:?}");
+    }
+    assert_eq!(answer(&[b"yes"]), None, "no answer before Enter");
+    // Echo: what was typed, and Backspace erases on screen.
+    let mut line = AnswerLine::default();
+    assert_eq!(line.feed(b"yx\x7f"), (b"yx\x08 \x08".to_vec(), None));
+
+    // Keys typed for the shell can never approve: bytes without a `y`.
+    fn no_y(bytes: Vec<u8>) -> TestResult {
+        if bytes.iter().any(|b| b.eq_ignore_ascii_case(&b'y')) {
+            return TestResult::discard();
+        }
+        let mut line = AnswerLine::default();
+        TestResult::from_bool(line.feed(&bytes).1 != Some(Answer::Approve))
+    }
+    QuickCheck::new()
+        .tests(CASES)
+        .max_tests(CASES * 2)
+        .rng(Gen::new(64))
+        .quickcheck(no_y as fn(Vec<u8>) -> TestResult);
 }

@@ -3,6 +3,7 @@
 //! configuration fingerprint, forward stdin and stream stdout/stderr
 //! separately until the command's status arrives.
 use super::channel::{self, ChannelError};
+use super::client_prompt::{ClientPrompt, Typed};
 use super::control_tls::{self, ControlTlsError};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::publication::{self, PublicationError};
@@ -14,16 +15,17 @@ use lazaret_runtime::coordinator::control::{
 };
 use lazaret_runtime::coordinator::frame::PREFIX;
 use lazaret_runtime::coordinator::messages::{CommandStatus, SessionRequest, TerminalSize};
-use lazaret_runtime::protocol::records::ProtocolPublicationIdentity;
+use lazaret_runtime::escalation::prompt::{closing_text, prompt_text};
+use lazaret_runtime::protocol::records::{ProtocolPublicationIdentity, SessionBinding};
 use lazaret_runtime::protocol::tls::{check_publication, ClientTlsError, ClientTlsKey};
 use lazaret_runtime::protocol::{verify_registration, ExpectedRegistration, VerifyError};
 use lazaret_runtime::records::ids::{CliId, ConfigurationFingerprint, DomainId, SessionId};
 use lazaret_runtime::terminal::escape_filter::{OutputStream, SessionOutputFilter};
 use lazaret_runtime::terminal::protocol::{
     Chunk, NonInteractiveInput, NonInteractiveOutput, NonInteractiveSessionEvent,
-    NonInteractiveSessionMessage, ProtocolError, SessionAbort, SessionAbortKind, SessionClose,
-    SessionExit, SessionTerminalEvent, SessionTerminalMessage, TerminalInput, TerminalResize,
-    MAX_CHUNK_BYTES, MAX_RECORD_BYTES,
+    NonInteractiveSessionMessage, PromptClosed, ProtocolError, SessionAbort, SessionAbortKind,
+    SessionClose, SessionExit, SessionTerminalEvent, SessionTerminalMessage, TerminalInput,
+    TerminalResize, MAX_CHUNK_BYTES, MAX_RECORD_BYTES,
 };
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -122,6 +124,12 @@ impl SessionAnchor {
     pub fn public_key(&self) -> [u8; 32] {
         self.0.verifying_key().to_bytes()
     }
+
+    /// The key, for the session's developer decisions (it stays in this
+    /// process).
+    fn signing_key(&self) -> SigningKey {
+        self.0.clone()
+    }
 }
 
 impl std::fmt::Debug for SessionAnchor {
@@ -198,7 +206,9 @@ fn start_coordinator(plan: &JoinPlan) -> Result<Child, ClientError> {
 }
 
 enum Attempt {
-    Joined(UnixStream, ClientTimings),
+    /// Joined: the session connection, the timings and the session's
+    /// binding as its registration verified it.
+    Joined(UnixStream, ClientTimings, Box<SessionBinding>),
     Retry,
 }
 
@@ -326,7 +336,8 @@ fn register(
     }
     timings.cold = started.cold;
     timings.coordinator = started.timings;
-    Ok(Attempt::Joined(stream, std::mem::take(timings)))
+    let binding = Box::new(registered.session_capability.session_binding);
+    Ok(Attempt::Joined(stream, std::mem::take(timings), binding))
 }
 
 /// One answer of the opening; `None` when the coordinator went away first
@@ -398,7 +409,7 @@ fn log_tail(plan: &JoinPlan) -> String {
 }
 
 /// Finds or starts the coordinator and joins it.
-fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
+fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings, SessionBinding), ClientError> {
     let mut timings = ClientTimings::default();
     let mut tls_failures = 0;
     for _ in 0..ATTEMPTS {
@@ -482,7 +493,7 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
             .phases
             .push(("enroll_and_connect".into(), t.elapsed()));
         match register(plan, stream, &publication, cli_id, &mut timings)? {
-            Attempt::Joined(stream, timings) => return Ok((stream, timings)),
+            Attempt::Joined(stream, timings, binding) => return Ok((stream, timings, *binding)),
             Attempt::Retry => {
                 timings = ClientTimings::default();
                 std::thread::sleep(RETRY);
@@ -492,17 +503,33 @@ fn join(plan: &JoinPlan) -> Result<(UnixStream, ClientTimings), ClientError> {
     Err(ClientError::GaveUp)
 }
 
-/// Runs one session to completion; returns the command's status. For an
-/// interactive session `resizes` carries the new window sizes (spec 3.4,
-/// FR-15); each becomes one `Resize` message.
+/// What an interactive session's CLI has of its terminal besides its
+/// standard streams.
+pub struct TerminalIo {
+    /// New window sizes (spec 3.4, FR-15); each becomes one `Resize`
+    /// message.
+    pub resizes: Receiver<TerminalSize>,
+    /// Where the input thread echoes what is typed at a developer prompt
+    /// (the terminal).
+    pub echo: Box<dyn Write + Send>,
+}
+
+impl std::fmt::Debug for TerminalIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TerminalIo").finish_non_exhaustive()
+    }
+}
+
+/// Runs one session to completion; returns the command's status. An
+/// interactive session has its [`TerminalIo`].
 pub fn run_session(
     plan: &JoinPlan,
     stdin: Box<dyn Read + Send>,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-    resizes: Option<Receiver<TerminalSize>>,
+    terminal: Option<TerminalIo>,
 ) -> Result<(CommandStatus, ClientTimings), ClientError> {
-    let (stream, mut timings) = join(plan)?;
+    let (stream, mut timings, binding) = join(plan)?;
     crash_point!(Cli, "joined", "after", "Joined");
     let t = Instant::now();
     let writer = Arc::new(Mutex::new(stream.try_clone().map_err(|source| {
@@ -513,6 +540,15 @@ pub fn run_session(
     })?));
     let session_id = plan.request.session_id;
     let interactive = plan.request.terminal.is_some();
+    // Spec 3.8: only an interactive session has a terminal to prompt on.
+    let prompt = Arc::new(ClientPrompt::new(
+        plan.session_anchor.signing_key(),
+        binding,
+    ));
+    let (resizes, echo) = match terminal {
+        Some(t) => (Some(t.resizes), Some(t.echo)),
+        None => (None, None),
+    };
     if let Some(resizes) = resizes {
         let writer = Arc::clone(&writer);
         std::thread::spawn(move || {
@@ -538,7 +574,8 @@ pub fn run_session(
             }
         });
     }
-    std::thread::spawn(move || forward_stdin(stdin, &writer, session_id, interactive));
+    let typing = echo.map(|echo| (Arc::clone(&prompt), echo));
+    std::thread::spawn(move || forward_stdin(stdin, &writer, session_id, interactive, typing));
     let mut reader = stream;
     // Spec README 'Terminal output hygiene': no clipboard sequence of the
     // sandbox reaches the user, whatever stdout and stderr are (output piped
@@ -546,12 +583,25 @@ pub fn run_session(
     // share the terminal both may reach.
     let mut hygiene = SessionOutputFilter::new();
     let mut filtered = Vec::new();
-    let mut write = |stream: OutputStream, bytes: Option<&[u8]>| {
+    let mut write = |what: Shown<'_>| {
         filtered.clear();
-        match bytes {
-            Some(bytes) => hygiene.feed(stream, bytes, &mut filtered),
-            None => hygiene.finish(stream, &mut filtered),
-        }
+        let stream = match what {
+            Shown::Sandbox(stream, bytes) => {
+                hygiene.feed(stream, bytes, &mut filtered);
+                stream
+            }
+            Shown::End(stream) => {
+                hygiene.finish(stream, &mut filtered);
+                stream
+            }
+            // Lazaret's own text (the developer prompt) is not the
+            // sandbox's: it bypasses the filter, whose held bytes stay
+            // held.
+            Shown::Lazaret(text) => {
+                filtered.extend_from_slice(text.as_bytes());
+                OutputStream::Stdout
+            }
+        };
         let out: &mut dyn Write = match stream {
             OutputStream::Stdout => &mut *stdout,
             OutputStream::Stderr => &mut *stderr,
@@ -570,14 +620,14 @@ pub fn run_session(
         }
         match received {
             Received::Output(stream, out) => {
-                write(stream, Some(out.bytes.as_bytes()))?;
+                write(Shown::Sandbox(stream, out.bytes.as_bytes()))?;
                 if stream == OutputStream::Stdout {
                     crash_point!(Cli, "output", "after", "Stdout");
                 }
             }
             Received::Exit(exit) => {
-                write(OutputStream::Stdout, None)?;
-                write(OutputStream::Stderr, None)?;
+                write(Shown::End(OutputStream::Stdout))?;
+                write(Shown::End(OutputStream::Stderr))?;
                 let Some(status) = CommandStatus::of_exit(&exit) else {
                     return Err(ClientError::SessionLost(
                         "the session's exec client ended without reporting the command's \
@@ -590,8 +640,28 @@ pub fn run_session(
                 return Ok((status, timings));
             }
             Received::Abort(abort) => return Err(aborted(&abort)),
+            Received::Prompt(p) => {
+                // Open before it shows: a key typed once it is visible is
+                // the prompt's.
+                let text = prompt_text(&p);
+                prompt.open(p);
+                write(Shown::Lazaret(&text))?;
+            }
+            Received::PromptClosed(closed) => {
+                prompt.close(closed.request_id);
+                write(Shown::Lazaret(closing_text(closed.closing)))?;
+            }
         }
     }
+}
+
+/// What the CLI writes: the sandbox's bytes of one stream (through the
+/// output filter), a stream's end (the filter's held bytes), or its own
+/// text.
+enum Shown<'a> {
+    Sandbox(OutputStream, &'a [u8]),
+    End(OutputStream),
+    Lazaret(&'a str),
 }
 
 /// One record of the session's stream, whichever form the session has.
@@ -599,6 +669,9 @@ enum Received {
     Output(OutputStream, NonInteractiveOutput),
     Exit(SessionExit),
     Abort(SessionAbort),
+    /// The terminal is on the developer prompt (spec 3.8).
+    Prompt(lazaret_runtime::terminal::protocol::EscalationPrompt),
+    PromptClosed(PromptClosed),
 }
 
 impl Received {
@@ -607,6 +680,8 @@ impl Received {
             Self::Output(_, out) => out.session_id,
             Self::Exit(exit) => exit.session_id(),
             Self::Abort(abort) => abort.session_id(),
+            Self::Prompt(p) => p.session_id,
+            Self::PromptClosed(c) => c.session_id,
         }
     }
 }
@@ -627,6 +702,8 @@ fn receive(reader: &mut UnixStream, interactive: bool) -> Result<Received, Clien
             ),
             SessionTerminalMessage::Exit(exit) => Received::Exit(exit),
             SessionTerminalMessage::Abort(abort) => Received::Abort(abort),
+            SessionTerminalMessage::Prompt(p) => Received::Prompt(p),
+            SessionTerminalMessage::PromptClosed(c) => Received::PromptClosed(c),
         }
     } else {
         match channel::receive_within(reader, "client", LIMIT)? {
@@ -660,12 +737,15 @@ fn send<T: serde::Serialize>(writer: &Mutex<UnixStream>, record: &T) -> bool {
 /// Forwards the CLI's standard input, in chunks of at most
 /// [`MAX_CHUNK_BYTES`]: an interactive session's as `Input` events (a
 /// terminal has no end of input; Ctrl-D is a byte), a piped one's as
-/// `Input`, then `InputClosed` at its end.
+/// `Input`, then `InputClosed` at its end. While a developer prompt is
+/// open (`typing`), what is typed is the prompt's, echoed on the
+/// terminal, and its answer is sent as the session's decision.
 fn forward_stdin(
     mut stdin: Box<dyn Read + Send>,
     writer: &Mutex<UnixStream>,
     session_id: SessionId,
     interactive: bool,
+    mut typing: Option<(Arc<ClientPrompt>, Box<dyn Write + Send>)>,
 ) {
     let mut buf = vec![0u8; MAX_CHUNK_BYTES];
     loop {
@@ -679,6 +759,18 @@ fn forward_stdin(
             }
             Ok(n) => n,
         };
+        if let Some((prompt, echo)) = typing.as_mut() {
+            match prompt.typed(&buf[..n], echo.as_mut()) {
+                Typed::Sandbox => {}
+                Typed::Prompt => continue,
+                Typed::Answered(decision) => {
+                    if !send(writer, &decision) {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
         let Ok(bytes) = Chunk::new(buf[..n].to_vec()) else {
             return;
         };

@@ -603,6 +603,7 @@ pub fn run_coordinator(
                     scope,
                     config.auto_approval_rules(),
                     host_setting(env, &config.workspace().label()),
+                    launch.running.profile.clone(),
                 )
             });
             // Dropping `mailbox` (on return or panic) stops its threads
@@ -1009,6 +1010,7 @@ fn admit(
         runsc_globals: &globals,
         container_id: &g.container_id,
         environment: launch.environment,
+        prompts: mailbox.map(MailboxHost::prompts),
     };
     let reports = forward_reports(events_tx, s, session);
     let start = stream

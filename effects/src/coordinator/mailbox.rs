@@ -3,6 +3,10 @@
 //! generation when the profile enables escalation, and the threads that
 //! serve them ([`crate::escalation::service`]) while the generation runs.
 //!
+//! A request no auto-approval rule matches exactly is prompted on its
+//! session's own terminal through the generation's [`PromptDesk`], where
+//! every interactive session's terminal loop registers.
+//!
 //! One watcher thread takes requests; each admitted request is served on a
 //! thread of its own, at most one at a time per session (a session's next
 //! request waits for its open one). A request counts only while its
@@ -29,6 +33,7 @@ use super::paths::MAILBOX;
 use crate::config_resolve::ResolvedExecutableRule;
 use crate::confined::{ConfinedSys, RealSys, UserIds};
 use crate::escalation::launcher::HostProcessSetting;
+use crate::escalation::prompt_desk::PromptDesk;
 use crate::escalation::service::{Admitted, ApprovalRule, Limits, Service};
 use crate::escalation::MailboxDir;
 
@@ -104,6 +109,7 @@ pub(super) struct MailboxInputs {
     pub authority: MailboxAuthority,
     pub signer: ResultSigner,
     pub setting: HostProcessSetting,
+    pub prompts: Arc<PromptDesk>,
 }
 
 fn handle(path: &Path) -> Result<MailboxDir, CoordinatorError> {
@@ -151,6 +157,7 @@ pub(super) fn serve_mailbox(
         authority: &inputs.authority,
         signer: &inputs.signer,
         rules: &approvals,
+        prompts: Some(&inputs.prompts),
         user: &user,
         setting: &inputs.setting,
         limits: Limits::default(),
@@ -240,6 +247,7 @@ pub(super) struct MailboxHost<'scope, 'env> {
     rules: &'env [ResolvedExecutableRule],
     setting: HostProcessSetting,
     control: MailboxControl,
+    prompts: Arc<PromptDesk>,
     started: bool,
 }
 
@@ -248,14 +256,21 @@ impl<'scope, 'env> MailboxHost<'scope, 'env> {
         scope: &'scope std::thread::Scope<'scope, 'env>,
         rules: &'env [ResolvedExecutableRule],
         setting: HostProcessSetting,
+        profile: String,
     ) -> Self {
         Self {
             scope,
             rules,
             setting,
             control: MailboxControl::default(),
+            prompts: Arc::new(PromptDesk::new(profile)),
             started: false,
         }
+    }
+
+    /// Where interactive sessions' terminals register for prompts.
+    pub fn prompts(&self) -> &Arc<PromptDesk> {
+        &self.prompts
     }
 
     /// Serves the mailbox of the generation in `generation_dir`, whose
@@ -274,6 +289,7 @@ impl<'scope, 'env> MailboxHost<'scope, 'env> {
             authority: MailboxAuthority::of(anchor),
             signer: anchor.result_signer(),
             setting: self.setting.clone(),
+            prompts: Arc::clone(&self.prompts),
         };
         let control = self.control.clone();
         let rules = self.rules;

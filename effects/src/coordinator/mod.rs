@@ -10,6 +10,7 @@ mod absence;
 mod catalog_record;
 pub mod channel;
 pub mod client;
+mod client_prompt;
 pub mod control_tls;
 mod election;
 pub mod enforcement;

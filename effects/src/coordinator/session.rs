@@ -95,6 +95,9 @@ pub struct SessionContext<'a> {
     /// load (from the environment of the CLI that started it): every
     /// session of the Domain gets these values (spec 3.2; docs/config.md).
     pub environment: &'a ResolvedEnvironment,
+    /// The escalation prompt desk an interactive session's terminal
+    /// registers on (spec 3.8), when the profile enables escalation.
+    pub prompts: Option<&'a std::sync::Arc<crate::escalation::prompt_desk::PromptDesk>>,
 }
 
 pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -260,6 +263,7 @@ pub fn start_session(
             guest: guest_target(ctx),
             release: ReleaseGate::new(reports.clone()),
             reports,
+            prompts: ctx.prompts.cloned(),
         })
         .map_err(SessionError::Pipe)?;
         return Ok(());

@@ -19,6 +19,15 @@
 //!   session keeps its own capacity (spec 3.4: bounded queues and PTY
 //!   backpressure).
 //!
+//! A developer prompt (spec 3.8, DX-4, FR-5) takes the session's terminal
+//! from the sandbox: the loop routes it to the prompt (`RouteToPrompt`:
+//! the PTY master is no longer read, so the guest's output waits in the
+//! kernel's buffer), sends the [`EscalationPrompt`] after the output
+//! already queued, takes the client's signed [`SessionDecision`] as the
+//! answer (`check_decision`), and sends [`PromptClosed`] before the route
+//! goes back to the sandbox and output flows again. Keys the client sent
+//! for the sandbox meanwhile are refused, never written to the PTY.
+//!
 //! Release (close, client loss, PTY loss, exec-client loss) follows the
 //! machine's order: SIGHUP, grace, SIGTERM, grace, SIGKILL to the recorded
 //! guest process group, each only after an observation found the leader
@@ -30,19 +39,24 @@ use super::release_gate::ReleaseGate;
 use super::session_release::{self, ReleaseEffects, ReleaseOutcome};
 use super::session_report::SessionReport;
 use crate::broker::CommittedChild;
+use crate::escalation::prompt_desk::{PromptAnswer, PromptAsk, PromptDesk, Registration};
 use crate::process_identity::Signal;
 use crate::pty::{LineModes, Pumped, RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{GuestControl, GuestTools, Runsc};
 use lazaret_runtime::coordinator::frame::PREFIX;
-use lazaret_runtime::records::ids::{GenerationId, SessionId};
+use lazaret_runtime::escalation::prompt::{check_decision, DecisionRefusal};
+use lazaret_runtime::protocol::mailbox::DeveloperDecisionKind;
+use lazaret_runtime::records::ids::{EscalationRequestId, GenerationId, SessionId};
 use lazaret_runtime::records::terminal::{GuestProcessIdentity, PtyIdentity};
 use lazaret_runtime::terminal::keys::{split_keys, KeyedInput, SignalKeys};
 use lazaret_runtime::terminal::machine::{
     Command, ExecStatus, GroupObservation, GuestSignal, Input, Machine, ReleaseTimings,
+    TerminalRoute,
 };
 use lazaret_runtime::terminal::protocol::{
-    Chunk, SessionAbort, SessionAbortKind, SessionExit, SessionTerminalEvent,
-    SessionTerminalMessage, TerminalInput, MAX_CHUNK_BYTES, MAX_RECORD_BYTES,
+    Chunk, PromptClosed, PromptClosing, SessionAbort, SessionAbortKind, SessionDecision,
+    SessionExit, SessionTerminalEvent, SessionTerminalMessage, TerminalInput, MAX_CHUNK_BYTES,
+    MAX_RECORD_BYTES,
 };
 use lazaret_runtime::terminal::sessions::SessionLimits;
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -111,6 +125,9 @@ pub struct TerminalParts {
     pub reports: Sender<SessionReport>,
     /// Commits the durable ReleaseIntent before the release signals.
     pub release: ReleaseGate,
+    /// Where the escalation service finds this terminal for developer
+    /// prompts; `None` when the profile has no escalation.
+    pub prompts: Option<Arc<PromptDesk>>,
 }
 
 /// What a session terminal's Running record holds beyond the process slots.
@@ -184,6 +201,10 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
     let (leader_tx, leader_rx) = mpsc::channel();
     let (admission_tx, admission_rx) = mpsc::channel();
     let client = ClientState::default();
+    let prompt_line = parts.prompts.map(|desk| {
+        let wake = Arc::clone(&wake_w);
+        desk.register(parts.session, Arc::new(move || poke(&wake)))
+    });
     {
         let wake = Arc::clone(&wake_w);
         let stream = parts.client;
@@ -248,6 +269,9 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         control: parts.guest.control(),
         wake: wake_r,
         observe_due: false,
+        prompt_line,
+        prompt: PromptState::None,
+        notices: VecDeque::new(),
     };
     let reports = parts.reports;
     std::thread::spawn(move || {
@@ -460,6 +484,23 @@ struct Driver {
     wake: OwnedFd,
     /// The machine asked for an observation (`ObserveGroup`).
     observe_due: bool,
+    /// This terminal's line on the escalation prompt desk.
+    prompt_line: Option<(Registration, Receiver<PromptAsk>)>,
+    prompt: PromptState,
+    /// The loop's own messages (prompt open and closed), sent after the
+    /// machine's queued ones: at most two.
+    notices: VecDeque<SessionTerminalMessage>,
+}
+
+/// The developer prompt on this terminal.
+#[derive(Debug)]
+enum PromptState {
+    None,
+    /// Routed to the prompt; the ask waits for the client's decision.
+    Open(Box<PromptAsk>),
+    /// Answered or withdrawn: the route goes back to the sandbox once the
+    /// `PromptClosed` notice went to the writer.
+    Closing,
 }
 
 fn process_signal(signal: GuestSignal) -> Signal {
@@ -503,7 +544,11 @@ impl Driver {
         let mut work = VecDeque::new();
         loop {
             self.take_client_events(&mut work);
+            self.serve_prompt(&mut work);
             self.forward_messages();
+            // A closed prompt's notice is with the writer: the route goes
+            // back to the sandbox now, not on the next wake.
+            self.serve_prompt(&mut work);
             // An observation is a guest tool run: queued messages (the
             // exit after the drain) go out before it.
             if self.observe_due {
@@ -590,6 +635,10 @@ impl Driver {
     /// event as it came. Each keeps the Session ID it named, so the machine
     /// refuses one of another session (spec 3.4).
     fn stage(&mut self, event: SessionTerminalEvent) {
+        if let SessionTerminalEvent::Decision(decision) = event {
+            self.decide(&decision);
+            return;
+        }
         let SessionTerminalEvent::Input(input) = event else {
             self.staged.push_back(event);
             return;
@@ -775,17 +824,110 @@ impl Driver {
         }
     }
 
+    /// The developer prompt's turn: a withdrawn or orphaned prompt is
+    /// closed, a new ask is routed to the prompt when the terminal is on
+    /// the sandbox route, and a closed prompt gives the route back once
+    /// its notice is with the writer.
+    fn serve_prompt(&mut self, work: &mut VecDeque<Input>) {
+        if let PromptState::Open(ask) = &self.prompt {
+            if let Some(closing) = ask.withdrawn() {
+                let request_id = ask.prompt.request_id;
+                self.close_prompt(request_id, closing);
+            } else if self.machine.route() != TerminalRoute::Prompt {
+                // The release took the route: the prompt ends with it.
+                ask.answer(PromptAnswer::Closed);
+                self.prompt = PromptState::None;
+            }
+        }
+        if let PromptState::Closing = self.prompt {
+            if self.notices.is_empty() && self.pending_out.is_none() {
+                self.prompt = PromptState::None;
+                if self.machine.route() == TerminalRoute::Prompt {
+                    self.feed(Input::Route(TerminalRoute::Sandbox), work);
+                    tracing::info!("RouteToSandbox");
+                }
+            }
+        }
+        if !matches!(self.prompt, PromptState::None) {
+            return;
+        }
+        let Some(ask) = self
+            .prompt_line
+            .as_ref()
+            .and_then(|(_, asks)| asks.try_recv().ok())
+        else {
+            return;
+        };
+        let open = matches!(self.gate, Gate::Open)
+            && self.machine.route() == TerminalRoute::Sandbox
+            && ask.withdrawn().is_none();
+        if open {
+            self.feed(Input::Route(TerminalRoute::Prompt), work);
+        }
+        if !open || self.machine.route() != TerminalRoute::Prompt {
+            // Not admitted yet, or closing: no prompt on this terminal.
+            ask.answer(PromptAnswer::Closed);
+            return;
+        }
+        tracing::info!(request = %ask.prompt.request_id, "RouteToPrompt");
+        self.notices
+            .push_back(SessionTerminalMessage::Prompt(ask.prompt.clone()));
+        self.prompt = PromptState::Open(Box::new(ask));
+    }
+
+    /// The client's answer to the open prompt: the service gets the
+    /// checked decision (or why it is not one: denied) and the prompt
+    /// closes.
+    fn decide(&mut self, decision: &SessionDecision) {
+        let PromptState::Open(ask) = &self.prompt else {
+            tracing::warn!("a developer decision without an open prompt is ignored");
+            return;
+        };
+        let answer = if decision.session_id == ask.prompt.session_id {
+            match check_decision(&decision.record, &ask.expect) {
+                Ok(d) => PromptAnswer::Decided(Box::new(d)),
+                Err(e) => PromptAnswer::Refused(e),
+            }
+        } else {
+            PromptAnswer::Refused(DecisionRefusal::OtherSession)
+        };
+        let closing = match &answer {
+            PromptAnswer::Decided(d) if d.decision == DeveloperDecisionKind::Approve => {
+                PromptClosing::Approved
+            }
+            _ => PromptClosing::Denied,
+        };
+        let request_id = ask.prompt.request_id;
+        ask.answer(answer);
+        self.close_prompt(request_id, closing);
+    }
+
+    fn close_prompt(&mut self, request_id: EscalationRequestId, closing: PromptClosing) {
+        let session_id = self.machine.session_id();
+        self.notices
+            .push_back(SessionTerminalMessage::PromptClosed(PromptClosed {
+                session_id,
+                request_id,
+                closing,
+            }));
+        self.prompt = PromptState::Closing;
+    }
+
     /// Moves queued client messages to the writer, as far as it takes them.
     fn forward_messages(&mut self) {
         loop {
             if self.pending_out.is_none() {
-                self.pending_out = self.machine.poll_message().map(|m| match m {
-                    SessionTerminalMessage::Exit(exit) => match session_end(exit) {
-                        Ok(exit) => SessionTerminalMessage::Exit(exit),
-                        Err(abort) => SessionTerminalMessage::Abort(abort),
-                    },
-                    other => other,
-                });
+                self.pending_out = self
+                    .machine
+                    .poll_message()
+                    .map(|m| match m {
+                        SessionTerminalMessage::Exit(exit) => match session_end(exit) {
+                            Ok(exit) => SessionTerminalMessage::Exit(exit),
+                            Err(abort) => SessionTerminalMessage::Abort(abort),
+                        },
+                        other => other,
+                    })
+                    .or_else(|| self.notices.pop_front());
             }
             let (Some(message), Some(writer)) = (self.pending_out.take(), self.to_writer.as_ref())
             else {

@@ -1,11 +1,14 @@
 //! Host escalation's effects (spec 3.8): the Host Coordinator's confined
 //! mailbox directory handles ([`MailboxDir`]), the shell-free host
 //! launcher ([`launcher`]), the pidfd-held host process and the service
-//! that answers the sandbox's requests ([`service`]). What is accepted, approved and streamed is
+//! that answers the sandbox's requests ([`service`]), and the desk where it
+//! finds a session's terminal for a developer prompt ([`prompt_desk`]).
+//! What is accepted, approved and streamed is
 //! decided by `lazaret_runtime::escalation`.
 mod host_process;
 pub mod launcher;
 mod mailbox_dir;
+pub mod prompt_desk;
 pub mod service;
 
 pub use mailbox_dir::{Listing, MailboxDir, MailboxReadError, MailboxWriteError, MAX_ENTRIES};

@@ -5,9 +5,12 @@
 //! within the window of eight, follows the client's acknowledgements and
 //! cancellation, and writes the signed terminal result.
 //!
-//! The developer prompt is not built: a request no auto-approval rule
-//! matches exactly is answered `Denied` (docs/escalation.md "What is not
-//! built").
+//! A request no auto-approval rule matches exactly goes to the developer
+//! prompt on its own session's terminal ([`PromptDesk`]; DX-4, FR-5): the
+//! developer's signed approval runs the approved vector, whose executable
+//! is opened and checked like a rule's; a denial, an invalid decision, no
+//! answer within [`Limits::prompt`], or a session without a terminal
+//! answers without running anything.
 //!
 //! Each request is served to its result by [`Service::serve`] on the
 //! caller's thread; the host process is killed and reaped through its pidfd
@@ -17,20 +20,24 @@ use std::time::{Duration, Instant};
 
 use lazaret_runtime::config::ResolvedAutoApprovalRule;
 use lazaret_runtime::escalation::command::{classify, RuleMatch};
+use lazaret_runtime::escalation::prompt::PromptExpectation;
 use lazaret_runtime::escalation::{
     authenticate, correlate_ack, correlate_cancellation, MailboxAuthority, MailboxRefusal,
     OpenRequest, RequestLedger, ResultError, ResultWindow, SandboxSigned,
 };
 use lazaret_runtime::protocol::mailbox::{
-    EscalationOutcome, MailboxCancellation, MailboxEntry, MailboxError, MailboxRequest,
-    MailboxResultAck, ResultStream, SignedProtocolRecord, MAX_RESULT_CHUNK,
+    DeveloperDecisionKind, EscalationOutcome, MailboxCancellation, MailboxEntry, MailboxError,
+    MailboxRequest, MailboxResultAck, ResultStream, SignedProtocolRecord, MAX_RESULT_CHUNK,
 };
 use lazaret_runtime::protocol::records::SessionBinding;
 use lazaret_runtime::protocol::ResultSigner;
 use lazaret_runtime::records::ids::EscalationRequestId;
 
+use lazaret_runtime::terminal::protocol::{EscalationPrompt, PromptClosing};
+
 use super::host_process::HostProcess;
-use super::launcher::{host_command, HostProcessSetting, LaunchError};
+use super::launcher::{host_command, open_executable, HostProcessSetting, LaunchError};
+use super::prompt_desk::{PromptAnswer, PromptDesk};
 use super::{MailboxDir, MailboxReadError, MailboxWriteError};
 use crate::confined::{ConfinedSys, OpenedObject, UserIds};
 use crate::process_identity::ChildState;
@@ -59,6 +66,9 @@ pub struct Limits {
     /// How long a delivered result (and a chunk of a request no longer
     /// open) stays in `results/` for its client.
     pub retention: Duration,
+    /// How long a developer prompt waits for an answer (the model's
+    /// `PromptTimeout`).
+    pub prompt: Duration,
 }
 
 impl Default for Limits {
@@ -69,6 +79,7 @@ impl Default for Limits {
             poll: Duration::from_millis(2),
             temporary: Duration::from_secs(30),
             retention: Duration::from_secs(300),
+            prompt: Duration::from_secs(300),
         }
     }
 }
@@ -125,6 +136,9 @@ pub struct Service<'a> {
     /// Signs chunks and results with the Session Coordinator's key.
     pub signer: &'a ResultSigner,
     pub rules: &'a [ApprovalRule<'a>],
+    /// The sessions' terminals for developer prompts; `None`: no request
+    /// is ever prompted (every inexact one is denied).
+    pub prompts: Option<&'a PromptDesk>,
     pub user: &'a UserIds,
     pub setting: &'a HostProcessSetting,
     pub limits: Limits,
@@ -144,6 +158,10 @@ impl std::fmt::Debug for Service<'_> {
 /// How long output may stay open after the host process exited (held by a
 /// process it started) before its result follows anyway.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// How often an open prompt looks for the sandbox's cancellation, the
+/// session's end and its deadline (an answer is taken at once).
+const PROMPT_POLL: Duration = Duration::from_millis(20);
 
 /// What is left to do when the host process's output is all written.
 enum Ending {
@@ -317,23 +335,35 @@ impl Service<'_> {
         if !registered(&admitted.open.session_binding) {
             return self.deliver(window, EscalationOutcome::Cancelled, None, 0);
         }
-        let RuleMatch::Exact { rule } = admitted.matched else {
-            tracing::info!(
-                "no auto-approval rule matches exactly and the prompt is not built: Denied"
-            );
-            return self.deliver(window, EscalationOutcome::Denied, None, 0);
+        let approved;
+        let (executable, argv) = match admitted.matched {
+            RuleMatch::Exact { rule } => {
+                let Some(approval) = self.rules.get(rule) else {
+                    return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                };
+                tracing::info!(rule, "AutoApproveEscalation");
+                (approval.executable, &admitted.request.command_argv)
+            }
+            RuleMatch::Inexact => match self.prompt(admitted, window, registered)? {
+                Prompted::Ended(outcome) => return self.deliver(window, outcome, None, 0),
+                Prompted::Approved(argv) => {
+                    // The developer's vector: its executable is opened and
+                    // checked as a rule's is when the configuration loads.
+                    let Some(path) = argv.first() else {
+                        return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                    };
+                    match open_executable(self.sys, self.user, std::path::Path::new(path)) {
+                        Ok(object) => approved = (object, argv),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the approved executable cannot run");
+                            return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                        }
+                    }
+                    (&approved.0, &approved.1)
+                }
+            },
         };
-        let Some(approval) = self.rules.get(rule) else {
-            return self.deliver(window, EscalationOutcome::Failed, None, 0);
-        };
-        tracing::info!(rule, "AutoApproveEscalation");
-        let command = host_command(
-            self.sys,
-            self.user,
-            approval.executable,
-            &admitted.request.command_argv,
-            self.setting,
-        );
+        let command = host_command(self.sys, self.user, executable, argv, self.setting);
         let mut command = match command {
             Ok(command) => command,
             Err(e) => {
@@ -372,6 +402,78 @@ impl Service<'_> {
                 tracing::info!("ApplyCancellation");
                 self.give_up(window)?;
                 self.deliver(window, EscalationOutcome::Cancelled, None, most)
+            }
+        }
+    }
+
+    /// The developer prompt for `admitted` on its session's terminal
+    /// (`RouteToPrompt`), until the developer answers, the prompt times
+    /// out, the sandbox cancels or the session ends.
+    fn prompt(
+        &self,
+        admitted: &Admitted,
+        window: &mut ResultWindow,
+        registered: &dyn Fn(&SessionBinding) -> bool,
+    ) -> Result<Prompted, ServiceError> {
+        let binding = &admitted.open.session_binding;
+        let Some(desk) = self.prompts else {
+            tracing::info!("no auto-approval rule matches exactly and prompts are off: Denied");
+            return Ok(Prompted::Ended(EscalationOutcome::Denied));
+        };
+        let prompt = EscalationPrompt {
+            session_id: binding.session_id,
+            request_id: admitted.open.request_id,
+            request_sha256: admitted.open.request_sha256,
+            profile: desk.profile().to_owned(),
+            command_argv: admitted.request.command_argv.clone(),
+            justification: admitted.request.justification.clone(),
+            deadline_seconds: u32::try_from(self.limits.prompt.as_secs()).unwrap_or(u32::MAX),
+        };
+        let expect = PromptExpectation {
+            open: admitted.open.clone(),
+            session_anchor: binding.session_anchor_public_key,
+        };
+        let Some(pending) = desk.ask(prompt, expect) else {
+            tracing::info!("the session has no terminal to prompt on: Denied");
+            return Ok(Prompted::Ended(EscalationOutcome::Denied));
+        };
+        tracing::info!("RouteToPrompt");
+        let started = Instant::now();
+        // Bounded by the prompt limit: every turn waits at most `poll`.
+        loop {
+            if let Some(answer) = pending.wait(self.limits.poll.max(PROMPT_POLL)) {
+                return Ok(match answer {
+                    PromptAnswer::Decided(d) if d.decision == DeveloperDecisionKind::Approve => {
+                        tracing::info!("ApproveEscalation");
+                        Prompted::Approved(d.approved_command_argv)
+                    }
+                    PromptAnswer::Decided(_) => {
+                        tracing::info!("DenyEscalation");
+                        Prompted::Ended(EscalationOutcome::Denied)
+                    }
+                    PromptAnswer::Refused(e) => {
+                        tracing::warn!(error = %e, "DenyEscalation: not a valid decision");
+                        Prompted::Ended(EscalationOutcome::Denied)
+                    }
+                    PromptAnswer::Closed => {
+                        tracing::info!("the session's terminal closed under its prompt");
+                        Prompted::Ended(EscalationOutcome::Cancelled)
+                    }
+                });
+            }
+            if started.elapsed() > self.limits.prompt {
+                pending.withdraw(PromptClosing::TimedOut);
+                tracing::info!("PromptTimeout");
+                return Ok(Prompted::Ended(EscalationOutcome::TimedOut));
+            }
+            if !registered(binding) {
+                pending.withdraw(PromptClosing::Withdrawn);
+                return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
+            }
+            if let Inbound::Cancelled = self.inbound(admitted, window)? {
+                pending.withdraw(PromptClosing::Withdrawn);
+                tracing::info!("ApplyCancellation");
+                return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
             }
         }
     }
@@ -631,6 +733,14 @@ enum InboundRefusal {
     Read(#[from] MailboxReadError),
     #[error(transparent)]
     Refused(#[from] MailboxRefusal),
+}
+
+/// How a developer prompt ended.
+enum Prompted {
+    /// Approved: this vector runs.
+    Approved(Vec<String>),
+    /// Answered without running anything.
+    Ended(EscalationOutcome),
 }
 
 /// What the inbound directory held for a running request.

@@ -4,7 +4,10 @@
 //! before ([`RequestLedger`]), what a command vector may be and which rule
 //! it matches ([`command`]), and the bounded window of result chunks
 //! ([`ResultWindow`]), and the sandbox side's signing and checking of
-//! the same records ([`EscalationClient`], [`ResultReader`]). Model names: a request that passes
+//! the same records ([`EscalationClient`], [`ResultReader`]), and the
+//! developer prompt: its text, its answer and the signed decision the Host
+//! Coordinator accepts ([`prompt`]; `RouteToPrompt`, `ApproveEscalation`,
+//! `DenyEscalation`). Model names: a request that passes
 //! [`authenticate`] is the model's `SubmitEscalation(s, m)` with `m` from
 //! [`command::classify`]; [`ResultWindow`] performs `EmitResultChunk`,
 //! `AckResultChunk`, `AckTimeout` and `DeliverResult`.
@@ -12,6 +15,7 @@
 //! Sans-IO: records arrive as bytes the effects layer read through its
 //! confined mailbox handles; nothing here opens a file.
 pub mod command;
+pub mod prompt;
 mod request;
 mod results;
 

@@ -308,6 +308,10 @@ pub enum Refusal {
         session: SessionId,
         event: &'static str,
     },
+    /// A developer decision is the prompt's, never the terminal's: the
+    /// effects layer takes it while its prompt is open.
+    #[error("a {event} is not a terminal event")]
+    NotATerminalEvent { event: &'static str },
     #[error("{input} is not expected while the terminal is {phase}")]
     Unexpected {
         input: &'static str,
@@ -350,6 +354,7 @@ fn event_name(event: &SessionTerminalEvent) -> &'static str {
         SessionTerminalEvent::Resize(_) => "Resize",
         SessionTerminalEvent::Signal(_) => "Signal",
         SessionTerminalEvent::Close(_) => "Close",
+        SessionTerminalEvent::Decision(_) => "Decision",
     }
 }
 
@@ -799,6 +804,9 @@ impl Machine {
         event: SessionTerminalEvent,
     ) -> Result<Vec<Command>, Refusal> {
         let name = event_name(&event);
+        if matches!(event, SessionTerminalEvent::Decision(_)) {
+            return Err(Refusal::NotATerminalEvent { event: name });
+        }
         if event.session_id() != self.session_id {
             return Err(Refusal::InvalidSession {
                 expected: self.session_id,
@@ -859,6 +867,7 @@ impl Machine {
                 self.input_step(Action::ClientCloses, name)?;
                 self.react()?
             }
+            SessionTerminalEvent::Decision(_) => Vec::new(),
         })
     }
 

@@ -6,8 +6,9 @@
 //! and `argv` are a varint length followed by the elements, an `Option` is
 //! `0` or `1` followed by the value. Fixed codec tests in
 //! `runtime/tests/terminal_protocol.rs` pin these bytes.
+use crate::protocol::mailbox::SignedProtocolRecord;
 use crate::records::codec::{self, CodecError};
-use crate::records::ids::SessionId;
+use crate::records::ids::{EscalationRequestId, SessionId};
 use serde::{Deserialize, Serialize};
 use std::num::NonZeroU16;
 
@@ -134,6 +135,9 @@ pub enum SessionTerminalEvent {
     Resize(TerminalResize),
     Signal(TerminalSignal),
     Close(SessionClose),
+    /// Lazaret extension, after the schema's variants: see
+    /// [`SessionDecision`].
+    Decision(SessionDecision),
 }
 
 impl SessionTerminalEvent {
@@ -143,8 +147,22 @@ impl SessionTerminalEvent {
             Self::Resize(e) => e.session_id,
             Self::Signal(e) => e.session_id,
             Self::Close(e) => e.session_id,
+            Self::Decision(e) => e.session_id,
         }
     }
+}
+
+/// Lazaret extension (spec 3.8 and the model's `ApproveEscalation` /
+/// `DenyEscalation` name the decision, not its transport): the developer's
+/// answer to the [`EscalationPrompt`] on this session's terminal, a
+/// `DeveloperDecision` signed by the session's Session Anchor, which only
+/// the Client CLI holds. It is not a terminal event: the Host Coordinator
+/// takes it only while its prompt is open.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDecision {
+    pub session_id: SessionId,
+    /// `SignedProtocolRecord::DeveloperDecision`.
+    pub record: SignedProtocolRecord,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -250,6 +268,53 @@ pub enum SessionTerminalMessage {
     Exit(SessionExit),
     /// Lazaret extension, after the schema's variants: see [`SessionAbort`].
     Abort(SessionAbort),
+    /// Lazaret extension: see [`EscalationPrompt`].
+    Prompt(EscalationPrompt),
+    /// Lazaret extension: see [`PromptClosed`].
+    PromptClosed(PromptClosed),
+}
+
+/// Lazaret extension (spec 3.8, DX-4, FR-5): the Host Coordinator routed
+/// the session's terminal to the developer prompt for one escalation
+/// request of this session (the model's `RouteToPrompt`). It names the
+/// requesting profile and session, the exact command vector and the
+/// sandbox's justification; the Client CLI answers with a
+/// [`SessionDecision`] naming `request_id` and `request_sha256`. Every text
+/// field is the sandbox's and is shown escaped, never as terminal input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EscalationPrompt {
+    pub session_id: SessionId,
+    pub request_id: EscalationRequestId,
+    pub request_sha256: [u8; 32],
+    pub profile: String,
+    pub command_argv: Vec<String>,
+    pub justification: String,
+    /// How long the prompt waits for an answer before it is withdrawn
+    /// (the model's `PromptTimeout`).
+    pub deadline_seconds: u32,
+}
+
+/// How an open prompt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PromptClosing {
+    /// The developer approved; the host command runs.
+    Approved,
+    /// The developer denied (or the answer was not a valid decision).
+    Denied,
+    /// No answer within the deadline (`PromptTimeout`).
+    TimedOut,
+    /// The sandbox cancelled its request, or serving stopped.
+    Withdrawn,
+}
+
+/// Lazaret extension: the prompt for `request_id` is closed and the
+/// session's terminal is back on the sandbox route; sent before any
+/// sandbox output that follows the prompt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptClosed {
+    pub session_id: SessionId,
+    pub request_id: EscalationRequestId,
+    pub closing: PromptClosing,
 }
 
 /// Why a session ended without a [`SessionExit`] of its command.
