@@ -5,7 +5,7 @@
 //! with its output and status streamed back; a request that differs from
 //! the rule by one element is denied and never runs; a request no rule
 //! matches is asked on its own session's terminal (a tmux pane) and runs
-//! only when the developer types `yes` there; without escalation the
+//! only when the developer types that prompt's code there; without escalation the
 //! sandbox has no mailbox.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
@@ -200,8 +200,8 @@ fn shell_prompt(screen: &str) -> bool {
 /// Spec 3.8, DX-4, FR-5: with no auto-approval rule, a request is asked on
 /// the requesting session's terminal only, naming the profile, the exact
 /// vector and the justification; the other session's terminal never
-/// shows it and keeps working; `yes` runs the command on the host, `no`
-/// denies it; a piped session has no terminal to ask on and is denied.
+/// shows it and keeps working; its code runs the command on the host,
+/// anything else denies it; a piped session has no terminal to ask on and is denied.
 #[test]
 fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -246,7 +246,15 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
     });
     assert!(!b.screen().contains(question), "{}", b.screen());
     assert!(!marker.exists(), "nothing runs before the answer");
-    a.keys(&["yes", "Enter"]);
+    // The prompt's own code approves (drawn by the CLI for this prompt).
+    let code = screen
+        .split("Type ")
+        .nth(1)
+        .and_then(|rest| rest.get(..4))
+        .filter(|c| c.bytes().all(|b| b.is_ascii_digit()))
+        .unwrap_or_else(|| panic!("the prompt names its code:\n{screen}"))
+        .to_owned();
+    a.keys(&[&code, "Enter"]);
     a.wait_for(
         "the approved command's status",
         Duration::from_secs(20),
@@ -271,7 +279,8 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
         Duration::from_secs(20),
         asked("denied"),
     );
-    a.keys(&["no", "Enter"]);
+    // Anything but this prompt's code denies, `yes` included.
+    a.keys(&["yes", "Enter"]);
     a.wait_for("the denied status", Duration::from_secs(20), |s| {
         s.lines().any(|l| l.trim() == "rc=126") && shell_prompt(s)
     });

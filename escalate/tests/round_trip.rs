@@ -560,7 +560,8 @@ fn delivered_results_are_swept_after_their_retention() {
 /// Plays the session's terminal loop for one prompt: takes it, and
 /// answers `answer` signed by `key` (through `check_decision`, as the
 /// loop does), or, without an answer, waits until the service withdraws
-/// it. Returns the prompt and how the service withdrew it.
+/// it. Returns the prompt and how the service withdrew it while it was
+/// open.
 fn terminal(
     desk: &Arc<PromptDesk>,
     key: SigningKey,
@@ -596,11 +597,13 @@ fn terminal(
             payload_bytes,
             signature,
         });
+        // Withdrawn before the answer? (After it, the service lets go.)
+        let withdrawn = ask.withdrawn();
         ask.answer(match check_decision(&record, &ask.expect) {
             Ok(d) => PromptAnswer::Decided(Box::new(d)),
             Err(e) => PromptAnswer::Refused(e),
         });
-        (ask.prompt.clone(), ask.withdrawn())
+        (ask.prompt.clone(), withdrawn)
     })
 }
 
@@ -732,5 +735,24 @@ fn a_cancelled_request_withdraws_its_prompt() {
         Some(PromptClosing::Withdrawn)
     );
     assert_eq!(finish(client).0, 130);
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_request_too_large_to_show_whole_is_denied_unprompted() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let marker = f.dir.path().join("ran");
+    let script = format!("echo > {}", marker.display());
+    // One argument longer than a prompt shows: the developer would approve
+    // what they did not see.
+    let long = format!("{script}; : {}", "x".repeat(600));
+    let desk = Arc::new(PromptDesk::new("agent".into()));
+    let (_line, asks) = desk.register(SESSION, Arc::new(|| {}));
+    let client = f.client(&[&sh, "-c", &long]);
+    let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    assert_eq!(served.outcome, EscalationOutcome::Denied);
+    assert!(asks.try_recv().is_err(), "no prompt was shown");
+    assert_eq!(finish(client).0, 126);
     assert!(!marker.exists());
 }

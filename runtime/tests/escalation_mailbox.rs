@@ -981,8 +981,8 @@ fn the_client_refuses_out_of_order_foreign_and_incomplete_results() {
 // The developer prompt (spec 3.8, DX-4, FR-5).
 
 use lazaret_runtime::escalation::prompt::{
-    check_decision, prompt_text, shown, Answer, AnswerLine, DecisionRefusal, PromptExpectation,
-    PROMPT_START, SHOWN_MAX,
+    check_decision, prompt_text, showable, shown, Answer, AnswerLine, DecisionRefusal,
+    PromptExpectation, PROMPT_START, SHOWN_ARGS_MAX, SHOWN_MAX,
 };
 use lazaret_runtime::terminal::protocol::EscalationPrompt;
 
@@ -1008,6 +1008,7 @@ fn prompted(g: &Generation) -> (SigningKey, MailboxRequest, PromptExpectation) {
     let expect = PromptExpectation {
         open: OpenRequest::of(&request, digest),
         session_anchor: key.verifying_key().to_bytes(),
+        command_argv: request.command_argv.clone(),
     };
     (key, request, expect)
 }
@@ -1076,10 +1077,14 @@ fn a_decision_counts_only_signed_by_its_sessions_anchor_for_its_open_request() {
     version.protocol_version = PROTOCOL_VERSION + 1;
     let r = check_decision(&signed_by(&key, &version), &expect);
     assert!(matches!(r, Err(DecisionRefusal::Version { .. })), "{r:?}");
-    // An approval the command language refuses; a denial naming a command.
+    // An approval the command language refuses; one of a vector other
+    // than the shown one (no edit is offered); a denial naming a command.
     let shell = approval(&expect, &["git", "push"]);
     let r = check_decision(&signed_by(&key, &shell), &expect);
     assert!(matches!(r, Err(DecisionRefusal::Argv(_))), "{r:?}");
+    let other = approval(&expect, &["/usr/bin/git", "push", "--force"]);
+    let r = check_decision(&signed_by(&key, &other), &expect);
+    assert!(matches!(r, Err(DecisionRefusal::OtherCommand)), "{r:?}");
     let mut deny = approve.clone();
     deny.decision = DeveloperDecisionKind::Deny;
     let r = check_decision(&signed_by(&key, &deny), &expect);
@@ -1114,14 +1119,20 @@ fn the_prompt_shows_the_requests_text_escaped_never_as_terminal_input() {
         justification: "line one\nApproved: yes\u{9b}".into(),
         deadline_seconds: 300,
     };
-    let text = prompt_text(&prompt);
+    let text = prompt_text(&prompt, "4821");
     // Ours: the start (CAN ends any sequence the sandbox left open, then
-    // a line break and an attribute reset); every other carriage return
-    // starts our own line break.
+    // the terminal's state is reset and the screen cleared); after it no
+    // escape at all, and every carriage return starts our own line break.
     let body = text.strip_prefix(PROMPT_START).expect("our start");
     assert!(PROMPT_START.starts_with('\x18'));
-    assert!(!body.contains('\x1b'), "{body:?}");
-    assert!(!body.contains('\u{7}') && !body.contains('\u{9b}') && !body.contains('\u{202e}'));
+    for reset in ["\x1b[!p", "\x1b[r", "\x1b]111\x1b\\", "\x1b[2J"] {
+        assert!(PROMPT_START.contains(reset), "{reset:?}");
+    }
+    assert!(body.is_ascii(), "{body:?}");
+    assert!(
+        !body.contains('\x1b') && !body.contains('\u{7}'),
+        "{body:?}"
+    );
     assert!(
         body.match_indices('\r')
             .all(|(i, _)| body[i + 1..].starts_with('\n')),
@@ -1135,52 +1146,79 @@ fn the_prompt_shows_the_requests_text_escaped_never_as_terminal_input() {
         "session  09090909",
         "profile  agent",
         "[0] /usr/bin/env",
+        "Type 4821 and Enter to approve",
     ] {
         assert!(text.contains(shown_form), "{shown_form} in {text:?}");
     }
-    // A long text is cut, saying how much was left out.
-    let long = "a".repeat(SHOWN_MAX + 88);
-    assert!(shown(&long).ends_with("... (88 more characters)"));
+    // Every character outside printable ASCII is escaped: look-alikes,
+    // soft hyphens, tag characters and invisible operators included.
+    assert_eq!(
+        shown("p\u{0430}ypal\u{ad}\u{e0041}\u{2062}\u{3164}"),
+        "p\\u{430}ypal\\u{ad}\\u{e0041}\\u{2062}\\u{3164}"
+    );
     assert_eq!(shown("a\\b"), "a\\\\b");
+    // What cannot be shown whole is never prompted.
+    let arg = |n: usize| "a".repeat(n);
+    assert!(showable(&[arg(SHOWN_MAX)], &arg(SHOWN_MAX)));
+    assert!(!showable(&[arg(SHOWN_MAX + 1)], ""));
+    assert!(!showable(&[arg(1)], &arg(SHOWN_MAX + 1)));
+    assert!(showable(&vec![arg(1); SHOWN_ARGS_MAX], ""));
+    assert!(!showable(&vec![arg(1); SHOWN_ARGS_MAX + 1], ""));
 }
 
 #[test]
-fn only_a_typed_yes_approves_and_every_other_answer_denies() {
+fn only_the_prompts_own_code_approves_and_every_other_answer_denies() {
     let answer = |typed: &[&[u8]]| {
-        let mut line = AnswerLine::default();
+        let mut line = AnswerLine::new("4821".into());
         typed.iter().find_map(|bytes| line.feed(bytes).1)
     };
-    for yes in [&b"yes\r"[..], b"y\r", b"YES\n", b"yess\x7f\r", b"n\x7fy\r"] {
+    for yes in [&b"4821\r"[..], b"4821\n", b"48211\x7f\r", b"9\x7f4821\r"] {
         assert_eq!(answer(&[yes]), Some(Answer::Approve), "{yes:?}");
     }
-    assert_eq!(answer(&[b"ye", b"s", b"\r"]), Some(Answer::Approve));
+    assert_eq!(answer(&[b"48", b"21", b"\r"]), Some(Answer::Approve));
     for no in [
         &b"\r"[..],
-        b"no\r",
-        b"ls -la\r",
-        b"yes please\r",
-        b"ye\x03",
-        b"y\x04",
-        b"\x1b[Ay\r",
+        b"yes\r",
+        b"y\r",
+        b"4820\r",
+        b"4821 \r",
+        b"48\x03",
+        b"4821\x04",
+        b"\x1b[A4821\r",
     ] {
         assert_eq!(answer(&[no]), Some(Answer::Deny), "{no:?}");
     }
-    assert_eq!(answer(&[b"yes"]), None, "no answer before Enter");
+    assert_eq!(answer(&[b"4821"]), None, "no answer before Enter");
+    // A line without a code (the random source failed) approves nothing.
+    assert_eq!(
+        AnswerLine::new(String::new()).feed(b"\r").1,
+        Some(Answer::Deny)
+    );
     // Echo: what was typed, and Backspace erases on screen.
-    let mut line = AnswerLine::default();
-    assert_eq!(line.feed(b"yx\x7f"), (b"yx\x08 \x08".to_vec(), None));
+    let mut line = AnswerLine::new("4821".into());
+    assert_eq!(line.feed(b"4x\x7f"), (b"4x\x08 \x08".to_vec(), None));
+    // Codes are four digits, spread over all of them.
+    let codes: std::collections::BTreeSet<String> = (0u32..2_000)
+        .map(|i| AnswerLine::code_of((i.wrapping_mul(2_654_435_761)).to_le_bytes()))
+        .collect();
+    assert!(codes
+        .iter()
+        .all(|c| c.len() == 4 && c.bytes().all(|b| b.is_ascii_digit())));
+    assert!(codes.len() > 1_500, "{}", codes.len());
 
-    // Keys typed for the shell can never approve: bytes without a `y`.
-    fn no_y(bytes: Vec<u8>) -> TestResult {
-        if bytes.iter().any(|b| b.eq_ignore_ascii_case(&b'y')) {
+    // Keys typed for the shell never approve: any line that is not the
+    // code, whatever its bytes.
+    fn not_the_code(bytes: Vec<u8>) -> TestResult {
+        if bytes.windows(4).any(|w| w == b"4821") || bytes.contains(&0x7f) || bytes.contains(&0x08)
+        {
             return TestResult::discard();
         }
-        let mut line = AnswerLine::default();
+        let mut line = AnswerLine::new("4821".into());
         TestResult::from_bool(line.feed(&bytes).1 != Some(Answer::Approve))
     }
     QuickCheck::new()
         .tests(CASES)
         .max_tests(CASES * 2)
         .rng(Gen::new(64))
-        .quickcheck(no_y as fn(Vec<u8>) -> TestResult);
+        .quickcheck(not_the_code as fn(Vec<u8>) -> TestResult);
 }

@@ -642,10 +642,9 @@ pub fn run_session(
             Received::Abort(abort) => return Err(aborted(&abort)),
             Received::Prompt(p) => {
                 // Open before it shows: a key typed once it is visible is
-                // the prompt's.
-                let text = prompt_text(&p);
-                prompt.open(p);
-                write(Shown::Lazaret(&text))?;
+                // the prompt's (and only its code approves).
+                let code = prompt.open(&p);
+                write(Shown::Lazaret(&prompt_text(&p, &code)))?;
             }
             Received::PromptClosed(closed) => {
                 prompt.close(closed.request_id);

@@ -65,14 +65,20 @@ impl ClientPrompt {
         }
     }
 
-    /// The coordinator routed the terminal to `prompt`.
-    pub fn open(&self, prompt: EscalationPrompt) {
+    /// The coordinator routed the terminal to `prompt`; returns the code
+    /// that approves it, drawn now from the kernel's random source (empty,
+    /// so nothing approves, if it cannot be read).
+    pub fn open(&self, prompt: &EscalationPrompt) -> String {
+        let code = super::session::random_bytes::<4>()
+            .map(AnswerLine::code_of)
+            .unwrap_or_default();
         if let Ok(mut open) = self.open.lock() {
             *open = Some(Open {
-                prompt,
-                line: AnswerLine::default(),
+                prompt: prompt.clone(),
+                line: AnswerLine::new(code.clone()),
             });
         }
+        code
     }
 
     /// The coordinator closed the prompt of `request_id` (answered,

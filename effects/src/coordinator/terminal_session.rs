@@ -606,7 +606,10 @@ impl Driver {
             }
         }
         for _ in 0..EVENTS_PER_TURN_MAX {
-            if self.pty.as_ref().is_some_and(|p| p.input_pending() > 0) {
+            // On the prompt route nothing is written to the PTY: the
+            // developer's answer never waits behind the sandbox's input.
+            let prompting = self.machine.route() == TerminalRoute::Prompt;
+            if !prompting && self.pty.as_ref().is_some_and(|p| p.input_pending() > 0) {
                 break;
             }
             if let Some(event) = self.staged.pop_front() {
@@ -834,8 +837,11 @@ impl Driver {
                 let request_id = ask.prompt.request_id;
                 self.close_prompt(request_id, closing);
             } else if self.machine.route() != TerminalRoute::Prompt {
-                // The release took the route: the prompt ends with it.
+                // The release took the route: the prompt ends with it, and
+                // the client hears so before the output drained after it.
                 ask.answer(PromptAnswer::Closed);
+                let request_id = ask.prompt.request_id;
+                self.close_prompt(request_id, PromptClosing::Withdrawn);
                 self.prompt = PromptState::None;
             }
         }
@@ -917,15 +923,27 @@ impl Driver {
     fn forward_messages(&mut self) {
         loop {
             if self.pending_out.is_none() {
-                self.pending_out = self
-                    .machine
-                    .poll_message()
-                    .map(|m| match m {
-                        SessionTerminalMessage::Exit(exit) => match session_end(exit) {
-                            Ok(exit) => SessionTerminalMessage::Exit(exit),
-                            Err(abort) => SessionTerminalMessage::Abort(abort),
-                        },
-                        other => other,
+                // A prompt's close goes before the machine's messages (the
+                // output after it, or the release's drain); a prompt goes
+                // after them (the output before it).
+                let closing = matches!(
+                    self.notices.front(),
+                    Some(SessionTerminalMessage::PromptClosed(_))
+                );
+                let closed = if closing {
+                    self.notices.pop_front()
+                } else {
+                    None
+                };
+                self.pending_out = closed
+                    .or_else(|| {
+                        self.machine.poll_message().map(|m| match m {
+                            SessionTerminalMessage::Exit(exit) => match session_end(exit) {
+                                Ok(exit) => SessionTerminalMessage::Exit(exit),
+                                Err(abort) => SessionTerminalMessage::Abort(abort),
+                            },
+                            other => other,
+                        })
                     })
                     .or_else(|| self.notices.pop_front());
             }

@@ -66,6 +66,17 @@ impl std::fmt::Debug for PendingPrompt {
     }
 }
 
+/// A prompt its service no longer waits for (it returned, failed or
+/// panicked) is withdrawn, so the terminal never stays on the prompt.
+impl Drop for PendingPrompt {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.withdrawn.lock() {
+            w.get_or_insert(PromptClosing::Withdrawn);
+        }
+        (self.wake)();
+    }
+}
+
 impl PendingPrompt {
     /// The answer, if one came within `limit`; a terminal loop that ended
     /// without answering is [`PromptAnswer::Closed`].

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use lazaret_runtime::config::ResolvedAutoApprovalRule;
 use lazaret_runtime::escalation::command::{classify, RuleMatch};
-use lazaret_runtime::escalation::prompt::PromptExpectation;
+use lazaret_runtime::escalation::prompt::{showable, PromptExpectation};
 use lazaret_runtime::escalation::{
     authenticate, correlate_ack, correlate_cancellation, MailboxAuthority, MailboxRefusal,
     OpenRequest, RequestLedger, ResultError, ResultWindow, SandboxSigned,
@@ -420,6 +420,14 @@ impl Service<'_> {
             tracing::info!("no auto-approval rule matches exactly and prompts are off: Denied");
             return Ok(Prompted::Ended(EscalationOutcome::Denied));
         };
+        let request = &admitted.request;
+        if !showable(&request.command_argv, &request.justification) {
+            tracing::info!(
+                args = request.command_argv.len(),
+                "the request is too large to show whole on a prompt: Denied"
+            );
+            return Ok(Prompted::Ended(EscalationOutcome::Denied));
+        }
         let prompt = EscalationPrompt {
             session_id: binding.session_id,
             request_id: admitted.open.request_id,
@@ -432,6 +440,7 @@ impl Service<'_> {
         let expect = PromptExpectation {
             open: admitted.open.clone(),
             session_anchor: binding.session_anchor_public_key,
+            command_argv: admitted.request.command_argv.clone(),
         };
         let Some(pending) = desk.ask(prompt, expect) else {
             tracing::info!("the session has no terminal to prompt on: Denied");

@@ -12,9 +12,13 @@
 //! accepts.
 //!
 //! Everything a prompt shows of the request is the sandbox's: every
-//! character that is not printable is shown escaped ([`shown`]), so a
-//! request cannot move the cursor, clear the screen or fake the prompt's
-//! own lines.
+//! character outside printable ASCII is shown escaped ([`shown`]), and a
+//! request too large to show whole is never prompted ([`showable`]). The
+//! terminal state the sandbox's earlier output set (scroll region, colours,
+//! character set, modes) is reset and the screen cleared before the prompt
+//! ([`PROMPT_START`]). Approval needs a code the Client CLI draws for each
+//! prompt and shows only in it, so keys typed for the sandbox, typed ahead,
+//! or meant for an earlier prompt never approve.
 use lazaret_wire::command::{check_argv, CommandError};
 use lazaret_wire::mailbox::{
     DeveloperDecision, DeveloperDecisionKind, MailboxError, SignedProtocolRecord,
@@ -25,9 +29,11 @@ use super::request::OpenRequest;
 use crate::protocol::PROTOCOL_VERSION;
 use crate::terminal::protocol::{EscalationPrompt, PromptClosing};
 
-/// The most characters of one shown text (an argument, the justification)
-/// before it is cut with a note of how much was left out.
+/// The most characters of one text a prompt shows (an argument, the
+/// justification); a request with a longer one is denied unprompted.
 pub const SHOWN_MAX: usize = 512;
+/// The most arguments a prompt shows; a longer vector is denied unprompted.
+pub const SHOWN_ARGS_MAX: usize = 32;
 /// The most bytes of a typed answer.
 pub const ANSWER_MAX: usize = 16;
 
@@ -37,6 +43,9 @@ pub struct PromptExpectation {
     pub open: OpenRequest,
     /// The requesting session's Session Anchor (its registration's).
     pub session_anchor: PublicKey,
+    /// The vector the prompt shows: the only one an approval may name
+    /// (the CLI offers no edit).
+    pub command_argv: Vec<String>,
 }
 
 /// Why a decision is not the answer to the open prompt; the prompt is
@@ -53,6 +62,8 @@ pub enum DecisionRefusal {
     OtherRequest,
     #[error("the developer approved a vector the command language refuses: {0}")]
     Argv(#[from] CommandError),
+    #[error("the developer decision approves a vector other than the one the prompt showed")]
+    OtherCommand,
     #[error("a denial names no command, but this one names {len} arguments")]
     DenialWithCommand { len: usize },
 }
@@ -79,7 +90,12 @@ pub fn check_decision(
         return Err(DecisionRefusal::OtherRequest);
     }
     match decision.decision {
-        DeveloperDecisionKind::Approve => check_argv(&decision.approved_command_argv)?,
+        DeveloperDecisionKind::Approve => {
+            check_argv(&decision.approved_command_argv)?;
+            if decision.approved_command_argv != expect.command_argv {
+                return Err(DecisionRefusal::OtherCommand);
+            }
+        }
         DeveloperDecisionKind::Deny if !decision.approved_command_argv.is_empty() => {
             return Err(DecisionRefusal::DenialWithCommand {
                 len: decision.approved_command_argv.len(),
@@ -90,45 +106,58 @@ pub fn check_decision(
     Ok(decision)
 }
 
-/// `text` as it may reach a terminal: printable characters as they are,
-/// `\` doubled, every other character (controls, escapes, line breaks,
-/// bidirectional overrides) as `\u{..}`; cut after [`SHOWN_MAX`]
-/// characters with a note of what was left out.
+/// `text` as it may reach a terminal: printable ASCII as it is, `\`
+/// doubled, every other character (controls, escapes, line breaks, and all
+/// of non-ASCII, whose look-alikes, invisible and direction-changing
+/// characters could disguise an argument) as `\u{..}`.
 pub fn shown(text: &str) -> String {
     let mut out = String::new();
-    for (count, c) in text.chars().enumerate() {
-        if count == SHOWN_MAX {
-            let rest = text.chars().count() - SHOWN_MAX;
-            out.push_str(&format!("... ({rest} more characters)"));
-            break;
-        }
+    for c in text.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
-            c if printable(c) => out.push(c),
+            ' '..='~' => out.push(c),
             c => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
         }
     }
     out
 }
 
-/// Printable and without effect on the terminal's state: no C0 or C1
-/// control, no DEL, no bidirectional or zero-width format character.
-fn printable(c: char) -> bool {
-    !c.is_control()
-        && !matches!(c,
-            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+/// Whether a prompt can show `argv` and `justification` whole: at most
+/// [`SHOWN_ARGS_MAX`] arguments, none and no justification over
+/// [`SHOWN_MAX`] characters. A request that cannot be shown whole is never
+/// approved on a prompt: the developer would approve what they did not see.
+pub fn showable(argv: &[String], justification: &str) -> bool {
+    argv.len() <= SHOWN_ARGS_MAX
+        && argv
+            .iter()
+            .map(String::as_str)
+            .chain([justification])
+            .all(|t| t.chars().count() <= SHOWN_MAX)
 }
 
-/// What every prompt starts with: CAN ends any control sequence the
-/// sandbox's output left open (an unterminated title or clipboard string
-/// would otherwise swallow the prompt), then a new line with default
-/// attributes.
-pub const PROMPT_START: &str = "\x18\r\n\x1b[0m";
+/// What every prompt starts with. CAN ends any control sequence the
+/// sandbox's output left open (an unterminated title string would swallow
+/// the prompt); then everything the sandbox's output may have set is put
+/// back: a soft reset (scroll region, origin, insert and keypad modes,
+/// character sets, attributes), the scroll region and modes once more for
+/// terminals without one (origin off, autowrap on, insert off, cursor
+/// shown), the G0 character set and shift-in, the palette and the default
+/// colours; and the screen is cleared, so nothing the sandbox drew stands
+/// beside the prompt.
+pub const PROMPT_START: &str = concat!(
+    "\x18",
+    "\x1b[!p",
+    "\x1b[r\x1b[?6l\x1b[?7h\x1b[4l\x1b[?25h",
+    "\x1b(B\x0f",
+    "\x1b]104\x1b\\\x1b]110\x1b\\\x1b]111\x1b\\",
+    "\x1b[0m\x1b[H\x1b[2J",
+);
 
 /// The prompt as the Client CLI writes it on its terminal (raw mode: lines
 /// end in CR LF): the requesting profile and session, the exact vector one
-/// argument per line, the justification, and the question.
-pub fn prompt_text(prompt: &EscalationPrompt) -> String {
+/// argument per line, the justification, and the question naming `code`,
+/// the answer that approves.
+pub fn prompt_text(prompt: &EscalationPrompt, code: &str) -> String {
     let mut text = String::from(PROMPT_START);
     text.push_str("lazaret: the sandbox asks to run a command on the host\r\n");
     text.push_str(&format!(
@@ -149,7 +178,8 @@ pub fn prompt_text(prompt: &EscalationPrompt) -> String {
         }
     ));
     text.push_str(&format!(
-        "Run it on the host as you? Type yes to approve (no answer in {} s denies): ",
+        "Run it on the host as you? Type {code} and Enter to approve; anything else denies \
+         (no answer in {} s denies): ",
         prompt.deadline_seconds
     ));
     text
@@ -175,14 +205,29 @@ pub enum Answer {
 /// The answer being typed on the prompt (the terminal is in raw mode, so
 /// the Client CLI edits it): printable ASCII up to [`ANSWER_MAX`] bytes,
 /// Backspace, Enter to answer; Ctrl-C, Ctrl-D and Escape deny at once.
-/// Only `yes` or `y` (any case) approves; anything else denies, so keys
-/// typed for the shell before the prompt appeared can never approve.
-#[derive(Debug, Default)]
+/// Only the prompt's own code approves; anything else denies.
+#[derive(Debug)]
 pub struct AnswerLine {
+    code: String,
     typed: String,
 }
 
 impl AnswerLine {
+    /// The answer line of a prompt whose approving answer is `code`.
+    pub fn new(code: String) -> Self {
+        Self {
+            code,
+            typed: String::new(),
+        }
+    }
+
+    /// A fresh code for one prompt: four decimal digits from `random`
+    /// (the Client CLI's kernel random bytes), which nothing in the
+    /// sandbox sees before the prompt shows it.
+    pub fn code_of(random: [u8; 4]) -> String {
+        format!("{:04}", u32::from_le_bytes(random) % 10_000)
+    }
+
     /// Takes typed `bytes`; returns what to echo and the answer once there
     /// is one (the bytes after it are not the prompt's).
     pub fn feed(&mut self, bytes: &[u8]) -> (Vec<u8>, Option<Answer>) {
@@ -190,8 +235,15 @@ impl AnswerLine {
         for &b in bytes {
             match b {
                 b'\r' | b'\n' => {
-                    let yes = matches!(self.typed.to_ascii_lowercase().as_str(), "y" | "yes");
-                    return (echo, Some(if yes { Answer::Approve } else { Answer::Deny }));
+                    let approve = !self.code.is_empty() && self.typed == self.code;
+                    return (
+                        echo,
+                        Some(if approve {
+                            Answer::Approve
+                        } else {
+                            Answer::Deny
+                        }),
+                    );
                 }
                 0x03 | 0x04 | 0x1b => return (echo, Some(Answer::Deny)),
                 0x7f | 0x08 if self.typed.pop().is_some() => {
