@@ -18,7 +18,7 @@ mod tables;
 pub use error::StoreError;
 pub use ledger::StoreLedger;
 pub use ops::{SlotTarget, StoreOp};
-pub use read::{DomainDocument, GenerationDocument, RecordedSlot, SlotHolder};
+pub use read::{DomainDocument, GenerationDocument, GenerationView, RecordedSlot, SlotHolder};
 pub use staged::accept_staged_ownership;
 
 use crate::domain_lock::DomainLock;

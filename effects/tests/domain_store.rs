@@ -88,6 +88,22 @@ fn seeded(store: &DomainStore<'_>) {
         .unwrap();
 }
 
+/// Inserts generation `g` (otherwise as [`generation`]).
+fn generation_op(g: GenerationId) -> StoreOp {
+    StoreOp::InsertGeneration(Generation {
+        generation_id: g,
+        ..generation()
+    })
+}
+
+/// The Sandbox participant's bare intent in generation `g`.
+fn sandbox_intent_op(g: GenerationId) -> StoreOp {
+    StoreOp::InsertParticipantIntent {
+        generation: g,
+        role: ParticipantRole::Sandbox,
+    }
+}
+
 fn sandbox_target(slot: HostProcessOwnershipSlot) -> SlotTarget {
     SlotTarget::Participant {
         generation: GEN,
@@ -588,14 +604,8 @@ fn one_generation_is_read_exactly_among_its_neighbours() {
         let session = SessionId([u8::try_from(g.0 % 200).unwrap(); 16]);
         store
             .apply(&[
-                StoreOp::InsertGeneration(Generation {
-                    generation_id: g,
-                    ..generation()
-                }),
-                StoreOp::InsertParticipantIntent {
-                    generation: g,
-                    role: ParticipantRole::Sandbox,
-                },
+                generation_op(g),
+                sandbox_intent_op(g),
                 StoreOp::InsertParticipantIntent {
                     generation: g,
                     role: ParticipantRole::Network,
@@ -733,4 +743,124 @@ fn terminal_rows_are_observed_as_terms_left_unless_served() {
         assert_eq!(view.rows.unwrap()["s1"], row, "piped: {piped}");
         assert_eq!(view.terms_left, Some(false));
     }
+}
+
+/// The keyed reads a model step makes (`has_session`, `terminal`,
+/// `participant`, `generation_row`, `generation_view`) answer exactly what
+/// the whole generation document says, for generations holding any mix of
+/// sessions, bare, clean and unclean terminal rows and any set of served
+/// sessions (present or not), with a neighbouring generation on each side.
+#[test]
+fn keyed_reads_agree_with_the_whole_generation() {
+    // Per session: 0 no terminal row, 1 bare intent, 2 cleaned, 3 acquiring;
+    // and whether the observer serves it.
+    fn prop(rows: Vec<(u8, bool)>, absent_served: bool) -> TestResult {
+        if rows.len() > 16 {
+            return TestResult::discard();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let lock = DomainLock::try_acquire(&dir.path().join("domain.lock")).unwrap();
+        let store = DomainStore::create(&lock, &dir.path().join("domain.redb"), BOOT).unwrap();
+        store.apply(&[StoreOp::PutDomain(domain())]).unwrap();
+        let mut served = Vec::new();
+        for g in [GenerationId(0), GEN, GenerationId(2)] {
+            let mut ops = vec![generation_op(g), sandbox_intent_op(g)];
+            for (i, (kind, serve)) in rows.iter().enumerate() {
+                let mut id = [0u8; 16];
+                id[0] = u8::try_from(i).unwrap().wrapping_mul(97);
+                id[15] = u8::try_from(i).unwrap();
+                let session = SessionId(id);
+                if g == GEN && *serve {
+                    served.push(session);
+                }
+                ops.push(StoreOp::InsertSession(Session {
+                    generation_id: g,
+                    session_id: session,
+                    cli_id: CliId([6; 16]),
+                    session_anchor_id: SessionAnchorId([7; 32]),
+                    session_phase: ModelValue::new("Active").unwrap(),
+                }));
+                let terminal = |op| StoreOp::Terminal {
+                    generation: g,
+                    session,
+                    op,
+                };
+                match kind % 4 {
+                    0 => {}
+                    1 => ops.push(StoreOp::InsertTerminalIntent {
+                        generation: g,
+                        session,
+                    }),
+                    2 => ops.extend([
+                        StoreOp::InsertTerminalIntent {
+                            generation: g,
+                            session,
+                        },
+                        terminal(TerminalOp::Clean(AbsenceProof::SealedRuntimeAbsence)),
+                    ]),
+                    _ => ops.extend([
+                        StoreOp::InsertTerminalIntent {
+                            generation: g,
+                            session,
+                        },
+                        StoreOp::StageProcess {
+                            target: SlotTarget::Terminal {
+                                generation: g,
+                                session,
+                                slot: HostProcessOwnershipSlot::SessionTerminalExecClient,
+                            },
+                            identity: identity(u64::try_from(i).unwrap() + 10),
+                        },
+                    ]),
+                }
+            }
+            store.apply(&ops).unwrap();
+        }
+        if absent_served {
+            served.push(SessionId([0xee; 16]));
+        }
+        let whole = store.generation_document(GEN).unwrap().unwrap();
+        let view = store.generation_view(GEN, &served).unwrap().unwrap();
+        let expected_served: Vec<_> = served
+            .iter()
+            .filter_map(|s| whole.terminals.iter().find(|t| t.session_id == *s).cloned())
+            .collect();
+        let expected_left = whole
+            .terminals
+            .iter()
+            .any(|t| t.state != SessionTerminalState::Clean && !served.contains(&t.session_id));
+        let mut ok = view.generation == whole.generation
+            && view.participants == whole.participants
+            && view.served_terminals == expected_served
+            && view.other_terminal_left == expected_left
+            && store.generation_row(GEN).unwrap().as_ref() == Some(&whole.generation)
+            && store.participant(GEN, ParticipantRole::Sandbox).unwrap()
+                == whole.participants.first().cloned()
+            && store
+                .participant(GEN, ParticipantRole::Network)
+                .unwrap()
+                .is_none();
+        for s in whole
+            .sessions
+            .iter()
+            .map(|s| s.session_id)
+            .chain(served.clone())
+        {
+            ok &= store.has_session(GEN, s).unwrap()
+                == whole.sessions.iter().any(|r| r.session_id == s);
+            ok &= store.terminal(GEN, s).unwrap()
+                == whole.terminals.iter().find(|t| t.session_id == s).cloned();
+        }
+        ok &= store
+            .generation_view(GenerationId(7), &served)
+            .unwrap()
+            .is_none()
+            && !store.has_session(GenerationId(7), SESSION).unwrap()
+            && store.generation_row(GenerationId(7)).unwrap().is_none();
+        TestResult::from_bool(ok)
+    }
+    QuickCheck::new()
+        .tests(30)
+        .max_tests(300)
+        .quickcheck(prop as fn(Vec<(u8, bool)>, bool) -> TestResult);
 }

@@ -93,7 +93,11 @@ pub fn durable_view(
     g: GenerationId,
     slots: &[(String, Option<Served>)],
 ) -> Result<Option<DurableView>, ObserveError> {
-    let Some(document) = store.generation_document(g)? else {
+    let served: Vec<SessionId> = slots
+        .iter()
+        .filter_map(|(_, s)| s.map(|s| s.session))
+        .collect();
+    let Some(document) = store.generation_view(g, &served)? else {
         return Ok(None);
     };
     let decision_name = document.generation.durable_decision.as_str();
@@ -144,7 +148,7 @@ pub fn durable_view(
         .collect();
     let row = |served: &Served| {
         let terminal = document
-            .terminals
+            .served_terminals
             .iter()
             .find(|t| t.session_id == served.session);
         match terminal.map(|t| (t.state, t.is_bare_intent())) {
@@ -156,14 +160,7 @@ pub fn durable_view(
             Some((SessionTerminalState::ReleaseIntent, _)) => TerminalRow::ReleaseIntent,
         }
     };
-    let served: Vec<SessionId> = slots
-        .iter()
-        .filter_map(|(_, s)| s.map(|s| s.session))
-        .collect();
-    let terms_left = document
-        .terminals
-        .iter()
-        .any(|t| t.state != SessionTerminalState::Clean && !served.contains(&t.session_id));
+    let terms_left = document.other_terminal_left;
     let rows = slots
         .iter()
         .map(|(name, s)| (name.clone(), s.as_ref().map_or(TerminalRow::None, row)))

@@ -21,13 +21,11 @@ pub struct StoreLedger<'s, 'l> {
 impl<'s, 'l> StoreLedger<'s, 'l> {
     pub fn new(store: &'s DomainStore<'l>, target: SlotTarget) -> Result<Self, StoreError> {
         let generation = target.generation();
-        let document =
-            store
-                .generation_document(generation)?
-                .ok_or_else(|| StoreError::Missing {
-                    what: format!("generation {generation}"),
-                })?;
-        let g = document.generation;
+        let g = store
+            .generation_row(generation)?
+            .ok_or_else(|| StoreError::Missing {
+                what: format!("generation {generation}"),
+            })?;
         Ok(Self {
             store,
             target,

@@ -22,6 +22,18 @@ pub struct GenerationDocument {
     pub mailbox: Option<Mailbox>,
 }
 
+/// The part of a generation a model step's observation needs
+/// ([`DomainStore::generation_view`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenerationView {
+    pub generation: Generation,
+    pub participants: Vec<Participant>,
+    /// The terminal rows of the sessions asked for, those that exist.
+    pub served_terminals: Vec<SessionTerminal>,
+    /// Whether a terminal row of a session not asked for is not Clean.
+    pub other_terminal_left: bool,
+}
+
 /// Where a recorded host-process slot sits in a generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotHolder {
@@ -106,14 +118,16 @@ pub struct DomainDocument {
     pub generations: Vec<GenerationDocument>,
 }
 
-/// The rows of `def` whose keys lie in `range` (`..` for all), decoded,
-/// with their keys as text for the checks and errors.
-fn rows_in<'r, K, T>(
+/// Decodes the rows of `def` whose keys lie in `range` (`..` for all), in
+/// key order, handing each with its key as text (for the checks and
+/// errors) to `visit` until it answers [`Visit::Stop`].
+fn visit_rows_in<'r, K, T>(
     txn: &ReadTransaction,
     def: TableDefinition<'_, K, &[u8]>,
     name: &'static str,
     range: impl std::ops::RangeBounds<K::SelfType<'r>> + 'r,
-) -> Result<Vec<(String, T)>, StoreError>
+    mut visit: impl FnMut(String, T) -> Result<Visit, StoreError>,
+) -> Result<(), StoreError>
 where
     K: redb::Key + 'static,
     for<'a> K::SelfType<'a>: std::fmt::Debug,
@@ -121,10 +135,9 @@ where
 {
     let table = match txn.open_table(def) {
         Ok(table) => table,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
         Err(e) => return Err(StoreError::redb("open table")(e)),
     };
-    let mut out = Vec::new();
     for entry in table
         .range(range)
         .map_err(StoreError::redb("iterate table"))?
@@ -136,8 +149,38 @@ where
             key: key_text.clone(),
             source,
         })?;
-        out.push((key_text, record));
+        if visit(key_text, record)? == Visit::Stop {
+            break;
+        }
     }
+    Ok(())
+}
+
+/// Whether [`visit_rows_in`] reads on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Visit {
+    Next,
+    Stop,
+}
+
+/// Every row of `def` whose key lies in `range`, decoded, with its key as
+/// text.
+fn rows_in<'r, K, T>(
+    txn: &ReadTransaction,
+    def: TableDefinition<'_, K, &[u8]>,
+    name: &'static str,
+    range: impl std::ops::RangeBounds<K::SelfType<'r>> + 'r,
+) -> Result<Vec<(String, T)>, StoreError>
+where
+    K: redb::Key + 'static,
+    for<'a> K::SelfType<'a>: std::fmt::Debug,
+    T: DeserializeOwned,
+{
+    let mut out = Vec::new();
+    visit_rows_in(txn, def, name, range, |key, row| {
+        out.push((key, row));
+        Ok(Visit::Next)
+    })?;
     Ok(out)
 }
 
@@ -274,82 +317,131 @@ impl DomainStore<'_> {
         generation: GenerationId,
         role: ParticipantRole,
     ) -> Result<Option<Participant>, StoreError> {
-        Ok(self
-            .generation_document(generation)?
-            .and_then(|g| g.participants.into_iter().find(|p| p.role == role)))
+        let txn = self.begin_read()?;
+        Ok(generation_head(&txn, generation)?
+            .and_then(|(_, participants)| participants.into_iter().find(|p| p.role == role)))
+    }
+
+    /// The generation row alone (validated against the Domain row), if
+    /// present.
+    pub fn generation_row(
+        &self,
+        generation: GenerationId,
+    ) -> Result<Option<Generation>, StoreError> {
+        let txn = self.begin_read()?;
+        Ok(generation_head(&txn, generation)?.map(|(g, _)| g))
     }
 
     /// Whether `session` is a Session row of `generation` (spec 3.3: a
     /// Client CLI chooses its Session ID; one already recorded is refused).
+    /// One keyed read: the cost does not grow with the generation's other
+    /// sessions.
     pub fn has_session(
         &self,
         generation: GenerationId,
         session: SessionId,
     ) -> Result<bool, StoreError> {
-        Ok(self
-            .generation_document(generation)?
-            .is_some_and(|g| g.sessions.iter().any(|s| s.session_id == session)))
+        let txn = self.begin_read()?;
+        if generation_head(&txn, generation)?.is_none() {
+            return Ok(false);
+        }
+        let key = (generation.0, super::ops::session_key(session));
+        let mut found = false;
+        visit_rows_in::<(u64, u128), Session>(
+            &txn,
+            tables::SESSIONS,
+            "session",
+            key..=key,
+            |key, s| {
+                check_session(&key, &s)?;
+                found = true;
+                Ok(Visit::Stop)
+            },
+        )?;
+        Ok(found)
     }
 
-    /// One session terminal row (validated), if present.
+    /// One session terminal row (validated), if present; one keyed read.
     pub fn terminal(
         &self,
         generation: GenerationId,
         session: SessionId,
     ) -> Result<Option<SessionTerminal>, StoreError> {
-        Ok(self
-            .generation_document(generation)?
-            .and_then(|g| g.terminals.into_iter().find(|t| t.session_id == session)))
+        let txn = self.begin_read()?;
+        if generation_head(&txn, generation)?.is_none() {
+            return Ok(None);
+        }
+        terminal_in(&txn, generation, session)
+    }
+
+    /// What the Host Coordinator reads back after every model step (spec
+    /// 3.3 observation; `coordinator::observed`): the generation, its
+    /// participants, the terminal rows of the sessions it serves and
+    /// whether any other terminal row is not Clean, in one snapshot. The
+    /// reads are keyed and the scan for another terminal stops at the first
+    /// one left, so a join costs the same in a Domain that has served
+    /// thousands of sessions (their rows stay until teardown) as in a new
+    /// one.
+    pub fn generation_view(
+        &self,
+        generation: GenerationId,
+        served: &[SessionId],
+    ) -> Result<Option<GenerationView>, StoreError> {
+        let txn = self.begin_read()?;
+        let Some((row, participants)) = generation_head(&txn, generation)? else {
+            return Ok(None);
+        };
+        let mut served_terminals = Vec::with_capacity(served.len());
+        for session in served {
+            served_terminals.extend(terminal_in(&txn, generation, *session)?);
+        }
+        let g = generation.0;
+        let mut other_terminal_left = false;
+        visit_rows_in::<(u64, u128), SessionTerminal>(
+            &txn,
+            tables::TERMINALS,
+            "session terminal",
+            (g, u128::MIN)..=(g, u128::MAX),
+            |key, t| {
+                check_terminal(&key, &t)?;
+                other_terminal_left =
+                    t.state != SessionTerminalState::Clean && !served.contains(&t.session_id);
+                Ok(if other_terminal_left {
+                    Visit::Stop
+                } else {
+                    Visit::Next
+                })
+            },
+        )?;
+        Ok(Some(GenerationView {
+            generation: row,
+            participants,
+            served_terminals,
+            other_terminal_left,
+        }))
     }
 
     /// One generation and its rows, read in one snapshot through key
-    /// ranges: the cost does not grow with the Domain's other generations
-    /// (the Host Coordinator reads its generation back after every model
-    /// step). Every returned row is checked as [`DomainStore::document`]
-    /// checks it.
+    /// ranges: the cost does not grow with the Domain's other generations.
+    /// Every returned row is checked as [`DomainStore::document`] checks
+    /// it. It reads every session and terminal row of the generation: the
+    /// per-step paths use the keyed reads above instead.
     pub fn generation_document(
         &self,
         generation: GenerationId,
     ) -> Result<Option<GenerationDocument>, StoreError> {
-        let txn = self
-            .db
-            .begin_read()
-            .map_err(StoreError::redb("begin read"))?;
-        let g = generation.0;
-        let Some((key, row)) =
-            rows_in::<u64, Generation>(&txn, tables::GENERATIONS, "generation", g..=g)?
-                .into_iter()
-                .next()
-        else {
+        let txn = self.begin_read()?;
+        let Some((row, participants)) = generation_head(&txn, generation)? else {
             return Ok(None);
         };
-        key_check(row.generation_id == generation, "generations", &key)?;
-        let domain =
-            rows_in::<u8, Domain>(&txn, tables::DOMAIN, "domain", DOMAIN_KEY..=DOMAIN_KEY)?
-                .into_iter()
-                .next()
-                .map(|(_, d)| d);
-        if domain.as_ref().map(|d| d.domain_id) != Some(row.domain_id) {
-            return Err(StoreError::Mismatch {
-                what: format!("generation {} Domain ID", row.generation_id),
-            });
-        }
+        let g = generation.0;
         let mut doc = GenerationDocument {
             generation: row,
-            participants: Vec::new(),
+            participants,
             sessions: Vec::new(),
             terminals: Vec::new(),
             mailbox: None,
         };
-        for (key, p) in rows_in::<(u64, u8), Participant>(
-            &txn,
-            tables::PARTICIPANTS,
-            "participant",
-            (g, u8::MIN)..=(g, u8::MAX),
-        )? {
-            check_participant(&key, &p)?;
-            doc.participants.push(p);
-        }
         for (key, s) in rows_in::<(u64, u128), Session>(
             &txn,
             tables::SESSIONS,
@@ -374,4 +466,67 @@ impl DomainStore<'_> {
         }
         Ok(Some(doc))
     }
+
+    fn begin_read(&self) -> Result<ReadTransaction, StoreError> {
+        self.db.begin_read().map_err(StoreError::redb("begin read"))
+    }
+}
+
+/// A generation's row, checked against its key and the Domain row, and its
+/// participant rows (at most one per role), checked.
+fn generation_head(
+    txn: &ReadTransaction,
+    generation: GenerationId,
+) -> Result<Option<(Generation, Vec<Participant>)>, StoreError> {
+    let g = generation.0;
+    let Some((key, row)) =
+        rows_in::<u64, Generation>(txn, tables::GENERATIONS, "generation", g..=g)?
+            .into_iter()
+            .next()
+    else {
+        return Ok(None);
+    };
+    key_check(row.generation_id == generation, "generations", &key)?;
+    let domain = rows_in::<u8, Domain>(txn, tables::DOMAIN, "domain", DOMAIN_KEY..=DOMAIN_KEY)?
+        .into_iter()
+        .next()
+        .map(|(_, d)| d);
+    if domain.as_ref().map(|d| d.domain_id) != Some(row.domain_id) {
+        return Err(StoreError::Mismatch {
+            what: format!("generation {} Domain ID", row.generation_id),
+        });
+    }
+    let mut participants = Vec::new();
+    for (key, p) in rows_in::<(u64, u8), Participant>(
+        txn,
+        tables::PARTICIPANTS,
+        "participant",
+        (g, u8::MIN)..=(g, u8::MAX),
+    )? {
+        check_participant(&key, &p)?;
+        participants.push(p);
+    }
+    Ok(Some((row, participants)))
+}
+
+/// One session terminal row of `generation`, checked, by its key.
+fn terminal_in(
+    txn: &ReadTransaction,
+    generation: GenerationId,
+    session: SessionId,
+) -> Result<Option<SessionTerminal>, StoreError> {
+    let key = (generation.0, super::ops::session_key(session));
+    let mut found = None;
+    visit_rows_in::<(u64, u128), SessionTerminal>(
+        txn,
+        tables::TERMINALS,
+        "session terminal",
+        key..=key,
+        |key, t| {
+            check_terminal(&key, &t)?;
+            found = Some(t);
+            Ok(Visit::Stop)
+        },
+    )?;
+    Ok(found)
 }

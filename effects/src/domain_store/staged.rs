@@ -14,12 +14,11 @@ pub fn accept_staged_ownership(
     message: &[u8],
 ) -> Result<Vec<u8>, StoreError> {
     let staged = StagedProcessOwnership::decode(message)?;
-    let document = store
-        .generation_document(staged.generation_id)?
+    let g = store
+        .generation_row(staged.generation_id)?
         .ok_or_else(|| StoreError::Missing {
             what: format!("generation {}", staged.generation_id),
         })?;
-    let g = &document.generation;
     if g.domain_id != staged.domain_id || g.coordinator_id != staged.coordinator_id {
         return Err(StoreError::Mismatch {
             what: format!(
