@@ -221,6 +221,12 @@ impl ReleaseEffects {
                 let took = self.started.map(|t| t.elapsed());
                 tracing::info!(?took, "RecordClean: session released");
             }
+            Command::RetainReleaseIntent(RetainReason::NotObserved) => {
+                // Every piped command that completed by itself ends here:
+                // the ordinary path, not a warning (the coordinator's log
+                // lives in the RAM-backed runtime directory).
+                tracing::debug!("RetainReleaseIntent: not observed, left for Domain teardown");
+            }
             Command::RetainReleaseIntent(reason) => {
                 let took = self.started.map(|t| t.elapsed());
                 tracing::warn!(
