@@ -755,9 +755,6 @@ fn keyed_reads_agree_with_the_whole_generation() {
     // Per session: 0 no terminal row, 1 bare intent, 2 cleaned, 3 acquiring;
     // and whether the observer serves it.
     fn prop(rows: Vec<(u8, bool)>, absent_served: bool) -> TestResult {
-        if rows.len() > 16 {
-            return TestResult::discard();
-        }
         let dir = tempfile::tempdir().unwrap();
         let lock = DomainLock::try_acquire(&dir.path().join("domain.lock")).unwrap();
         let store = DomainStore::create(&lock, &dir.path().join("domain.redb"), BOOT).unwrap();
@@ -819,6 +816,10 @@ fn keyed_reads_agree_with_the_whole_generation() {
         if absent_served {
             served.push(SessionId([0xee; 16]));
         }
+        // A session served twice reads the same as once.
+        if let Some(first) = served.first().copied() {
+            served.push(first);
+        }
         let whole = store.generation_document(GEN).unwrap().unwrap();
         let view = store.generation_view(GEN, &served).unwrap().unwrap();
         let expected_served: Vec<_> = served
@@ -861,6 +862,7 @@ fn keyed_reads_agree_with_the_whole_generation() {
     }
     QuickCheck::new()
         .tests(30)
-        .max_tests(300)
+        .max_tests(30)
+        .rng(quickcheck::Gen::new(16))
         .quickcheck(prop as fn(Vec<(u8, bool)>, bool) -> TestResult);
 }

@@ -293,12 +293,11 @@ fn lease_of(
 ) -> Result<ArtifactLease, CoordinatorError> {
     let domain = hc
         .store
-        .generation_document(hc.id)
+        .generation_row(hc.id)
         .map_err(|e| hc.store_err(e))?
         .ok_or(CoordinatorError::NoSnapshot {
             role: "PreparedLower",
         })?
-        .generation
         .domain_id;
     Ok(ArtifactLease {
         artifact,

@@ -379,9 +379,10 @@ impl DomainStore<'_> {
     /// participants, the terminal rows of the sessions it serves and
     /// whether any other terminal row is not Clean, in one snapshot. The
     /// reads are keyed and the scan for another terminal stops at the first
-    /// one left, so a join costs the same in a Domain that has served
-    /// thousands of sessions (their rows stay until teardown) as in a new
-    /// one.
+    /// one left: the ReleaseIntent rows piped sessions leave until teardown
+    /// end it at once, while Clean rows (released interactive sessions)
+    /// before the first unclean one are still read. Session and mailbox
+    /// rows are not read here; `DomainStore::document` checks every row.
     pub fn generation_view(
         &self,
         generation: GenerationId,
