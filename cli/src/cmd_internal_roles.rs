@@ -208,6 +208,36 @@ pub fn enter_with(argv: &[std::ffi::OsString]) -> ExitCode {
     ExitCode::from(126)
 }
 
+/// `lazaret __host-command --executable-fd N -- ARGV0 ARGS...`.
+#[derive(Debug, Args)]
+pub struct HostCommandCommand {
+    /// --executable-fd N -- ARGV0 ARGS...
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<std::ffi::OsString>,
+}
+
+/// Runs an escalation host command under supervision (spec 3.8, OR-3;
+/// `lazaret_effects::escalation::subreaper`): its exit status, or an
+/// abort when a signal ended it; 126 when it could not be run or waited
+/// for. Standard error is the command's own, so the message reaches the
+/// request's output.
+pub fn host_command(command: HostCommandCommand) -> ExitCode {
+    use lazaret_effects::escalation::subreaper::{mirror, supervise, SupervisorArgs};
+    let failed = |e: &dyn std::fmt::Display| {
+        let message = escape_line(&format!("lazaret __host-command: {e}")).into_owned();
+        errln!("{message}");
+        ExitCode::from(126)
+    };
+    let args = match SupervisorArgs::parse(&command.args) {
+        Ok(args) => args,
+        Err(e) => return failed(&e),
+    };
+    match supervise(&args) {
+        Ok(ended) => ExitCode::from(u8::try_from(mirror(ended)).unwrap_or(u8::MAX)),
+        Err(e) => failed(&e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{ESCALATE_BINARY, GUEST_BINARY, INIT_BINARY, PROBE_BINARY};

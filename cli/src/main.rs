@@ -72,6 +72,9 @@ enum Command {
     /// Internal: an exec client entering the supervisor's namespaces.
     #[command(name = lazaret_effects::coordinator::ENTER_SUBCOMMAND, hide = true)]
     InternalEnter(cmd_internal_roles::EnterCommand),
+    /// Internal: the supervisor an escalation host command runs under.
+    #[command(name = lazaret_effects::escalation::subreaper::HOST_COMMAND_SUBCOMMAND, hide = true)]
+    InternalHostProcess(cmd_internal_roles::HostCommandCommand),
     /// Internal: the removal worker of `lazaret state reset` and `gc`.
     #[command(name = lazaret_effects::tree_removal::REMOVE_SUBCOMMAND, hide = true)]
     InternalRemoveTree(cmd_internal_roles::RemoveTreeCommand),
@@ -125,6 +128,7 @@ fn main() -> ExitCode {
         Command::InternalCoordinator(args) => return cmd_internal_roles::coordinator(args),
         Command::InternalSupervisor(args) => return cmd_internal_roles::supervisor(args),
         Command::InternalEnter(args) => return cmd_internal_roles::enter(args),
+        Command::InternalHostProcess(args) => return cmd_internal_roles::host_command(args),
         Command::InternalGitRouting(args) => return cmd_internal_roles::git_routing(args),
         Command::InternalRemoveTree(args) => return cmd_internal_roles::remove_tree(args),
         Command::InternalMountPoints(args) => return cmd_internal_roles::mount_points(args),

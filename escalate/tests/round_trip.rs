@@ -181,6 +181,7 @@ impl Fixture {
         let setting = HostProcessSetting {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             cwd: self.dir.path().to_owned(),
+            supervisor: lazaret_binary(),
         };
         let service = Service {
             sys: &sys,
@@ -210,6 +211,25 @@ impl Fixture {
         }
         panic!("no request arrived");
     }
+}
+
+/// The workspace's `lazaret` binary (its `__host-command` is the host
+/// command's supervisor), beside this test binary's `deps/` directory: a
+/// workspace build (`cargo nextest run --workspace`, `scripts/test`)
+/// builds it with the tests.
+fn lazaret_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let binary = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join("lazaret"))
+        .expect("the target directory");
+    assert!(
+        binary.is_file(),
+        "{} is missing: build the workspace (cargo build -p lazaret-cli)",
+        binary.display()
+    );
+    binary
 }
 
 /// Waits (at most 20 s) until eight chunk files wait in `results`;
@@ -244,6 +264,7 @@ fn with_service<T>(f: &Fixture, limits: Limits, run: impl FnOnce(&Service<'_>) -
     let setting = HostProcessSetting {
         env: Vec::new(),
         cwd: f.dir.path().to_owned(),
+        supervisor: lazaret_binary(),
     };
     run(&Service {
         sys: &sys,
@@ -378,8 +399,9 @@ fn a_flood_read_slowly_keeps_at_most_eight_chunks_outstanding() {
 fn an_interrupted_client_cancels_and_the_host_process_is_reaped() {
     let f = fixture();
     let sh = f.sh.to_str().expect("UTF-8").to_owned();
-    // Prints its PID, then stays (exec keeps the PID).
-    let script = "echo $$; exec sleep 60";
+    // Starts a background child, prints its own PID and the child's, then
+    // stays (exec keeps the PID).
+    let script = "sleep 61 & echo $$ $!; exec sleep 60";
     let mut client = f.client(&[&sh, "-c", script]);
     let mut stdout = client.stdout.take().expect("piped");
     let pid = std::thread::spawn(move || {
@@ -388,15 +410,19 @@ fn an_interrupted_client_cancels_and_the_host_process_is_reaped() {
         while stdout.read(&mut byte).map(|n| n == 1).unwrap_or(false) && byte[0] != b'\n' {
             line.push(byte[0]);
         }
-        let pid: u32 = String::from_utf8(line)
-            .expect("UTF-8")
-            .parse()
-            .expect("a PID");
+        let line = String::from_utf8(line).expect("UTF-8");
+        let pids: Vec<u32> = line
+            .split_whitespace()
+            .map(|p| p.parse().expect("a PID"))
+            .collect();
+        let [pid, background] = pids[..] else {
+            panic!("two PIDs expected: {line:?}");
+        };
         let client_pidfd = rustix::process::pidfd_open(
             rustix::process::Pid::from_raw(i32::try_from(pid).expect("a PID")).expect("a PID"),
             rustix::process::PidfdFlags::empty(),
         );
-        (pid, client_pidfd.is_ok())
+        ((pid, background), client_pidfd.is_ok())
     });
     let client_pidfd = pidfd_of(&client);
     let interrupter = std::thread::spawn(move || {
@@ -409,16 +435,55 @@ fn an_interrupted_client_cancels_and_the_host_process_is_reaped() {
     });
     let served = f.serve_one(&["-c", script], fast());
     assert_eq!(served.outcome, EscalationOutcome::Cancelled);
-    let host_pid = interrupter.join().expect("the interrupter");
+    let (host_pid, background) = interrupter.join().expect("the interrupter");
     let (code, _, stderr) = finish(client);
     assert_eq!(code, 130, "{stderr}");
-    // Reaped: no process of that PID is the host process any more.
-    let comm = fs::read_to_string(format!("/proc/{host_pid}/comm")).unwrap_or_default();
-    assert_ne!(
-        comm.trim(),
-        "sleep",
+    // Reaped: no process of either PID is the host process or its child
+    // any more.
+    assert!(
+        !runs(host_pid, "60"),
         "the host process outlived its cancellation"
     );
+    assert!(
+        !runs(background, "61"),
+        "the host process's child outlived its cancellation"
+    );
+}
+
+/// Whether process `pid` is `sleep SECONDS` (what the tests' host
+/// commands leave behind), read from its command line.
+fn runs(pid: u32, seconds: &str) -> bool {
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    cmdline == format!("sleep\0{seconds}\0").into_bytes()
+}
+
+/// What a host command starts ends with it (spec 3.8, OR-3): a
+/// background child, one that left the command's session (`setsid`) and
+/// an orphan whose parent exited are all gone once the command completed
+/// (the command's own status delivered), though each would run for five
+/// more minutes.
+#[test]
+fn nothing_a_host_command_started_outlives_it() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let script = "sleep 301 & echo $!; setsid sleep 302 & echo $!; (sleep 303 & echo $!); exit 3";
+    let client = f.client(&[&sh, "-c", script]);
+    let served = f.serve_one(&["-c", script], fast());
+    assert_eq!(served.outcome, EscalationOutcome::Completed);
+    assert_eq!(served.exit_code, Some(3));
+    let (code, stdout, stderr) = finish(client);
+    assert_eq!(code, 3, "{stderr}");
+    let pids: Vec<u32> = stdout
+        .split_whitespace()
+        .map(|p| p.parse().expect("a PID"))
+        .collect();
+    assert_eq!(pids.len(), 3, "{stdout:?}");
+    for (pid, seconds) in pids.iter().zip(["301", "302", "303"]) {
+        assert!(
+            !runs(*pid, seconds),
+            "`sleep {seconds}` (PID {pid}) outlived its host command"
+        );
+    }
 }
 
 #[test]

@@ -602,7 +602,7 @@ pub fn run_coordinator(
                 MailboxHost::new(
                     scope,
                     config.auto_approval_rules(),
-                    host_setting(env, &config.workspace().label()),
+                    host_setting(env, &config.workspace().label(), &program),
                     launch.running.profile.clone(),
                 )
             });

@@ -318,10 +318,11 @@ impl Drop for MailboxHost<'_, '_> {
 /// silent; a host command should see the developer's usual basics and
 /// nothing else of the coordinator's): `PATH` (or a default), `HOME`,
 /// `USER`, `LOGNAME`, `LANG`, `LC_ALL` and `TZ` when set, in the canonical
-/// workspace.
+/// workspace; run under this `lazaret` binary's `__host-command`.
 pub(super) fn host_setting(
     env: &dyn lazaret_runtime::config::HostEnvironment,
     workspace: &Path,
+    lazaret: &Path,
 ) -> HostProcessSetting {
     let mut vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = Vec::new();
     vars.push((
@@ -337,5 +338,6 @@ pub(super) fn host_setting(
     HostProcessSetting {
         env: vars,
         cwd: workspace.to_owned(),
+        supervisor: lazaret.to_owned(),
     }
 }

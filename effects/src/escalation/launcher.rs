@@ -12,7 +12,9 @@
 //! made inheritable only in the forked child), with argument zero set to
 //! the canonical path, an explicit environment and working directory:
 //! there is no `PATH` lookup and no shell. A script runs by the kernel's
-//! ordinary `#!` handling on that same opened object.
+//! ordinary `#!` handling on that same opened object. It runs under the
+//! `lazaret __host-command` supervisor, which takes down whatever the
+//! command started when it ends or is stopped ([`super::subreaper`]).
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -82,6 +84,9 @@ pub fn open_executable(
 pub struct HostProcessSetting {
     pub env: Vec<(OsString, OsString)>,
     pub cwd: PathBuf,
+    /// The `lazaret` binary whose `__host-command` role the command runs
+    /// under ([`super::subreaper`]).
+    pub supervisor: PathBuf,
 }
 
 /// The command that runs `argv` through the held `executable`, once the
@@ -93,6 +98,7 @@ pub fn host_command(
     executable: &OpenedObject,
     argv: &[String],
     setting: &HostProcessSetting,
+    report: BorrowedFd<'_>,
 ) -> Result<Command, LaunchError> {
     check_argv(argv)?;
     let path = executable.label();
@@ -121,40 +127,47 @@ pub fn host_command(
         path: path.clone(),
         problem,
     })?;
-    Ok(through_descriptor(executable.fd(), argv, setting))
+    Ok(through_descriptor(executable.fd(), argv, setting, report))
 }
 
-/// `argv` run through the object behind `fd`: argument zero as given, the
-/// descriptor inheritable only in the forked child.
+/// `argv` run through the object behind `fd`, under the supervisor
+/// ([`super::subreaper`]): argument zero as given, the descriptor and the
+/// supervisor's `report` descriptor inheritable only in the forked child,
+/// standard input the lifeline (a pipe whose write end the caller keeps),
+/// standard output and error pipes.
 fn through_descriptor(
     fd: BorrowedFd<'_>,
     argv: &[String],
     setting: &HostProcessSetting,
+    report: BorrowedFd<'_>,
 ) -> Command {
     let raw = fd.as_raw_fd();
-    let mut command = Command::new(format!("/proc/self/fd/{raw}"));
+    let report = report.as_raw_fd();
+    let supervised = super::subreaper::SupervisorArgs {
+        executable_fd: raw,
+        report_fd: report,
+        argv: argv.iter().map(OsString::from).collect(),
+    };
+    let mut command = Command::new(&setting.supervisor);
     command
-        .arg0(&argv[0])
-        .args(&argv[1..])
+        .arg(super::subreaper::HOST_COMMAND_SUBCOMMAND)
+        .args(supervised.to_argv())
         .env_clear()
         .envs(setting.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&setting.cwd)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: fcntl and prctl are async-signal-safe; the closure touches
-    // only the descriptor number copied into it, open in the forked child
-    // (inherited from this process, which holds it for the command's
-    // lifetime).
+    // SAFETY: fcntl is async-signal-safe; the closure touches only the
+    // descriptor numbers copied into it, open in the forked child
+    // (inherited from this process, which holds them until the spawn
+    // returned).
     unsafe {
         command.pre_exec(move || {
-            let fd = BorrowedFd::borrow_raw(raw);
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-            // OR-3: a coordinator that dies takes its host processes along
-            // (the signal comes from the kernel when the spawning thread
-            // ends; the coordinator's serving thread reaps its process
-            // before it ends).
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            for inherited in [raw, report] {
+                let fd = BorrowedFd::borrow_raw(inherited);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            }
             Ok(())
         });
     }

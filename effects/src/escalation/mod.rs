@@ -1,8 +1,10 @@
 //! Host escalation's effects (spec 3.8): the Host Coordinator's confined
 //! mailbox directory handles ([`MailboxDir`]), the shell-free host
 //! launcher ([`launcher`]), the pidfd-held host process and the service
-//! that answers the sandbox's requests ([`service`]), and the desk where it
-//! finds a session's terminal for a developer prompt ([`prompt_desk`]).
+//! that answers the sandbox's requests ([`service`]), the process a host
+//! command runs under so nothing it starts outlives it ([`subreaper`]),
+//! and the desk where it finds a session's terminal for a developer prompt
+//! ([`prompt_desk`]).
 //! What is accepted, approved and streamed is
 //! decided by `lazaret_runtime::escalation`.
 mod host_process;
@@ -10,6 +12,7 @@ pub mod launcher;
 mod mailbox_dir;
 pub mod prompt_desk;
 pub mod service;
+pub mod subreaper;
 
 pub use mailbox_dir::{Listing, MailboxDir, MailboxReadError, MailboxWriteError, MAX_ENTRIES};
 

@@ -16,6 +16,7 @@
 //! caller's thread; the host process is killed and reaped through its pidfd
 //! before `serve` returns, whatever happens (OR-3).
 use std::ffi::OsStr;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use lazaret_runtime::config::ResolvedAutoApprovalRule;
@@ -363,7 +364,23 @@ impl Service<'_> {
                 }
             },
         };
-        let command = host_command(self.sys, self.user, executable, argv, self.setting);
+        let (report_read, report_write) =
+            match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+                Ok(pipe) => pipe,
+                Err(e) => {
+                    let e = LaunchError::Spawn(e.into());
+                    tracing::warn!(error = %e, "the approved executable cannot run");
+                    return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                }
+            };
+        let command = host_command(
+            self.sys,
+            self.user,
+            executable,
+            argv,
+            self.setting,
+            report_write.as_fd(),
+        );
         let mut command = match command {
             Ok(command) => command,
             Err(e) => {
@@ -371,7 +388,7 @@ impl Service<'_> {
                 return self.deliver(window, EscalationOutcome::Failed, None, 0);
             }
         };
-        let mut process = match HostProcess::spawn(&mut command) {
+        let mut process = match HostProcess::spawn(&mut command, report_read, report_write) {
             Ok(process) => process,
             Err(e) => {
                 let e = LaunchError::Spawn(e);

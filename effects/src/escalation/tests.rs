@@ -3,6 +3,7 @@
 //! calls happened.
 use std::ffi::OsStr;
 use std::fs;
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -212,7 +213,34 @@ fn setting(scratch: &Path) -> HostProcessSetting {
     HostProcessSetting {
         env: vec![("LAZARET_TEST_ONLY".into(), "1".into())],
         cwd: scratch.to_owned(),
+        supervisor: lazaret_binary(),
     }
+}
+
+/// The workspace's `lazaret` binary (its `__host-command` is the host
+/// command's supervisor), beside this test binary's `deps/` directory: a
+/// workspace build (`cargo nextest run --workspace`, `scripts/test`)
+/// builds it with the tests.
+fn lazaret_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let binary = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join("lazaret"))
+        .expect("the target directory");
+    assert!(
+        binary.is_file(),
+        "{} is missing: build the workspace (cargo build -p lazaret-cli)",
+        binary.display()
+    );
+    binary
+}
+
+/// A report descriptor for a launch that is refused before any spawn.
+fn unused_report() -> std::os::fd::OwnedFd {
+    let (_read, write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a report pipe");
+    write
 }
 
 fn argv(path: &Path, rest: &[&str]) -> Vec<String> {
@@ -228,14 +256,23 @@ fn run(
     scratch: &Path,
 ) -> Result<String, LaunchError> {
     let user = RealSys.user_ids().expect("user ids");
+    let (_report, report_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a report pipe");
     let mut command = host_command(
         &RealSys,
         &user,
         object,
         &argv(path, rest),
         &setting(scratch),
+        report_write.as_fd(),
     )?;
-    let out = command.output().expect("the host process runs");
+    let mut child = command.spawn().expect("the host process starts");
+    drop(report_write);
+    // The lifeline stays open until the command ended (closing it stops
+    // the command).
+    let lifeline = child.stdin.take();
+    let out = child.wait_with_output().expect("the host process runs");
+    drop(lifeline);
     assert!(out.status.success(), "{out:?}");
     Ok(String::from_utf8(out.stdout).expect("UTF-8"))
 }
@@ -283,6 +320,38 @@ fn a_script_runs_by_its_own_interpreter_line() {
     assert_eq!(out, "one two,*,");
 }
 
+/// A command that cannot start (its `#!` interpreter is missing) is the
+/// spawn's error with the command's own errno, reported by the supervisor
+/// (the service's `Failed`), not an exit status of the supervisor.
+#[test]
+fn a_command_that_cannot_start_fails_its_spawn_with_its_errno() {
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let path = scratch.path().join("script");
+    fs::write(&path, "#!/nonexistent/interpreter\n").expect("writes");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = fs::canonicalize(&path).expect("canonical");
+    let object = OpenedObject::open_existing(&RealSys, &path).expect("opens");
+    let user = RealSys.user_ids().expect("user ids");
+    let (report, report_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a report pipe");
+    let mut command = host_command(
+        &RealSys,
+        &user,
+        &object,
+        &argv(&path, &[]),
+        &setting(scratch.path()),
+        report_write.as_fd(),
+    )
+    .expect("the launch is allowed");
+    let refused = super::host_process::HostProcess::spawn(&mut command, report, report_write)
+        .expect_err("the command cannot start");
+    assert_eq!(
+        refused.raw_os_error(),
+        Some(rustix::io::Errno::NOENT.raw_os_error()),
+        "{refused}"
+    );
+}
+
 /// What the launcher says of a fresh executable after `change(scratch,
 /// path)`.
 fn launch_after(change: impl FnOnce(&Path, &Path)) -> Result<std::process::Command, LaunchError> {
@@ -296,6 +365,7 @@ fn launch_after(change: impl FnOnce(&Path, &Path)) -> Result<std::process::Comma
         &object,
         &argv(&path, &[]),
         &setting(scratch.path()),
+        unused_report().as_fd(),
     )
 }
 
@@ -340,6 +410,7 @@ fn only_the_approved_executable_by_its_canonical_path_is_launched() {
         &object,
         &argv(&link, &[]),
         &setting(scratch.path()),
+        unused_report().as_fd(),
     );
     assert!(
         matches!(refused, Err(LaunchError::NotTheExecutable { .. })),
@@ -351,6 +422,7 @@ fn only_the_approved_executable_by_its_canonical_path_is_launched() {
         &object,
         &["tool".to_owned(), "-c".to_owned()],
         &setting(scratch.path()),
+        unused_report().as_fd(),
     );
     assert!(
         matches!(
