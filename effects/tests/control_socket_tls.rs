@@ -304,12 +304,32 @@ fn cpu_time() -> std::time::Duration {
 #[test]
 fn a_relay_waiting_for_a_slow_reader_after_its_peer_left_does_not_spin() {
     let (mut coordinator, mut client) = connected(CliId([9; 16]));
-    // More than the client's relay queues and its local socket holds, less
-    // than the whole path: the writes finish, the client's relay keeps a
-    // queue it cannot deliver.
-    coordinator.write_all(&[7u8; 640 * 1024]).unwrap();
-    coordinator.shutdown(std::net::Shutdown::Both).unwrap();
-    drop(coordinator);
+    // More than the client's relay queues and its local socket hold, and
+    // about what the whole path holds: the client's relay keeps a queue it
+    // cannot deliver. The writer runs apart; where the path holds less than
+    // this (socket buffers differ between machines and under load), the
+    // test reads a chunk at a time until the writer finished, so the path
+    // stays full without the writes ever blocking the test for good.
+    let writer = std::thread::spawn(move || {
+        coordinator.write_all(&[7u8; 640 * 1024]).unwrap();
+        coordinator.shutdown(std::net::Shutdown::Both).unwrap();
+    });
+    client
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    // Bounded: each turn reads at least a byte of the 640 KiB or fails.
+    for _ in 0..640 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if writer.is_finished() {
+            break;
+        }
+        let n = client.read(&mut chunk).unwrap();
+        assert!(n > 0, "the stream ended before the writer finished");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    writer.join().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let before = cpu_time();
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -318,10 +338,6 @@ fn a_relay_waiting_for_a_slow_reader_after_its_peer_left_does_not_spin() {
         spent < std::time::Duration::from_millis(300),
         "the relays used {spent:?} of CPU in 1.5 s of waiting"
     );
-    let mut got = Vec::new();
-    client
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
     client.read_to_end(&mut got).unwrap();
     assert_eq!(got.len(), 640 * 1024);
     assert!(got.iter().all(|b| *b == 7));
