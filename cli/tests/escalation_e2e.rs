@@ -5,8 +5,9 @@
 //! with its output and status streamed back; a request that differs from
 //! the rule by one element is denied and never runs; a request no rule
 //! matches is asked on its own session's terminal (a tmux pane) and runs
-//! only when the developer types that prompt's code there; without escalation the
-//! sandbox has no mailbox.
+//! only when the developer types that prompt's code there, or as the
+//! developer edited it there; without escalation the sandbox has no
+//! mailbox.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail by panicking
 
 mod support;
@@ -193,6 +194,19 @@ fn without_escalation_the_client_finds_no_mailbox() {
     env.assert_nothing_left();
 }
 
+/// The four-digit code `question` names on `screen` ("QUESTION Type
+/// CODE and Enter to approve").
+fn code_after(screen: &str, question: &str) -> String {
+    screen
+        .split(question)
+        .nth(1)
+        .and_then(|rest| rest.strip_prefix(" Type "))
+        .and_then(|rest| rest.get(..4))
+        .filter(|c| c.bytes().all(|b| b.is_ascii_digit()))
+        .unwrap_or_else(|| panic!("{question} names its code:\n{screen}"))
+        .to_owned()
+}
+
 fn shell_prompt(screen: &str) -> bool {
     screen.trim_end().ends_with("/workspace#")
 }
@@ -200,8 +214,10 @@ fn shell_prompt(screen: &str) -> bool {
 /// Spec 3.8, DX-4, FR-5: with no auto-approval rule, a request is asked on
 /// the requesting session's terminal only, naming the profile, the exact
 /// vector and the justification; the other session's terminal never
-/// shows it and keeps working; its code runs the command on the host,
-/// anything else denies it; a piped session has no terminal to ask on and is denied.
+/// shows it and keeps working; its code runs the command on the host, an
+/// edit shown back and approved by its own code runs the edited command
+/// instead, anything else denies it; a piped session has no terminal to
+/// ask on and is denied.
 #[test]
 fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -247,13 +263,7 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
     assert!(!b.screen().contains(question), "{}", b.screen());
     assert!(!marker.exists(), "nothing runs before the answer");
     // The prompt's own code approves (drawn by the CLI for this prompt).
-    let code = screen
-        .split("Type ")
-        .nth(1)
-        .and_then(|rest| rest.get(..4))
-        .filter(|c| c.bytes().all(|b| b.is_ascii_digit()))
-        .unwrap_or_else(|| panic!("the prompt names its code:\n{screen}"))
-        .to_owned();
+    let code = code_after(&screen, question);
     a.keys(&[&code, "Enter"]);
     a.wait_for(
         "the approved command's status",
@@ -271,6 +281,51 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
         "{screen}"
     );
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "approved\n");
+
+    // FR-5: edited, then approved: `e` opens an edit line holding the
+    // shown vector; the developer starts over (Ctrl-U) and types another;
+    // it is shown back argument by argument with a code of its own, which
+    // runs it (and only it) on the host.
+    a.keys(&[&ask("original"), "Enter"]);
+    a.wait_for(
+        "the third prompt",
+        Duration::from_secs(20),
+        asked("original"),
+    );
+    a.keys(&["e", "Enter"]);
+    let edit_line = format!("> {tool} original");
+    a.wait_for("the edit line", Duration::from_secs(10), |s| {
+        s.contains(&edit_line)
+    });
+    a.keys(&["C-u"]);
+    a.keys(&[&format!("{tool} 'edited value'"), "Enter"]);
+    let again = "Run this on the host as you?";
+    a.wait_for("the edited vector", Duration::from_secs(10), |s| {
+        s.contains(again) && s.contains("[1] edited value")
+    });
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "approved\n",
+        "nothing runs before the edit is approved"
+    );
+    let edit_code = code_after(&a.screen(), again);
+    a.keys(&[&edit_code, "Enter"]);
+    a.wait_for(
+        "the edited command's status",
+        Duration::from_secs(20),
+        |s| s.lines().any(|l| l.trim() == "rc=3") && shell_prompt(s),
+    );
+    assert!(
+        a.screen()
+            .contains(&format!("host:edited value:{}", host.trim())),
+        "{}",
+        a.screen()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "approved\nedited value\n",
+        "the edited vector ran, the requested one did not"
+    );
 
     // Denied at the prompt: never runs.
     a.keys(&[&ask("denied"), "Enter"]);
@@ -296,7 +351,10 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
         .env
         .run(&["default", "--", CLIENT, "--why", "x", "--", &tool, "piped"]);
     assert_eq!(out.status.code(), Some(126), "{}", text(&out.stderr));
-    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "approved\n");
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        "approved\nedited value\n"
+    );
 
     a.keys(&["exit", "Enter"]);
     assert_eq!(domain.status("a", &a), "0");

@@ -980,8 +980,9 @@ fn the_client_refuses_out_of_order_foreign_and_incomplete_results() {
 // ---------------------------------------------------------------------------
 // The developer prompt (spec 3.8, DX-4, FR-5).
 
+use lazaret_runtime::escalation::edit_line::{edit_line, parse_edit_line};
 use lazaret_runtime::escalation::prompt::{
-    check_decision, prompt_text, showable, shown, Answer, AnswerLine, DecisionRefusal,
+    check_decision, prompt_text, showable, shown, Answer, AnswerLine, DecisionRefusal, PromptCodes,
     PromptExpectation, PROMPT_START, SHOWN_ARGS_MAX, SHOWN_MAX,
 };
 use lazaret_runtime::terminal::protocol::EscalationPrompt;
@@ -1077,14 +1078,25 @@ fn a_decision_counts_only_signed_by_its_sessions_anchor_for_its_open_request() {
     version.protocol_version = PROTOCOL_VERSION + 1;
     let r = check_decision(&signed_by(&key, &version), &expect);
     assert!(matches!(r, Err(DecisionRefusal::Version { .. })), "{r:?}");
-    // An approval the command language refuses; one of a vector other
-    // than the shown one (no edit is offered); a denial naming a command.
+    // An approval the command language refuses; the developer's edit of
+    // the shown vector, taken as signed; an edit too large to have been
+    // shown whole; a denial naming a command.
     let shell = approval(&expect, &["git", "push"]);
     let r = check_decision(&signed_by(&key, &shell), &expect);
     assert!(matches!(r, Err(DecisionRefusal::Argv(_))), "{r:?}");
-    let other = approval(&expect, &["/usr/bin/git", "push", "--force"]);
-    let r = check_decision(&signed_by(&key, &other), &expect);
-    assert!(matches!(r, Err(DecisionRefusal::OtherCommand)), "{r:?}");
+    let edited = approval(&expect, &["/usr/bin/git", "push", "--dry-run"]);
+    let taken = check_decision(&signed_by(&key, &edited), &expect).expect("the developer's edit");
+    assert_eq!(taken.approved_command_argv, edited.approved_command_argv);
+    let long = "x".repeat(SHOWN_MAX + 1);
+    let unshown = approval(&expect, &["/usr/bin/git", &long]);
+    let r = check_decision(&signed_by(&key, &unshown), &expect);
+    assert!(matches!(r, Err(DecisionRefusal::EditNotShowable)), "{r:?}");
+    // The shown vector itself is taken as it is (the coordinator showed
+    // it, whatever its size).
+    let mut big = expect.clone();
+    big.command_argv = vec!["/usr/bin/git".into(), long.clone()];
+    let r = check_decision(&signed_by(&key, &unshown), &big);
+    assert!(r.is_ok(), "{r:?}");
     let mut deny = approve.clone();
     deny.decision = DeveloperDecisionKind::Deny;
     let r = check_decision(&signed_by(&key, &deny), &expect);
@@ -1146,7 +1158,7 @@ fn the_prompt_shows_the_requests_text_escaped_never_as_terminal_input() {
         "session  09090909",
         "profile  agent",
         "[0] /usr/bin/env",
-        "Type 4821 and Enter to approve",
+        "Type 4821 and Enter to approve, e and Enter to edit it first",
     ] {
         assert!(text.contains(shown_form), "{shown_form} in {text:?}");
     }
@@ -1166,22 +1178,47 @@ fn the_prompt_shows_the_requests_text_escaped_never_as_terminal_input() {
     assert!(!showable(&vec![arg(1); SHOWN_ARGS_MAX + 1], ""));
 }
 
+fn git_push() -> Vec<String> {
+    vec!["/usr/bin/git".into(), "push".into()]
+}
+
+fn codes() -> PromptCodes {
+    PromptCodes {
+        approve: "4821".into(),
+        approve_edit: "7305".into(),
+    }
+}
+
+/// Feeds `typed` read by read; the answer, once there is one, and
+/// everything written on the terminal until then.
+fn answered(typed: &[&[u8]]) -> (Option<Answer>, String) {
+    let mut line = AnswerLine::new(git_push(), codes());
+    let mut written = Vec::new();
+    for bytes in typed {
+        let (out, answer) = line.feed(bytes);
+        written.extend_from_slice(&out);
+        if answer.is_some() {
+            return (answer, String::from_utf8(written).expect("ASCII"));
+        }
+    }
+    (None, String::from_utf8(written).expect("ASCII"))
+}
+
 #[test]
 fn only_the_prompts_own_code_approves_and_every_other_answer_denies() {
-    let answer = |typed: &[&[u8]]| {
-        let mut line = AnswerLine::new("4821".into());
-        typed.iter().find_map(|bytes| line.feed(bytes).1)
-    };
+    let answer = |typed: &[&[u8]]| answered(typed).0;
+    let approve = Some(Answer::Approve(git_push()));
     for yes in [&b"4821\r"[..], b"4821\n", b"48211\x7f\r", b"9\x7f4821\r"] {
-        assert_eq!(answer(&[yes]), Some(Answer::Approve), "{yes:?}");
+        assert_eq!(answer(&[yes]), approve, "{yes:?}");
     }
-    assert_eq!(answer(&[b"48", b"21", b"\r"]), Some(Answer::Approve));
+    assert_eq!(answer(&[b"48", b"21", b"\r"]), approve);
     for no in [
         &b"\r"[..],
         b"yes\r",
         b"y\r",
         b"4820\r",
         b"4821 \r",
+        b"7305\r",
         b"48\x03",
         b"4821\x04",
         b"\x1b[A4821\r",
@@ -1190,35 +1227,140 @@ fn only_the_prompts_own_code_approves_and_every_other_answer_denies() {
     }
     assert_eq!(answer(&[b"4821"]), None, "no answer before Enter");
     // A line without a code (the random source failed) approves nothing.
+    let no_codes = PromptCodes {
+        approve: String::new(),
+        approve_edit: String::new(),
+    };
     assert_eq!(
-        AnswerLine::new(String::new()).feed(b"\r").1,
+        AnswerLine::new(git_push(), no_codes.clone()).feed(b"\r").1,
         Some(Answer::Deny)
     );
+    let (out, edit) = AnswerLine::new(git_push(), no_codes).feed(b"e\r/bin/true\r\r");
+    assert_eq!(
+        edit,
+        Some(Answer::Deny),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     // Echo: what was typed, and Backspace erases on screen.
-    let mut line = AnswerLine::new("4821".into());
+    let mut line = AnswerLine::new(git_push(), codes());
     assert_eq!(line.feed(b"4x\x7f"), (b"4x\x08 \x08".to_vec(), None));
     // Codes are four digits, spread over all of them.
     let codes: std::collections::BTreeSet<String> = (0u32..2_000)
-        .map(|i| AnswerLine::code_of((i.wrapping_mul(2_654_435_761)).to_le_bytes()))
+        .map(|i| PromptCodes::code_of((i.wrapping_mul(2_654_435_761)).to_le_bytes()))
         .collect();
     assert!(codes
         .iter()
         .all(|c| c.len() == 4 && c.bytes().all(|b| b.is_ascii_digit())));
     assert!(codes.len() > 1_500, "{}", codes.len());
 
-    // Keys typed for the shell never approve: any line that is not the
-    // code, whatever its bytes.
+    // Keys typed for the shell never approve, directly or through an
+    // edit: any bytes without one of the codes, whatever else they hold.
     fn not_the_code(bytes: Vec<u8>) -> TestResult {
-        if bytes.windows(4).any(|w| w == b"4821") || bytes.contains(&0x7f) || bytes.contains(&0x08)
+        if bytes.windows(4).any(|w| w == b"4821" || w == b"7305")
+            || bytes.contains(&0x7f)
+            || bytes.contains(&0x08)
         {
             return TestResult::discard();
         }
-        let mut line = AnswerLine::new("4821".into());
-        TestResult::from_bool(line.feed(&bytes).1 != Some(Answer::Approve))
+        TestResult::from_bool(!matches!(
+            AnswerLine::new(git_push(), self::codes()).feed(&bytes).1,
+            Some(Answer::Approve(_))
+        ))
     }
     QuickCheck::new()
         .tests(CASES)
         .max_tests(CASES * 2)
         .rng(Gen::new(64))
         .quickcheck(not_the_code as fn(Vec<u8>) -> TestResult);
+}
+
+/// FR-5: `e` edits the vector on a line that starts as the shown one; the
+/// edit is shown back whole, argument by argument, and only its own code
+/// approves it; a line that is no vector says why and stays open.
+#[test]
+fn an_edited_vector_is_shown_back_and_approved_only_by_its_own_code() {
+    let edited = vec![
+        "/usr/bin/git".to_owned(),
+        "push".to_owned(),
+        "--dry-run".to_owned(),
+        "my branch".to_owned(),
+    ];
+    // The edit line starts as the shown vector; the developer appends.
+    let (answer, written) = answered(&[b"e\r", b" --dry-run my\\ branch\r", b"7305\r"]);
+    assert_eq!(answer, Some(Answer::Approve(edited.clone())), "{written}");
+    assert!(written.contains("Edit the command"), "{written}");
+    assert!(
+        written.contains("> /usr/bin/git push --dry-run my\\ branch"),
+        "{written}"
+    );
+    for line in [
+        "[2] --dry-run",
+        "[3] my branch",
+        "Type 7305 and Enter to approve",
+    ] {
+        assert!(written.contains(line), "{line} in {written}");
+    }
+    // Ctrl-U starts over; cursor keys do nothing, Escape does not deny.
+    let (answer, _) = answered(&[
+        b"E\r",
+        b"\x15/usr/bin/git push --dry-run 'my branch'",
+        b"\x1b[D\x1b[C\x1bOH\x1b",
+        b"\r7305\r",
+    ]);
+    assert_eq!(answer, Some(Answer::Approve(edited.clone())));
+    // The prompt's first code does not approve the edit; nor does
+    // anything else; Ctrl-C on the edit line denies; an empty line too.
+    for no in [
+        &[&b"e\r\r"[..], b"4821\r"][..],
+        &[b"e\r x\r", b"yes\r"],
+        &[b"e\r", b"\x03"],
+        &[b"e\r\x15\r"],
+    ] {
+        assert_eq!(answered(no).0, Some(Answer::Deny), "{no:?}");
+    }
+    let (answer, _) = answered(&[b"e\r x\r", b"4821\r"]);
+    assert_eq!(answer, Some(Answer::Deny));
+    // A relative executable, an open quote, a vector too large to show:
+    // each says why, and the line stays open for editing.
+    for (typed, why) in [
+        (&b"\x15git push\r"[..], "not an absolute path"),
+        (b" 'open\r", "is not closed"),
+        (b" \\q\r", "is no escape"),
+    ] {
+        let (answer, written) = answered(&[b"e\r", typed]);
+        assert_eq!(answer, None, "{written}");
+        assert!(written.contains(why), "{why} in {written}");
+    }
+    let many = format!("\x15/bin/echo{}\r", " a".repeat(SHOWN_ARGS_MAX));
+    let (answer, written) = answered(&[b"e\r", many.as_bytes()]);
+    assert_eq!(answer, None);
+    assert!(written.contains("at most 32 arguments"), "{written}");
+    // `e` on the confirmation edits again, from the edited vector.
+    let (answer, written) = answered(&[b"e\r x\r", b"e\r", b"\x7fy\r", b"7305\r"]);
+    assert_eq!(
+        answer,
+        Some(Answer::Approve(vec![
+            "/usr/bin/git".into(),
+            "push".into(),
+            "y".into()
+        ])),
+        "{written}"
+    );
+}
+
+/// Every vector, whatever its characters, reads back from its edit line,
+/// which is printable ASCII.
+#[test]
+fn every_vector_reads_back_from_its_edit_line() {
+    fn round_trip(argv: Vec<String>) -> bool {
+        let line = edit_line(&argv);
+        line.bytes().all(|b| (b' '..=b'~').contains(&b))
+            && parse_edit_line(&line).as_ref() == Ok(&argv)
+    }
+    QuickCheck::new()
+        .tests(CASES)
+        .max_tests(CASES)
+        .rng(Gen::new(16))
+        .quickcheck(round_trip as fn(Vec<String>) -> bool);
 }

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::Mutex;
 
 use ed25519_dalek::SigningKey;
-use lazaret_runtime::escalation::prompt::{Answer, AnswerLine};
+use lazaret_runtime::escalation::prompt::{Answer, AnswerLine, PromptCodes};
 use lazaret_runtime::protocol::mailbox::{
     DeveloperDecision, DeveloperDecisionKind, SignedPayload, SignedProtocolRecord,
 };
@@ -66,19 +66,26 @@ impl ClientPrompt {
     }
 
     /// The coordinator routed the terminal to `prompt`; returns the code
-    /// that approves it, drawn now from the kernel's random source (empty,
-    /// so nothing approves, if it cannot be read).
+    /// that approves it. Its codes are drawn now from the kernel's random
+    /// source (empty, so nothing approves, if it cannot be read).
     pub fn open(&self, prompt: &EscalationPrompt) -> String {
-        let code = super::session::random_bytes::<4>()
-            .map(AnswerLine::code_of)
-            .unwrap_or_default();
+        let code = || {
+            super::session::random_bytes::<4>()
+                .map(PromptCodes::code_of)
+                .unwrap_or_default()
+        };
+        let codes = PromptCodes {
+            approve: code(),
+            approve_edit: code(),
+        };
+        let approve = codes.approve.clone();
         if let Ok(mut open) = self.open.lock() {
             *open = Some(Open {
                 prompt: prompt.clone(),
-                line: AnswerLine::new(code.clone()),
+                line: AnswerLine::new(prompt.command_argv.clone(), codes),
             });
         }
-        code
+        approve
     }
 
     /// The coordinator closed the prompt of `request_id` (answered,
@@ -95,9 +102,9 @@ impl ClientPrompt {
     }
 
     /// Typed `bytes`: the sandbox's when no prompt is open; otherwise the
-    /// prompt's, echoed on `echo`, and once they make an answer, its
-    /// signed decision. Bytes after the answer are dropped: they were
-    /// typed at the prompt.
+    /// prompt's, echoed on `echo` (with the edit's and the confirmation's
+    /// text), and once they make an answer, its signed decision. Bytes
+    /// after the answer are dropped: they were typed at the prompt.
     pub fn typed(&self, bytes: &[u8], echo: &mut dyn Write) -> Typed {
         let Ok(mut guard) = self.open.lock() else {
             return Typed::Sandbox;
@@ -112,7 +119,7 @@ impl ClientPrompt {
         };
         let prompt = &open.prompt;
         let (decision, approved_command_argv) = match answer {
-            Answer::Approve => (DeveloperDecisionKind::Approve, prompt.command_argv.clone()),
+            Answer::Approve(argv) => (DeveloperDecisionKind::Approve, argv),
             Answer::Deny => (DeveloperDecisionKind::Deny, Vec::new()),
         };
         let decision = DeveloperDecision {

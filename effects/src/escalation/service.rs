@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use lazaret_runtime::config::ResolvedAutoApprovalRule;
 use lazaret_runtime::escalation::command::{classify, RuleMatch};
+use lazaret_runtime::escalation::edit_line::edit_line;
 use lazaret_runtime::escalation::prompt::{showable, PromptExpectation};
 use lazaret_runtime::escalation::{
     authenticate, correlate_ack, correlate_cancellation, MailboxAuthority, MailboxRefusal,
@@ -470,7 +471,16 @@ impl Service<'_> {
             if let Some(answer) = pending.wait(self.limits.poll.max(PROMPT_POLL)) {
                 return Ok(match answer {
                     PromptAnswer::Decided(d) if d.decision == DeveloperDecisionKind::Approve => {
-                        tracing::info!("ApproveEscalation");
+                        if d.approved_command_argv == request.command_argv {
+                            tracing::info!("ApproveEscalation");
+                        } else {
+                            // The developer's edit, logged unambiguously
+                            // in the edit line's escaped form.
+                            tracing::info!(
+                                edited = %edit_line(&d.approved_command_argv),
+                                "ApproveEscalation: the developer edited the command"
+                            );
+                        }
                         Prompted::Approved(d.approved_command_argv)
                     }
                     PromptAnswer::Decided(_) => {
