@@ -259,18 +259,6 @@ fn print_timings(config_load: std::time::Duration, t: &ClientTimings, total: std
     errln!("{line}");
 }
 
-/// The selected profile's settings this version accepts, validates and
-/// fingerprints but does not yet apply. Each would otherwise fail silently.
-fn not_yet_enforced(profile: &lazaret_runtime::config::SelectedProfileV1) -> Vec<&'static str> {
-    let mut notes = Vec::new();
-    if profile.escalation().enabled {
-        notes.push(
-            "escalation: only requests an auto_approve rule matches exactly run; the developer prompt is not available, so every other request is denied",
-        );
-    }
-    notes
-}
-
 /// Runs a launch form; the exit code is the command's.
 pub fn run(
     args: &RunArgs,
@@ -298,13 +286,6 @@ pub fn run(
     };
     let config = load_configuration(sys, &request)?;
     let config_load = started.elapsed();
-    // Honest about what this version does not enforce yet; only on a
-    // terminal, so a command's own stderr stays exactly the command's.
-    if std::io::stderr().is_terminal() {
-        for note in not_yet_enforced(config.selected()) {
-            errln!("lazaret: note: not yet enforced by this version: {note}");
-        }
-    }
     let canonical = config.workspace().label();
     let program = std::env::current_exe().map_err(LaunchError::SelfExe)?;
     let mut coordinator: Vec<OsString> = vec![
@@ -400,41 +381,6 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn selected(text: &str) -> lazaret_runtime::config::SelectedProfileV1 {
-        let layout = SandboxLayoutV1::production().expect("layout");
-        lazaret_runtime::config::decode_document(text.as_bytes())
-            .and_then(|d| d.select("dev", &layout))
-            .expect("the test document is valid")
-    }
-
-    /// Settings that are validated but not applied yet are named, so none
-    /// fails silently; settings that are off or empty are not.
-    #[test]
-    fn unenforced_settings_are_named_only_when_set() {
-        let head = "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.dev]\nimage = \"oci:/x/layout:t\"\n";
-        let default = not_yet_enforced(&selected(head));
-        // Ignored paths are routed (spec 3.5): never named.
-        assert!(default.is_empty(), "{default:?}");
-        // State Anchors are mounted (spec 3.6): never named.
-        assert!(!default.iter().any(|n| n.starts_with("persistent_dirs")));
-        assert!(!default.iter().any(|n| n.starts_with("escalation")));
-        // The network policy is applied (spec 3.7): never named.
-        assert!(!default.iter().any(|n| n.contains("network")));
-        let minimal = not_yet_enforced(&selected(&format!(
-            "{head}isolate_gitignored = false\npersistent_dirs = []\n"
-        )));
-        assert!(minimal.is_empty(), "{minimal:?}");
-        let full = not_yet_enforced(&selected(&format!(
-            "{head}env = {{ TOKEN = \"env:TOKEN\" }}\n[profiles.dev.escalation]\nenabled = true\n\
-             [[profiles.dev.volumes]]\nhost = \"/srv/data\"\ncontainer = \"/root/data\"\nkind = \"directory\"\n"
-        )));
-        // `env` is applied (every session's process gets it), and so are
-        // volumes (bound inside their State Anchors).
-        assert!(!full.iter().any(|n| n.starts_with("env")));
-        assert!(!full.iter().any(|n| n.starts_with("volumes")));
-        assert!(full.iter().any(|n| n.starts_with("escalation")));
-    }
 
     struct Facts(u32, &'static str, &'static str);
     impl HostFacts for Facts {
