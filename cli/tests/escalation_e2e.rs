@@ -301,7 +301,7 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
     a.keys(&[&format!("{tool} 'edited value'"), "Enter"]);
     let again = "Run this on the host as you?";
     a.wait_for("the edited vector", Duration::from_secs(10), |s| {
-        s.contains(again) && s.contains("[1] edited value")
+        s.contains(again) && s.contains("[1] edited\\ value")
     });
     assert_eq!(
         std::fs::read_to_string(&marker).unwrap(),

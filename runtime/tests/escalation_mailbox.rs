@@ -980,10 +980,11 @@ fn the_client_refuses_out_of_order_foreign_and_incomplete_results() {
 // ---------------------------------------------------------------------------
 // The developer prompt (spec 3.8, DX-4, FR-5).
 
+use lazaret_runtime::escalation::answer::{code_of, Answer, AnswerLine, EDIT_LINE_MAX};
 use lazaret_runtime::escalation::edit_line::{edit_line, parse_edit_line};
 use lazaret_runtime::escalation::prompt::{
-    check_decision, prompt_text, showable, shown, Answer, AnswerLine, DecisionRefusal, PromptCodes,
-    PromptExpectation, PROMPT_START, SHOWN_ARGS_MAX, SHOWN_MAX,
+    check_decision, confirm_text, prompt_text, showable, shown, DecisionRefusal, PromptExpectation,
+    EDITED_ARGV_MAX_BYTES, PROMPT_START, SHOWN_ARGS_MAX, SHOWN_MAX,
 };
 use lazaret_runtime::terminal::protocol::EscalationPrompt;
 
@@ -1090,7 +1091,16 @@ fn a_decision_counts_only_signed_by_its_sessions_anchor_for_its_open_request() {
     let long = "x".repeat(SHOWN_MAX + 1);
     let unshown = approval(&expect, &["/usr/bin/git", &long]);
     let r = check_decision(&signed_by(&key, &unshown), &expect);
-    assert!(matches!(r, Err(DecisionRefusal::EditNotShowable)), "{r:?}");
+    assert!(matches!(r, Err(DecisionRefusal::EditTooLarge)), "{r:?}");
+    // Showable, but too many bytes for one record (four-byte characters).
+    let wide: Vec<String> = std::iter::once("/bin/echo".to_owned())
+        .chain((0..30).map(|_| "\u{1f600}".repeat(SHOWN_MAX)))
+        .collect();
+    assert!(showable(&wide, ""));
+    assert!(wide.iter().map(String::len).sum::<usize>() > EDITED_ARGV_MAX_BYTES);
+    let wide_refs: Vec<&str> = wide.iter().map(String::as_str).collect();
+    let r = check_decision(&signed_by(&key, &approval(&expect, &wide_refs)), &expect);
+    assert!(matches!(r, Err(DecisionRefusal::EditTooLarge)), "{r:?}");
     // The shown vector itself is taken as it is (the coordinator showed
     // it, whatever its size).
     let mut big = expect.clone();
@@ -1137,7 +1147,15 @@ fn the_prompt_shows_the_requests_text_escaped_never_as_terminal_input() {
     // escape at all, and every carriage return starts our own line break.
     let body = text.strip_prefix(PROMPT_START).expect("our start");
     assert!(PROMPT_START.starts_with('\x18'));
-    for reset in ["\x1b[!p", "\x1b[r", "\x1b]111\x1b\\", "\x1b[2J"] {
+    for reset in [
+        "\x1b[!p",
+        "\x1b[r",
+        "\x1b]111\x1b\\",
+        "\x1b[2J",
+        "\x1b[20l",
+        "\x1b[=0;1u",
+        "\x1b[>4m",
+    ] {
         assert!(PROMPT_START.contains(reset), "{reset:?}");
     }
     assert!(body.is_ascii(), "{body:?}");
@@ -1150,10 +1168,12 @@ fn the_prompt_shows_the_requests_text_escaped_never_as_terminal_input() {
             .all(|(i, _)| body[i + 1..].starts_with('\n')),
         "{body:?}"
     );
+    // Arguments in the edit line's form: spaces and quotes escaped too,
+    // so each reads back as itself.
     for shown_form in [
-        "\\u{1b}[2J clear",
-        "\\u{1b}]52;c;Zm9v\\u{7}",
-        "back\\u{d}space\\u{202e}gnp.exe",
+        "[1] \\u{1b}[2J\\ clear\r\n",
+        "[2] \\u{1b}]52;c;Zm9v\\u{7}\r\n",
+        "[3] back\\u{d}space\\u{202e}gnp.exe\r\n",
         "line one\\u{a}Approved: yes\\u{9b}",
         "session  09090909",
         "profile  agent",
@@ -1182,17 +1202,21 @@ fn git_push() -> Vec<String> {
     vec!["/usr/bin/git".into(), "push".into()]
 }
 
-fn codes() -> PromptCodes {
-    PromptCodes {
-        approve: "4821".into(),
-        approve_edit: "7305".into(),
-    }
+/// Codes for the confirmations, in turn: 4821 (the question's, so it is
+/// drawn again), then 7305, 1164, 5590, and 0000 from then on.
+fn draws() -> Box<dyn FnMut() -> String + Send> {
+    let mut next = ["4821", "7305", "1164", "5590"].into_iter();
+    Box::new(move || next.next().unwrap_or("0000").to_owned())
+}
+
+fn line() -> AnswerLine {
+    AnswerLine::new(git_push(), "4821".into(), draws())
 }
 
 /// Feeds `typed` read by read; the answer, once there is one, and
 /// everything written on the terminal until then.
 fn answered(typed: &[&[u8]]) -> (Option<Answer>, String) {
-    let mut line = AnswerLine::new(git_push(), codes());
+    let mut line = line();
     let mut written = Vec::new();
     for bytes in typed {
         let (out, answer) = line.feed(bytes);
@@ -1208,7 +1232,13 @@ fn answered(typed: &[&[u8]]) -> (Option<Answer>, String) {
 fn only_the_prompts_own_code_approves_and_every_other_answer_denies() {
     let answer = |typed: &[&[u8]]| answered(typed).0;
     let approve = Some(Answer::Approve(git_push()));
-    for yes in [&b"4821\r"[..], b"4821\n", b"48211\x7f\r", b"9\x7f4821\r"] {
+    for yes in [
+        &b"4821\r"[..],
+        b"4821\n",
+        b"4821\r\n",
+        b"48211\x7f\r",
+        b"9\x7f4821\r",
+    ] {
         assert_eq!(answer(&[yes]), approve, "{yes:?}");
     }
     assert_eq!(answer(&[b"48", b"21", b"\r"]), approve);
@@ -1222,50 +1252,49 @@ fn only_the_prompts_own_code_approves_and_every_other_answer_denies() {
         b"48\x03",
         b"4821\x04",
         b"\x1b[A4821\r",
+        b"48\x8021\r",
+        b"48\t21\r",
     ] {
         assert_eq!(answer(&[no]), Some(Answer::Deny), "{no:?}");
     }
     assert_eq!(answer(&[b"4821"]), None, "no answer before Enter");
-    // A line without a code (the random source failed) approves nothing.
-    let no_codes = PromptCodes {
-        approve: String::new(),
-        approve_edit: String::new(),
-    };
-    assert_eq!(
-        AnswerLine::new(git_push(), no_codes.clone()).feed(b"\r").1,
-        Some(Answer::Deny)
-    );
-    let (out, edit) = AnswerLine::new(git_push(), no_codes).feed(b"e\r/bin/true\r\r");
+    // Without a code (the random source failed) nothing approves.
+    let mut blank = AnswerLine::new(git_push(), String::new(), Box::new(String::new));
+    assert_eq!(blank.feed(b"\r").1, Some(Answer::Deny));
+    let mut blank = AnswerLine::new(git_push(), String::new(), Box::new(String::new));
+    let (out, edit) = blank.feed(b"e\r/bin/true\r\r");
     assert_eq!(
         edit,
         Some(Answer::Deny),
         "{}",
         String::from_utf8_lossy(&out)
     );
+    // Once answered, nothing more is taken.
+    let mut once = line();
+    assert_eq!(once.feed(b"no\r").1, Some(Answer::Deny));
+    assert_eq!(once.feed(b"4821\r"), (Vec::new(), None));
     // Echo: what was typed, and Backspace erases on screen.
-    let mut line = AnswerLine::new(git_push(), codes());
-    assert_eq!(line.feed(b"4x\x7f"), (b"4x\x08 \x08".to_vec(), None));
+    let mut echo = line();
+    assert_eq!(echo.feed(b"4x\x7f"), (b"4x\x08 \x08".to_vec(), None));
     // Codes are four digits, spread over all of them.
     let codes: std::collections::BTreeSet<String> = (0u32..2_000)
-        .map(|i| PromptCodes::code_of((i.wrapping_mul(2_654_435_761)).to_le_bytes()))
+        .map(|i| code_of((i.wrapping_mul(2_654_435_761)).to_le_bytes()))
         .collect();
     assert!(codes
         .iter()
         .all(|c| c.len() == 4 && c.bytes().all(|b| b.is_ascii_digit())));
     assert!(codes.len() > 1_500, "{}", codes.len());
 
-    // Keys typed for the shell never approve, directly or through an
-    // edit: any bytes without one of the codes, whatever else they hold.
+    // Keys typed for the shell never approve: any bytes in which the
+    // question's code does not stand as typed, whatever else they hold.
     fn not_the_code(bytes: Vec<u8>) -> TestResult {
-        if bytes.windows(4).any(|w| w == b"4821" || w == b"7305")
-            || bytes.contains(&0x7f)
-            || bytes.contains(&0x08)
+        if bytes.windows(4).any(|w| w == b"4821") || bytes.contains(&0x7f) || bytes.contains(&0x08)
         {
             return TestResult::discard();
         }
         TestResult::from_bool(!matches!(
-            AnswerLine::new(git_push(), self::codes()).feed(&bytes).1,
-            Some(Answer::Approve(_))
+            line().feed(&bytes).1,
+            Some(Answer::Approve(v)) if v == git_push()
         ))
     }
     QuickCheck::new()
@@ -1275,9 +1304,10 @@ fn only_the_prompts_own_code_approves_and_every_other_answer_denies() {
         .quickcheck(not_the_code as fn(Vec<u8>) -> TestResult);
 }
 
-/// FR-5: `e` edits the vector on a line that starts as the shown one; the
-/// edit is shown back whole, argument by argument, and only its own code
-/// approves it; a line that is no vector says why and stays open.
+/// `e` edits the vector on a line that starts as the shown one; the edit
+/// is shown back whole, argument by argument, and only a code drawn for
+/// that showing approves it; a line that is no vector says why and stays
+/// open; keys the line does not take deny or are ignored, never typed.
 #[test]
 fn an_edited_vector_is_shown_back_and_approved_only_by_its_own_code() {
     let edited = vec![
@@ -1287,6 +1317,8 @@ fn an_edited_vector_is_shown_back_and_approved_only_by_its_own_code() {
         "my branch".to_owned(),
     ];
     // The edit line starts as the shown vector; the developer appends.
+    // The confirmation's code is drawn again when it equals the
+    // question's: 7305, not 4821.
     let (answer, written) = answered(&[b"e\r", b" --dry-run my\\ branch\r", b"7305\r"]);
     assert_eq!(answer, Some(Answer::Approve(edited.clone())), "{written}");
     assert!(written.contains("Edit the command"), "{written}");
@@ -1294,50 +1326,59 @@ fn an_edited_vector_is_shown_back_and_approved_only_by_its_own_code() {
         written.contains("> /usr/bin/git push --dry-run my\\ branch"),
         "{written}"
     );
-    for line in [
-        "[2] --dry-run",
-        "[3] my branch",
-        "Type 7305 and Enter to approve",
-    ] {
-        assert!(written.contains(line), "{line} in {written}");
-    }
-    // Ctrl-U starts over; cursor keys do nothing, Escape does not deny.
+    assert!(
+        written.contains(&confirm_text(&edited, "7305")),
+        "{written}"
+    );
+    assert!(written.contains("[3] my\\ branch\r\n"), "{written}");
+    // CR LF is one Enter: it opens the edit without submitting it, and
+    // submits the edit without answering the confirmation.
+    let (answer, written) = answered(&[b"e\r\n", b" x\r\n", b"7305\r\n"]);
+    assert_eq!(
+        answer,
+        Some(Answer::Approve(vec![
+            "/usr/bin/git".into(),
+            "push".into(),
+            "x".into()
+        ])),
+        "{written}"
+    );
+    // Ctrl-U starts over; cursor, Home/Delete and bracketed-paste keys do
+    // nothing; a terminal's reply (an OSC string) is swallowed whole.
     let (answer, _) = answered(&[
         b"E\r",
-        b"\x15/usr/bin/git push --dry-run 'my branch'",
-        b"\x1b[D\x1b[C\x1bOH\x1b",
-        b"\r7305\r",
+        b"\x15/usr/bin/git push",
+        b"\x1b[D\x1b[1;5C\x1bOH\x1b[3~\x1b[200~ --dry-run\x1b[201~",
+        b"\x1b]11;rgb:0000/0000/0000\x1b\\",
+        b" 'my branch'\x1b]10;rgb:ffff/ffff/ffff\x07\r",
+        b"7305\r",
     ]);
     assert_eq!(answer, Some(Answer::Approve(edited.clone())));
-    // The prompt's first code does not approve the edit; nor does
-    // anything else; Ctrl-C on the edit line denies; an empty line too.
+    // Denials on the edit line: Escape on its own (at the end of a read,
+    // or before Enter), Alt with a key, a key reported as a code (kitty's
+    // CSI u, modifyOtherKeys), Ctrl-C (also inside a sequence), Ctrl-D,
+    // an empty line. The question's code does not approve an edit, a
+    // confirmation's code does not approve a later showing.
     for no in [
-        &[&b"e\r\r"[..], b"4821\r"][..],
-        &[b"e\r x\r", b"yes\r"],
+        &[&b"e\r"[..], b" x\x1b"][..],
+        &[b"e\r", b"\x1b\r"],
+        &[b"e\r", b"\x1bx"],
+        &[b"e\r", b"\x1b[99;5u"],
+        &[b"e\r", b"\x1b[27;5;99~"],
         &[b"e\r", b"\x03"],
+        &[b"e\r", b"\x1b[1\x03"],
+        &[b"e\r", b"\x1b]11;\x03"],
+        &[b"e\r", b"\x04"],
         &[b"e\r\x15\r"],
+        &[b"e\r\r", b"4821\r"],
+        &[b"e\r x\r", b"yes\r"],
+        &[b"e\r x\r", b"e\r", b"\r", b"7305\r"],
     ] {
         assert_eq!(answered(no).0, Some(Answer::Deny), "{no:?}");
     }
-    let (answer, _) = answered(&[b"e\r x\r", b"4821\r"]);
-    assert_eq!(answer, Some(Answer::Deny));
-    // A relative executable, an open quote, a vector too large to show:
-    // each says why, and the line stays open for editing.
-    for (typed, why) in [
-        (&b"\x15git push\r"[..], "not an absolute path"),
-        (b" 'open\r", "is not closed"),
-        (b" \\q\r", "is no escape"),
-    ] {
-        let (answer, written) = answered(&[b"e\r", typed]);
-        assert_eq!(answer, None, "{written}");
-        assert!(written.contains(why), "{why} in {written}");
-    }
-    let many = format!("\x15/bin/echo{}\r", " a".repeat(SHOWN_ARGS_MAX));
-    let (answer, written) = answered(&[b"e\r", many.as_bytes()]);
-    assert_eq!(answer, None);
-    assert!(written.contains("at most 32 arguments"), "{written}");
-    // `e` on the confirmation edits again, from the edited vector.
-    let (answer, written) = answered(&[b"e\r x\r", b"e\r", b"\x7fy\r", b"7305\r"]);
+    // `e` on the confirmation edits again, from the edited vector; its
+    // next showing has a code of its own.
+    let (answer, written) = answered(&[b"e\r x\r", b"e\r", b"\x7fy\r", b"1164\r"]);
     assert_eq!(
         answer,
         Some(Answer::Approve(vec![
@@ -1347,6 +1388,107 @@ fn an_edited_vector_is_shown_back_and_approved_only_by_its_own_code() {
         ])),
         "{written}"
     );
+    // A relative executable (named in the edit form, escaped), an open
+    // quote, an unknown escape, a vector too large to show: each says
+    // why, and the line stays open for editing; a character outside ASCII
+    // is not taken (a bell).
+    for (typed, why) in [
+        (
+            &b"\x15git\\u{ff0f}x push\r"[..],
+            "git\\u{ff0f}x is not an absolute path",
+        ),
+        (b" 'open\r", "is not closed"),
+        (b" \\q\r", "is no escape"),
+        (b"\xc3\xa9", "\x07\x07"),
+    ] {
+        let (answer, written) = answered(&[b"e\r", typed]);
+        assert_eq!(answer, None, "{written}");
+        assert!(written.contains(why), "{why:?} in {written:?}");
+        assert!(written.is_ascii(), "{written:?}");
+    }
+    let many = format!("\x15/bin/echo{}\r", " a".repeat(SHOWN_ARGS_MAX));
+    let (answer, written) = answered(&[b"e\r", many.as_bytes()]);
+    assert_eq!(answer, None);
+    assert!(written.contains("at most 32 arguments"), "{written}");
+    // The longest shown vector's edit line fits the line's bound.
+    let widest: Vec<String> = std::iter::once("/\u{10ffff}".repeat(SHOWN_MAX / 2))
+        .chain((1..SHOWN_ARGS_MAX).map(|_| "\u{10ffff}".repeat(SHOWN_MAX)))
+        .collect();
+    assert!(showable(&widest, ""));
+    assert!(edit_line(&widest).len() <= EDIT_LINE_MAX);
+}
+
+/// Whatever keys arrive, read by read, an approval names the shown
+/// vector after its question's code, or a vector shown back whole with
+/// the code that approved it; without a code, nothing approves.
+#[test]
+fn only_a_vector_shown_with_its_code_is_ever_approved() {
+    const KEYS: &[&[u8]] = &[
+        b"e",
+        b"E",
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b" ",
+        b"x",
+        b"/bin/true",
+        b"'",
+        b"\\",
+        b"\\u{41}",
+        b"\x15",
+        b"\x7f",
+        b"\x1b",
+        b"\x1b[D",
+        b"\x1b[27u",
+        b"\x1b]11;rgb:0/0/0\x07",
+        b"\x03",
+        b"\xc3\xa9",
+        b"4821",
+        b"7305",
+        b"1164",
+        b"48",
+        b"21",
+    ];
+    /// The keys that are or begin a code.
+    fn code_key(key: &[u8]) -> bool {
+        key.first().is_some_and(u8::is_ascii_digit)
+    }
+    fn approves_only_what_was_shown(keys: Vec<u8>, with_codes: bool) -> TestResult {
+        let mut line = line();
+        let mut written = String::new();
+        for k in keys {
+            let key = KEYS[usize::from(k) % KEYS.len()];
+            if !with_codes && code_key(key) {
+                continue;
+            }
+            let (out, answer) = line.feed(key);
+            written.push_str(&String::from_utf8_lossy(&out));
+            match answer {
+                Some(Answer::Approve(argv)) => {
+                    let shown_back = ["7305", "1164", "5590", "0000"]
+                        .iter()
+                        .any(|c| written.contains(&confirm_text(&argv, c)));
+                    return TestResult::from_bool(with_codes && (argv == git_push() || shown_back));
+                }
+                Some(Answer::Deny) => return TestResult::passed(),
+                None => {}
+            }
+        }
+        TestResult::passed()
+    }
+    fn with_codes(keys: Vec<u8>) -> TestResult {
+        approves_only_what_was_shown(keys, true)
+    }
+    fn without_codes(keys: Vec<u8>) -> TestResult {
+        approves_only_what_was_shown(keys, false)
+    }
+    for property in [with_codes as fn(Vec<u8>) -> TestResult, without_codes] {
+        QuickCheck::new()
+            .tests(CASES)
+            .max_tests(CASES)
+            .rng(Gen::new(24))
+            .quickcheck(property);
+    }
 }
 
 /// Every vector, whatever its characters, reads back from its edit line,

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::sync::Mutex;
 
 use ed25519_dalek::SigningKey;
-use lazaret_runtime::escalation::prompt::{Answer, AnswerLine, PromptCodes};
+use lazaret_runtime::escalation::answer::{code_of, Answer, AnswerLine};
 use lazaret_runtime::protocol::mailbox::{
     DeveloperDecision, DeveloperDecisionKind, SignedPayload, SignedProtocolRecord,
 };
@@ -66,23 +66,20 @@ impl ClientPrompt {
     }
 
     /// The coordinator routed the terminal to `prompt`; returns the code
-    /// that approves it. Its codes are drawn now from the kernel's random
-    /// source (empty, so nothing approves, if it cannot be read).
+    /// that approves it. Codes are drawn from the kernel's random source,
+    /// this one now and one for each showing of an edit (empty, so nothing
+    /// approves, if it cannot be read).
     pub fn open(&self, prompt: &EscalationPrompt) -> String {
-        let code = || {
+        fn draw() -> String {
             super::session::random_bytes::<4>()
-                .map(PromptCodes::code_of)
+                .map(code_of)
                 .unwrap_or_default()
-        };
-        let codes = PromptCodes {
-            approve: code(),
-            approve_edit: code(),
-        };
-        let approve = codes.approve.clone();
+        }
+        let approve = draw();
         if let Ok(mut open) = self.open.lock() {
             *open = Some(Open {
                 prompt: prompt.clone(),
-                line: AnswerLine::new(prompt.command_argv.clone(), codes),
+                line: AnswerLine::new(prompt.command_argv.clone(), approve.clone(), Box::new(draw)),
             });
         }
         approve

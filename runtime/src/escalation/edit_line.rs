@@ -10,10 +10,7 @@
 //! backslash, `\u{HEX}` the character with that code point (how the
 //! prompt shows every character outside printable ASCII, so a shown
 //! argument reads back as itself). Any other character stands for itself.
-
-/// The most bytes of an edit line (32 arguments of 512 characters, a few
-/// of them escaped, fit).
-pub const EDIT_LINE_MAX: usize = 16_384;
+//! The prompt shows every argument in this form too ([`edit_arg`]).
 
 /// Why an edit line is not a vector.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -28,32 +25,36 @@ pub enum EditLineError {
     BadCodePoint { column: usize },
 }
 
-/// `argv` as an edit line: each argument written so that
-/// [`parse_edit_line`] reads it back exactly.
+/// `argv` as an edit line: each argument in its [`edit_arg`] form, so
+/// that [`parse_edit_line`] reads it back exactly.
 pub fn edit_line(argv: &[String]) -> String {
-    let mut line = String::new();
-    for (i, arg) in argv.iter().enumerate() {
-        if i > 0 {
-            line.push(' ');
-        }
-        if arg.is_empty() {
-            line.push_str("''");
-        }
-        for c in arg.chars() {
-            match c {
-                ' ' => line.push_str("\\ "),
-                '\'' => line.push_str("\\'"),
-                '\\' => line.push_str("\\\\"),
-                '!'..='~' => line.push(c),
-                c => line.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
-            }
-        }
-    }
-    line
+    argv.iter()
+        .map(|arg| edit_arg(arg))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
-/// The vector an edit line names (one pass over the line, which the
-/// prompt bounds by [`EDIT_LINE_MAX`]).
+/// One argument as the edit line writes it: printable ASCII, with a
+/// space, a quote and a backslash escaped, every other character as
+/// `\u{HEX}`, and the empty argument as `''`.
+pub fn edit_arg(arg: &str) -> String {
+    if arg.is_empty() {
+        return "''".to_owned();
+    }
+    let mut out = String::new();
+    for c in arg.chars() {
+        match c {
+            ' ' => out.push_str("\\ "),
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '!'..='~' => out.push(c),
+            c => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+        }
+    }
+    out
+}
+
+/// The vector an edit line names (one pass over the line).
 pub fn parse_edit_line(line: &str) -> Result<Vec<String>, EditLineError> {
     let mut argv = Vec::new();
     // The argument being read, once anything of it (an empty quote

@@ -5,16 +5,17 @@
 //! it matches ([`command`]), and the bounded window of result chunks
 //! ([`ResultWindow`]), and the sandbox side's signing and checking of
 //! the same records ([`EscalationClient`], [`ResultReader`]), and the
-//! developer prompt: its text, its answer (approve, deny, or edit on the
-//! [`edit_line`] and then approve) and the signed decision the Host
+//! developer prompt: its text and the signed decision the Host
 //! Coordinator accepts ([`prompt`]; `RouteToPrompt`, `ApproveEscalation`,
-//! `DenyEscalation`). Model names: a request that passes
+//! `DenyEscalation`) and the answer as typed ([`answer`]: approve, deny,
+//! or edit on the [`edit_line`] and then approve). Model names: a request that passes
 //! [`authenticate`] is the model's `SubmitEscalation(s, m)` with `m` from
 //! [`command::classify`]; [`ResultWindow`] performs `EmitResultChunk`,
 //! `AckResultChunk`, `AckTimeout` and `DeliverResult`.
 //!
 //! Sans-IO: records arrive as bytes the effects layer read through its
 //! confined mailbox handles; nothing here opens a file.
+pub mod answer;
 pub mod command;
 pub mod edit_line;
 pub mod prompt;
