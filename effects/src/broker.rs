@@ -5,6 +5,7 @@
 //! children are reaped only through their retained pidfds.
 pub mod exclusion;
 pub mod ledger;
+mod posix_spawn;
 pub mod remote;
 pub mod sys;
 pub mod transient;

@@ -2,7 +2,6 @@
 use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::ProcessSys;
 use lazaret_runtime::records::process::{HostPid, PidfsProcessAuthorityV1};
-use rustix::io::FdFlags;
 use rustix::pipe::PipeFlags;
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -17,7 +16,7 @@ use std::process::Command;
 pub struct TargetCommand {
     pub argv: Vec<OsString>,
     /// Descriptors the target inherits. They stay close-on-exec in this
-    /// process and are made inheritable only in the forked child, so a
+    /// process and are made inheritable only in the spawned child, so a
     /// concurrent spawn by another thread can never inherit them.
     pub inherit: Vec<RawFd>,
 }
@@ -84,32 +83,19 @@ impl SpawnSys for RealProcessSys {
 
     fn spawn_wrapper(&self, spawn: &WrapperSpawn<'_>) -> io::Result<HostPid> {
         let fd = spawn.barrier.as_raw_fd();
-        let inherit = spawn.target.inherit.clone();
-        let mut command = Command::new(spawn.program);
-        command.arg(super::wrapper::WRAPPER_SUBCOMMAND);
-        command.args(super::wrapper::WrapperArgs::to_argv(
+        let mut args = vec![OsString::from(super::wrapper::WRAPPER_SUBCOMMAND)];
+        args.extend(super::wrapper::WrapperArgs::to_argv(
             fd,
             &spawn.parent,
             &spawn.target.argv,
         ));
-        // SAFETY: the closure runs in the forked child before exec and only
-        // calls fcntl(F_SETFD), which is async-signal-safe (it allocates
-        // nothing: `inherit` was cloned before the fork); `fd` is the barrier
-        // read end and `inherit` the target's descriptors, all open in the
-        // parent and therefore in the child.
-        unsafe {
-            command.pre_exec(move || {
-                for raw in std::iter::once(fd).chain(inherit.iter().copied()) {
-                    let borrowed = BorrowedFd::borrow_raw(raw);
-                    rustix::io::fcntl_setfd(borrowed, FdFlags::empty())?;
-                }
-                Ok(())
-            });
-        }
-        let child = command.spawn()?;
-        // The std handle is dropped without waiting or signalling: the broker
-        // reaps through the pidfd only.
-        Ok(HostPid(child.id()))
+        // The barrier read end and the target's descriptors cross the exec;
+        // they stay close-on-exec here (`posix_spawn`'s module doc).
+        let keep: Vec<RawFd> = std::iter::once(fd)
+            .chain(spawn.target.inherit.iter().copied())
+            .collect();
+        // The broker reaps the wrapper through its pidfd only.
+        super::posix_spawn::spawn_keeping(spawn.program, &args, &keep)
     }
 
     fn write_release(&self, barrier: OwnedFd, message: &[u8]) -> io::Result<()> {
