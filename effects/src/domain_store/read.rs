@@ -318,8 +318,23 @@ impl DomainStore<'_> {
         role: ParticipantRole,
     ) -> Result<Option<Participant>, StoreError> {
         let txn = self.begin_read()?;
-        Ok(generation_head(&txn, generation)?
-            .and_then(|(_, participants)| participants.into_iter().find(|p| p.role == role)))
+        if generation_checked(&txn, generation)?.is_none() {
+            return Ok(None);
+        }
+        let key = (generation.0, role.key());
+        let mut found = None;
+        visit_rows_in::<(u64, u8), Participant>(
+            &txn,
+            tables::PARTICIPANTS,
+            "participant",
+            key..=key,
+            |key, p| {
+                check_participant(&key, &p)?;
+                found = Some(p);
+                Ok(Visit::Stop)
+            },
+        )?;
+        Ok(found)
     }
 
     /// The generation row alone (validated against the Domain row), if
@@ -329,7 +344,7 @@ impl DomainStore<'_> {
         generation: GenerationId,
     ) -> Result<Option<Generation>, StoreError> {
         let txn = self.begin_read()?;
-        Ok(generation_head(&txn, generation)?.map(|(g, _)| g))
+        generation_checked(&txn, generation)
     }
 
     /// Whether `session` is a Session row of `generation` (spec 3.3: a
@@ -342,7 +357,7 @@ impl DomainStore<'_> {
         session: SessionId,
     ) -> Result<bool, StoreError> {
         let txn = self.begin_read()?;
-        if generation_head(&txn, generation)?.is_none() {
+        if generation_checked(&txn, generation)?.is_none() {
             return Ok(false);
         }
         let key = (generation.0, super::ops::session_key(session));
@@ -368,7 +383,7 @@ impl DomainStore<'_> {
         session: SessionId,
     ) -> Result<Option<SessionTerminal>, StoreError> {
         let txn = self.begin_read()?;
-        if generation_head(&txn, generation)?.is_none() {
+        if generation_checked(&txn, generation)?.is_none() {
             return Ok(None);
         }
         terminal_in(&txn, generation, session)
@@ -479,6 +494,29 @@ fn generation_head(
     txn: &ReadTransaction,
     generation: GenerationId,
 ) -> Result<Option<(Generation, Vec<Participant>)>, StoreError> {
+    let Some(row) = generation_checked(txn, generation)? else {
+        return Ok(None);
+    };
+    let g = generation.0;
+    let mut participants = Vec::new();
+    for (key, p) in rows_in::<(u64, u8), Participant>(
+        txn,
+        tables::PARTICIPANTS,
+        "participant",
+        (g, u8::MIN)..=(g, u8::MAX),
+    )? {
+        check_participant(&key, &p)?;
+        participants.push(p);
+    }
+    Ok(Some((row, participants)))
+}
+
+/// A generation's row, checked against its key and the Domain row (the
+/// keyed reads that need no participant read only this).
+fn generation_checked(
+    txn: &ReadTransaction,
+    generation: GenerationId,
+) -> Result<Option<Generation>, StoreError> {
     let g = generation.0;
     let Some((key, row)) =
         rows_in::<u64, Generation>(txn, tables::GENERATIONS, "generation", g..=g)?
@@ -497,17 +535,7 @@ fn generation_head(
             what: format!("generation {} Domain ID", row.generation_id),
         });
     }
-    let mut participants = Vec::new();
-    for (key, p) in rows_in::<(u64, u8), Participant>(
-        txn,
-        tables::PARTICIPANTS,
-        "participant",
-        (g, u8::MIN)..=(g, u8::MAX),
-    )? {
-        check_participant(&key, &p)?;
-        participants.push(p);
-    }
-    Ok(Some((row, participants)))
+    Ok(Some(row))
 }
 
 /// One session terminal row of `generation`, checked, by its key.
