@@ -3,7 +3,6 @@
 //! `lazaret_effects::broker::wrapper::WrapperArgs` so the broker and the
 //! wrapper cannot drift apart.
 use crate::report::errln;
-use clap::Args;
 use lazaret_effects::broker::sys::WrapperSys;
 use lazaret_effects::broker::wrapper::{await_release, WrapperArgs, WrapperFailure};
 use lazaret_effects::coordinator::git_routing::GIT_ROUTING_SUBCOMMAND;
@@ -12,18 +11,14 @@ use lazaret_effects::process_identity::real::RealProcessSys;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-#[derive(Debug, Args)]
-pub struct WrapperCommand {
-    /// --barrier-fd N --parent-boot UUID --parent-dev N --parent-ino N -- TARGET...
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
-    args: Vec<OsString>,
-}
-
 /// Exit status when the wrapper's own arguments are unusable.
 const BAD_ARGUMENTS: u8 = 120;
 
-pub fn run(command: WrapperCommand) -> ExitCode {
-    let args = match WrapperArgs::parse(&command.args) {
+/// Runs `lazaret __wrapper ARGS` (`args` after the subcommand:
+/// `--barrier-fd N --parent-boot UUID --parent-dev N --parent-ino N --
+/// TARGET...`).
+pub fn run(args: &[OsString]) -> ExitCode {
+    let args = match WrapperArgs::parse(args) {
         Ok(args) => args,
         Err(e) => {
             errln!("lazaret __wrapper: {e}");

@@ -15,6 +15,7 @@ mod cmd_state;
 mod cmd_trace;
 mod report;
 
+use lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND;
 use report::errln;
 
 /// Lazaret: a rootless gVisor sandbox for AI coding agents.
@@ -45,10 +46,6 @@ enum Command {
     /// Run a command in a profile's sandbox (same as `lazaret <profile>`;
     /// the form for a profile named like a command).
     Run(cmd_launch::RunCommand),
-    /// Internal: the launch-barrier wrapper every Lazaret-owned child is
-    /// spawned through (spec 3.3 step 3). Not for direct use.
-    #[command(name = lazaret_effects::broker::wrapper::WRAPPER_SUBCOMMAND, hide = true)]
-    InternalWrapper(cmd_internal_wrapper::WrapperCommand),
     /// Images: pull one into the blob store (`lazaret image pull REF`).
     Image(cmd_image::ImageArgs),
     /// Check or replay model traces (`lazaret trace replay FILE`).
@@ -119,9 +116,15 @@ fn launch(args: &cmd_launch::RunArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // The launch-barrier wrapper (spec 3.3 step 3) starts on every session
+    // start's critical path, and its arguments have a grammar of their own
+    // (`WrapperArgs`): the whole command line's parser is not built for it.
+    let mut argv = std::env::args_os();
+    if argv.nth(1).as_deref() == Some(std::ffi::OsStr::new(WRAPPER_SUBCOMMAND)) {
+        return cmd_internal_wrapper::run(&argv.collect::<Vec<_>>());
+    }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::InternalWrapper(args) => return cmd_internal_wrapper::run(args),
         Command::State(args) => return cmd_state::run(args),
         Command::Trace(c) => return cmd_trace::run(c),
         Command::Model(c) => return cmd_model::run(c),
