@@ -33,6 +33,8 @@ pub enum BrokerError {
     SigchldIgnored,
     #[error("cannot read this process's SIGCHLD disposition: {0}")]
     SigchldUnreadable(io::Error),
+    #[error("this host's glibc is {found}; Lazaret needs 2.29 or later, whose posix_spawn keeps a descriptor open for the child (adddup2(fd, fd)) without exposing it to other spawns")]
+    GlibcTooOld { found: String },
     #[error("cannot establish this process's own pidfs authority: {0}")]
     OwnIdentity(#[source] AuthorityError),
     #[error("step 1 (durable intent) refused: {0}")]
@@ -266,6 +268,9 @@ impl<S: SpawnSys> Broker<S> {
             Ok(false) => {}
             Ok(true) => return Err(release(BrokerError::SigchldIgnored)),
             Err(e) => return Err(release(BrokerError::SigchldUnreadable(e))),
+        }
+        if let Err(found) = posix_spawn::keeps_descriptors() {
+            return Err(release(BrokerError::GlibcTooOld { found }));
         }
         let own = (|| {
             let boot = sys.boot_id().map_err(AuthorityError::BootId)?;

@@ -761,7 +761,16 @@ fn keyed_reads_agree_with_the_whole_generation() {
         store.apply(&[StoreOp::PutDomain(domain())]).unwrap();
         let mut served = Vec::new();
         for g in [GenerationId(0), GEN, GenerationId(2)] {
-            let mut ops = vec![generation_op(g), sandbox_intent_op(g)];
+            // Two participants, so a keyed participant read has a
+            // neighbour to confuse itself with.
+            let mut ops = vec![
+                generation_op(g),
+                sandbox_intent_op(g),
+                StoreOp::InsertParticipantIntent {
+                    generation: g,
+                    role: ParticipantRole::PreparedLower,
+                },
+            ];
             for (i, (kind, serve)) in rows.iter().enumerate() {
                 let mut id = [0u8; 16];
                 id[0] = u8::try_from(i).unwrap().wrapping_mul(97);
@@ -835,8 +844,13 @@ fn keyed_reads_agree_with_the_whole_generation() {
             && view.served_terminals == expected_served
             && view.other_terminal_left == expected_left
             && store.generation_row(GEN).unwrap().as_ref() == Some(&whole.generation)
-            && store.participant(GEN, ParticipantRole::Sandbox).unwrap()
-                == whole.participants.first().cloned()
+            && [ParticipantRole::Sandbox, ParticipantRole::PreparedLower]
+                .into_iter()
+                .all(|role| {
+                    let keyed = store.participant(GEN, role).unwrap();
+                    keyed.is_some()
+                        && keyed == whole.participants.iter().find(|p| p.role == role).cloned()
+                })
             && store
                 .participant(GEN, ParticipantRole::Network)
                 .unwrap()

@@ -64,6 +64,25 @@ pub fn spawn_keeping(program: &Path, args: &[OsString], keep: &[RawFd]) -> io::R
     Ok(HostPid(pid))
 }
 
+/// The oldest glibc whose `adddup2(fd, fd)` clears `FD_CLOEXEC` (its bug
+/// 23640); an older one would close the kept descriptors at the exec.
+const KEEPS_FROM: (u32, u32) = (2, 29);
+
+/// Whether this process's glibc keeps descriptors as [`spawn_keeping`]
+/// needs; its version otherwise.
+pub fn keeps_descriptors() -> Result<(), String> {
+    // SAFETY: gnu_get_libc_version takes nothing and returns a pointer to
+    // a static NUL-terminated string.
+    let text = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) }
+        .to_string_lossy()
+        .into_owned();
+    let mut parts = text.split('.').map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) >= KEEPS_FROM => Ok(()),
+        _ => Err(text),
+    }
+}
+
 fn c_string(s: &OsStr) -> io::Result<CString> {
     CString::new(s.as_bytes()).map_err(|_| nul_error())
 }
@@ -97,21 +116,18 @@ impl FileActions {
             Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: `raw` points to writable storage for the actions.
         check(unsafe { libc::posix_spawn_file_actions_init(&mut *raw) })?;
-        let actions = Self(raw);
+        let mut actions = Self(raw);
         for &fd in keep {
-            // SAFETY: the actions are initialized (above) and not shared;
-            // the descriptor is only named here, used in the child.
-            check(unsafe { libc::posix_spawn_file_actions_adddup2(actions.as_mut_ptr(), fd, fd) })?;
+            // SAFETY: the actions are initialized (above) and borrowed
+            // mutably, exclusively, for the call; the descriptor is only
+            // named here, used in the child.
+            check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut *actions.0, fd, fd) })?;
         }
         Ok(actions)
     }
 
     fn as_ptr(&self) -> *const libc::posix_spawn_file_actions_t {
         &*self.0
-    }
-
-    fn as_mut_ptr(&self) -> *mut libc::posix_spawn_file_actions_t {
-        std::ptr::from_ref(&*self.0).cast_mut()
     }
 }
 
@@ -205,27 +221,56 @@ mod tests {
         let other = other_read.as_raw_fd();
         let out = out_write.as_raw_fd();
         let script = format!(
-            "for fd in {kept} {other}; do if [ -e /proc/self/fd/$fd ]; then echo open; else echo closed; fi; done >&{out}; \
-             grep -E '^Sig(Blk|Ign)' /proc/self/status >&{out}"
+            "for fd in {kept} {other}; do if [ -e /proc/self/fd/$fd ]; then echo open; else echo closed; fi; done >&{out}"
         );
-        let pid = spawn_keeping(
-            Path::new("/bin/sh"),
-            &["-c".into(), script.into()],
-            &[kept, out],
-        )?;
+        // This thread spawns with SIGUSR1 blocked: the child must not
+        // inherit the mask.
+        // SAFETY: sigset_t is plain data, initialized by sigemptyset;
+        // pthread_sigmask changes only this thread's mask, restored below.
+        let before = unsafe {
+            let mut usr1: libc::sigset_t = std::mem::zeroed();
+            let mut before: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut usr1);
+            libc::sigaddset(&mut usr1, libc::SIGUSR1);
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_BLOCK, &usr1, &mut before),
+                0
+            );
+            before
+        };
+        // The shell reports the descriptors; awk, exec'd directly (a shell
+        // clears its signal mask when it starts), its own signal state.
+        let signals = format!("/^Sig(Blk|Ign)/ {{ print > \"/proc/self/fd/{out}\" }}");
+        // One after the other, so their lines come in order.
+        let run = |program: &str, args: Vec<OsString>, keep: &[RawFd]| {
+            let pid = spawn_keeping(Path::new(program), &args, keep)?;
+            let waited = rustix::process::waitpid(
+                rustix::process::Pid::from_raw(i32::try_from(pid.0).map_err(io::Error::other)?),
+                rustix::process::WaitOptions::empty(),
+            )?;
+            Ok::<_, io::Error>(waited.and_then(|(_, s)| s.exit_status()))
+        };
+        let statuses = [
+            run("/bin/sh", vec!["-c".into(), script.into()], &[kept, out]),
+            run(
+                "/usr/bin/awk",
+                vec![signals.into(), "/proc/self/status".into()],
+                &[out],
+            ),
+        ];
+        // SAFETY: restores this thread's own mask, saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut()) };
+        let statuses = statuses.into_iter().collect::<io::Result<Vec<_>>>()?;
         drop(out_write);
         let mut report = String::new();
         std::fs::File::from(out_read).read_to_string(&mut report)?;
-        let status = rustix::process::waitpid(
-            rustix::process::Pid::from_raw(i32::try_from(pid.0).map_err(io::Error::other)?),
-            rustix::process::WaitOptions::empty(),
-        )?;
-        assert!(status.is_some_and(|(_, s)| s.exit_status() == Some(0)));
+        assert_eq!(statuses, [Some(0), Some(0)], "{report}");
         let mut lines = report.lines();
         assert_eq!(lines.next(), Some("open"), "{report}");
         assert_eq!(lines.next(), Some("closed"), "{report}");
-        // Nothing blocked; SIGPIPE (bit 12) not ignored, although this
-        // test process ignores it (the Rust runtime does).
+        // Nothing blocked (SIGUSR1 was, in the spawning thread); SIGPIPE
+        // (bit 12) not ignored, although this test process ignores it (the
+        // Rust runtime does).
         let mask = |name: &str| {
             report
                 .lines()
@@ -236,6 +281,12 @@ mod tests {
         assert_eq!(mask("SigIgn:").map(|m| m & (1 << 12)), Some(0), "{report}");
         assert!(rustix::io::fcntl_getfd(&kept_read)?.contains(rustix::io::FdFlags::CLOEXEC));
         Ok(())
+    }
+
+    /// This host's glibc keeps descriptors (the tests above rely on it).
+    #[test]
+    fn this_glibc_keeps_descriptors() {
+        assert_eq!(keeps_descriptors(), Ok(()));
     }
 
     /// An exec failure comes back as its errno.
