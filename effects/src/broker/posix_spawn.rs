@@ -6,7 +6,7 @@
 //! with that failure's errno.
 //!
 //! Descriptors the child must keep are named by `adddup2(fd, fd)` file
-//! actions: POSIX.1-2024 (Austin Group issue 411; glibc since 2.29) clears
+//! actions: POSIX.1-2024 (and glibc since 2.29) clears
 //! `FD_CLOEXEC` on the child's copy only, so the parent's stay close-on-exec
 //! and a concurrent spawn by another thread never inherits them. The signal
 //! mask is emptied and `SIGPIPE` set back to its default in the child, as
@@ -64,8 +64,8 @@ pub fn spawn_keeping(program: &Path, args: &[OsString], keep: &[RawFd]) -> io::R
     Ok(HostPid(pid))
 }
 
-/// The oldest glibc whose `adddup2(fd, fd)` clears `FD_CLOEXEC` (its bug
-/// 23640); an older one would close the kept descriptors at the exec.
+/// The oldest glibc whose `adddup2(fd, fd)` clears `FD_CLOEXEC`; an older
+/// one would close the kept descriptors at the exec.
 const KEEPS_FROM: (u32, u32) = (2, 29);
 
 /// Whether this process's glibc keeps descriptors as [`spawn_keeping`]
