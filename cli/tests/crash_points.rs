@@ -38,13 +38,20 @@ struct Env {
     home: PathBuf,
     workspace: PathBuf,
     image: String,
+    /// The profile enables host escalation with one auto-approved host
+    /// tool ([`HOST_TOOL`]).
+    escalation: bool,
     /// Traces already replayed (an archived trace does not change).
     replayed: BTreeSet<PathBuf>,
 }
 
+/// The escalation scenario's host tool, under the test user's HOME.
+const HOST_TOOL: &str = "tools/tool";
+
 /// An empty HOME for the test user: config, runtime dir, workspace and the
-/// crash logs' directory.
-fn create_home(home: &Path, image: &str) {
+/// crash logs' directory; with `escalation`, a host tool the profile
+/// auto-approves.
+fn create_home(home: &Path, image: &str, escalation: bool) {
     let _ = Command::new("rm").arg("-rf").arg(home).status();
     for dir in [
         home.join(".config/lazaret"),
@@ -56,25 +63,37 @@ fn create_home(home: &Path, image: &str) {
     }
     std::fs::set_permissions(home.join("run"), std::fs::Permissions::from_mode(0o700)).unwrap();
     let config = home.join(".config/lazaret/config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"
-        ),
-    )
-    .unwrap();
+    let mut text = format!(
+        "schema = \"lazaret-trusted-host-config-v1\"\n[profiles.default]\nimage = \"{image}\"\n"
+    );
+    if escalation {
+        let tool = home.join(HOST_TOOL);
+        std::fs::create_dir_all(tool.parent().unwrap()).unwrap();
+        std::fs::write(&tool, "#!/bin/sh\necho tool\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        text.push_str(&format!(
+            "[profiles.default.escalation]\nenabled = true\nauto_approve = [{{ executable = \"{}\", args = [] }}]\n",
+            tool.display()
+        ));
+    }
+    std::fs::write(&config, text).unwrap();
     std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
     chown_tree(home);
 }
 
 impl Env {
     fn new(name: &str, image: &str) -> Env {
+        Self::with(name, image, false)
+    }
+
+    fn with(name: &str, image: &str, escalation: bool) -> Env {
         let home = PathBuf::from(format!("/tmp/lazaret-crash-points-{name}"));
-        create_home(&home, image);
+        create_home(&home, image, escalation);
         Env {
             workspace: home.join("ws"),
             home,
             image: image.to_owned(),
+            escalation,
             replayed: BTreeSet::new(),
         }
     }
@@ -99,7 +118,7 @@ impl Env {
             }
         }
         let _ = self.nothing_left();
-        create_home(&self.home, &self.image);
+        create_home(&self.home, &self.image, self.escalation);
         self.replayed.clear();
     }
 
@@ -139,6 +158,16 @@ impl Env {
 
     fn spawn(&self, args: &[&str], point: Option<&str>, log: Option<&Path>) -> Child {
         self.command(args, point, log).spawn().unwrap()
+    }
+
+    /// The escalation scenario's session: one auto-approved host command
+    /// from inside the sandbox, then the session's own output.
+    fn spawn_escalating(&self, point: Option<&str>, log: Option<&Path>) -> Child {
+        let script = format!(
+            "/.lazaret/sbin/lazaret-escalate --why crash -- {} && echo out",
+            self.home.join(HOST_TOOL).display()
+        );
+        self.spawn(&["default", "--", "sh", "-c", &script], point, log)
     }
 
     /// Every process whose environment or command line names this Domain's
@@ -665,6 +694,26 @@ fn run_points(
     (covered, failures)
 }
 
+/// Runs every point of scenario `name` ([`run_points`]), started at `t`,
+/// prints its summary and fails on any failed point.
+fn crash_every_point(
+    env: &mut Env,
+    name: &str,
+    points: &[Point],
+    crash: fn(&Env, &Point, &Path) -> Result<Vec<Ending>, String>,
+    t: Instant,
+) {
+    let (covered, failures) = run_points(env, points, crash);
+    summary(name, points, &covered, &failures, t.elapsed());
+    assert!(
+        failures.is_empty(),
+        "{} of {} crash points failed:\n{}",
+        failures.len(),
+        points.len(),
+        failures.join("\n")
+    );
+}
+
 fn summary(name: &str, points: &[Point], covered: &[Covered], failures: &[String], took: Duration) {
     let per_role = |role: &str| {
         points
@@ -713,15 +762,7 @@ fn every_crash_point_of_a_launch_recovers() {
             "the enumerating run passed no {role} point: {points:?}"
         );
     }
-    let (covered, failures) = run_points(&mut env, &points, crash_launch);
-    summary("launch", &points, &covered, &failures, t.elapsed());
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash points failed:\n{}",
-        failures.len(),
-        points.len(),
-        failures.join("\n")
-    );
+    crash_every_point(&mut env, "launch", &points, crash_launch, t);
 }
 
 /// A second session joining a running Domain and its close: every point
@@ -780,15 +821,61 @@ fn every_crash_point_of_a_joining_session_recovers() {
         points.iter().any(|p| p.second),
         "the second CLI passed no point: {points:?}"
     );
-    let (covered, failures) = run_points(&mut env, &points, crash_join);
-    summary("join", &points, &covered, &failures, t.elapsed());
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash points failed:\n{}",
-        failures.len(),
-        points.len(),
-        failures.join("\n")
+    crash_every_point(&mut env, "join", &points, crash_join, t);
+}
+
+/// One crash run of the escalation scenario: the CLI's ending.
+fn crash_escalation(env: &Env, point: &Point, log: &Path) -> Result<Vec<Ending>, String> {
+    let child = env.spawn_escalating(Some(&point.spec), Some(log));
+    let out = wait_bounded(child, CLI_LIMIT, "the CLI")?;
+    Ok(vec![ending(&out, "tool\nout\n", crashes(point, false))?])
+}
+
+/// Spec 3.8, 3.3 recovery: every Host Coordinator step of one escalation
+/// request (each traced, `lazaret_runtime::escalation::steps`) is a crash
+/// point; a coordinator killed at any of them takes its host process with
+/// it (nothing of the Domain is left, the host command's supervisor
+/// included), the CLI finishes or reports the failure, and the next launch
+/// recovers and every trace replays.
+#[test]
+fn every_crash_point_of_an_escalation_recovers() {
+    let t = Instant::now();
+    let mut env = Env::with("escalation", &default_image(), true);
+    let log = env.fresh_log("enumerate");
+    let out = wait_bounded(env.spawn_escalating(None, Some(&log)), CLI_LIMIT, "the CLI").unwrap();
+    assert_eq!(
+        (out.status.code(), out.stdout.as_str()),
+        (Some(0), "tool\nout\n"),
+        "{}",
+        out.stderr
     );
+    env.nothing_left().unwrap();
+    let escalation_steps = [
+        "SubmitEscalation",
+        "AcceptEscalation",
+        "AutoApproveEscalation",
+        "PauseTerminalForwarding",
+        "StartHostProcess",
+        "EmitResultChunk",
+        "AckResultChunk",
+        "HostProcessExits",
+        "ResumeTerminalForwarding",
+        "DeliverResult",
+        "CollectResult",
+    ];
+    let points: Vec<Point> = passed(&log_lines(&log), false, &BTreeSet::new())
+        .into_iter()
+        .filter(|p| {
+            p.spec.starts_with("hc:") && escalation_steps.iter().any(|s| p.label.starts_with(s))
+        })
+        .collect();
+    for step in escalation_steps {
+        assert!(
+            points.iter().any(|p| p.label.starts_with(step)),
+            "the enumerating run passed no {step} point: {points:?}"
+        );
+    }
+    crash_every_point(&mut env, "escalation", &points, crash_escalation, t);
 }
 
 const PLANT: [&str; 5] = [

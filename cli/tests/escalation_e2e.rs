@@ -175,7 +175,41 @@ fn an_auto_approved_host_command_runs_from_inside_the_sandbox() {
     );
     assert!(!listing.contains("seen"), "{listing}");
 
+    // Spec 3.8: every step is a step of the coordinator's model trace
+    // (which `assert_nothing_left` replays).
+    let steps = traced_actions(&env);
+    for step in [
+        "SubmitEscalation",
+        "AutoApproveEscalation",
+        "PauseTerminalForwarding",
+        "StartHostProcess",
+        "EmitResultChunk",
+        "AckResultChunk",
+        "HostProcessExits",
+        "ResumeTerminalForwarding",
+        "DeliverResult",
+        "CollectResult",
+        "RouteToPrompt",
+        "DenyEscalation",
+    ] {
+        assert!(steps.contains(step), "no {step} traced: {steps:?}");
+    }
     env.assert_nothing_left();
+}
+
+/// The action names of every kept coordinator trace of `env`.
+fn traced_actions(env: &Env) -> std::collections::BTreeSet<String> {
+    env.traces()
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .filter_map(|v| v["action"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 #[test]
@@ -361,5 +395,16 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
     b.keys(&["exit", "Enter"]);
     assert_eq!(domain.status("b", &b), "0");
     drop((a, b));
-    domain.finish();
+    // The traces are kept once the Domain is torn down.
+    domain.env.assert_nothing_left();
+    let steps = traced_actions(&domain.env);
+    for step in [
+        "RouteToPrompt",
+        "ApproveEscalation",
+        "DenyEscalation",
+        "StartHostProcess",
+        "ResumeTerminalForwarding",
+    ] {
+        assert!(steps.contains(step), "no {step} traced: {steps:?}");
+    }
 }

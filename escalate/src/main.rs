@@ -13,6 +13,15 @@
 //! and exits with the host command's status. SIGINT (Ctrl-C) sends a
 //! cancellation and waits for the coordinator's answer.
 //!
+//! A chunk is acknowledged once it is kept, not once it is printed: while
+//! the host command runs, the Host Coordinator does not read the session's
+//! terminal (spec 3.4), so printing there waits until the command ended,
+//! and the coordinator's window of eight unacknowledged chunks must not
+//! wait with it. What waits is kept in an unnamed file (`O_TMPFILE` in
+//! `$TMPDIR` or `/tmp`, the sandbox's own space: `/tmp` is a bounded
+//! tmpfs), emptied whenever everything kept is printed. Where no such
+//! file can be made, or it is full, chunks are printed as they come.
+//!
 //! Exit status: the host command's own status when it ran and exited; 126
 //! when the request was denied; 124 when it timed out; 130 when it was
 //! cancelled; 125 when it failed to run or ended without a status, or when
@@ -25,14 +34,16 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use lazaret_wire::client::{
-    EscalationClient, ResultReader, CREDENTIALS, SANDBOX_REQUESTS, SANDBOX_RESULTS,
-    SESSION_CAPABILITY_ENV,
+    EscalationClient, CREDENTIALS, SANDBOX_REQUESTS, SANDBOX_RESULTS, SESSION_CAPABILITY_ENV,
 };
 use lazaret_wire::ids::EscalationRequestId;
 use lazaret_wire::mailbox::{
@@ -231,7 +242,7 @@ fn run(inv: Invocation) -> Result<u8, String> {
     put(&inv.requests, MailboxEntry::Request(id), &request)?;
     let mut cancelled = false;
     let mut pause = POLL_MIN;
-    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    let mut output = Output::new();
     loop {
         if INTERRUPTED.load(Ordering::SeqCst) && !cancelled {
             cancelled = true;
@@ -240,7 +251,8 @@ fn run(inv: Invocation) -> Result<u8, String> {
         }
         let next = MailboxEntry::Chunk(id, reader.received());
         if let Some(file) = take(&inv.results, next)? {
-            deliver(&mut reader, &file, &mut stdout, &mut stderr)?;
+            let chunk = reader.chunk(&file).map_err(|e| e.to_string())?;
+            output.put(chunk.stream, &chunk.bytes);
             if let Some(ack) = client.acknowledgement(&reader).map_err(|e| e.to_string())? {
                 let highest = reader.received() - 1;
                 put(&inv.requests, MailboxEntry::Ack(id, highest), &ack)?;
@@ -250,6 +262,7 @@ fn run(inv: Invocation) -> Result<u8, String> {
         }
         if let Some(file) = take(&inv.results, MailboxEntry::Result(id))? {
             let result = reader.result(&file).map_err(|e| e.to_string())?;
+            output.finish();
             let (code, message) = exit_for(result.outcome, result.exit_code);
             if let Some(message) = message {
                 eprintln!("lazaret-escalate: {message}");
@@ -261,22 +274,179 @@ fn run(inv: Invocation) -> Result<u8, String> {
     }
 }
 
-/// Prints one chunk's bytes on its stream.
-fn deliver(
-    reader: &mut ResultReader,
-    file: &[u8],
-    stdout: &mut std::io::Stdout,
-    stderr: &mut std::io::Stderr,
-) -> Result<(), String> {
-    let chunk = reader.chunk(file).map_err(|e| e.to_string())?;
-    let written = match chunk.stream {
-        ResultStream::Stdout => stdout.write_all(&chunk.bytes).and_then(|()| stdout.flush()),
-        ResultStream::Stderr => stderr.write_all(&chunk.bytes).and_then(|()| stderr.flush()),
+/// Prints `bytes` on `stream`. A closed output (a pipe whose reader left)
+/// loses the rest of the output, not the run: its status still matters.
+fn print(stream: ResultStream, bytes: &[u8]) {
+    let _ = match stream {
+        ResultStream::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(bytes).and_then(|()| out.flush())
+        }
+        ResultStream::Stderr => std::io::stderr().lock().write_all(bytes),
     };
-    // A closed output (a pipe whose reader left) loses the rest of the
-    // output, not the run: its status still matters.
-    let _ = written;
-    Ok(())
+}
+
+/// A spilled chunk's header: its stream (0 stdout, 1 stderr) and length.
+const HEADER: usize = 5;
+
+/// How far the spill is written and printed, shared with its printer.
+#[derive(Debug, Default)]
+struct Spilled {
+    written: u64,
+    printed: u64,
+    done: bool,
+}
+
+/// A spill file and its printer thread.
+struct Spill {
+    file: Arc<File>,
+    /// Where the next kept chunk goes.
+    written: u64,
+    shared: Arc<(Mutex<Spilled>, Condvar)>,
+    printer: JoinHandle<()>,
+}
+
+/// The host command's output on its way to this process's standard
+/// output and error (see the module comment); without a spill, printed
+/// as it comes.
+struct Output {
+    spill: Option<Spill>,
+}
+
+impl Output {
+    fn new() -> Self {
+        let dir = std::env::var_os("TMPDIR")
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute())
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .mode(0o600)
+            .open(&dir);
+        let spill = file.ok().map(|file| {
+            let file = Arc::new(file);
+            let shared = Arc::new((Mutex::new(Spilled::default()), Condvar::new()));
+            let printer = {
+                let (file, shared) = (Arc::clone(&file), Arc::clone(&shared));
+                std::thread::spawn(move || print_spilled(&file, &shared))
+            };
+            Spill {
+                file,
+                written: 0,
+                shared,
+                printer,
+            }
+        });
+        Self { spill }
+    }
+
+    /// Keeps one chunk for printing (or prints it, without a spill).
+    fn put(&mut self, stream: ResultStream, bytes: &[u8]) {
+        let Some(spill) = self.spill.as_mut() else {
+            return print(stream, bytes);
+        };
+        let Ok(len) = u32::try_from(bytes.len()) else {
+            return print(stream, bytes);
+        };
+        let (lock, changed) = &*spill.shared;
+        if let Ok(mut spilled) = lock.lock() {
+            // Everything kept is printed: the file starts over, so it
+            // holds only what waits.
+            if spilled.printed == spilled.written
+                && spilled.written > 0
+                && spill.file.set_len(0).is_ok()
+            {
+                *spilled = Spilled::default();
+                spill.written = 0;
+            }
+        }
+        let mut record = Vec::with_capacity(HEADER + bytes.len());
+        record.push(u8::from(stream == ResultStream::Stderr));
+        record.extend_from_slice(&len.to_le_bytes());
+        record.extend_from_slice(bytes);
+        if spill.file.write_all_at(&record, spill.written).is_ok() {
+            spill.written += record.len() as u64;
+            if let Ok(mut spilled) = lock.lock() {
+                spilled.written = spill.written;
+            }
+            changed.notify_all();
+        } else {
+            // A full spill: what was kept is printed first, then this and
+            // the rest as they come.
+            self.finish();
+            print(stream, bytes);
+        }
+    }
+
+    /// Waits until everything kept is printed (also when the run ends in
+    /// an error: what was acknowledged is the client's to print).
+    fn finish(&mut self) {
+        let Some(spill) = self.spill.take() else {
+            return;
+        };
+        let (lock, changed) = &*spill.shared;
+        if let Ok(mut spilled) = lock.lock() {
+            spilled.done = true;
+        }
+        changed.notify_all();
+        let _ = spill.printer.join();
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// The printer thread: prints each kept chunk in order until the spill is
+/// done and all of it printed. The file is emptied (by the writer) only
+/// while everything in it is printed, so never under this thread's reads.
+fn print_spilled(file: &File, shared: &(Mutex<Spilled>, Condvar)) {
+    let (lock, changed) = shared;
+    // Bounded by the spill: every turn prints what was kept or ends.
+    loop {
+        let (mut offset, written) = {
+            let Ok(mut spilled) = lock.lock() else { return };
+            while spilled.written == spilled.printed && !spilled.done {
+                spilled = match changed.wait(spilled) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
+            }
+            if spilled.written == spilled.printed {
+                return;
+            }
+            (spilled.printed, spilled.written)
+        };
+        while offset < written {
+            let mut header = [0u8; HEADER];
+            if file.read_exact_at(&mut header, offset).is_err() {
+                return;
+            }
+            let [tag, len @ ..] = header;
+            let len = u32::from_le_bytes(len) as usize;
+            let mut bytes = vec![0u8; len];
+            if file
+                .read_exact_at(&mut bytes, offset + HEADER as u64)
+                .is_err()
+            {
+                return;
+            }
+            let stream = if tag == 1 {
+                ResultStream::Stderr
+            } else {
+                ResultStream::Stdout
+            };
+            print(stream, &bytes);
+            offset += (HEADER + len) as u64;
+        }
+        if let Ok(mut spilled) = lock.lock() {
+            spilled.printed = written;
+        }
+    }
 }
 
 fn main() -> ExitCode {

@@ -12,17 +12,25 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use lazaret_effects::confined::{ConfinedSys, RealSys, UserIds};
 use lazaret_effects::escalation::launcher::{open_executable, HostProcessSetting};
-use lazaret_effects::escalation::prompt_desk::{PromptAnswer, PromptDesk};
+use lazaret_effects::escalation::model_steps::{EscalationSteps, StepRefused};
+use lazaret_effects::escalation::prompt_desk::{
+    PromptAnswer, PromptDesk, Registration, TerminalHold, TerminalUse,
+};
 use lazaret_effects::escalation::service::{ApprovalRule, Limits, Served, Service};
 use lazaret_effects::escalation::MailboxDir;
+use lazaret_generated::lazaret::{Esc, SessionsId};
 use lazaret_runtime::config::ResolvedAutoApprovalRule;
+use lazaret_runtime::coordinator::host_model::support::serving_one_session;
+use lazaret_runtime::coordinator::host_model::HostModel;
 use lazaret_runtime::escalation::prompt::check_decision;
+use lazaret_runtime::escalation::steps::EscalationStep;
 use lazaret_runtime::escalation::{MailboxAuthority, RequestLedger};
 use lazaret_runtime::protocol::mailbox::{
     DeveloperDecision, DeveloperDecisionKind, EscalationOutcome, MailboxEntry, SignedPayload,
@@ -64,6 +72,92 @@ struct Fixture {
     anchor: TrustAnchor,
     capability_hex: String,
     sh: PathBuf,
+    steps: ModelSteps,
+}
+
+/// The product's model of a coordinator serving the test's one session:
+/// the service's every step is checked and taken as the coordinator's
+/// event loop takes it (spec 3.8: every step is a generated transition).
+struct ModelSteps {
+    model: Mutex<(HostModel, SessionsId)>,
+    refused: Mutex<Vec<StepRefused>>,
+}
+
+impl ModelSteps {
+    fn new() -> Self {
+        Self {
+            model: Mutex::new(serving_one_session().expect("a serving model")),
+            refused: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The model took every step asked, and the session is back where a
+    /// request starts: none open, its terminal forwarding.
+    fn assert_at_rest(&self) {
+        assert_eq!(*self.refused.lock().unwrap(), Vec::new());
+        let model = self.model.lock().unwrap();
+        let (m, s) = &*model;
+        assert_eq!(m.state().esc[s.index()], Esc::None);
+        assert!(m.state().pty_fwd[s.index()], "the terminal forwards again");
+    }
+}
+
+impl EscalationSteps for ModelSteps {
+    fn take(&self, session: SessionId, step: EscalationStep) -> Result<(), StepRefused> {
+        if session != SESSION {
+            return Err(StepRefused::NotServed { step, session });
+        }
+        let mut model = self.model.lock().unwrap();
+        let (m, s) = &mut *model;
+        let action = step.action(m.me(), *s);
+        let taken = m
+            .take(action)
+            .map(|_| ())
+            .map_err(|e| StepRefused::Disabled {
+                step,
+                why: e.to_string(),
+            });
+        if let Err(refused) = &taken {
+            self.refused.lock().unwrap().push(refused.clone());
+        }
+        taken
+    }
+}
+
+/// Plays the terminal loop's side of a request's lease on `line`'s
+/// terminal: applies what the request wants until `done`, and returns
+/// each change applied, in order.
+fn apply_holds(
+    line: &Registration,
+    done: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<TerminalUse>> {
+    apply_holds_after(line, done, Duration::ZERO)
+}
+
+/// [`apply_holds`] by a terminal loop busy for `busy` first (a guest
+/// observation, a signal through runsc).
+fn apply_holds_after(
+    line: &Registration,
+    done: &Arc<AtomicBool>,
+    busy: Duration,
+) -> std::thread::JoinHandle<Vec<TerminalUse>> {
+    let hold: Arc<TerminalHold> = Arc::clone(line.hold());
+    let done = Arc::clone(done);
+    std::thread::spawn(move || {
+        std::thread::sleep(busy);
+        let mut applied: Vec<TerminalUse> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+            if let Some((wanted, serial)) = hold.pending() {
+                if applied.last() != Some(&wanted) {
+                    applied.push(wanted);
+                }
+                hold.applied(serial);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        applied
+    })
 }
 
 fn fixture() -> Fixture {
@@ -118,6 +212,7 @@ fn fixture() -> Fixture {
         anchor,
         capability_hex,
         sh,
+        steps: ModelSteps::new(),
     }
 }
 
@@ -134,7 +229,19 @@ fn handle(path: &Path) -> MailboxDir {
 impl Fixture {
     /// The client asking for `argv`, its standard output piped.
     fn client(&self, argv: &[&str]) -> Child {
+        self.client_in(argv, &std::env::temp_dir())
+    }
+
+    /// A client that prints every chunk as it comes, acknowledging it only
+    /// once printed: it can keep no output (its `TMPDIR` does not exist),
+    /// so output nobody reads holds its acknowledgements back.
+    fn client_printing_directly(&self, argv: &[&str]) -> Child {
+        self.client_in(argv, &self.dir.path().join("no-such-directory"))
+    }
+
+    fn client_in(&self, argv: &[&str], tmpdir: &Path) -> Child {
         Command::new(env!("CARGO_BIN_EXE_lazaret-escalate"))
+            .env("TMPDIR", tmpdir)
             .arg("--credentials")
             .arg(self.dir.path().join("credentials"))
             .arg("--mailbox")
@@ -194,6 +301,7 @@ impl Fixture {
             user: &user,
             setting: &setting,
             limits,
+            steps: &self.steps,
         };
         let registered = |b: &SessionBinding| b.session_id == SESSION;
         let mut ledger = RequestLedger::default();
@@ -203,9 +311,11 @@ impl Fixture {
                 .take_requests(&mut ledger, &registered, &|_| false)
                 .expect("the inbound directory is read");
             if let Some(a) = pass.admitted.first() {
-                return service
+                let served = service
                     .serve(a, &registered)
                     .expect("the request is served");
+                self.steps.assert_at_rest();
+                return served;
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -277,6 +387,7 @@ fn with_service<T>(f: &Fixture, limits: Limits, run: impl FnOnce(&Service<'_>) -
         user: &user,
         setting: &setting,
         limits,
+        steps: &f.steps,
     })
 }
 
@@ -358,7 +469,7 @@ fn a_flood_read_slowly_keeps_at_most_eight_chunks_outstanding() {
     let sh = f.sh.to_str().expect("UTF-8").to_owned();
     // 6 MiB on standard output.
     let script = "head -c 6291456 /dev/zero";
-    let mut client = f.client(&[&sh, "-c", script]);
+    let mut client = f.client_printing_directly(&[&sh, "-c", script]);
     let mut stdout = client.stdout.take().expect("piped");
     let results = f.dir.path().join("mailbox/results");
     // A reader that reads nothing until eight chunk files wait unread:
@@ -393,6 +504,41 @@ fn a_flood_read_slowly_keeps_at_most_eight_chunks_outstanding() {
     // Every chunk file was acknowledged and removed; only the result is left.
     let left = names(&f, "results");
     assert_eq!(left.len(), 1, "{left:?}");
+}
+
+/// Spec 3.4: while the host command runs, the session's terminal is not
+/// read. The client keeps what it cannot print yet and acknowledges it,
+/// so a command with far more output than the window and the output's
+/// buffer hold completes, and all of it is printed afterwards, in order.
+#[test]
+fn output_nobody_reads_while_the_command_runs_is_kept_and_printed_after() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    // About 5 MB on standard output, the rest of the window's worth on
+    // standard error after it.
+    let script = "seq 1 700000; head -c 100000 /dev/zero >&2";
+    let mut client = f.client(&[&sh, "-c", script]);
+    let mut stdout = client.stdout.take().expect("piped");
+    let mut stderr = client.stderr.take().expect("piped");
+    // Nobody reads the client's output until the request is served: a
+    // client that waited on its output would time out the window.
+    let served = f.serve_one(&["-c", script], fast());
+    assert_eq!(served.outcome, EscalationOutcome::Completed);
+    assert_eq!(served.exit_code, Some(0));
+    assert!(served.chunks > 100, "{served:?}");
+    let errors = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stderr.read_to_end(&mut bytes).expect("reads stderr");
+        bytes
+    });
+    let mut text = String::new();
+    stdout.read_to_string(&mut text).expect("reads stdout");
+    let expected: String = (1..=700_000).map(|n| format!("{n}\n")).collect();
+    assert!(text == expected, "stdout differs ({} bytes)", text.len());
+    let errors = errors.join().expect("the stderr reader");
+    assert_eq!(errors.len(), 100_000);
+    assert!(errors.iter().all(|b| *b == 0));
+    assert_eq!(client.wait().expect("the client ends").code(), Some(0));
 }
 
 #[test]
@@ -575,7 +721,7 @@ fn cancelling_mid_flood_gives_unread_chunks_up_and_exits_130() {
     let f = fixture();
     let sh = f.sh.to_str().expect("UTF-8").to_owned();
     let script = "head -c 6291456 /dev/zero; sleep 60";
-    let mut client = f.client(&[&sh, "-c", script]);
+    let mut client = f.client_printing_directly(&[&sh, "-c", script]);
     let stdout = client.stdout.take().expect("piped");
     let results = f.dir.path().join("mailbox/results");
     let client_pidfd = pidfd_of(&client);
@@ -622,17 +768,23 @@ fn delivered_results_are_swept_after_their_retention() {
     assert_eq!((swept, results()), (1, 0));
 }
 
-/// Plays the session's terminal loop for one prompt: takes it, and
-/// answers `answer` signed by `key` (through `check_decision`, as the
-/// loop does), or, without an answer, waits until the service withdraws
-/// it. Returns the prompt and how the service withdrew it while it was
-/// open.
+/// What a played terminal saw: the prompt, how the service withdrew it
+/// while it was open, and what the request wanted of the terminal, in
+/// order.
+type Played = (EscalationPrompt, Option<PromptClosing>, Vec<TerminalUse>);
+
+/// Plays the session's terminal loop for one prompt until `done`: applies
+/// what the request wants of the terminal, takes the prompt, and answers
+/// `answer` signed by `key` (through `check_decision`, as the loop does),
+/// or, without an answer, waits until the service withdraws it.
 fn terminal(
     desk: &Arc<PromptDesk>,
     key: SigningKey,
     answer: Option<DeveloperDecisionKind>,
-) -> std::thread::JoinHandle<(EscalationPrompt, Option<PromptClosing>)> {
+    done: &Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Played> {
     let (line, asks) = desk.register(SESSION, Arc::new(|| {}));
+    let holds = apply_holds(&line, done);
     std::thread::spawn(move || {
         let _line = line;
         let ask = asks
@@ -643,7 +795,8 @@ fn terminal(
             while ask.withdrawn().is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            return (ask.prompt.clone(), ask.withdrawn());
+            let withdrawn = ask.withdrawn();
+            return (ask.prompt.clone(), withdrawn, holds.join().expect("holds"));
         };
         let decision = DeveloperDecision {
             protocol_version: lazaret_runtime::protocol::PROTOCOL_VERSION,
@@ -668,9 +821,13 @@ fn terminal(
             Ok(d) => PromptAnswer::Decided(Box::new(d)),
             Err(e) => PromptAnswer::Refused(e),
         });
-        (ask.prompt.clone(), withdrawn)
+        (ask.prompt.clone(), withdrawn, holds.join().expect("holds"))
     })
 }
+
+/// Spec 3.4: held from before the prompt until the route is the
+/// sandbox's again.
+const PROMPTED: [TerminalUse; 2] = [TerminalUse::Held, TerminalUse::Forwarding];
 
 /// A request no rule matches, which writes `marker` and exits 4.
 fn marked_request(f: &Fixture) -> (Vec<String>, PathBuf) {
@@ -689,14 +846,28 @@ fn an_inexact_request_runs_once_its_session_approves_on_its_prompt() {
     let f = fixture();
     let (argv, marker) = marked_request(&f);
     let desk = Arc::new(PromptDesk::new("agent".into()));
+    let done = Arc::new(AtomicBool::new(false));
     let term = terminal(
         &desk,
         session_anchor(),
         Some(DeveloperDecisionKind::Approve),
+        &done,
     );
     let client = f.client(&strs(&argv));
     let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
-    let (prompt, withdrawn) = term.join().expect("the terminal");
+    done.store(true, Ordering::SeqCst);
+    let (prompt, withdrawn, holds) = term.join().expect("the terminal");
+    // Spec 3.4: the terminal stops forwarding before the prompt, is the
+    // host process's while it runs, and forwards once it ended.
+    assert_eq!(
+        holds,
+        [
+            TerminalUse::Held,
+            TerminalUse::HostProcess,
+            TerminalUse::Held,
+            TerminalUse::Forwarding
+        ]
+    );
     // DX-4: the prompt names the profile, the session, the exact vector
     // and the justification.
     assert_eq!(prompt.profile, "agent");
@@ -711,26 +882,88 @@ fn an_inexact_request_runs_once_its_session_approves_on_its_prompt() {
     assert!(marker.exists(), "the approved command ran");
 }
 
+/// A terminal loop busy for longer than a moment delays the request; it
+/// never takes it out of the model (the session can ask again at once).
+#[test]
+fn a_busy_terminal_delays_a_request_and_the_next_one_still_runs() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let desk = Arc::new(PromptDesk::new("agent".into()));
+    let (line, _asks) = desk.register(SESSION, Arc::new(|| {}));
+    let done = Arc::new(AtomicBool::new(false));
+    let holds = apply_holds_after(&line, &done, Duration::from_millis(2500));
+    for _ in 0..2 {
+        let client = f.client(&[&sh, "-c", "echo held"]);
+        let served = f.serve_one_prompting(&["-c", "echo held"], fast(), Some(&desk));
+        assert_eq!(served.outcome, EscalationOutcome::Completed);
+        let (code, stdout, stderr) = finish(client);
+        assert_eq!((code, stdout.as_str()), (0, "held\n"), "{stderr}");
+    }
+    done.store(true, Ordering::SeqCst);
+    // Spec 3.4: held, the host process's route, held, forwarding; twice.
+    let once = [
+        TerminalUse::Held,
+        TerminalUse::HostProcess,
+        TerminalUse::Held,
+        TerminalUse::Forwarding,
+    ];
+    assert_eq!(holds.join().expect("holds"), [once, once].concat());
+}
+
+/// An approved vector whose executable cannot run fails without running
+/// anything, by the model's way to a result: the session is at rest and
+/// its terminal forwards again.
+#[test]
+fn an_approved_command_that_cannot_run_fails_and_leaves_the_terminal_forwarding() {
+    let f = fixture();
+    let missing = f.dir.path().join("missing-tool");
+    let argv = [missing.to_str().expect("UTF-8").to_owned()];
+    let desk = Arc::new(PromptDesk::new("agent".into()));
+    let done = Arc::new(AtomicBool::new(false));
+    let term = terminal(
+        &desk,
+        session_anchor(),
+        Some(DeveloperDecisionKind::Approve),
+        &done,
+    );
+    let client = f.client(&strs(&argv));
+    let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    done.store(true, Ordering::SeqCst);
+    let (_, _, holds) = term.join().expect("the terminal");
+    assert_eq!(served.outcome, EscalationOutcome::Failed);
+    assert_eq!(holds.last(), Some(&TerminalUse::Forwarding), "{holds:?}");
+    assert_eq!(finish(client).0, 125);
+}
+
 #[test]
 fn a_denial_or_a_decision_not_signed_by_the_session_never_runs_the_command() {
     let f = fixture();
     let (argv, marker) = marked_request(&f);
     let desk = Arc::new(PromptDesk::new("agent".into()));
     // Denied by the developer.
-    let term = terminal(&desk, session_anchor(), Some(DeveloperDecisionKind::Deny));
+    let done = Arc::new(AtomicBool::new(false));
+    let term = terminal(
+        &desk,
+        session_anchor(),
+        Some(DeveloperDecisionKind::Deny),
+        &done,
+    );
     let client = f.client(&strs(&argv));
     let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
-    term.join().expect("the terminal");
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(term.join().expect("the terminal").2, PROMPTED);
     assert_eq!(served.outcome, EscalationOutcome::Denied);
     let (code, _, stderr) = finish(client);
     assert_eq!(code, 126, "{stderr}");
     // An approval signed by any other key (another session's anchor, the
     // sandbox) is not the developer's: denied.
     let other = SigningKey::from_bytes(&[7; 32]);
-    let term = terminal(&desk, other, Some(DeveloperDecisionKind::Approve));
+    let done = Arc::new(AtomicBool::new(false));
+    let term = terminal(&desk, other, Some(DeveloperDecisionKind::Approve), &done);
     let client = f.client(&strs(&argv));
     let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
-    term.join().expect("the terminal");
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(term.join().expect("the terminal").2, PROMPTED);
     assert_eq!(served.outcome, EscalationOutcome::Denied);
     assert_eq!(finish(client).0, 126);
     assert!(!marker.exists(), "a command ran without an approval");
@@ -741,14 +974,17 @@ fn an_unanswered_prompt_times_out_and_is_withdrawn_from_the_terminal() {
     let f = fixture();
     let (argv, marker) = marked_request(&f);
     let desk = Arc::new(PromptDesk::new("agent".into()));
-    let term = terminal(&desk, session_anchor(), None);
+    let done = Arc::new(AtomicBool::new(false));
+    let term = terminal(&desk, session_anchor(), None, &done);
     let client = f.client(&strs(&argv));
     let limits = Limits {
         prompt: Duration::from_millis(300),
         ..fast()
     };
     let served = f.serve_one_prompting(&["-c", "true"], limits, Some(&desk));
-    let (_, withdrawn) = term.join().expect("the terminal");
+    done.store(true, Ordering::SeqCst);
+    let (_, withdrawn, holds) = term.join().expect("the terminal");
+    assert_eq!(holds, PROMPTED);
     assert_eq!(served.outcome, EscalationOutcome::TimedOut);
     assert_eq!(withdrawn, Some(PromptClosing::TimedOut));
     let (code, _, stderr) = finish(client);
@@ -776,12 +1012,15 @@ fn a_cancelled_request_withdraws_its_prompt() {
     let (argv, marker) = marked_request(&f);
     let desk = Arc::new(PromptDesk::new("agent".into()));
     let (line, asks) = desk.register(SESSION, Arc::new(|| {}));
+    let done = Arc::new(AtomicBool::new(false));
+    let holds = apply_holds(&line, &done);
     let client = f.client(&strs(&argv));
     let client_pidfd = pidfd_of(&client);
     // The terminal takes the prompt; then the asking process is
     // interrupted, which cancels its request.
+    // The line stays registered for the whole request, as a running
+    // session's does.
     let term = std::thread::spawn(move || {
-        let _line = line;
         let ask = asks
             .recv_timeout(Duration::from_secs(30))
             .expect("a prompt reaches the session's terminal");
@@ -794,11 +1033,14 @@ fn a_cancelled_request_withdraws_its_prompt() {
         ask.withdrawn()
     });
     let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    done.store(true, Ordering::SeqCst);
     assert_eq!(served.outcome, EscalationOutcome::Cancelled);
     assert_eq!(
         term.join().expect("the terminal"),
         Some(PromptClosing::Withdrawn)
     );
+    assert_eq!(holds.join().expect("holds"), PROMPTED);
+    drop(line);
     assert_eq!(finish(client).0, 130);
     assert!(!marker.exists());
 }
@@ -813,9 +1055,13 @@ fn a_request_too_large_to_show_whole_is_denied_unprompted() {
     // what they did not see.
     let long = format!("{script}; : {}", "x".repeat(600));
     let desk = Arc::new(PromptDesk::new("agent".into()));
-    let (_line, asks) = desk.register(SESSION, Arc::new(|| {}));
+    let (line, asks) = desk.register(SESSION, Arc::new(|| {}));
+    let done = Arc::new(AtomicBool::new(false));
+    let holds = apply_holds(&line, &done);
     let client = f.client(&[&sh, "-c", &long]);
     let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(holds.join().expect("holds"), PROMPTED);
     assert_eq!(served.outcome, EscalationOutcome::Denied);
     assert!(asks.try_recv().is_err(), "no prompt was shown");
     assert_eq!(finish(client).0, 126);

@@ -17,7 +17,7 @@ use super::election::elect;
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::trust_anchor;
 use super::launch::{launch_generation, LaunchedGeneration};
-use super::mailbox::{host_setting, MailboxHost};
+use super::mailbox::{host_setting, LoopSteps, MailboxHost};
 use super::observed::{ObserveError, Observer, Served};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::publication::Publication;
@@ -35,6 +35,7 @@ use crate::confined::{ConfinedError, OpenedObject, RealSys};
 use crate::crash_point::fault;
 use crate::domain_lock::DomainLockError;
 use crate::domain_store::{DomainStore, StoreError, StoreOp};
+use crate::escalation::model_steps::StepRefused;
 use crate::image::reference::ReferenceError;
 use crate::image::store::StoreError as BlobStoreError;
 use crate::image::ImageError;
@@ -44,7 +45,7 @@ use crate::process_identity::real::RealProcessSys;
 use crate::process_identity::IdentityError;
 use crate::process_identity::{identity_of, ProcessSys};
 use crate::userns::UsernsError;
-use lazaret_generated::lazaret::{Action, Decision, ProcSlots, SessionsId};
+use lazaret_generated::lazaret::{Action, Decision, ProcSlots, Sess, SessionsId};
 use lazaret_runtime::config::ConfigError;
 use lazaret_runtime::config::{
     DerivedNetworkPolicy, HostEnvironment, ResolvedEnvironment, SandboxLayoutV1,
@@ -59,6 +60,7 @@ use lazaret_runtime::coordinator::launch::step_name;
 use lazaret_runtime::coordinator::messages::SessionRequest;
 use lazaret_runtime::coordinator::serve::{self, Admission, ServeError};
 use lazaret_runtime::core::CoreError;
+use lazaret_runtime::escalation::steps::EscalationStep;
 use lazaret_runtime::ownership::terminal::TerminalOp;
 use lazaret_runtime::ownership::AbsenceProof;
 use lazaret_runtime::protocol::tls::TlsAuthority;
@@ -80,7 +82,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::time::{Duration, Instant};
 
 /// How long a coordinator whose bootstrap failed keeps answering the CLIs
@@ -363,6 +365,13 @@ pub(super) enum HcEvent {
         report: SessionReport,
     },
     SupervisorLost(String),
+    /// A mailbox thread asks for one model step of a request of
+    /// `session` (spec 3.8); the answer says whether it was taken.
+    Escalation {
+        session: SessionId,
+        step: EscalationStep,
+        reply: SyncSender<Result<(), StepRefused>>,
+    },
 }
 
 /// An authenticated Client CLI's connection and its opening (spec 3.3).
@@ -604,6 +613,7 @@ pub fn run_coordinator(
                     config.auto_approval_rules(),
                     host_setting(env, &config.workspace().label(), &program),
                     launch.running.profile.clone(),
+                    LoopSteps::new(events_tx.clone()),
                 )
             });
             // Dropping `mailbox` (on return or panic) stops its threads
@@ -789,6 +799,19 @@ fn serve(
                 session,
                 report,
             } => session_report(hc, slot, session, report)?,
+            HcEvent::Escalation {
+                session,
+                step,
+                reply,
+            } => match escalation_step(hc, session, step) {
+                Ok(answer) => {
+                    let _ = reply.send(answer);
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(StepRefused::Unanswered { step }));
+                    return Err(e);
+                }
+            },
             HcEvent::SupervisorLost(why) => {
                 tracing::warn!(%why, "Runtime Supervisor lost");
                 // The sandbox is gone: every session closes; each one's
@@ -799,14 +822,54 @@ fn serve(
                 record_runtime_end(hc, None)?;
             }
         }
-        // Spec 3.8: a request counts only while its session is served.
+        // Spec 3.8: a request counts only while its session is served,
+        // not once it closes (the model's `CloseSession` ends its request
+        // and host process). A starting session counts: a piped command
+        // may ask before its `RegisterSession`, whose step this loop takes
+        // before the request's first.
         if let Some(m) = mailbox.as_deref() {
-            m.publish(hc.sessions.values().map(|served| served.session));
+            let sess = &hc.model.state().sess;
+            m.publish(
+                hc.sessions
+                    .iter()
+                    .filter(|(s, _)| {
+                        matches!(sess.get(s.index()), Some(Sess::Starting | Sess::Registered))
+                    })
+                    .map(|(_, served)| served.session),
+            );
         }
         if serve::serving_done(hc.model.model()) {
             return Ok(());
         }
     }
+}
+
+/// One escalation step of a request of `session`, taken for the session's
+/// model slot when the model enables it (spec 3.8; the step's effect is
+/// the asking mailbox thread's). Only a failure to read the step's effect
+/// back is the coordinator's error.
+fn escalation_step(
+    hc: &mut Hc<'_, '_>,
+    session: SessionId,
+    step: EscalationStep,
+) -> Result<Result<(), StepRefused>, CoordinatorError> {
+    let Some(s) = hc
+        .sessions
+        .iter()
+        .find(|(_, served)| served.session == session)
+        .map(|(s, _)| *s)
+    else {
+        return Ok(Err(StepRefused::NotServed { step, session }));
+    };
+    let action = step.action(hc.model.me(), s);
+    if let Err(e) = hc.model.check(&action) {
+        return Ok(Err(StepRefused::Disabled {
+            step,
+            why: e.to_string(),
+        }));
+    }
+    hc.step(action, |_| Ok(()))?;
+    Ok(Ok(()))
 }
 
 /// A client connected: the core's [`serve::on_client`] plan, from its

@@ -20,19 +20,22 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lazaret_runtime::escalation::steps::EscalationStep;
 use lazaret_runtime::escalation::{MailboxAuthority, RequestLedger};
 use lazaret_runtime::protocol::records::SessionBinding;
 use lazaret_runtime::protocol::ResultSigner;
 use lazaret_runtime::records::ids::{EscalationRequestId, SessionId};
 
-use super::host::CoordinatorError;
+use super::host::{CoordinatorError, HcEvent};
 use super::paths::MAILBOX;
 use crate::config_resolve::ResolvedExecutableRule;
 use crate::confined::{ConfinedSys, RealSys, UserIds};
 use crate::escalation::launcher::HostProcessSetting;
+use crate::escalation::model_steps::{EscalationSteps, StepRefused};
 use crate::escalation::prompt_desk::PromptDesk;
 use crate::escalation::service::{Admitted, ApprovalRule, Limits, Service};
 use crate::escalation::MailboxDir;
@@ -110,6 +113,41 @@ pub(super) struct MailboxInputs {
     pub signer: ResultSigner,
     pub setting: HostProcessSetting,
     pub prompts: Arc<PromptDesk>,
+    pub steps: LoopSteps,
+}
+
+/// The coordinator's event loop, where the mailbox threads take their
+/// model steps ([`EscalationSteps`]): each step is an event the loop
+/// answers once it checked and took it, or refused it.
+#[derive(Debug, Clone)]
+pub(super) struct LoopSteps {
+    events: Sender<HcEvent>,
+}
+
+impl LoopSteps {
+    pub fn new(events: Sender<HcEvent>) -> Self {
+        Self { events }
+    }
+}
+
+impl EscalationSteps for LoopSteps {
+    fn take(&self, session: SessionId, step: EscalationStep) -> Result<(), StepRefused> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.events
+            .send(HcEvent::Escalation {
+                session,
+                step,
+                reply,
+            })
+            .map_err(|_| StepRefused::Unanswered { step })?;
+        // Not bounded by a timer: a step the loop took late would be a
+        // step the request never knew of. The loop answers every event it
+        // takes, and drops the ones queued when it stops (an error here);
+        // it never waits for a mailbox thread.
+        answer
+            .recv()
+            .map_err(|_| StepRefused::Unanswered { step })?
+    }
 }
 
 fn handle(path: &Path) -> Result<MailboxDir, CoordinatorError> {
@@ -161,6 +199,7 @@ pub(super) fn serve_mailbox(
         user: &user,
         setting: &inputs.setting,
         limits: Limits::default(),
+        steps: &inputs.steps,
     };
     let registered = |b: &SessionBinding| control.registered(b);
     let busy: Mutex<HashSet<SessionId>> = Mutex::new(HashSet::new());
@@ -248,6 +287,7 @@ pub(super) struct MailboxHost<'scope, 'env> {
     setting: HostProcessSetting,
     control: MailboxControl,
     prompts: Arc<PromptDesk>,
+    steps: LoopSteps,
     started: bool,
 }
 
@@ -257,6 +297,7 @@ impl<'scope, 'env> MailboxHost<'scope, 'env> {
         rules: &'env [ResolvedExecutableRule],
         setting: HostProcessSetting,
         profile: String,
+        steps: LoopSteps,
     ) -> Self {
         Self {
             scope,
@@ -264,6 +305,7 @@ impl<'scope, 'env> MailboxHost<'scope, 'env> {
             setting,
             control: MailboxControl::default(),
             prompts: Arc::new(PromptDesk::new(profile)),
+            steps,
             started: false,
         }
     }
@@ -290,6 +332,7 @@ impl<'scope, 'env> MailboxHost<'scope, 'env> {
             signer: anchor.result_signer(),
             setting: self.setting.clone(),
             prompts: Arc::clone(&self.prompts),
+            steps: self.steps.clone(),
         };
         let control = self.control.clone();
         let rules = self.rules;

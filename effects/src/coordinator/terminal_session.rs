@@ -28,6 +28,16 @@
 //! goes back to the sandbox and output flows again. Keys the client sent
 //! for the sandbox meanwhile are refused, never written to the PTY.
 //!
+//! An escalation request also holds the terminal through its lease
+//! (`prompt_desk::TerminalLease`; spec 3.4 "During `Prompt` or
+//! `HostProcess` routing the Host Coordinator stops reading the PTY
+//! master"): the loop stops reading the master when the request pauses
+//! forwarding (`PauseTerminalForwarding`), routes the terminal to the host
+//! process while it runs (`StartHostProcess`: the client's input, resizes
+//! and signals are refused) and back to the sandbox when it ended, and
+//! reads again when forwarding resumes (`ResumeTerminalForwarding`). An
+//! approved prompt keeps its route until the host process takes it.
+//!
 //! Release (close, client loss, PTY loss, exec-client loss) follows the
 //! machine's order: SIGHUP, grace, SIGTERM, grace, SIGKILL to the recorded
 //! guest process group, each only after an observation found the leader
@@ -39,7 +49,9 @@ use super::release_gate::ReleaseGate;
 use super::session_release::{self, ReleaseEffects, ReleaseOutcome};
 use super::session_report::SessionReport;
 use crate::broker::CommittedChild;
-use crate::escalation::prompt_desk::{PromptAnswer, PromptAsk, PromptDesk, Registration};
+use crate::escalation::prompt_desk::{
+    PromptAnswer, PromptAsk, PromptDesk, Registration, TerminalUse,
+};
 use crate::process_identity::Signal;
 use crate::pty::{LineModes, Pumped, RealPty, SessionPty, WindowSize};
 use crate::runsc_exec::{GuestControl, GuestTools, Runsc};
@@ -271,6 +283,7 @@ pub fn spawn(parts: TerminalParts) -> io::Result<()> {
         observe_due: false,
         prompt_line,
         prompt: PromptState::None,
+        held: false,
         notices: VecDeque::new(),
     };
     let reports = parts.reports;
@@ -487,6 +500,9 @@ struct Driver {
     /// This terminal's line on the escalation prompt desk.
     prompt_line: Option<(Registration, Receiver<PromptAsk>)>,
     prompt: PromptState,
+    /// An escalation request holds the terminal: the PTY master is not
+    /// read while the session runs (the model's `ptyFwd` is FALSE).
+    held: bool,
     /// The loop's own messages (prompt open and closed), sent after the
     /// machine's queued ones: at most two.
     notices: VecDeque<SessionTerminalMessage>,
@@ -498,9 +514,13 @@ enum PromptState {
     None,
     /// Routed to the prompt; the ask waits for the client's decision.
     Open(Box<PromptAsk>),
-    /// Answered or withdrawn: the route goes back to the sandbox once the
-    /// `PromptClosed` notice went to the writer.
-    Closing,
+    /// Answered or withdrawn: once the `PromptClosed` notice went to the
+    /// writer, the route goes back to the sandbox, or, when approved,
+    /// stays the prompt's until the request's host process takes the
+    /// terminal (the model's route goes Prompt, then HostProcess).
+    Closing {
+        approved: bool,
+    },
 }
 
 fn process_signal(signal: GuestSignal) -> Signal {
@@ -549,6 +569,7 @@ impl Driver {
             // A closed prompt's notice is with the writer: the route goes
             // back to the sandbox now, not on the next wake.
             self.serve_prompt(&mut work);
+            self.serve_hold(&mut work);
             // An observation is a guest tool run: queued messages (the
             // exit after the drain) go out before it.
             if self.observe_due {
@@ -845,10 +866,10 @@ impl Driver {
                 self.prompt = PromptState::None;
             }
         }
-        if let PromptState::Closing = self.prompt {
+        if let PromptState::Closing { approved } = self.prompt {
             if self.notices.is_empty() && self.pending_out.is_none() {
                 self.prompt = PromptState::None;
-                if self.machine.route() == TerminalRoute::Prompt {
+                if self.machine.route() == TerminalRoute::Prompt && !approved {
                     self.feed(Input::Route(TerminalRoute::Sandbox), work);
                     tracing::info!("RouteToSandbox");
                 }
@@ -908,6 +929,59 @@ impl Driver {
         self.close_prompt(request_id, closing);
     }
 
+    /// The request holding this terminal: what it wants now is applied
+    /// (see `prompt_desk::TerminalLease`), once no prompt is closing. A
+    /// host process takes the route only once no prompt is open; an
+    /// approved prompt's route waits for it, and goes back to the sandbox
+    /// for any other want.
+    fn serve_hold(&mut self, work: &mut VecDeque<Input>) {
+        let Some((wanted, serial)) = self
+            .prompt_line
+            .as_ref()
+            .and_then(|(line, _)| line.hold().pending())
+        else {
+            return;
+        };
+        let route = self.machine.route();
+        if route != TerminalRoute::None {
+            // Nothing is applied while a prompt closes: its route is
+            // settled first (an approved one keeps it for the host
+            // process), then the request's want.
+            if matches!(self.prompt, PromptState::Closing { .. }) {
+                return;
+            }
+            let prompt_open = matches!(self.prompt, PromptState::Open(_));
+            let next = match wanted {
+                TerminalUse::HostProcess if prompt_open => return,
+                TerminalUse::HostProcess => TerminalRoute::HostProcess,
+                TerminalUse::Forwarding | TerminalUse::Held
+                    if route == TerminalRoute::HostProcess
+                        || (route == TerminalRoute::Prompt && !prompt_open) =>
+                {
+                    TerminalRoute::Sandbox
+                }
+                TerminalUse::Forwarding | TerminalUse::Held => route,
+            };
+            self.held = wanted != TerminalUse::Forwarding;
+            if next != route {
+                self.feed(Input::Route(next), work);
+                tracing::info!(route = ?next, held = self.held, "terminal route");
+            }
+        }
+        if let Some((line, _)) = self.prompt_line.as_ref() {
+            line.hold().applied(serial);
+        }
+    }
+
+    /// How much of the PTY master may be read now: the machine's budget,
+    /// none while a request holds the running terminal.
+    fn read_budget(&self) -> usize {
+        if self.held && self.machine.route() != TerminalRoute::None {
+            return 0;
+        }
+        self.machine.pty_read_budget()
+    }
+
     fn close_prompt(&mut self, request_id: EscalationRequestId, closing: PromptClosing) {
         let session_id = self.machine.session_id();
         self.notices
@@ -916,7 +990,9 @@ impl Driver {
                 request_id,
                 closing,
             }));
-        self.prompt = PromptState::Closing;
+        self.prompt = PromptState::Closing {
+            approved: closing == PromptClosing::Approved,
+        };
     }
 
     /// Moves queued client messages to the writer, as far as it takes them.
@@ -968,7 +1044,7 @@ impl Driver {
     /// Sleeps until something happens (bounded by the nearest timer), then
     /// turns it into machine inputs.
     fn wait(&mut self, work: &mut VecDeque<Input>) {
-        let budget = self.machine.pty_read_budget();
+        let budget = self.read_budget();
         let mut master_events = PollFlags::empty();
         if let Some(pty) = self.pty.as_ref() {
             if budget > 0 && !self.pty_eof {
@@ -990,7 +1066,7 @@ impl Driver {
 
     fn pump_pty(&mut self, work: &mut VecDeque<Input>) {
         for _ in 0..READS_PER_TURN_MAX {
-            let budget = self.machine.pty_read_budget();
+            let budget = self.read_budget();
             let Some(pty) = self.pty.as_ref() else { return };
             if self.pty_eof || budget == 0 {
                 break;

@@ -3,13 +3,15 @@
 //! launcher ([`launcher`]), the pidfd-held host process and the service
 //! that answers the sandbox's requests ([`service`]), the process a host
 //! command runs under so nothing it starts outlives it ([`subreaper`]),
-//! and the desk where it finds a session's terminal for a developer prompt
-//! ([`prompt_desk`]).
+//! the desk where it finds a session's terminal for a developer prompt
+//! and holds its output while a request has it ([`prompt_desk`]), and the
+//! model steps serving takes ([`model_steps`]).
 //! What is accepted, approved and streamed is
 //! decided by `lazaret_runtime::escalation`.
 mod host_process;
 pub mod launcher;
 mod mailbox_dir;
+pub mod model_steps;
 pub mod prompt_desk;
 pub mod service;
 pub mod subreaper;

@@ -8,10 +8,20 @@
 //!
 //! One prompt per session at a time: the service serves a session's
 //! requests one after another, and the line holds one ask.
+//!
+//! A request also holds its session's terminal through a
+//! [`TerminalLease`] (spec 3.4: "During `Prompt` or `HostProcess` routing
+//! the Host Coordinator stops reading the PTY master"): the terminal loop
+//! stops reading the PTY master while the lease asks [`TerminalUse::Held`]
+//! (the model's `PauseTerminalForwarding`), routes the terminal to the
+//! host process for [`TerminalUse::HostProcess`] (`StartHostProcess`:
+//! the client's input, resizes and signals are refused) and forwards again
+//! for [`TerminalUse::Forwarding`] (`ResumeTerminalForwarding`). A lease
+//! that is dropped gives the terminal back.
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use lazaret_runtime::escalation::prompt::{DecisionRefusal, PromptExpectation};
 use lazaret_runtime::protocol::mailbox::DeveloperDecision;
@@ -101,6 +111,145 @@ impl PendingPrompt {
 struct Line {
     asks: SyncSender<PromptAsk>,
     wake: Wake,
+    hold: Arc<TerminalHold>,
+}
+
+/// What a request wants of its session's terminal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TerminalUse {
+    /// The PTY master is read and forwarded (the model's `ptyFwd`).
+    #[default]
+    Forwarding,
+    /// The PTY master is not read; the route stays the sandbox's (or the
+    /// prompt's, while one is open or its approval waits for the host
+    /// process).
+    Held,
+    /// The `HostProcess` route: held, and the client's terminal events
+    /// refused.
+    HostProcess,
+}
+
+/// What a request's lease wants and what its terminal loop applied.
+#[derive(Debug, Default)]
+struct HoldState {
+    wanted: TerminalUse,
+    /// Bumped by every change the lease asks.
+    serial: u64,
+    /// The last serial the terminal loop applied.
+    applied: u64,
+    /// The terminal loop has ended.
+    gone: bool,
+}
+
+/// Shared by a session's terminal loop and the lease of the request
+/// that holds it.
+#[derive(Debug, Default)]
+pub struct TerminalHold {
+    state: Mutex<HoldState>,
+    changed: Condvar,
+}
+
+impl TerminalHold {
+    /// For the terminal loop: what the lease wants, with its serial, when
+    /// it changed since the loop last applied it.
+    pub fn pending(&self) -> Option<(TerminalUse, u64)> {
+        let state = self.state.lock().ok()?;
+        (state.applied != state.serial).then_some((state.wanted, state.serial))
+    }
+
+    /// For the terminal loop: `serial` is applied.
+    pub fn applied(&self, serial: u64) {
+        if let Ok(mut state) = self.state.lock() {
+            state.applied = state.applied.max(serial);
+        }
+        self.changed.notify_all();
+    }
+
+    fn end(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.gone = true;
+        }
+        self.changed.notify_all();
+    }
+
+    fn ask(&self, wanted: TerminalUse) -> Option<u64> {
+        let mut state = self.state.lock().ok()?;
+        state.wanted = wanted;
+        state.serial += 1;
+        Some(state.serial)
+    }
+
+    /// Waits until `serial` is applied. A terminal loop may be busy for a
+    /// while (a guest observation, a signal through runsc): it is waited
+    /// for while `still` holds (the session is served), at most `limit`.
+    /// False when the loop ended, `still` stopped holding or `limit`
+    /// passed first.
+    fn wait(&self, serial: u64, still: &dyn Fn() -> bool, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let Ok(mut state) = self.state.lock() else {
+            return false;
+        };
+        // Bounded by the deadline: every wait ends by it.
+        loop {
+            if state.applied >= serial {
+                return true;
+            }
+            if state.gone {
+                return false;
+            }
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            match self.changed.wait_timeout(state, left.min(STILL_POLL)) {
+                Ok((next, _)) => state = next,
+                Err(_) => return false,
+            }
+            if state.applied < serial && !still() {
+                return false;
+            }
+        }
+    }
+}
+
+/// A request's hold on its session's terminal (see the module comment).
+pub struct TerminalLease {
+    hold: Arc<TerminalHold>,
+    wake: Wake,
+}
+
+impl std::fmt::Debug for TerminalLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TerminalLease")
+            .field("hold", &self.hold)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often a wait for the terminal loop asks whether its session is
+/// still served.
+const STILL_POLL: Duration = Duration::from_millis(50);
+
+impl TerminalLease {
+    /// Asks for `wanted` and waits until the terminal loop applied it,
+    /// while `still` holds and at most `limit`; false when the terminal
+    /// ended, `still` stopped holding, or it did not apply it in time.
+    pub fn set(&self, wanted: TerminalUse, still: &dyn Fn() -> bool, limit: Duration) -> bool {
+        let Some(serial) = self.hold.ask(wanted) else {
+            return false;
+        };
+        (self.wake)();
+        self.hold.wait(serial, still, limit)
+    }
+}
+
+/// A lease its request no longer holds (it ended, failed or panicked)
+/// gives the terminal back, so it never stays held.
+impl Drop for TerminalLease {
+    fn drop(&mut self) {
+        if self.hold.ask(TerminalUse::Forwarding).is_some() {
+            (self.wake)();
+        }
+    }
 }
 
 /// The prompt lines of one generation's sessions.
@@ -121,6 +270,14 @@ impl std::fmt::Debug for PromptDesk {
 pub struct Registration {
     desk: Arc<PromptDesk>,
     session: SessionId,
+    hold: Arc<TerminalHold>,
+}
+
+impl Registration {
+    /// What a request holding this terminal wants of it.
+    pub fn hold(&self) -> &Arc<TerminalHold> {
+        &self.hold
+    }
 }
 
 impl std::fmt::Debug for Registration {
@@ -134,6 +291,7 @@ impl Drop for Registration {
         if let Ok(mut lines) = self.desk.lines.lock() {
             lines.remove(&self.session);
         }
+        self.hold.end();
     }
 }
 
@@ -158,16 +316,36 @@ impl PromptDesk {
         wake: Wake,
     ) -> (Registration, Receiver<PromptAsk>) {
         let (asks, rx) = mpsc::sync_channel(1);
+        let hold = Arc::new(TerminalHold::default());
         if let Ok(mut lines) = self.lines.lock() {
-            lines.insert(session, Line { asks, wake });
+            lines.insert(
+                session,
+                Line {
+                    asks,
+                    wake,
+                    hold: Arc::clone(&hold),
+                },
+            );
         }
         (
             Registration {
                 desk: Arc::clone(self),
                 session,
+                hold,
             },
             rx,
         )
+    }
+
+    /// `session`'s terminal for one request; `None` when it has none (a
+    /// piped session, or one already closing): there is no PTY to hold.
+    pub fn lease(&self, session: SessionId) -> Option<TerminalLease> {
+        let lines = self.lines.lock().ok()?;
+        let line = lines.get(&session)?;
+        Some(TerminalLease {
+            hold: Arc::clone(&line.hold),
+            wake: Arc::clone(&line.wake),
+        })
     }
 
     /// Routes `prompt` to its session's terminal. `None` when the session
@@ -195,5 +373,57 @@ impl PromptDesk {
             withdrawn,
             wake: Arc::clone(&line.wake),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    const LONG: Duration = Duration::from_secs(10);
+
+    /// A lease waits for its terminal loop to apply what it asks, gives
+    /// up at once when its session is no longer served or its terminal
+    /// ended, and asks for forwarding again when dropped.
+    #[test]
+    fn a_lease_waits_for_its_terminal_and_gives_it_back_when_dropped() {
+        let desk = Arc::new(PromptDesk::new("agent".into()));
+        let session = SessionId([1; 16]);
+        assert!(
+            desk.lease(session).is_none(),
+            "no terminal, nothing to hold"
+        );
+        let (line, _asks) = desk.register(session, Arc::new(|| {}));
+        let lease = desk.lease(session).expect("a lease");
+        let hold = Arc::clone(line.hold());
+        let busy = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let (wanted, serial) = hold.pending().expect("asked");
+            hold.applied(serial);
+            wanted
+        });
+        let t = Instant::now();
+        assert!(lease.set(TerminalUse::Held, &|| true, LONG));
+        assert!(t.elapsed() >= Duration::from_millis(100));
+        assert_eq!(busy.join().expect("the loop"), TerminalUse::Held);
+        assert_eq!(line.hold().pending(), None, "applied");
+        // A session no longer served: no wait for a loop that never
+        // applies.
+        let t = Instant::now();
+        assert!(!lease.set(TerminalUse::HostProcess, &|| false, LONG));
+        assert!(t.elapsed() < LONG);
+        drop(lease);
+        assert_eq!(
+            line.hold().pending().map(|(wanted, _)| wanted),
+            Some(TerminalUse::Forwarding)
+        );
+        // A terminal that ended.
+        let lease = desk.lease(session).expect("a lease");
+        drop(line);
+        assert!(desk.lease(session).is_none());
+        let t = Instant::now();
+        assert!(!lease.set(TerminalUse::Held, &|| true, LONG));
+        assert!(t.elapsed() < LONG);
     }
 }

@@ -15,6 +15,7 @@
 //! Each request is served to its result by [`Service::serve`] on the
 //! caller's thread; the host process is killed and reaped through its pidfd
 //! before `serve` returns, whatever happens (OR-3).
+use std::cell::Cell;
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use lazaret_runtime::config::ResolvedAutoApprovalRule;
 use lazaret_runtime::escalation::command::{classify, RuleMatch};
 use lazaret_runtime::escalation::edit_line::edit_line;
 use lazaret_runtime::escalation::prompt::{showable, PromptExpectation};
+use lazaret_runtime::escalation::steps::{EscalationStep, RequestPlace};
 use lazaret_runtime::escalation::{
     authenticate, correlate_ack, correlate_cancellation, MailboxAuthority, MailboxRefusal,
     OpenRequest, RequestLedger, ResultError, ResultWindow, SandboxSigned,
@@ -39,7 +41,8 @@ use lazaret_runtime::terminal::protocol::{EscalationPrompt, PromptClosing};
 
 use super::host_process::HostProcess;
 use super::launcher::{host_command, open_executable, HostProcessSetting, LaunchError};
-use super::prompt_desk::{PromptAnswer, PromptDesk};
+use super::model_steps::EscalationSteps;
+use super::prompt_desk::{PromptAnswer, PromptDesk, TerminalLease, TerminalUse};
 use super::{MailboxDir, MailboxReadError, MailboxWriteError};
 use crate::confined::{ConfinedSys, OpenedObject, UserIds};
 use crate::process_identity::ChildState;
@@ -144,6 +147,9 @@ pub struct Service<'a> {
     pub user: &'a UserIds,
     pub setting: &'a HostProcessSetting,
     pub limits: Limits,
+    /// Where each model step of serving is taken (the coordinator's
+    /// event loop).
+    pub steps: &'a dyn EscalationSteps,
 }
 
 impl std::fmt::Debug for Service<'_> {
@@ -168,8 +174,110 @@ const PROMPT_POLL: Duration = Duration::from_millis(20);
 /// What is left to do when the host process's output is all written.
 enum Ending {
     Exited(Option<i32>),
+    /// The sandbox's cancellation (`RequestCancellation` taken).
     Cancelled,
     TimedOut,
+    /// The session ended, or the model refused a step: no more steps.
+    SessionEnded,
+}
+
+/// A request's result as written.
+#[derive(Clone, Copy, Debug)]
+struct Ended {
+    outcome: EscalationOutcome,
+    exit_code: Option<i32>,
+    /// The most chunks unacknowledged at once.
+    most: u64,
+}
+
+impl Ended {
+    fn with(outcome: EscalationOutcome) -> Self {
+        Self {
+            outcome,
+            exit_code: None,
+            most: 0,
+        }
+    }
+}
+
+/// How long the session's terminal loop may take to apply what a request
+/// wants of it (it wakes at once, but may be running a guest observation
+/// or a signal through runsc) before it counts as stuck.
+const TERMINAL_WAIT: Duration = Duration::from_secs(30);
+
+/// The most steps `finish` takes (see there).
+const FINISH_STEPS_MAX: usize = 12;
+
+/// One request's model steps, taken through the coordinator: where they
+/// moved the session ([`RequestPlace`]), and whether the model still has
+/// the request. After the first refusal no step is taken: the model moved
+/// on without it (its session closed, the runtime ended).
+struct RequestSteps<'s> {
+    steps: &'s dyn EscalationSteps,
+    binding: &'s SessionBinding,
+    /// Whether a session is one the coordinator serves now.
+    registered: &'s dyn Fn(&SessionBinding) -> bool,
+    place: Cell<RequestPlace>,
+    open: Cell<bool>,
+}
+
+impl<'s> RequestSteps<'s> {
+    fn new(
+        steps: &'s dyn EscalationSteps,
+        binding: &'s SessionBinding,
+        registered: &'s dyn Fn(&SessionBinding) -> bool,
+    ) -> Self {
+        Self {
+            steps,
+            binding,
+            registered,
+            place: Cell::new(RequestPlace::default()),
+            open: Cell::new(true),
+        }
+    }
+
+    /// Whether the request's session is still served.
+    fn served(&self) -> bool {
+        (self.registered)(self.binding)
+    }
+
+    fn place(&self) -> RequestPlace {
+        self.place.get()
+    }
+
+    fn open(&self) -> bool {
+        self.open.get()
+    }
+
+    /// The session is gone (or never was the model's): no step is taken
+    /// from now on.
+    fn outside_the_model(&self) {
+        self.open.set(false);
+    }
+
+    /// Takes `step`; false when the model refused it or an earlier one.
+    fn take(&self, step: EscalationStep) -> bool {
+        if !self.open() {
+            return false;
+        }
+        match self.steps.take(self.binding.session_id, step) {
+            Ok(()) => {
+                self.place.set(self.place().after(step));
+                match step {
+                    EscalationStep::EmitResultChunk | EscalationStep::AckResultChunk => {
+                        tracing::debug!(%step, unacked = self.place().unacked, "escalation step");
+                    }
+                    _ => tracing::info!(%step, "escalation step"),
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the request goes no further in the model");
+                self.open.set(false);
+                false
+            }
+        }
+    }
 }
 
 impl Service<'_> {
@@ -232,7 +340,7 @@ impl Service<'_> {
                     let rules: Vec<ResolvedAutoApprovalRule> =
                         self.rules.iter().map(|r| r.rule.clone()).collect();
                     let matched = classify(&rules, &request.command_argv);
-                    tracing::info!(request = %request.request_id, session = %request.session_binding.session_id, m = matched.model().name(), "SubmitEscalation");
+                    tracing::info!(request = %request.request_id, session = %request.session_binding.session_id, m = matched.model().name(), "an escalation request is admitted");
                     pass.admitted.push(Admitted {
                         open: OpenRequest::of(&request, digest),
                         request,
@@ -294,9 +402,11 @@ impl Service<'_> {
 
     /// Serves `admitted` to its terminal result. `registered` is asked
     /// again while it runs: a session that ends stops its host process.
+    /// Every step is the model's, taken through [`Service::steps`]; a
+    /// step the model refuses ends the request there (its session closed).
     /// Every admitted request gets a result: when a step fails, the host
     /// process is stopped and reaped and a `Failed` result is still
-    /// written where the mailbox allows.
+    /// written where the mailbox allows, after the model's own way to it.
     pub fn serve(
         &self,
         admitted: &Admitted,
@@ -304,27 +414,39 @@ impl Service<'_> {
     ) -> Result<Served, ServiceError> {
         let _span =
             tracing::info_span!("AcceptEscalation", request = %admitted.open.request_id).entered();
+        let session = admitted.open.session_binding.session_id;
+        let steps = RequestSteps::new(self.steps, &admitted.open.session_binding, registered);
+        // Spec 3.4: while the request has its session's terminal, the PTY
+        // master is not read (dropped: the terminal forwards again).
+        let lease = self.prompts.and_then(|desk| desk.lease(session));
+        let lease = lease.as_ref();
         let mut window = ResultWindow::new(admitted.open.clone(), self.signer.credential_id());
-        match self.serve_in(admitted, &mut window, registered) {
+        match self.serve_in(admitted, &mut window, registered, &steps, lease) {
             Ok(served) => Ok(served),
             Err(ServiceError::ProcessNotStopped { source }) => {
-                // The process may still run: no result may say it ended.
+                // The process may still run: no result or step may say it
+                // ended.
                 Err(ServiceError::ProcessNotStopped { source })
             }
             Err(e) => {
                 tracing::warn!(error = %e, "serving an escalation request failed");
-                let _ = window.ack_timeout();
-                self.deliver(&mut window, EscalationOutcome::Failed, None, 0)
-                    .map_err(|_| e)
+                self.finish(
+                    &steps,
+                    lease,
+                    &mut window,
+                    Ended::with(EscalationOutcome::Failed),
+                )
+                .map_err(|_| e)
             }
         }
     }
 
     /// The outcome a refusal of `admitted` without running it gets
-    /// (too many requests waiting): `Denied`, so its client ends.
+    /// (too many requests waiting): `Denied`, so its client ends. It was
+    /// never the model's request: no step is taken.
     pub fn refuse(&self, admitted: &Admitted) -> Result<Served, ServiceError> {
         let mut window = ResultWindow::new(admitted.open.clone(), self.signer.credential_id());
-        self.deliver(&mut window, EscalationOutcome::Denied, None, 0)
+        self.write_result(&mut window, Ended::with(EscalationOutcome::Denied))
     }
 
     fn serve_in(
@@ -332,46 +454,73 @@ impl Service<'_> {
         admitted: &Admitted,
         window: &mut ResultWindow,
         registered: &dyn Fn(&SessionBinding) -> bool,
+        steps: &RequestSteps<'_>,
+        lease: Option<&TerminalLease>,
     ) -> Result<Served, ServiceError> {
+        let cancelled = Ended::with(EscalationOutcome::Cancelled);
+        let failed = Ended::with(EscalationOutcome::Failed);
         // A request whose session ended while it waited is not run.
         if !registered(&admitted.open.session_binding) {
-            return self.deliver(window, EscalationOutcome::Cancelled, None, 0);
+            steps.outside_the_model();
+            return self.finish(steps, lease, window, cancelled);
+        }
+        let submitted = steps.take(EscalationStep::SubmitEscalation(admitted.matched.model()))
+            && steps.take(EscalationStep::AcceptEscalation);
+        if !submitted {
+            return self.finish(steps, lease, window, cancelled);
         }
         let approved;
         let (executable, argv) = match admitted.matched {
             RuleMatch::Exact { rule } => {
                 let Some(approval) = self.rules.get(rule) else {
-                    return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                    return self.finish(steps, lease, window, failed);
                 };
-                tracing::info!(rule, "AutoApproveEscalation");
+                tracing::info!(rule, "an auto-approval rule matches exactly");
+                if !steps.take(EscalationStep::AutoApproveEscalation) {
+                    return self.finish(steps, lease, window, cancelled);
+                }
                 (approval.executable, &admitted.request.command_argv)
             }
-            RuleMatch::Inexact => match self.prompt(admitted, window, registered)? {
-                Prompted::Ended(outcome) => return self.deliver(window, outcome, None, 0),
+            RuleMatch::Inexact => match self.prompt(admitted, window, registered, steps, lease)? {
+                Prompted::Ended(outcome) => {
+                    return self.finish(steps, lease, window, Ended::with(outcome))
+                }
                 Prompted::Approved(argv) => {
                     // The developer's vector: its executable is opened and
                     // checked as a rule's is when the configuration loads.
                     let Some(path) = argv.first() else {
-                        return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                        return self.finish(steps, lease, window, failed);
                     };
                     match open_executable(self.sys, self.user, std::path::Path::new(path)) {
                         Ok(object) => approved = (object, argv),
                         Err(e) => {
                             tracing::warn!(error = %e, "the approved executable cannot run");
-                            return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                            return self.finish(steps, lease, window, failed);
                         }
                     }
                     (&approved.0, &approved.1)
                 }
             },
         };
+        // Spec 3.4: the terminal stops forwarding before the host process
+        // takes it (a prompt's request stopped it before its prompt).
+        let held = !steps.place().forwarding
+            || self.terminal_step(
+                steps,
+                lease,
+                TerminalUse::Held,
+                EscalationStep::PauseTerminalForwarding,
+            );
+        if !held {
+            return self.finish(steps, lease, window, cancelled);
+        }
         let (report_read, report_write) =
             match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
                 Ok(pipe) => pipe,
                 Err(e) => {
                     let e = LaunchError::Spawn(e.into());
                     tracing::warn!(error = %e, "the approved executable cannot run");
-                    return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                    return self.finish(steps, lease, window, failed);
                 }
             };
         let command = host_command(
@@ -386,40 +535,190 @@ impl Service<'_> {
             Ok(command) => command,
             Err(e) => {
                 tracing::warn!(error = %e, "the approved executable cannot run");
-                return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                return self.finish(steps, lease, window, failed);
             }
         };
+        if !self.terminal_step(
+            steps,
+            lease,
+            TerminalUse::HostProcess,
+            EscalationStep::StartHostProcess,
+        ) {
+            return self.finish(steps, lease, window, cancelled);
+        }
+        if !steps.served() {
+            // Closed after the step: the process is never spawned.
+            steps.outside_the_model();
+            return self.finish(steps, lease, window, cancelled);
+        }
         let mut process = match HostProcess::spawn(&mut command, report_read, report_write) {
             Ok(process) => process,
             Err(e) => {
+                // Started in the model: it ended at once.
                 let e = LaunchError::Spawn(e);
                 tracing::warn!(error = %e, "the approved executable cannot run");
-                return self.deliver(window, EscalationOutcome::Failed, None, 0);
+                return self.finish(steps, lease, window, failed);
             }
         };
-        tracing::info!("StartHostProcess");
-        let result = self.stream(admitted, window, &mut process, registered);
+        let result = self.stream(admitted, window, &mut process, registered, steps);
         // Whatever happened, the process is gone before its results are
         // (OR-3); if it cannot be stopped, nothing says it ended.
         process
             .kill_and_reap()
             .map_err(|source| ServiceError::ProcessNotStopped { source })?;
         let (ending, most) = result?;
+        let ended = |outcome, exit_code| Ended {
+            outcome,
+            exit_code,
+            most,
+        };
         match ending {
             Ending::Exited(code) => {
-                tracing::info!(?code, "HostProcessExits");
-                self.settle(admitted, window, registered)?;
-                self.deliver(window, EscalationOutcome::Completed, code, most)
+                tracing::info!(?code, "the host process exited");
+                self.terminal_step(
+                    steps,
+                    lease,
+                    TerminalUse::Held,
+                    EscalationStep::HostProcessExits,
+                );
+                // The client prints what it was sent on its terminal, and
+                // acknowledges the rest, only once output flows again.
+                self.terminal_step(
+                    steps,
+                    lease,
+                    TerminalUse::Forwarding,
+                    EscalationStep::ResumeTerminalForwarding,
+                );
+                self.settle(admitted, window, registered, steps)?;
+                self.finish(
+                    steps,
+                    lease,
+                    window,
+                    ended(EscalationOutcome::Completed, code),
+                )
             }
             Ending::TimedOut => {
-                tracing::info!("HostProcessTimeout");
-                self.give_up(window)?;
-                self.deliver(window, EscalationOutcome::TimedOut, None, most)
+                self.terminal_step(
+                    steps,
+                    lease,
+                    TerminalUse::Held,
+                    EscalationStep::HostProcessTimeout,
+                );
+                self.finish(
+                    steps,
+                    lease,
+                    window,
+                    ended(EscalationOutcome::TimedOut, None),
+                )
             }
             Ending::Cancelled => {
-                tracing::info!("ApplyCancellation");
                 self.give_up(window)?;
-                self.deliver(window, EscalationOutcome::Cancelled, None, most)
+                self.terminal_step(
+                    steps,
+                    lease,
+                    TerminalUse::Held,
+                    EscalationStep::ApplyCancellation,
+                );
+                self.finish(
+                    steps,
+                    lease,
+                    window,
+                    ended(EscalationOutcome::Cancelled, None),
+                )
+            }
+            Ending::SessionEnded => {
+                steps.outside_the_model();
+                self.finish(
+                    steps,
+                    lease,
+                    window,
+                    ended(EscalationOutcome::Cancelled, None),
+                )
+            }
+        }
+    }
+
+    /// A step whose effect is on the session's terminal: the terminal is
+    /// set to `terminal` first (a session without a terminal has nothing
+    /// to set), then `step` is taken. A terminal that is gone ends the
+    /// request's steps.
+    fn terminal_step(
+        &self,
+        steps: &RequestSteps<'_>,
+        lease: Option<&TerminalLease>,
+        terminal: TerminalUse,
+        step: EscalationStep,
+    ) -> bool {
+        if !steps.open() {
+            return false;
+        }
+        if let Some(lease) = lease {
+            if !lease.set(terminal, &|| steps.served(), TERMINAL_WAIT) {
+                // The terminal ended, or its session is no longer served:
+                // its close takes the request out of the model.
+                tracing::warn!(%step, ?terminal, "the session's terminal did not take it");
+                steps.outside_the_model();
+                return false;
+            }
+        }
+        steps.take(step)
+    }
+
+    /// The model's way from wherever the request is to its collected
+    /// result (`RequestPlace::next_to_result`), each step with its effect:
+    /// the terminal held or forwarding again, what is unacknowledged given
+    /// up, the result `ended` written. A request the model no longer has
+    /// still gets its result, without a step.
+    fn finish(
+        &self,
+        steps: &RequestSteps<'_>,
+        lease: Option<&TerminalLease>,
+        window: &mut ResultWindow,
+        ended: Ended,
+    ) -> Result<Served, ServiceError> {
+        use EscalationStep as S;
+        let mut served = None;
+        // Bounded: the way to a result from any place is at most nine
+        // steps (Accepted: pause, prompt, deny, resume, give up, deliver,
+        // collect).
+        for _ in 0..FINISH_STEPS_MAX {
+            if !steps.open() {
+                break;
+            }
+            let Some(step) = steps.place().next_to_result() else {
+                break;
+            };
+            let taken = match step {
+                S::PauseTerminalForwarding | S::HostProcessExits => {
+                    self.terminal_step(steps, lease, TerminalUse::Held, step)
+                }
+                S::ResumeTerminalForwarding => {
+                    self.terminal_step(steps, lease, TerminalUse::Forwarding, step)
+                }
+                // The process never starts: it ends at once.
+                S::StartHostProcess => {
+                    self.terminal_step(steps, lease, TerminalUse::HostProcess, step)
+                }
+                S::AckTimeout => {
+                    self.give_up(window)?;
+                    steps.take(step)
+                }
+                S::DeliverResult => {
+                    served = Some(self.write_result(window, ended)?);
+                    steps.take(step)
+                }
+                other => steps.take(other),
+            };
+            if !taken {
+                break;
+            }
+        }
+        debug_assert!(!steps.open() || steps.place().next_to_result().is_none());
+        match served {
+            Some(served) => Ok(served),
+            None => {
+                self.give_up(window)?;
+                self.write_result(window, ended)
             }
         }
     }
@@ -432,83 +731,119 @@ impl Service<'_> {
         admitted: &Admitted,
         window: &mut ResultWindow,
         registered: &dyn Fn(&SessionBinding) -> bool,
+        steps: &RequestSteps<'_>,
+        lease: Option<&TerminalLease>,
     ) -> Result<Prompted, ServiceError> {
+        use EscalationStep as S;
         let binding = &admitted.open.session_binding;
-        let Some(desk) = self.prompts else {
-            tracing::info!("no auto-approval rule matches exactly and prompts are off: Denied");
-            return Ok(Prompted::Ended(EscalationOutcome::Denied));
-        };
-        let request = &admitted.request;
-        if !showable(&request.command_argv, &request.justification) {
-            tracing::info!(
-                args = request.command_argv.len(),
-                "the request is too large to show whole on a prompt: Denied"
-            );
-            return Ok(Prompted::Ended(EscalationOutcome::Denied));
+        // Spec 3.4: the terminal stops forwarding before the prompt takes
+        // it.
+        if !self.terminal_step(steps, lease, TerminalUse::Held, S::PauseTerminalForwarding) {
+            return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
         }
-        let prompt = EscalationPrompt {
-            session_id: binding.session_id,
-            request_id: admitted.open.request_id,
-            request_sha256: admitted.open.request_sha256,
-            profile: desk.profile().to_owned(),
-            command_argv: admitted.request.command_argv.clone(),
-            justification: admitted.request.justification.clone(),
-            deadline_seconds: u32::try_from(self.limits.prompt.as_secs()).unwrap_or(u32::MAX),
+        let request = &admitted.request;
+        let unprompted = if self.prompts.is_none() {
+            Some("no auto-approval rule matches exactly and prompts are off")
+        } else if !showable(&request.command_argv, &request.justification) {
+            Some("the request is too large to show whole on a prompt")
+        } else {
+            None
         };
-        let expect = PromptExpectation {
-            open: admitted.open.clone(),
-            session_anchor: binding.session_anchor_public_key,
-            command_argv: admitted.request.command_argv.clone(),
-        };
-        let Some(pending) = desk.ask(prompt, expect) else {
-            tracing::info!("the session has no terminal to prompt on: Denied");
+        let pending = unprompted.map_or_else(
+            || {
+                let desk = self.prompts?;
+                let prompt = EscalationPrompt {
+                    session_id: binding.session_id,
+                    request_id: admitted.open.request_id,
+                    request_sha256: admitted.open.request_sha256,
+                    profile: desk.profile().to_owned(),
+                    command_argv: request.command_argv.clone(),
+                    justification: request.justification.clone(),
+                    deadline_seconds: u32::try_from(self.limits.prompt.as_secs())
+                        .unwrap_or(u32::MAX),
+                };
+                let expect = PromptExpectation {
+                    open: admitted.open.clone(),
+                    session_anchor: binding.session_anchor_public_key,
+                    command_argv: request.command_argv.clone(),
+                };
+                desk.ask(prompt, expect)
+            },
+            |_| None,
+        );
+        let Some(pending) = pending else {
+            // The model's prompt, shown nowhere and denied at once: a
+            // session without a terminal is never prompted elsewhere.
+            tracing::info!(
+                why = unprompted.unwrap_or("the session has no terminal to prompt on"),
+                args = request.command_argv.len(),
+                "Denied without a prompt"
+            );
+            steps.take(S::RouteToPrompt);
+            steps.take(S::DenyEscalation);
             return Ok(Prompted::Ended(EscalationOutcome::Denied));
         };
-        tracing::info!("RouteToPrompt");
+        if !steps.take(S::RouteToPrompt) {
+            pending.withdraw(PromptClosing::Withdrawn);
+            return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
+        }
         let started = Instant::now();
         // Bounded by the prompt limit: every turn waits at most `poll`.
         loop {
             if let Some(answer) = pending.wait(self.limits.poll.max(PROMPT_POLL)) {
                 return Ok(match answer {
                     PromptAnswer::Decided(d) if d.decision == DeveloperDecisionKind::Approve => {
-                        if d.approved_command_argv == request.command_argv {
-                            tracing::info!("ApproveEscalation");
-                        } else {
+                        if d.approved_command_argv != request.command_argv {
                             // The developer's edit, logged unambiguously
                             // in the edit line's escaped form.
                             tracing::info!(
                                 edited = %edit_line(&d.approved_command_argv),
-                                "ApproveEscalation: the developer edited the command"
+                                "the developer edited the command"
                             );
+                        }
+                        if !steps.take(S::ApproveEscalation) {
+                            return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
                         }
                         Prompted::Approved(d.approved_command_argv)
                     }
                     PromptAnswer::Decided(_) => {
-                        tracing::info!("DenyEscalation");
+                        steps.take(S::DenyEscalation);
                         Prompted::Ended(EscalationOutcome::Denied)
                     }
                     PromptAnswer::Refused(e) => {
-                        tracing::warn!(error = %e, "DenyEscalation: not a valid decision");
+                        tracing::warn!(error = %e, "not a valid decision: denied");
+                        steps.take(S::DenyEscalation);
+                        Prompted::Ended(EscalationOutcome::Denied)
+                    }
+                    PromptAnswer::Closed if registered(binding) => {
+                        // A terminal that could not show it (its session
+                        // not admitted yet): nobody can approve.
+                        tracing::info!("the session's terminal could not take the prompt: denied");
+                        steps.take(S::DenyEscalation);
                         Prompted::Ended(EscalationOutcome::Denied)
                     }
                     PromptAnswer::Closed => {
                         tracing::info!("the session's terminal closed under its prompt");
+                        steps.outside_the_model();
                         Prompted::Ended(EscalationOutcome::Cancelled)
                     }
                 });
             }
             if started.elapsed() > self.limits.prompt {
                 pending.withdraw(PromptClosing::TimedOut);
-                tracing::info!("PromptTimeout");
+                steps.take(S::PromptTimeout);
                 return Ok(Prompted::Ended(EscalationOutcome::TimedOut));
             }
             if !registered(binding) {
                 pending.withdraw(PromptClosing::Withdrawn);
+                steps.outside_the_model();
                 return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
             }
-            if let Inbound::Cancelled = self.inbound(admitted, window)? {
+            if let Inbound::Cancelled = self.inbound(admitted, window, steps)? {
                 pending.withdraw(PromptClosing::Withdrawn);
-                tracing::info!("ApplyCancellation");
+                if steps.take(S::RequestCancellation) {
+                    steps.take(S::ApplyCancellation);
+                }
                 return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
             }
         }
@@ -522,6 +857,7 @@ impl Service<'_> {
         window: &mut ResultWindow,
         process: &mut HostProcess,
         registered: &dyn Fn(&SessionBinding) -> bool,
+        steps: &RequestSteps<'_>,
     ) -> Result<(Ending, u64), ServiceError> {
         let started = Instant::now();
         // Since when the window has been full without an acknowledgement
@@ -554,11 +890,18 @@ impl Service<'_> {
             if exit.is_none() && started.elapsed() > self.limits.run {
                 return Ok((Ending::TimedOut, most));
             }
-            if !registered(&admitted.open.session_binding) {
-                return Ok((Ending::Cancelled, most));
+            if !registered(&admitted.open.session_binding) || !steps.open() {
+                return Ok((Ending::SessionEnded, most));
             }
-            match self.inbound(admitted, window)? {
-                Inbound::Cancelled => return Ok((Ending::Cancelled, most)),
+            match self.inbound(admitted, window, steps)? {
+                Inbound::Cancelled => {
+                    let ending = if steps.take(EscalationStep::RequestCancellation) {
+                        Ending::Cancelled
+                    } else {
+                        Ending::SessionEnded
+                    };
+                    return Ok((ending, most));
+                }
                 Inbound::Acknowledged => full_since = None,
                 Inbound::Nothing => {}
             }
@@ -587,6 +930,9 @@ impl Service<'_> {
                                 source,
                             })?;
                     if let Some(bytes) = bytes.filter(|b| !b.is_empty()) {
+                        if !steps.take(EscalationStep::EmitResultChunk) {
+                            return Ok((Ending::SessionEnded, most));
+                        }
                         let chunk = window.emit(stream, bytes)?;
                         let (file, _) = self.signer.seal_chunk(&chunk)?;
                         self.results.write(
@@ -594,7 +940,6 @@ impl Service<'_> {
                             MailboxEntry::Chunk(chunk.request_id, chunk.sequence),
                             &file,
                         )?;
-                        tracing::debug!(sequence = chunk.sequence, "EmitResultChunk");
                         most = most.max(window.unacknowledged());
                         wrote = true;
                     }
@@ -613,11 +958,13 @@ impl Service<'_> {
         }
     }
 
-    /// Reads the request's acknowledgements and cancellation, if any.
+    /// Reads the request's acknowledgements (`AckResultChunk`, once for
+    /// every chunk one settles) and cancellation, if any.
     fn inbound(
         &self,
         admitted: &Admitted,
         window: &mut ResultWindow,
+        steps: &RequestSteps<'_>,
     ) -> Result<Inbound, ServiceError> {
         let id = admitted.open.request_id;
         let listing = self.requests.list(self.sys)?;
@@ -640,11 +987,8 @@ impl Service<'_> {
                             Ok(settled) if !settled.is_empty() => {
                                 for sequence in settled {
                                     self.remove_result(MailboxEntry::Chunk(id, sequence))?;
+                                    steps.take(EscalationStep::AckResultChunk);
                                 }
-                                tracing::debug!(
-                                    highest = ack.highest_contiguous_sequence,
-                                    "AckResultChunk"
-                                );
                                 seen = Inbound::Acknowledged;
                             }
                             Ok(_) => {}
@@ -664,10 +1008,7 @@ impl Service<'_> {
                         tracing::warn!(error = %e, "a cancellation stays");
                     }
                     match cancel {
-                        Ok(_) => {
-                            tracing::info!("RequestCancellation");
-                            return Ok(Inbound::Cancelled);
-                        }
+                        Ok(_) => return Ok(Inbound::Cancelled),
                         Err(refusal) => tracing::warn!(%refusal, "refused a cancellation"),
                     }
                 }
@@ -688,23 +1029,28 @@ impl Service<'_> {
 
     /// After the process exited: waits for the remaining acknowledgements
     /// while they move the window, at most [`Limits::ack`] since the last
-    /// one that did and never past the session's end; then gives up what
-    /// is still unacknowledged (`AckTimeout`).
+    /// one that did and never past the session's end; what is still
+    /// unacknowledged then is given up on the way to the result
+    /// (`AckTimeout`).
     fn settle(
         &self,
         admitted: &Admitted,
         window: &mut ResultWindow,
         registered: &dyn Fn(&SessionBinding) -> bool,
+        steps: &RequestSteps<'_>,
     ) -> Result<(), ServiceError> {
         let mut progress = Instant::now();
         // Bounded: every acknowledgement that counts settles at least one
         // of the finitely many chunks, and each wait is at most `ack`.
         while window.unacknowledged() > 0 {
             if progress.elapsed() > self.limits.ack || !registered(&admitted.open.session_binding) {
-                tracing::info!(unacked = window.unacknowledged(), "AckTimeout");
-                return self.give_up(window);
+                tracing::info!(
+                    unacked = window.unacknowledged(),
+                    "acknowledgements stopped"
+                );
+                return Ok(());
             }
-            match self.inbound(admitted, window)? {
+            match self.inbound(admitted, window, steps)? {
                 Inbound::Acknowledged => progress = Instant::now(),
                 // The process already ended: its result follows as is.
                 Inbound::Cancelled | Inbound::Nothing => std::thread::sleep(self.limits.poll),
@@ -726,14 +1072,17 @@ impl Service<'_> {
         Ok(self.remove_entry(self.results, OsStr::new(&entry.name()))?)
     }
 
-    /// `DeliverResult`: the signed terminal result.
-    fn deliver(
+    /// `DeliverResult`'s effect: the signed terminal result.
+    fn write_result(
         &self,
         window: &mut ResultWindow,
-        outcome: EscalationOutcome,
-        exit_code: Option<i32>,
-        most: u64,
+        ended: Ended,
     ) -> Result<Served, ServiceError> {
+        let Ended {
+            outcome,
+            exit_code,
+            most,
+        } = ended;
         let result = window.finish(outcome, exit_code)?;
         let (file, _) = self.signer.seal_result(&result)?;
         self.results
@@ -742,7 +1091,7 @@ impl Service<'_> {
             ?outcome,
             ?exit_code,
             chunks = result.chunk_count,
-            "DeliverResult"
+            "the result is written"
         );
         Ok(Served {
             outcome,

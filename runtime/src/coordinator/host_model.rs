@@ -833,28 +833,17 @@ fn constants_view(cx: &Constants) -> Value {
     })
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::replay::{replay_text, Outcome};
-    use lazaret_generated::lazaret::ProcSlots;
-
-    /// A matching client's session in the published generation, up to
-    /// its running terminal.
-    fn joined(c: CoordinatorsId, s: SessionsId) -> [Action; 4] {
-        [
-            Action::ConnectClient {
-                s,
-                f: lazaret_generated::lazaret::FingerprintResults::Match,
-            },
-            Action::EnrollClient { c, s },
-            Action::RecordTerminalIntent { c, s },
-            Action::RegisterSession { c, s },
-        ]
-    }
+/// Models for tests of other crates (`test-support`): the product's
+/// model after this build's unrouted launch.
+#[cfg(any(test, feature = "test-support"))]
+pub mod support {
+    use super::{HostModel, Routing};
+    use lazaret_generated::lazaret::{
+        Action, CoordinatorsId, FingerprintResults, ProcSlots, Roles, SessionsId,
+    };
 
     /// This build's launch path, bootstrap included.
-    pub(crate) fn launch_steps(c: CoordinatorsId) -> Vec<Action> {
+    pub fn launch_steps(c: CoordinatorsId) -> Vec<Action> {
         vec![
             Action::AcquireDomainLock { c },
             Action::BootstrapVacantDomain { c },
@@ -945,6 +934,55 @@ pub(crate) mod tests {
                 r: Roles::Publication,
             },
             Action::Publish { c },
+        ]
+    }
+
+    /// A coordinator serving the published generation of an unrouted
+    /// Domain it launched, with one session registered (running its
+    /// terminal): the state in which that session's escalation requests
+    /// are served.
+    pub fn serving_one_session(
+    ) -> Result<(HostModel, SessionsId), Box<dyn std::error::Error + Send + Sync>> {
+        let mut m = HostModel::new("hc-serving".into(), 1, Routing::Unrouted)?;
+        let c = m.me();
+        let s = SessionsId(0);
+        let joined = [
+            Action::ConnectClient {
+                s,
+                f: FingerprintResults::Match,
+            },
+            Action::EnrollClient { c, s },
+            Action::RecordTerminalIntent { c, s },
+            Action::RegisterSession { c, s },
+        ];
+        // The launching client connects before the generation starts.
+        let mut steps = launch_steps(c);
+        steps.insert(2, joined[0]);
+        for a in steps.into_iter().chain(joined.into_iter().skip(1)) {
+            m.take(a)?;
+        }
+        Ok((m, s))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    pub(crate) use super::support::launch_steps;
+    use super::*;
+    use crate::replay::{replay_text, Outcome};
+    use lazaret_generated::lazaret::ProcSlots;
+
+    /// A matching client's session in the published generation, up to
+    /// its running terminal.
+    fn joined(c: CoordinatorsId, s: SessionsId) -> [Action; 4] {
+        [
+            Action::ConnectClient {
+                s,
+                f: lazaret_generated::lazaret::FingerprintResults::Match,
+            },
+            Action::EnrollClient { c, s },
+            Action::RecordTerminalIntent { c, s },
+            Action::RegisterSession { c, s },
         ]
     }
 

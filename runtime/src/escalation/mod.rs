@@ -11,7 +11,9 @@
 //! or edit on the [`edit_line`] and then approve). Model names: a request that passes
 //! [`authenticate`] is the model's `SubmitEscalation(s, m)` with `m` from
 //! [`command::classify`]; [`ResultWindow`] performs `EmitResultChunk`,
-//! `AckResultChunk`, `AckTimeout` and `DeliverResult`.
+//! `AckResultChunk`, `AckTimeout` and `DeliverResult`; [`steps`] names
+//! every model step serving a request takes, as the Host Coordinator's
+//! event loop takes it.
 //!
 //! Sans-IO: records arrive as bytes the effects layer read through its
 //! confined mailbox handles; nothing here opens a file.
@@ -21,6 +23,7 @@ pub mod edit_line;
 pub mod prompt;
 mod request;
 mod results;
+pub mod steps;
 
 pub use lazaret_wire::client::{ClientError, EscalationClient, ResultReader};
 pub use request::{
