@@ -688,6 +688,34 @@ PromptTimeout(c, s) ==
     /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
                    sess, sessGen, sessFp, ptyFwd, escApproval, escUnacked>>
 
+\* The HC denies an accepted request without a prompt: nothing can put it to
+\* the developer (the session has no terminal, prompts are off, the request is
+\* too large to show whole), or serving it failed before it was shown.  The
+\* terminal's route never left the sandbox.
+RefuseEscalation(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Accepted"
+    /\ esc' = [esc EXCEPT ![s] = "Resolved"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ actor' = c
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, route, ptyFwd, escApproval, escUnacked, escCancel>>
+
+\* The approved command cannot start (its executable cannot be opened or
+\* checked, the launcher cannot be prepared): nothing runs and the terminal's
+\* route returns to the sandbox.
+HostProcessStartFails(c, s) ==
+    /\ hc[c] \in LeaderPhases
+    /\ esc[s] = "Approved"
+    /\ esc' = [esc EXCEPT ![s] = "Resolved"]
+    /\ route' = [route EXCEPT ![s] = "Sandbox"]
+    /\ escMatch' = [escMatch EXCEPT ![s] = "None"]
+    /\ escApproval' = [escApproval EXCEPT ![s] = "None"]
+    /\ escCancel' = [escCancel EXCEPT ![s] = FALSE]
+    /\ actor' = c
+    /\ UNCHANGED <<termsLeft, runtimeEnded, hc, lockHolder, recordIdentity, decision, gen, part, slot, rs, runsc,
+                   sess, sessGen, sessFp, ptyFwd, escUnacked>>
+
 \* The approved host process starts (argv launcher, no shell) and takes the
 \* session's terminal.
 StartHostProcess(c, s) ==
@@ -1070,6 +1098,8 @@ Next ==
     \/ \E c \in Coordinators, s \in Sessions : AutoApproveEscalation(c, s)
     \/ \E c \in Coordinators, s \in Sessions : DenyEscalation(c, s)
     \/ \E c \in Coordinators, s \in Sessions : PromptTimeout(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : RefuseEscalation(c, s)
+    \/ \E c \in Coordinators, s \in Sessions : HostProcessStartFails(c, s)
     \/ \E c \in Coordinators, s \in Sessions : StartHostProcess(c, s)
     \/ \E c \in Coordinators, s \in Sessions : EmitResultChunk(c, s)
     \/ \E s \in Sessions : AckResultChunk(s)

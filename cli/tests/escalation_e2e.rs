@@ -189,11 +189,12 @@ fn an_auto_approved_host_command_runs_from_inside_the_sandbox() {
         "ResumeTerminalForwarding",
         "DeliverResult",
         "CollectResult",
-        "RouteToPrompt",
-        "DenyEscalation",
+        "RefuseEscalation",
     ] {
         assert!(steps.contains(step), "no {step} traced: {steps:?}");
     }
+    // Piped sessions only: no request was ever routed to a prompt.
+    assert!(!steps.contains("RouteToPrompt"), "{steps:?}");
     env.assert_nothing_left();
 }
 
@@ -402,6 +403,7 @@ fn a_request_is_asked_on_its_own_terminal_and_runs_only_when_approved() {
         "RouteToPrompt",
         "ApproveEscalation",
         "DenyEscalation",
+        "RefuseEscalation",
         "StartHostProcess",
         "ResumeTerminalForwarding",
     ] {

@@ -81,6 +81,7 @@ struct Fixture {
 struct ModelSteps {
     model: Mutex<(HostModel, SessionsId)>,
     refused: Mutex<Vec<StepRefused>>,
+    taken: Mutex<Vec<EscalationStep>>,
 }
 
 impl ModelSteps {
@@ -88,7 +89,18 @@ impl ModelSteps {
         Self {
             model: Mutex::new(serving_one_session().expect("a serving model")),
             refused: Mutex::new(Vec::new()),
+            taken: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The model's names of every step taken so far, in order.
+    fn taken(&self) -> Vec<&'static str> {
+        self.taken
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.name())
+            .collect()
     }
 
     /// The model took every step asked, and the session is back where a
@@ -117,8 +129,9 @@ impl EscalationSteps for ModelSteps {
                 step,
                 why: e.to_string(),
             });
-        if let Err(refused) = &taken {
-            self.refused.lock().unwrap().push(refused.clone());
+        match &taken {
+            Ok(()) => self.taken.lock().unwrap().push(step),
+            Err(refused) => self.refused.lock().unwrap().push(refused.clone()),
         }
         taken
     }
@@ -933,6 +946,21 @@ fn an_approved_command_that_cannot_run_fails_and_leaves_the_terminal_forwarding(
     assert_eq!(served.outcome, EscalationOutcome::Failed);
     assert_eq!(holds.last(), Some(&TerminalUse::Forwarding), "{holds:?}");
     assert_eq!(finish(client).0, 125);
+    // Nothing started, and the model says so.
+    assert_eq!(
+        f.steps.taken(),
+        [
+            "SubmitEscalation",
+            "AcceptEscalation",
+            "PauseTerminalForwarding",
+            "RouteToPrompt",
+            "ApproveEscalation",
+            "HostProcessStartFails",
+            "ResumeTerminalForwarding",
+            "DeliverResult",
+            "CollectResult",
+        ]
+    );
 }
 
 #[test]
@@ -1004,6 +1032,13 @@ fn a_session_without_a_terminal_is_denied_without_a_prompt() {
     assert_eq!(served.outcome, EscalationOutcome::Denied);
     assert_eq!(finish(client).0, 126);
     assert!(!marker.exists());
+    // Refused, never routed to a prompt the model would have shown.
+    assert!(
+        f.steps.taken().contains(&"RefuseEscalation")
+            && !f.steps.taken().contains(&"RouteToPrompt"),
+        "{:?}",
+        f.steps.taken()
+    );
 }
 
 #[test]
@@ -1061,9 +1096,21 @@ fn a_request_too_large_to_show_whole_is_denied_unprompted() {
     let client = f.client(&[&sh, "-c", &long]);
     let served = f.serve_one_prompting(&["-c", "true"], fast(), Some(&desk));
     done.store(true, Ordering::SeqCst);
-    assert_eq!(holds.join().expect("holds"), PROMPTED);
+    // Refused where it is (`RefuseEscalation`): the terminal kept
+    // forwarding the whole time.
+    assert_eq!(holds.join().expect("holds"), []);
     assert_eq!(served.outcome, EscalationOutcome::Denied);
     assert!(asks.try_recv().is_err(), "no prompt was shown");
+    assert_eq!(
+        f.steps.taken(),
+        [
+            "SubmitEscalation",
+            "AcceptEscalation",
+            "RefuseEscalation",
+            "DeliverResult",
+            "CollectResult",
+        ]
+    );
     assert_eq!(finish(client).0, 126);
     assert!(!marker.exists());
 }

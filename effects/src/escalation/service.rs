@@ -678,9 +678,8 @@ impl Service<'_> {
     ) -> Result<Served, ServiceError> {
         use EscalationStep as S;
         let mut served = None;
-        // Bounded: the way to a result from any place is at most nine
-        // steps (Accepted: pause, prompt, deny, resume, give up, deliver,
-        // collect).
+        // Bounded: the way to a result from any place is at most five
+        // steps (Running: exit, resume, give up, deliver, collect).
         for _ in 0..FINISH_STEPS_MAX {
             if !steps.open() {
                 break;
@@ -689,15 +688,13 @@ impl Service<'_> {
                 break;
             };
             let taken = match step {
-                S::PauseTerminalForwarding | S::HostProcessExits => {
+                // The prompt's or the process's route ends; the terminal
+                // stays held until it forwards again.
+                S::HostProcessStartFails | S::HostProcessExits => {
                     self.terminal_step(steps, lease, TerminalUse::Held, step)
                 }
                 S::ResumeTerminalForwarding => {
                     self.terminal_step(steps, lease, TerminalUse::Forwarding, step)
-                }
-                // The process never starts: it ends at once.
-                S::StartHostProcess => {
-                    self.terminal_step(steps, lease, TerminalUse::HostProcess, step)
                 }
                 S::AckTimeout => {
                     self.give_up(window)?;
@@ -736,52 +733,50 @@ impl Service<'_> {
     ) -> Result<Prompted, ServiceError> {
         use EscalationStep as S;
         let binding = &admitted.open.session_binding;
+        let request = &admitted.request;
+        // A request nobody can be asked about is refused where it is: its
+        // terminal never leaves the sandbox (`RefuseEscalation`). A
+        // session without a terminal is never prompted elsewhere.
+        let refused = |why: &str| {
+            tracing::info!(
+                why,
+                args = request.command_argv.len(),
+                "Denied without a prompt"
+            );
+            steps.take(S::RefuseEscalation);
+            Ok(Prompted::Ended(EscalationOutcome::Denied))
+        };
+        let desk = match (self.prompts, lease) {
+            (None, _) => {
+                return refused("no auto-approval rule matches exactly and prompts are off")
+            }
+            _ if !showable(&request.command_argv, &request.justification) => {
+                return refused("the request is too large to show whole on a prompt")
+            }
+            (Some(_), None) => return refused("the session has no terminal to prompt on"),
+            (Some(desk), Some(_)) => desk,
+        };
         // Spec 3.4: the terminal stops forwarding before the prompt takes
         // it.
         if !self.terminal_step(steps, lease, TerminalUse::Held, S::PauseTerminalForwarding) {
             return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
         }
-        let request = &admitted.request;
-        let unprompted = if self.prompts.is_none() {
-            Some("no auto-approval rule matches exactly and prompts are off")
-        } else if !showable(&request.command_argv, &request.justification) {
-            Some("the request is too large to show whole on a prompt")
-        } else {
-            None
+        let prompt = EscalationPrompt {
+            session_id: binding.session_id,
+            request_id: admitted.open.request_id,
+            request_sha256: admitted.open.request_sha256,
+            profile: desk.profile().to_owned(),
+            command_argv: request.command_argv.clone(),
+            justification: request.justification.clone(),
+            deadline_seconds: u32::try_from(self.limits.prompt.as_secs()).unwrap_or(u32::MAX),
         };
-        let pending = unprompted.map_or_else(
-            || {
-                let desk = self.prompts?;
-                let prompt = EscalationPrompt {
-                    session_id: binding.session_id,
-                    request_id: admitted.open.request_id,
-                    request_sha256: admitted.open.request_sha256,
-                    profile: desk.profile().to_owned(),
-                    command_argv: request.command_argv.clone(),
-                    justification: request.justification.clone(),
-                    deadline_seconds: u32::try_from(self.limits.prompt.as_secs())
-                        .unwrap_or(u32::MAX),
-                };
-                let expect = PromptExpectation {
-                    open: admitted.open.clone(),
-                    session_anchor: binding.session_anchor_public_key,
-                    command_argv: request.command_argv.clone(),
-                };
-                desk.ask(prompt, expect)
-            },
-            |_| None,
-        );
-        let Some(pending) = pending else {
-            // The model's prompt, shown nowhere and denied at once: a
-            // session without a terminal is never prompted elsewhere.
-            tracing::info!(
-                why = unprompted.unwrap_or("the session has no terminal to prompt on"),
-                args = request.command_argv.len(),
-                "Denied without a prompt"
-            );
-            steps.take(S::RouteToPrompt);
-            steps.take(S::DenyEscalation);
-            return Ok(Prompted::Ended(EscalationOutcome::Denied));
+        let expect = PromptExpectation {
+            open: admitted.open.clone(),
+            session_anchor: binding.session_anchor_public_key,
+            command_argv: request.command_argv.clone(),
+        };
+        let Some(pending) = desk.ask(prompt, expect) else {
+            return refused("the session's terminal cannot take a prompt");
         };
         if !steps.take(S::RouteToPrompt) {
             pending.withdraw(PromptClosing::Withdrawn);

@@ -35,6 +35,8 @@ pub enum EscalationStep {
     AutoApproveEscalation,
     DenyEscalation,
     PromptTimeout,
+    RefuseEscalation,
+    HostProcessStartFails,
     StartHostProcess,
     EmitResultChunk,
     AckResultChunk,
@@ -61,6 +63,8 @@ impl EscalationStep {
             Self::AutoApproveEscalation => Action::AutoApproveEscalation { c, s },
             Self::DenyEscalation => Action::DenyEscalation { c, s },
             Self::PromptTimeout => Action::PromptTimeout { c, s },
+            Self::RefuseEscalation => Action::RefuseEscalation { c, s },
+            Self::HostProcessStartFails => Action::HostProcessStartFails { c, s },
             Self::StartHostProcess => Action::StartHostProcess { c, s },
             Self::EmitResultChunk => Action::EmitResultChunk { c, s },
             Self::AckResultChunk => Action::AckResultChunk { s },
@@ -124,7 +128,12 @@ impl RequestPlace {
             S::ResumeTerminalForwarding => next.forwarding = true,
             S::RouteToPrompt => next.esc = Esc::Prompting,
             S::ApproveEscalation | S::AutoApproveEscalation => next.esc = Esc::Approved,
-            S::DenyEscalation | S::PromptTimeout | S::HostProcessExits | S::HostProcessTimeout => {
+            S::DenyEscalation
+            | S::PromptTimeout
+            | S::RefuseEscalation
+            | S::HostProcessStartFails
+            | S::HostProcessExits
+            | S::HostProcessTimeout => {
                 next.esc = Esc::Resolved;
             }
             S::StartHostProcess => next.esc = Esc::Running,
@@ -145,11 +154,11 @@ impl RequestPlace {
     }
 
     /// The next step on the shortest way from here to a collected result
-    /// that runs nothing new: a prompt not yet shown is denied, an
-    /// approved request's host process ends at once, what is
-    /// unacknowledged is given up, and the terminal forwards again as soon
-    /// as its route is the sandbox's. `None` when no request is open and
-    /// the terminal forwards.
+    /// that runs nothing new: a request not yet shown is refused, a shown
+    /// one denied, an approved request's host process never starts, a
+    /// running one ends, what is unacknowledged is given up, and the
+    /// terminal forwards again as soon as its route is the sandbox's.
+    /// `None` when no request is open and the terminal forwards.
     pub fn next_to_result(self) -> Option<EscalationStep> {
         use EscalationStep as S;
         let routed_back = matches!(
@@ -162,10 +171,9 @@ impl RequestPlace {
         Some(match self.esc {
             Esc::None => return None,
             Esc::Submitted => S::AcceptEscalation,
-            Esc::Accepted | Esc::Approved if self.forwarding => S::PauseTerminalForwarding,
-            Esc::Accepted => S::RouteToPrompt,
+            Esc::Accepted => S::RefuseEscalation,
             Esc::Prompting => S::DenyEscalation,
-            Esc::Approved => S::StartHostProcess,
+            Esc::Approved => S::HostProcessStartFails,
             Esc::Running => S::HostProcessExits,
             Esc::Resolved if self.unacked > 0 => S::AckTimeout,
             Esc::Resolved => S::DeliverResult,
@@ -252,7 +260,50 @@ mod tests {
         Ok(())
     }
 
-    const ALL: [EscalationStep; 20] = [
+    /// A request nobody can be asked about is refused without its
+    /// terminal leaving the sandbox, and an approved command that cannot
+    /// start hands a prompt's route back without a host process: neither
+    /// passes through a prompt or a start it did not have.
+    #[test]
+    fn a_request_can_end_without_a_prompt_or_a_start() -> TestResult {
+        let (mut m, s) = serving_one_session()?;
+        take(
+            &mut m,
+            s,
+            &[SubmitEscalation(RuleMatches::Inexact), AcceptEscalation],
+        )
+        .map_err(|e| e.to_string())?;
+        assert!(refuses(&m, s, HostProcessStartFails), "nothing is approved");
+        take(&mut m, s, &[RefuseEscalation]).map_err(|e| e.to_string())?;
+        assert_eq!(m.state().route[s.index()], Route::Sandbox);
+        assert!(m.state().pty_fwd[s.index()], "the terminal never paused");
+        take(&mut m, s, &[DeliverResult, CollectResult]).map_err(|e| e.to_string())?;
+        take(
+            &mut m,
+            s,
+            &[
+                SubmitEscalation(RuleMatches::Inexact),
+                AcceptEscalation,
+                PauseTerminalForwarding,
+                RouteToPrompt,
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+        assert!(refuses(&m, s, RefuseEscalation), "a shown prompt is denied");
+        take(&mut m, s, &[ApproveEscalation, HostProcessStartFails]).map_err(|e| e.to_string())?;
+        assert_eq!(m.state().route[s.index()], Route::Sandbox);
+        assert!(refuses(&m, s, HostProcessExits), "nothing ran");
+        take(
+            &mut m,
+            s,
+            &[ResumeTerminalForwarding, DeliverResult, CollectResult],
+        )
+        .map_err(|e| e.to_string())?;
+        assert_eq!(place_in(&m, s), RequestPlace::default());
+        Ok(())
+    }
+
+    const ALL: [EscalationStep; 22] = [
         SubmitEscalation(RuleMatches::Exact),
         SubmitEscalation(RuleMatches::Inexact),
         AcceptEscalation,
@@ -263,6 +314,8 @@ mod tests {
         AutoApproveEscalation,
         DenyEscalation,
         PromptTimeout,
+        RefuseEscalation,
+        HostProcessStartFails,
         StartHostProcess,
         EmitResultChunk,
         AckResultChunk,
