@@ -688,8 +688,10 @@ impl Service<'_> {
                 break;
             };
             let taken = match step {
-                // The prompt's or the process's route ends; the terminal
-                // stays held until it forwards again.
+                // The prompt's or the process's route ends; a terminal
+                // that stopped forwarding stays held until it forwards
+                // again (an approval that never paused it leaves it be).
+                S::HostProcessStartFails if steps.place().forwarding => steps.take(step),
                 S::HostProcessStartFails | S::HostProcessExits => {
                     self.terminal_step(steps, lease, TerminalUse::Held, step)
                 }
