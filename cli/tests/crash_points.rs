@@ -866,9 +866,15 @@ fn every_crash_point_of_an_escalation_recovers() {
     let points: Vec<Point> = passed(&log_lines(&log), false, &BTreeSet::new())
         .into_iter()
         .filter(|p| {
-            p.spec.starts_with("hc:") && escalation_steps.iter().any(|s| p.label.starts_with(s))
+            p.spec.starts_with("hc:mailbox:")
+                || (p.spec.starts_with("hc:")
+                    && escalation_steps.iter().any(|s| p.label.starts_with(s)))
         })
         .collect();
+    assert!(
+        points.iter().any(|p| p.spec.starts_with("hc:mailbox:")),
+        "the enumerating run passed no mailbox point: {points:?}"
+    );
     for step in escalation_steps {
         assert!(
             points.iter().any(|p| p.label.starts_with(step)),

@@ -196,6 +196,24 @@ fn an_auto_approved_host_command_runs_from_inside_the_sandbox() {
     // Piped sessions only: no request was ever routed to a prompt.
     assert!(!steps.contains("RouteToPrompt"), "{steps:?}");
     env.assert_nothing_left();
+    assert_mailboxes_released(&env);
+}
+
+/// Spec 3.6: every generation of `env`'s Domain recorded its mailbox as a
+/// generation record of its own, and released it with the generation.
+fn assert_mailboxes_released(env: &Env) {
+    let out = env.run(&["state", "default", "--json"]);
+    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let generations = state["generations"].as_array().cloned().unwrap_or_default();
+    assert!(!generations.is_empty(), "{state}");
+    for g in &generations {
+        let mailbox = &g["mailbox"];
+        assert_eq!(mailbox["state"], "Clean", "{g}");
+        let path = mailbox["identity_path"].as_str().unwrap_or_default();
+        assert!(path.ends_with("/mailbox"), "{g}");
+        assert!(!Path::new(path).exists(), "{path} is left");
+        assert_eq!(g["clean"], true, "{g}");
+    }
 }
 
 /// The action names of every kept coordinator trace of `env`.

@@ -274,6 +274,11 @@ pub enum CoordinatorError {
     NotAReleaseStep { action: &'static str },
     #[error("the release did not reach RetireGeneration")]
     ReleaseIncomplete,
+    /// Spec 3.6: the generation's mailbox is recorded clean only once its
+    /// path is observed gone; it went with the generation directory, which
+    /// was not removed (the next launch's recovery removes it).
+    #[error("the mailbox of generation {generation} is still at {}; the generation is not retired", .path.display())]
+    MailboxLeft { generation: u64, path: PathBuf },
     /// A launch step failed (spec 3.3): the model step the core chose, and
     /// why. The launch ended RS exactly before it returned this.
     #[error("launch step {}: {source}", step_name(.step))]

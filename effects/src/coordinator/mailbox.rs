@@ -17,6 +17,7 @@
 //! dies takes them with it (the host process's parent-death signal).
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,14 +27,19 @@ use std::time::Duration;
 
 use lazaret_runtime::escalation::steps::EscalationStep;
 use lazaret_runtime::escalation::{MailboxAuthority, RequestLedger};
+use lazaret_runtime::ownership::mailbox::MailboxOp;
+use lazaret_runtime::ownership::AbsenceProof;
 use lazaret_runtime::protocol::records::SessionBinding;
 use lazaret_runtime::protocol::ResultSigner;
-use lazaret_runtime::records::ids::{EscalationRequestId, SessionId};
+use lazaret_runtime::records::domain::Mailbox;
+use lazaret_runtime::records::ids::{EscalationRequestId, GenerationId, HostPath, SessionId};
+use lazaret_runtime::records::participant::ParticipantState;
 
-use super::host::{CoordinatorError, HcEvent};
+use super::host::{CoordinatorError, Hc, HcEvent};
 use super::paths::MAILBOX;
 use crate::config_resolve::ResolvedExecutableRule;
 use crate::confined::{ConfinedSys, RealSys, UserIds};
+use crate::domain_store::StoreOp;
 use crate::escalation::launcher::HostProcessSetting;
 use crate::escalation::model_steps::{EscalationSteps, StepRefused};
 use crate::escalation::prompt_desk::PromptDesk;
@@ -51,11 +57,32 @@ const SWEEP: Duration = Duration::from_secs(10);
 /// Refused entries logged one by one before only every power of two is.
 const LOGGED_REFUSALS: u64 = 32;
 
+/// Spec 3.6 ("Sessions and the generation mailbox are separate generation
+/// records"): the generation's Mailbox row in `Intent`, written with
+/// `StartGeneration` before the directories exist. Its paths are lookup
+/// hints (`<generation>/mailbox`, its `requests` and `results`).
+pub(super) fn mailbox_intent(
+    generation: GenerationId,
+    generation_dir: &Path,
+) -> Result<StoreOp, CoordinatorError> {
+    let mailbox = generation_dir.join(MAILBOX);
+    let path = |what: &'static str, p: PathBuf| {
+        HostPath::new(p.into_os_string().into_vec())
+            .map_err(|source| CoordinatorError::RecordValue { what, source })
+    };
+    Ok(StoreOp::InsertMailbox {
+        generation,
+        identity_path: path("mailbox path", mailbox.clone())?,
+        inbox_path: path("mailbox inbox path", mailbox.join("requests"))?,
+        outbox_path: path("mailbox outbox path", mailbox.join("results"))?,
+    })
+}
+
 /// Makes `<generation>/mailbox/{requests,results}`: the mailbox 0755,
 /// `results` 0755 (every sandbox user reads results), `requests` 01733
 /// (every sandbox user may write a request, none may list or remove
-/// another's).
-pub(super) fn make_mailbox(generation_dir: &Path) -> Result<(), CoordinatorError> {
+/// another's); then the Mailbox row is `Committed`.
+pub(super) fn make_mailbox(hc: &Hc<'_, '_>, generation_dir: &Path) -> Result<(), CoordinatorError> {
     let mailbox = generation_dir.join(MAILBOX);
     for (dir, mode) in [
         (mailbox.clone(), 0o755),
@@ -66,7 +93,85 @@ pub(super) fn make_mailbox(generation_dir: &Path) -> Result<(), CoordinatorError
             .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)))
             .map_err(|source| CoordinatorError::Io { path: dir, source })?;
     }
-    Ok(())
+    crate::crash_point::crash_point!(Hc, "mailbox", "before-commit", "MailboxCommit");
+    hc.apply(&[StoreOp::Mailbox {
+        generation: hc.id,
+        op: MailboxOp::Commit,
+    }])
+}
+
+/// The Mailbox row's release, before the generation directory (and the
+/// mailbox in it) is removed while the runtime stops (`ShutdownRuntime`):
+/// `ReleaseIntent`. Nothing when the generation has no row or it is
+/// already released.
+pub(super) fn mailbox_release_intent(hc: &Hc<'_, '_>) -> Result<(), CoordinatorError> {
+    match recorded_mailbox(hc)? {
+        Some(m)
+            if matches!(
+                m.state,
+                ParticipantState::Intent | ParticipantState::Committed
+            ) =>
+        {
+            hc.apply(&[StoreOp::Mailbox {
+                generation: hc.id,
+                op: MailboxOp::BeginRelease,
+            }])
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What `RetireGeneration` writes for the Mailbox row with its `Vacant`
+/// decision, once the runtime is proved absent: a bare `Intent` (the
+/// directories were never recorded made) is `Clean` by that sealed
+/// absence; a committed mailbox goes `ReleaseIntent` unless written
+/// already, then `Clean` on the observation that its path is gone (it went
+/// with the generation directory). The recorded path is a lookup hint: it
+/// is only looked at, never removed. Nothing when the generation has no row
+/// or it is clean.
+pub(super) fn mailbox_clean(hc: &Hc<'_, '_>) -> Result<Vec<StoreOp>, CoordinatorError> {
+    let Some(m) = recorded_mailbox(hc)? else {
+        return Ok(Vec::new());
+    };
+    let op = |op| StoreOp::Mailbox {
+        generation: hc.id,
+        op,
+    };
+    let mut ops = Vec::new();
+    let proof = match m.state {
+        ParticipantState::Clean => return Ok(ops),
+        ParticipantState::Intent => AbsenceProof::SealedRuntimeAbsence,
+        ParticipantState::ReleaseIntent => AbsenceProof::IndependentAbsence,
+        // A mailbox is never LeaseHeld or Prepared: the store refuses
+        // their release by name.
+        ParticipantState::Committed | ParticipantState::LeaseHeld | ParticipantState::Prepared => {
+            ops.push(op(MailboxOp::BeginRelease));
+            AbsenceProof::IndependentAbsence
+        }
+    };
+    let path = PathBuf::from(std::ffi::OsString::from_vec(
+        m.identity_path.as_bytes().to_vec(),
+    ));
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(_) => {
+            return Err(CoordinatorError::MailboxLeft {
+                generation: hc.id.0,
+                path,
+            })
+        }
+        Err(source) => return Err(CoordinatorError::Io { path, source }),
+    }
+    ops.push(op(MailboxOp::Clean(proof)));
+    Ok(ops)
+}
+
+fn recorded_mailbox(hc: &Hc<'_, '_>) -> Result<Option<Mailbox>, CoordinatorError> {
+    Ok(hc
+        .store
+        .generation_document(hc.id)
+        .map_err(|e| hc.store_err(e))?
+        .and_then(|d| d.mailbox))
 }
 
 /// What the coordinator shares with its mailbox threads.

@@ -142,10 +142,14 @@ pub(super) fn release_step(hc: &mut Hc<'_, '_>, action: Action) -> Result<(), Co
             role: participant_role(r),
             op: ParticipantOp::Clean(AbsenceProof::SealedRuntimeAbsence),
         }]),
-        Action::RetireGeneration { .. } => hc.apply(&[StoreOp::SetDurableDecision {
-            generation,
-            decision: decision_value("Vacant")?,
-        }]),
+        Action::RetireGeneration { .. } => {
+            let mut ops = super::mailbox::mailbox_clean(hc)?;
+            ops.push(StoreOp::SetDurableDecision {
+                generation,
+                decision: decision_value("Vacant")?,
+            });
+            hc.apply(&ops)
+        }
         other => Err(CoordinatorError::NotAReleaseStep {
             action: lazaret_generated::lazaret::action_name(&other),
         }),
@@ -374,6 +378,12 @@ fn anchors_still_absent(released: Option<&StateAnchorReleaseEvidence>) -> bool {
 /// are the next step's (`CleanSessionTerminals`).
 fn shutdown_runtime(hc: &mut Hc<'_, '_>) -> Result<((), ProcessView), CoordinatorError> {
     if let Some(g) = hc.generation.take() {
+        // The mailbox goes with the generation directory; without its
+        // release intent `RetireGeneration` writes both on the observation.
+        if let Err(e) = super::mailbox::mailbox_release_intent(hc) {
+            tracing::warn!(error = %e, "the mailbox's release intent is not recorded");
+        }
+        crate::crash_point::crash_point!(Hc, "mailbox", "after-release-intent", "ShutdownRuntime");
         stop_generation(hc, &g);
     }
     let (supervisor, runsc) = recorded_runtime(hc)?;

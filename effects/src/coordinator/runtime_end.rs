@@ -57,6 +57,8 @@ pub(super) fn record_runtime_end(
     for action in hc.model.model().runtime_ended(end) {
         hc.step_observing(action, |_| Ok(((), proved_absent(action))))?;
     }
+    // The mailbox goes with the generation directory.
+    super::mailbox::mailbox_release_intent(hc)?;
     super::paths::remove_generation_dir(&g.dir).map_err(|source| CoordinatorError::Io {
         path: g.dir.clone(),
         source,

@@ -157,13 +157,15 @@ pub(super) fn start_generation(
         canonical_workspace: HostPath::new(running.workspace.clone().into_bytes())
             .map_err(invalid("workspace"))?,
     };
+    let mut ops = vec![
+        StoreOp::PutDomain(domain),
+        StoreOp::InsertGeneration(generation),
+    ];
+    if launch.escalation {
+        ops.push(super::super::mailbox::mailbox_intent(l.generation, &l.dir)?);
+    }
     let c = hc.model.me();
-    hc.step(Action::StartGeneration { c }, |hc| {
-        hc.apply(&[
-            StoreOp::PutDomain(domain),
-            StoreOp::InsertGeneration(generation),
-        ])
-    })?;
+    hc.step(Action::StartGeneration { c }, |hc| hc.apply(&ops))?;
     let init_dir = l.dir.join("sbin");
     let io_err = |path: &Path| {
         let path = path.to_owned();
@@ -182,7 +184,7 @@ pub(super) fn start_generation(
             .map_err(io_err(&path))?;
     }
     if launch.escalation {
-        super::super::mailbox::make_mailbox(&l.dir)?;
+        super::super::mailbox::make_mailbox(hc, &l.dir)?;
     }
     write_sandbox_credentials(&mut l.trust_anchor, &l.dir)
 }
