@@ -261,8 +261,29 @@ mod tests {
     /// A wide upper (more sibling directories than descriptors) is walked
     /// whole by the count, the verification and the inspection: each holds
     /// one descriptor per level, not one per pending directory.
+    ///
+    /// The descriptor limit is the whole process's, so the walk runs in a
+    /// child run of this test binary: other tests of a shared process
+    /// (`cargo test` runs them as threads) keep their limit.
     #[test]
     fn a_tree_wider_than_the_descriptor_limit_is_walked_whole() {
+        const NAME: &str =
+            "state_anchor::usage::tests::a_tree_wider_than_the_descriptor_limit_is_walked_whole";
+        const CHILD: &str = "LAZARET_TEST_LOW_DESCRIPTOR_LIMIT";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env(CHILD, "1")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "{stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let domain = dir.path().join("domain");
         let usr = domain.join("anchors/upper/usr");
@@ -271,8 +292,8 @@ mod tests {
             std::fs::create_dir_all(&d).unwrap();
             std::fs::write(d.join("f"), b"x").unwrap();
         }
-        // This test runs in a process of its own (nextest): the lower
-        // limit is its alone.
+        // This child run is a process of its own: the lower limit is its
+        // alone.
         let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
         rustix::process::setrlimit(
             rustix::process::Resource::Nofile,
