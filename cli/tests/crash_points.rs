@@ -850,19 +850,7 @@ fn every_crash_point_of_an_escalation_recovers() {
         out.stderr
     );
     env.nothing_left().unwrap();
-    let escalation_steps = [
-        "SubmitEscalation",
-        "AcceptEscalation",
-        "AutoApproveEscalation",
-        "PauseTerminalForwarding",
-        "StartHostProcess",
-        "EmitResultChunk",
-        "AckResultChunk",
-        "HostProcessExits",
-        "ResumeTerminalForwarding",
-        "DeliverResult",
-        "CollectResult",
-    ];
+    let escalation_steps = support::AUTO_APPROVED_STEPS;
     let points: Vec<Point> = passed(&log_lines(&log), false, &BTreeSet::new())
         .into_iter()
         .filter(|p| {

@@ -178,19 +178,10 @@ fn an_auto_approved_host_command_runs_from_inside_the_sandbox() {
     // Spec 3.8: every step is a step of the coordinator's model trace
     // (which `assert_nothing_left` replays).
     let steps = traced_actions(&env);
-    for step in [
-        "SubmitEscalation",
-        "AutoApproveEscalation",
-        "PauseTerminalForwarding",
-        "StartHostProcess",
-        "EmitResultChunk",
-        "AckResultChunk",
-        "HostProcessExits",
-        "ResumeTerminalForwarding",
-        "DeliverResult",
-        "CollectResult",
-        "RefuseEscalation",
-    ] {
+    for step in support::AUTO_APPROVED_STEPS
+        .into_iter()
+        .chain(["RefuseEscalation"])
+    {
         assert!(steps.contains(step), "no {step} traced: {steps:?}");
     }
     // Piped sessions only: no request was ever routed to a prompt.

@@ -163,6 +163,22 @@ pub fn runtime_files(root: &Path) -> Vec<PathBuf> {
 /// Two cores, real sandboxes: scenarios take turns.
 pub static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// The coordinator's model steps for one auto-approved escalation request
+/// whose host command prints (docs/escalation.md "The model").
+pub const AUTO_APPROVED_STEPS: [&str; 11] = [
+    "SubmitEscalation",
+    "AcceptEscalation",
+    "AutoApproveEscalation",
+    "PauseTerminalForwarding",
+    "StartHostProcess",
+    "EmitResultChunk",
+    "AckResultChunk",
+    "HostProcessExits",
+    "ResumeTerminalForwarding",
+    "DeliverResult",
+    "CollectResult",
+];
+
 /// A private HOME/XDG_RUNTIME_DIR/config for one scenario, owned by the
 /// test user.
 pub struct Env {
