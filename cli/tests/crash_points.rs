@@ -863,11 +863,9 @@ fn every_crash_point_of_an_escalation_recovers() {
         points.iter().any(|p| p.spec.starts_with("hc:mailbox:")),
         "the enumerating run passed no mailbox point: {points:?}"
     );
-    // The client may read its result and leave before the coordinator
-    // takes `CollectResult`: the session's `CloseSession` then ends the
-    // delivered request (the model allows both orders), and that run
-    // passes no `CollectResult` point.
-    for step in escalation_steps.iter().filter(|s| **s != "CollectResult") {
+    // `CollectResult` is taken with `DeliverResult`, in one turn of the
+    // coordinator's loop: no close of the session comes between them.
+    for step in escalation_steps {
         assert!(
             points.iter().any(|p| p.label.starts_with(step)),
             "the enumerating run passed no {step} point: {points:?}"

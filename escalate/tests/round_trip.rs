@@ -23,9 +23,10 @@ use lazaret_effects::escalation::model_steps::{EscalationSteps, StepRefused};
 use lazaret_effects::escalation::prompt_desk::{
     PromptAnswer, PromptDesk, Registration, TerminalHold, TerminalUse,
 };
+use lazaret_effects::escalation::running::RunningHostProcesses;
 use lazaret_effects::escalation::service::{ApprovalRule, Limits, Served, Service};
 use lazaret_effects::escalation::MailboxDir;
-use lazaret_generated::lazaret::{Esc, SessionsId};
+use lazaret_generated::lazaret::{Action, Esc, SessionsId};
 use lazaret_runtime::config::ResolvedAutoApprovalRule;
 use lazaret_runtime::coordinator::host_model::support::serving_one_session;
 use lazaret_runtime::coordinator::host_model::HostModel;
@@ -103,6 +104,17 @@ impl ModelSteps {
             .collect()
     }
 
+    /// The coordinator's close of the session, as its event loop takes it:
+    /// `stop` (the close's effect), then `CloseSession`; a step asked
+    /// meanwhile waits and is refused after it.
+    fn close_session(&self, stop: impl FnOnce()) {
+        let mut model = self.model.lock().unwrap();
+        let (m, s) = &mut *model;
+        stop();
+        let close = Action::CloseSession { c: m.me(), s: *s };
+        m.take(close).expect("the model closes the session");
+    }
+
     /// The model took every step asked, and the session is back where a
     /// request starts: none open, its terminal forwarding.
     fn assert_at_rest(&self) {
@@ -115,25 +127,30 @@ impl ModelSteps {
 }
 
 impl EscalationSteps for ModelSteps {
-    fn take(&self, session: SessionId, step: EscalationStep) -> Result<(), StepRefused> {
-        if session != SESSION {
-            return Err(StepRefused::NotServed { step, session });
-        }
+    fn take(&self, session: SessionId, steps: &[EscalationStep]) -> Result<(), StepRefused> {
         let mut model = self.model.lock().unwrap();
         let (m, s) = &mut *model;
-        let action = step.action(m.me(), *s);
-        let taken = m
-            .take(action)
-            .map(|_| ())
-            .map_err(|e| StepRefused::Disabled {
-                step,
-                why: e.to_string(),
-            });
-        match &taken {
-            Ok(()) => self.taken.lock().unwrap().push(step),
-            Err(refused) => self.refused.lock().unwrap().push(refused.clone()),
+        for &step in steps {
+            if session != SESSION {
+                return Err(StepRefused::NotServed { step, session });
+            }
+            let action = step.action(m.me(), *s);
+            let taken = m
+                .take(action)
+                .map(|_| ())
+                .map_err(|e| StepRefused::Disabled {
+                    step,
+                    why: e.to_string(),
+                });
+            match taken {
+                Ok(()) => self.taken.lock().unwrap().push(step),
+                Err(refused) => {
+                    self.refused.lock().unwrap().push(refused.clone());
+                    return Err(refused);
+                }
+            }
         }
-        taken
+        Ok(())
     }
 }
 
@@ -282,6 +299,27 @@ impl Fixture {
         limits: Limits,
         prompts: Option<&PromptDesk>,
     ) -> Served {
+        let served = self.serve_one_closable(
+            rule_args,
+            limits,
+            prompts,
+            &RunningHostProcesses::default(),
+            &AtomicBool::new(true),
+        );
+        self.steps.assert_at_rest();
+        served
+    }
+
+    /// [`Fixture::serve_one_prompting`] for a session served while `live`,
+    /// its host processes registered in `running`.
+    fn serve_one_closable(
+        &self,
+        rule_args: &[&str],
+        limits: Limits,
+        prompts: Option<&PromptDesk>,
+        running: &RunningHostProcesses,
+        live: &AtomicBool,
+    ) -> Served {
         let sys = RealSys;
         let user: UserIds = sys.user_ids().expect("user ids");
         let requests = handle(&self.dir.path().join("mailbox/requests"));
@@ -315,8 +353,10 @@ impl Fixture {
             setting: &setting,
             limits,
             steps: &self.steps,
+            running,
         };
-        let registered = |b: &SessionBinding| b.session_id == SESSION;
+        let registered =
+            |b: &SessionBinding| b.session_id == SESSION && live.load(Ordering::SeqCst);
         let mut ledger = RequestLedger::default();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
@@ -324,11 +364,9 @@ impl Fixture {
                 .take_requests(&mut ledger, &registered, &|_| false)
                 .expect("the inbound directory is read");
             if let Some(a) = pass.admitted.first() {
-                let served = service
+                return service
                     .serve(a, &registered)
                     .expect("the request is served");
-                self.steps.assert_at_rest();
-                return served;
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -401,6 +439,7 @@ fn with_service<T>(f: &Fixture, limits: Limits, run: impl FnOnce(&Service<'_>) -
         setting: &setting,
         limits,
         steps: &f.steps,
+        running: &RunningHostProcesses::default(),
     })
 }
 
@@ -564,19 +603,7 @@ fn an_interrupted_client_cancels_and_the_host_process_is_reaped() {
     let mut client = f.client(&[&sh, "-c", script]);
     let mut stdout = client.stdout.take().expect("piped");
     let pid = std::thread::spawn(move || {
-        let mut line = Vec::new();
-        let mut byte = [0u8; 1];
-        while stdout.read(&mut byte).map(|n| n == 1).unwrap_or(false) && byte[0] != b'\n' {
-            line.push(byte[0]);
-        }
-        let line = String::from_utf8(line).expect("UTF-8");
-        let pids: Vec<u32> = line
-            .split_whitespace()
-            .map(|p| p.parse().expect("a PID"))
-            .collect();
-        let [pid, background] = pids[..] else {
-            panic!("two PIDs expected: {line:?}");
-        };
+        let (pid, background) = two_pids(&mut stdout);
         let client_pidfd = rustix::process::pidfd_open(
             rustix::process::Pid::from_raw(i32::try_from(pid).expect("a PID")).expect("a PID"),
             rustix::process::PidfdFlags::empty(),
@@ -607,6 +634,80 @@ fn an_interrupted_client_cancels_and_the_host_process_is_reaped() {
         !runs(background, "61"),
         "the host process's child outlived its cancellation"
     );
+}
+
+/// Spec 3.8 (Lazaret.tla `CloseSession` "terminates and reaps the
+/// session's host process before anything else"): a session's close stops
+/// its running host process and what it started, and reaps them, before
+/// the close returns; the request takes no step after it and ends
+/// `Cancelled`.
+#[test]
+fn a_session_close_stops_and_reaps_its_host_process_before_it_returns() {
+    let f = fixture();
+    let sh = f.sh.to_str().expect("UTF-8").to_owned();
+    let script = "sleep 71 & echo $$ $!; exec sleep 70";
+    let mut client = f.client(&[&sh, "-c", script]);
+    let mut stdout = client.stdout.take().expect("piped");
+    let running = RunningHostProcesses::default();
+    let live = AtomicBool::new(true);
+    std::thread::scope(|scope| {
+        let server =
+            scope.spawn(|| f.serve_one_closable(&["-c", script], fast(), None, &running, &live));
+        let (pid, background) = two_pids(&mut stdout);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(runs(pid, "70") && runs(background, "71")) {
+            assert!(Instant::now() < deadline, "the host command never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        f.steps.close_session(|| {
+            running
+                .close(SESSION, || live.store(false, Ordering::SeqCst))
+                .expect("the host process is stopped and reaped");
+            assert!(
+                !runs(pid, "70"),
+                "the host process outlived its session's close"
+            );
+            assert!(
+                !runs(background, "71"),
+                "the host process's child outlived its session's close"
+            );
+        });
+        let served = server.join().expect("the server");
+        assert_eq!(served.outcome, EscalationOutcome::Cancelled);
+        let taken = f.steps.taken();
+        assert!(taken.contains(&"StartHostProcess"), "{taken:?}");
+        for after in [
+            "HostProcessExits",
+            "ResumeTerminalForwarding",
+            "DeliverResult",
+        ] {
+            assert!(
+                !taken.contains(&after),
+                "{after} after the close: {taken:?}"
+            );
+        }
+    });
+    let (code, _, stderr) = finish(client);
+    assert_eq!(code, 130, "{stderr}");
+}
+
+/// The two PIDs a host command prints on its first line of output (its
+/// own and its background child's).
+fn two_pids(stdout: &mut impl Read) -> (u32, u32) {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while stdout.read(&mut byte).map(|n| n == 1).unwrap_or(false) && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let line = String::from_utf8(line).expect("UTF-8");
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .map(|p| p.parse().expect("a PID"))
+        .collect();
+    let [pid, background] = pids[..] else {
+        panic!("two PIDs expected: {line:?}");
+    };
+    (pid, background)
 }
 
 /// Whether process `pid` is `sleep SECONDS` (what the tests' host

@@ -17,7 +17,7 @@ use super::election::elect;
 use super::hc_model::{coordinator_name, trace_name, HcModel};
 use super::launch::trust_anchor;
 use super::launch::{launch_generation, LaunchedGeneration};
-use super::mailbox::{host_setting, LoopSteps, MailboxHost};
+use super::mailbox::{host_setting, LoopSteps, MailboxControl, MailboxHost};
 use super::observed::{ObserveError, Observer, Served};
 use super::paths::{DomainPaths, ShortSocketPath};
 use super::publication::Publication;
@@ -279,6 +279,15 @@ pub enum CoordinatorError {
     /// was not removed (the next launch's recovery removes it).
     #[error("the mailbox of generation {generation} is still at {}; the generation is not retired", .path.display())]
     MailboxLeft { generation: u64, path: PathBuf },
+    /// Spec 3.8, OR-3: a closing session's host process could not be
+    /// stopped and reaped, so the close is not recorded.
+    #[error(
+        "session {session}: its escalation host process could not be stopped and reaped: {source}"
+    )]
+    HostProcessNotStopped {
+        session: SessionId,
+        source: std::io::Error,
+    },
     /// A launch step failed (spec 3.3): the model step the core chose, and
     /// why. The launch ended RS exactly before it returned this.
     #[error("launch step {}: {source}", step_name(.step))]
@@ -370,11 +379,12 @@ pub(super) enum HcEvent {
         report: SessionReport,
     },
     SupervisorLost(String),
-    /// A mailbox thread asks for one model step of a request of
-    /// `session` (spec 3.8); the answer says whether it was taken.
+    /// A mailbox thread asks for model steps of a request of `session`,
+    /// taken together (spec 3.8; one, or a result's `DeliverResult` and
+    /// `CollectResult`); the answer says whether they were taken.
     Escalation {
         session: SessionId,
-        step: EscalationStep,
+        steps: Vec<EscalationStep>,
         reply: SyncSender<Result<(), StepRefused>>,
     },
 }
@@ -421,6 +431,10 @@ pub(super) struct Hc<'s, 'l> {
     pub own: PidfsProcessIdentityV1,
     /// The host-wide Storage Catalog (spec 3.6): prepared-lower leases.
     pub catalog: crate::storage_catalog::StorageCatalog,
+    /// The sessions whose escalation requests are served and their running
+    /// host processes (spec 3.8), shared with the mailbox threads: a
+    /// session's close stops its host process.
+    pub escalations: MailboxControl,
 }
 
 impl<'s, 'l> Hc<'s, 'l> {
@@ -578,6 +592,7 @@ pub fn run_coordinator(
         sessions: HashMap::new(),
         own: own_identity()?,
         catalog: crate::storage_catalog::StorageCatalog::at(&config.storage_root().label()),
+        escalations: MailboxControl::default(),
     };
     let launch = LaunchInputs {
         image: config.selected().image().to_string(),
@@ -619,6 +634,7 @@ pub fn run_coordinator(
                     host_setting(env, &config.workspace().label(), &program),
                     launch.running.profile.clone(),
                     LoopSteps::new(events_tx.clone()),
+                    hc.escalations.clone(),
                 )
             });
             // Dropping `mailbox` (on return or panic) stops its threads
@@ -806,14 +822,16 @@ fn serve(
             } => session_report(hc, slot, session, report)?,
             HcEvent::Escalation {
                 session,
-                step,
+                steps,
                 reply,
-            } => match escalation_step(hc, session, step) {
+            } => match escalation_steps(hc, session, &steps) {
                 Ok(answer) => {
                     let _ = reply.send(answer);
                 }
                 Err(e) => {
-                    let _ = reply.send(Err(StepRefused::Unanswered { step }));
+                    if let Some(&step) = steps.first() {
+                        let _ = reply.send(Err(StepRefused::Unanswered { step }));
+                    }
                     return Err(e);
                 }
             },
@@ -827,36 +845,36 @@ fn serve(
                 record_runtime_end(hc, None)?;
             }
         }
-        // Spec 3.8: a request counts only while its session is served,
-        // not once it closes (the model's `CloseSession` ends its request
-        // and host process). A starting session counts: a piped command
-        // may ask before its `RegisterSession`, whose step this loop takes
-        // before the request's first.
-        if let Some(m) = mailbox.as_deref() {
-            let sess = &hc.model.state().sess;
-            m.publish(
-                hc.sessions
-                    .iter()
-                    .filter(|(s, _)| {
-                        matches!(sess.get(s.index()), Some(Sess::Starting | Sess::Registered))
-                    })
-                    .map(|(_, served)| served.session),
-            );
-        }
+        publish_served(hc);
         if serve::serving_done(hc.model.model()) {
             return Ok(());
         }
     }
 }
 
-/// One escalation step of a request of `session`, taken for the session's
-/// model slot when the model enables it (spec 3.8; the step's effect is
-/// the asking mailbox thread's). Only a failure to read the step's effect
-/// back is the coordinator's error.
-fn escalation_step(
+/// Spec 3.8: tells the mailbox threads the sessions whose requests count:
+/// starting (a piped command may ask before its `RegisterSession`, whose
+/// step this loop takes before the request's first) or registered, never
+/// one that closed (the model's `CloseSession` ended its request and host
+/// process, and its slot is served until its release finishes).
+fn publish_served(hc: &Hc<'_, '_>) {
+    let sess = &hc.model.state().sess;
+    hc.escalations.publish(
+        hc.sessions
+            .iter()
+            .filter(|(s, _)| matches!(sess.get(s.index()), Some(Sess::Starting | Sess::Registered)))
+            .map(|(_, served)| served.session),
+    );
+}
+
+/// Escalation steps of a request of `session`, in order, each taken for
+/// the session's model slot when the model enables it (spec 3.8; a step's
+/// effect is the asking mailbox thread's); the first refused ends them.
+/// Only a failure to read a step's effect back is the coordinator's error.
+fn escalation_steps(
     hc: &mut Hc<'_, '_>,
     session: SessionId,
-    step: EscalationStep,
+    steps: &[EscalationStep],
 ) -> Result<Result<(), StepRefused>, CoordinatorError> {
     let Some(s) = hc
         .sessions
@@ -864,16 +882,20 @@ fn escalation_step(
         .find(|(_, served)| served.session == session)
         .map(|(s, _)| *s)
     else {
-        return Ok(Err(StepRefused::NotServed { step, session }));
-    };
-    let action = step.action(hc.model.me(), s);
-    if let Err(e) = hc.model.check(&action) {
-        return Ok(Err(StepRefused::Disabled {
-            step,
-            why: e.to_string(),
+        return Ok(steps.first().map_or(Ok(()), |&step| {
+            Err(StepRefused::NotServed { step, session })
         }));
+    };
+    for &step in steps {
+        let action = step.action(hc.model.me(), s);
+        if let Err(e) = hc.model.check(&action) {
+            return Ok(Err(StepRefused::Disabled {
+                step,
+                why: e.to_string(),
+            }));
+        }
+        hc.step(action, |_| Ok(()))?;
     }
-    hc.step(action, |_| Ok(()))?;
     Ok(Ok(()))
 }
 
@@ -1064,9 +1086,7 @@ fn admit(
     })?;
     // Spec 3.8: the session's requests count from before its command
     // can make one.
-    if let Some(m) = mailbox {
-        m.publish(hc.sessions.values().map(|served| served.session));
-    }
+    publish_served(hc);
     let Some(g) = hc.generation.as_ref() else {
         return Err(CoordinatorError::NoLaunchedSandbox);
     };
@@ -1162,6 +1182,13 @@ fn session_taken(hc: &Hc<'_, '_>, session: SessionId) -> Result<bool, Coordinato
 /// CloseSession or AbortSessionStart: the session terminal's durable
 /// ReleaseIntent (evidence kept) before its release.
 fn release_terminal(hc: &mut Hc<'_, '_>, s: SessionsId) -> Result<(), CoordinatorError> {
+    // Spec 3.8, OR-3: the session's host process is stopped and reaped
+    // first, and none spawns after (Lazaret.tla CloseSession).
+    if let Some(session) = hc.sessions.get(&s).map(|served| served.session) {
+        hc.escalations
+            .close_session(session)
+            .map_err(|source| CoordinatorError::HostProcessNotStopped { session, source })?;
+    }
     terminal_op(hc, s, false)
 }
 

@@ -41,8 +41,9 @@ use crate::config_resolve::ResolvedExecutableRule;
 use crate::confined::{ConfinedSys, RealSys, UserIds};
 use crate::domain_store::StoreOp;
 use crate::escalation::launcher::HostProcessSetting;
-use crate::escalation::model_steps::{EscalationSteps, StepRefused};
+use crate::escalation::model_steps::{EscalationSteps, StepRefused, TOGETHER_MAX};
 use crate::escalation::prompt_desk::PromptDesk;
+use crate::escalation::running::RunningHostProcesses;
 use crate::escalation::service::{Admitted, ApprovalRule, Limits, Service};
 use crate::escalation::MailboxDir;
 
@@ -179,6 +180,8 @@ fn recorded_mailbox(hc: &Hc<'_, '_>) -> Result<Option<Mailbox>, CoordinatorError
 pub(super) struct MailboxControl {
     /// The Session IDs this coordinator serves now.
     sessions: Arc<Mutex<HashSet<SessionId>>>,
+    /// The host processes running for them.
+    running: RunningHostProcesses,
     stop: Arc<AtomicBool>,
 }
 
@@ -189,6 +192,19 @@ impl MailboxControl {
             sessions.clear();
             sessions.extend(live);
         }
+    }
+
+    /// `CloseSession`'s effect on `session`'s requests (spec 3.8;
+    /// Lazaret.tla: the close "terminates and reaps the session's host
+    /// process before anything else"): the session is no longer served,
+    /// so no host process is spawned for it, and the one running is
+    /// stopped and reaped before this returns. An error: it may still run.
+    pub fn close_session(&self, session: SessionId) -> std::io::Result<()> {
+        self.running.close(session, || {
+            if let Ok(mut sessions) = self.sessions.lock() {
+                sessions.remove(&session);
+            }
+        })
     }
 
     /// Every thread ends; running host processes are stopped and reaped.
@@ -236,22 +252,32 @@ impl LoopSteps {
 }
 
 impl EscalationSteps for LoopSteps {
-    fn take(&self, session: SessionId, step: EscalationStep) -> Result<(), StepRefused> {
+    fn take(&self, session: SessionId, steps: &[EscalationStep]) -> Result<(), StepRefused> {
+        // The service's own bound: the event's steps are never more.
+        assert!(
+            (1..=TOGETHER_MAX).contains(&steps.len()),
+            "one to {TOGETHER_MAX} steps are taken together, not {}",
+            steps.len()
+        );
+        let first = steps[0];
         let (reply, answer) = mpsc::sync_channel(1);
         self.events
             .send(HcEvent::Escalation {
                 session,
-                step,
+                steps: steps.to_vec(),
                 reply,
             })
-            .map_err(|_| StepRefused::Unanswered { step })?;
+            .map_err(|_| StepRefused::Unanswered { step: first })?;
         // Not bounded by a timer: a step the loop took late would be a
         // step the request never knew of. The loop answers every event it
         // takes, and drops the ones queued when it stops (an error here);
-        // it never waits for a mailbox thread.
+        // it never waits for a mailbox thread's step. A session's close
+        // waits for the host-process registry's lock and a process's
+        // stop lock, which no thread holds while it waits for an answer
+        // here (the locks are taken in that order, then the sessions').
         answer
             .recv()
-            .map_err(|_| StepRefused::Unanswered { step })?
+            .map_err(|_| StepRefused::Unanswered { step: first })?
     }
 }
 
@@ -305,6 +331,7 @@ pub(super) fn serve_mailbox(
         setting: &inputs.setting,
         limits: Limits::default(),
         steps: &inputs.steps,
+        running: &control.running,
     };
     let registered = |b: &SessionBinding| control.registered(b);
     let busy: Mutex<HashSet<SessionId>> = Mutex::new(HashSet::new());
@@ -403,12 +430,13 @@ impl<'scope, 'env> MailboxHost<'scope, 'env> {
         setting: HostProcessSetting,
         profile: String,
         steps: LoopSteps,
+        control: MailboxControl,
     ) -> Self {
         Self {
             scope,
             rules,
             setting,
-            control: MailboxControl::default(),
+            control,
             prompts: Arc::new(PromptDesk::new(profile)),
             steps,
             started: false,
@@ -446,11 +474,6 @@ impl<'scope, 'env> MailboxHost<'scope, 'env> {
                 tracing::error!(error = %e, "the escalation mailbox is not served");
             }
         });
-    }
-
-    /// See [`MailboxControl::publish`].
-    pub fn publish(&self, live: impl Iterator<Item = SessionId>) {
-        self.control.publish(live);
     }
 }
 

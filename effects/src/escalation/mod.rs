@@ -5,7 +5,8 @@
 //! command runs under so nothing it starts outlives it ([`subreaper`]),
 //! the desk where it finds a session's terminal for a developer prompt
 //! and holds its output while a request has it ([`prompt_desk`]), and the
-//! model steps serving takes ([`model_steps`]).
+//! model steps serving takes ([`model_steps`]), and the host processes
+//! running for the sessions, which a session's close stops ([`running`]).
 //! What is accepted, approved and streamed is
 //! decided by `lazaret_runtime::escalation`.
 mod host_process;
@@ -13,6 +14,7 @@ pub mod launcher;
 mod mailbox_dir;
 pub mod model_steps;
 pub mod prompt_desk;
+pub mod running;
 pub mod service;
 pub mod subreaper;
 

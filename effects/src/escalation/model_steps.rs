@@ -25,9 +25,26 @@ pub enum StepRefused {
     Unanswered { step: EscalationStep },
 }
 
-/// Takes one escalation step of a session's request.
+impl StepRefused {
+    /// The step refused.
+    pub fn step(&self) -> EscalationStep {
+        match self {
+            Self::NotServed { step, .. }
+            | Self::Disabled { step, .. }
+            | Self::Unanswered { step } => *step,
+        }
+    }
+}
+
+/// The most steps taken together ([`EscalationSteps::take`]): a result's
+/// `DeliverResult` and `CollectResult`.
+pub const TOGETHER_MAX: usize = 2;
+
+/// Takes the escalation steps of a session's request.
 pub trait EscalationSteps: Sync {
-    /// Checks `step` of `session` against the model and takes it; a
-    /// refusal changes nothing.
-    fn take(&self, session: SessionId, step: EscalationStep) -> Result<(), StepRefused>;
+    /// Checks each of `steps` (one to [`TOGETHER_MAX`]) of `session`
+    /// against the model and takes it, in order and together: no other
+    /// step of the model comes between them. The first refused ends them
+    /// (the ones before it stay taken) and changes nothing.
+    fn take(&self, session: SessionId, steps: &[EscalationStep]) -> Result<(), StepRefused>;
 }

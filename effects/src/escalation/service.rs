@@ -41,8 +41,9 @@ use lazaret_runtime::terminal::protocol::{EscalationPrompt, PromptClosing};
 
 use super::host_process::HostProcess;
 use super::launcher::{host_command, open_executable, HostProcessSetting, LaunchError};
-use super::model_steps::EscalationSteps;
+use super::model_steps::{EscalationSteps, StepRefused};
 use super::prompt_desk::{PromptAnswer, PromptDesk, TerminalLease, TerminalUse};
+use super::running::RunningHostProcesses;
 use super::{MailboxDir, MailboxReadError, MailboxWriteError};
 use crate::confined::{ConfinedSys, OpenedObject, UserIds};
 use crate::process_identity::ChildState;
@@ -150,6 +151,9 @@ pub struct Service<'a> {
     /// Where each model step of serving is taken (the coordinator's
     /// event loop).
     pub steps: &'a dyn EscalationSteps,
+    /// Where host processes are spawned and registered, so their
+    /// session's close stops them.
+    pub running: &'a RunningHostProcesses,
 }
 
 impl std::fmt::Debug for Service<'_> {
@@ -257,20 +261,28 @@ impl<'s> RequestSteps<'s> {
 
     /// Takes `step`; false when the model refused it or an earlier one.
     fn take(&self, step: EscalationStep) -> bool {
+        self.take_together(&[step])
+    }
+
+    /// Takes `steps` together ([`EscalationSteps::take`]); false when the
+    /// model refused one of them or an earlier step.
+    fn take_together(&self, steps: &[EscalationStep]) -> bool {
         if !self.open() {
             return false;
         }
-        match self.steps.take(self.binding.session_id, step) {
-            Ok(()) => {
-                self.place.set(self.place().after(step));
-                match step {
-                    EscalationStep::EmitResultChunk | EscalationStep::AckResultChunk => {
-                        tracing::debug!(%step, unacked = self.place().unacked, "escalation step");
-                    }
-                    _ => tracing::info!(%step, "escalation step"),
+        let answer = self.steps.take(self.binding.session_id, steps);
+        let refused = answer.as_ref().err().map(StepRefused::step);
+        for &step in steps.iter().take_while(|&&s| Some(s) != refused) {
+            self.place.set(self.place().after(step));
+            match step {
+                EscalationStep::EmitResultChunk | EscalationStep::AckResultChunk => {
+                    tracing::debug!(%step, unacked = self.place().unacked, "escalation step");
                 }
-                true
+                _ => tracing::info!(%step, "escalation step"),
             }
+        }
+        match answer {
+            Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "the request goes no further in the model");
                 self.open.set(false);
@@ -546,12 +558,26 @@ impl Service<'_> {
         ) {
             return self.finish(steps, lease, window, cancelled);
         }
-        if !steps.served() {
+        let session = admitted.open.session_binding.session_id;
+        // Spawned only while the session is served, under the lock its
+        // close takes: a close after this stops the process itself.
+        let spawned = self.running.spawn(
+            session,
+            || steps.served(),
+            || HostProcess::spawn(&mut command, report_read, report_write),
+        );
+        let Some(spawned) = spawned else {
             // Closed after the step: the process is never spawned.
             steps.outside_the_model();
             return self.finish(steps, lease, window, cancelled);
-        }
-        let mut process = match HostProcess::spawn(&mut command, report_read, report_write) {
+        };
+        // Registered until the process is stopped and reaped below (or
+        // this returns any other way).
+        let (started, _registration) = match spawned {
+            Ok((starting, registration)) => (starting.started(), Some(registration)),
+            Err(e) => (Err(e), None),
+        };
+        let mut process = match started {
             Ok(process) => process,
             Err(e) => {
                 // Started in the model: it ended at once.
@@ -704,7 +730,11 @@ impl Service<'_> {
                 }
                 S::DeliverResult => {
                     served = Some(self.write_result(window, ended)?);
-                    steps.take(step)
+                    // The coordinator never sees the client read its
+                    // result: a written result is collected, in the same
+                    // turn of the model, so no close of the session
+                    // comes between them.
+                    steps.take_together(&[step, S::CollectResult])
                 }
                 other => steps.take(other),
             };
@@ -864,6 +894,11 @@ impl Service<'_> {
         let mut exit: Option<(Option<i32>, Instant)> = None;
         // Bounded by the run limit: every turn waits at most `poll`.
         loop {
+            // First: a session's close stops its process, which then
+            // exits; that is the session's end, not the command's.
+            if !registered(&admitted.open.session_binding) || !steps.open() {
+                return Ok((Ending::SessionEnded, most));
+            }
             if exit.is_none() {
                 if let Some(state) = process.try_reap().map_err(|source| ServiceError::Process {
                     step: "wait for its exit",
@@ -877,6 +912,10 @@ impl Service<'_> {
                 }
             }
             if let Some((code, at)) = exit {
+                // Reaped by its session's close since the check above?
+                if !registered(&admitted.open.session_binding) {
+                    return Ok((Ending::SessionEnded, most));
+                }
                 let drained = !process.stdout.is_open() && !process.stderr.is_open();
                 // Output still held open by something the process started
                 // gets a grace period, not the run limit.
@@ -886,9 +925,6 @@ impl Service<'_> {
             }
             if exit.is_none() && started.elapsed() > self.limits.run {
                 return Ok((Ending::TimedOut, most));
-            }
-            if !registered(&admitted.open.session_binding) || !steps.open() {
-                return Ok((Ending::SessionEnded, most));
             }
             match self.inbound(admitted, window, steps)? {
                 Inbound::Cancelled => {

@@ -53,7 +53,7 @@ pub const HOST_COMMAND_SUBCOMMAND: &str = "__host-command";
 
 /// How long [`stop_descendants`] keeps killing and reaping before it gives
 /// up (a child it may not signal, one stuck in the kernel).
-const STOP_WITHIN: Duration = Duration::from_secs(10);
+pub(super) const STOP_WITHIN: Duration = Duration::from_secs(10);
 
 /// What `__host-command` is given: `--executable-fd N -- ARGV0 ARGS...`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -331,25 +331,37 @@ fn a_command_that_cannot_start_fails_its_spawn_with_its_errno() {
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
     let path = fs::canonicalize(&path).expect("canonical");
     let object = OpenedObject::open_existing(&RealSys, &path).expect("opens");
-    let user = RealSys.user_ids().expect("user ids");
-    let (report, report_write) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a report pipe");
-    let mut command = host_command(
-        &RealSys,
-        &user,
-        &object,
-        &argv(&path, &[]),
-        &setting(scratch.path()),
-        report_write.as_fd(),
-    )
-    .expect("the launch is allowed");
-    let refused = super::host_process::HostProcess::spawn(&mut command, report, report_write)
+    let refused = spawn_host(&path, &object, &[], scratch.path())
+        .and_then(super::host_process::Starting::started)
         .expect_err("the command cannot start");
     assert_eq!(
         refused.raw_os_error(),
         Some(rustix::io::Errno::NOENT.raw_os_error()),
         "{refused}"
     );
+}
+
+/// Spawns the host command `path` (opened as `object`) with `rest` under
+/// its supervisor, in `scratch`.
+fn spawn_host(
+    path: &Path,
+    object: &OpenedObject,
+    rest: &[&str],
+    scratch: &Path,
+) -> std::io::Result<super::host_process::Starting> {
+    let user = RealSys.user_ids().expect("user ids");
+    let (report, report_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).expect("a report pipe");
+    let mut command = host_command(
+        &RealSys,
+        &user,
+        object,
+        &argv(path, rest),
+        &setting(scratch),
+        report_write.as_fd(),
+    )
+    .expect("the launch is allowed");
+    super::host_process::HostProcess::spawn(&mut command, report, report_write)
 }
 
 /// What the launcher says of a fresh executable after `change(scratch,
@@ -431,4 +443,105 @@ fn only_the_approved_executable_by_its_canonical_path_is_launched() {
         ),
         "{refused:?}"
     );
+}
+
+/// Spec 3.8 (Lazaret.tla `CloseSession` "terminates and reaps the
+/// session's host process before anything else"): a close that comes
+/// while a host process is being spawned waits for the spawn and stops and
+/// reaps what it spawned before it returns; a spawn after the close
+/// spawns nothing.
+#[test]
+fn a_close_during_a_spawn_stops_what_it_spawned_and_a_later_spawn_spawns_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+
+    use lazaret_runtime::records::ids::SessionId;
+
+    use super::running::RunningHostProcesses;
+
+    const SESSION: SessionId = SessionId([7; 16]);
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let (path, object) = executable(scratch.path());
+    let running = RunningHostProcesses::default();
+    let live = AtomicBool::new(true);
+    let (spawning_tx, spawning) = mpsc::channel();
+    let started = std::thread::scope(|scope| {
+        let spawner = scope.spawn(|| {
+            let spawned = running.spawn(
+                SESSION,
+                || live.load(Ordering::SeqCst),
+                || {
+                    spawning_tx.send(()).expect("the closer waits");
+                    // The close is asked now, while the spawn holds the lock.
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    spawn_host(&path, &object, &["-c", "exec sleep 60"], scratch.path())
+                },
+            );
+            spawned
+                .expect("the session was served")
+                .and_then(|(starting, _registration)| starting.started())
+        });
+        spawning.recv().expect("the spawn begins");
+        running
+            .close(SESSION, || live.store(false, Ordering::SeqCst))
+            .expect("the host process is stopped and reaped");
+        assert_eq!(running.len(), 0, "nothing stays registered after the close");
+        spawner.join().expect("the spawner")
+    });
+    // Stopped by the close, before or after it reported running: it exited
+    // and was reaped before the close returned.
+    if let Ok(mut process) = started {
+        assert!(
+            process.try_reap().expect("reaps").is_some(),
+            "the host process still runs after its session's close"
+        );
+    }
+    let after = running.spawn(
+        SESSION,
+        || live.load(Ordering::SeqCst),
+        || panic!("a host process spawned after its session's close"),
+    );
+    assert!(after.is_none());
+}
+
+/// A host process that fails to start is no longer registered once its
+/// request lets go of it, so the session's next request runs (spec 3.8:
+/// one request of a session at a time, each with its own host process).
+#[test]
+fn a_failed_start_leaves_no_registration_and_the_next_spawn_runs() {
+    use lazaret_runtime::records::ids::SessionId;
+
+    use super::running::RunningHostProcesses;
+
+    const SESSION: SessionId = SessionId([8; 16]);
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let script = scratch.path().join("script");
+    fs::write(&script, "#!/nonexistent/interpreter\n").expect("writes");
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let script = fs::canonicalize(&script).expect("canonical");
+    let unstartable = OpenedObject::open_existing(&RealSys, &script).expect("opens");
+    let running = RunningHostProcesses::default();
+    {
+        let (starting, _registration) = running
+            .spawn(
+                SESSION,
+                || true,
+                || spawn_host(&script, &unstartable, &[], scratch.path()),
+            )
+            .expect("served")
+            .expect("the supervisor spawns");
+        starting.started().expect_err("the command cannot start");
+    }
+    assert_eq!(running.len(), 0, "a failed start stays registered");
+    let (path, object) = executable(scratch.path());
+    let (starting, _registration) = running
+        .spawn(
+            SESSION,
+            || true,
+            || spawn_host(&path, &object, &["-c", "exit 0"], scratch.path()),
+        )
+        .expect("served")
+        .expect("the next host process spawns");
+    let mut process = starting.started().expect("the next host process runs");
+    process.kill_and_reap().expect("stopped and reaped");
 }
