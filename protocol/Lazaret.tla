@@ -1300,6 +1300,13 @@ Inv_OR3_NoStrandedHostProcess ==
         esc[s] = "Running" =>
             (sess[s] = "Registered" /\ lockHolder # "None" /\ route[s] = "HostProcess")
 
+\* Spec 3.8: a cancellation waits to be applied only while its request has
+\* the terminal or is approved to take it; every step that ends a request
+\* clears it, so none is left to cancel the session's next request.
+Inv_Spec_CancellationOnlyForAnOpenRequest ==
+    \A s \in Sessions :
+        escCancel[s] => esc[s] \in {"Prompting", "Approved", "Running"}
+
 \* Spec 3.8: result chunks exist only for executed requests, within the window.
 Inv_Spec_ResultChunksOnlyFromExecution ==
     \A s \in Sessions :
