@@ -17,8 +17,9 @@
 //! host process for [`TerminalUse::HostProcess`] (`StartHostProcess`:
 //! the client's input, resizes and signals are refused) and forwards again
 //! for [`TerminalUse::Forwarding`] (`ResumeTerminalForwarding`). A lease
-//! that is dropped gives the terminal back.
+//! that is dropped while it holds the terminal gives it back.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -215,6 +216,9 @@ impl TerminalHold {
 pub struct TerminalLease {
     hold: Arc<TerminalHold>,
     wake: Wake,
+    /// The last use this lease asked is not forwarding: dropped, it must
+    /// give the terminal back.
+    taken: AtomicBool,
 }
 
 impl std::fmt::Debug for TerminalLease {
@@ -237,16 +241,20 @@ impl TerminalLease {
         let Some(serial) = self.hold.ask(wanted) else {
             return false;
         };
+        self.taken
+            .store(wanted != TerminalUse::Forwarding, Ordering::SeqCst);
         (self.wake)();
         self.hold.wait(serial, still, limit)
     }
 }
 
 /// A lease its request no longer holds (it ended, failed or panicked)
-/// gives the terminal back, so it never stays held.
+/// gives the terminal back, so it never stays held. A lease that never
+/// took the terminal, or already gave it back, asks nothing: the terminal
+/// loop sees no change it did not make.
 impl Drop for TerminalLease {
     fn drop(&mut self) {
-        if self.hold.ask(TerminalUse::Forwarding).is_some() {
+        if self.taken.load(Ordering::SeqCst) && self.hold.ask(TerminalUse::Forwarding).is_some() {
             (self.wake)();
         }
     }
@@ -345,6 +353,7 @@ impl PromptDesk {
         Some(TerminalLease {
             hold: Arc::clone(&line.hold),
             wake: Arc::clone(&line.wake),
+            taken: AtomicBool::new(false),
         })
     }
 
@@ -418,6 +427,31 @@ mod tests {
             line.hold().pending().map(|(wanted, _)| wanted),
             Some(TerminalUse::Forwarding)
         );
+        // A lease that never took the terminal, or gave it back, asks
+        // nothing when dropped.
+        if let Some((_, serial)) = line.hold().pending() {
+            line.hold().applied(serial);
+        }
+        drop(desk.lease(session).expect("a lease"));
+        assert_eq!(line.hold().pending(), None, "never taken");
+        let lease = desk.lease(session).expect("a lease");
+        let hold = Arc::clone(line.hold());
+        let applier = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let deadline = Instant::now() + LONG;
+                while hold.pending().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if let Some((_, serial)) = hold.pending() {
+                    hold.applied(serial);
+                }
+            }
+        });
+        assert!(lease.set(TerminalUse::Held, &|| true, LONG));
+        assert!(lease.set(TerminalUse::Forwarding, &|| true, LONG));
+        applier.join().expect("the loop");
+        drop(lease);
+        assert_eq!(line.hold().pending(), None, "given back already");
         // A terminal that ended.
         let lease = desk.lease(session).expect("a lease");
         drop(line);
