@@ -930,10 +930,9 @@ impl Driver {
     }
 
     /// The request holding this terminal: what it wants now is applied
-    /// (see `prompt_desk::TerminalLease`), once no prompt is closing. A
-    /// host process takes the route only once no prompt is open; an
-    /// approved prompt's route waits for it, and goes back to the sandbox
-    /// for any other want.
+    /// (see `prompt_desk::TerminalLease`), once no prompt is open or
+    /// closing. An approved prompt's route waits for the host process, and
+    /// goes back to the sandbox for any other want.
     fn serve_hold(&mut self, work: &mut VecDeque<Input>) {
         let Some((wanted, serial)) = self
             .prompt_line
@@ -944,19 +943,20 @@ impl Driver {
         };
         let route = self.machine.route();
         if route != TerminalRoute::None {
-            // Nothing is applied while a prompt closes: its route is
-            // settled first (an approved one keeps it for the host
-            // process), then the request's want.
-            if matches!(self.prompt, PromptState::Closing { .. }) {
+            // Nothing is applied while a prompt is open or closes: the
+            // request asks only after its prompt ended for it (answered or
+            // withdrawn), which this loop sees at its next turn; the
+            // prompt's route is settled first (an approved one keeps it
+            // for the host process), then the request's want. Applied
+            // while the prompt still looked open, forwarding would leave
+            // the route on a prompt that a late approval then keeps.
+            if !matches!(self.prompt, PromptState::None) {
                 return;
             }
-            let prompt_open = matches!(self.prompt, PromptState::Open(_));
             let next = match wanted {
-                TerminalUse::HostProcess if prompt_open => return,
                 TerminalUse::HostProcess => TerminalRoute::HostProcess,
                 TerminalUse::Forwarding | TerminalUse::Held
-                    if route == TerminalRoute::HostProcess
-                        || (route == TerminalRoute::Prompt && !prompt_open) =>
+                    if route == TerminalRoute::HostProcess || route == TerminalRoute::Prompt =>
                 {
                     TerminalRoute::Sandbox
                 }
