@@ -121,9 +121,9 @@ pub enum TerminalUse {
     /// The PTY master is read and forwarded (the model's `ptyFwd`).
     #[default]
     Forwarding,
-    /// The PTY master is not read; the route stays the sandbox's (or the
-    /// prompt's, while one is open or its approval waits for the host
-    /// process).
+    /// The PTY master is not read; the route is the sandbox's (a prompt or
+    /// host process route goes back to it once no prompt is open or
+    /// closing).
     Held,
     /// The `HostProcess` route: held, and the client's terminal events
     /// refused.
