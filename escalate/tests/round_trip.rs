@@ -929,12 +929,14 @@ fn terminal(
             payload_bytes,
             signature,
         });
-        // Withdrawn before the answer? (After it, the service lets go.)
-        let withdrawn = ask.withdrawn();
-        ask.answer(match check_decision(&record, &ask.expect) {
-            Ok(d) => PromptAnswer::Decided(Box::new(d)),
-            Err(e) => PromptAnswer::Refused(e),
-        });
+        // Withdrawn before the answer? Then the withdrawal is how the
+        // prompt closed, and the answer is dropped.
+        let withdrawn = ask
+            .answer(match check_decision(&record, &ask.expect) {
+                Ok(d) => PromptAnswer::Decided(Box::new(d)),
+                Err(e) => PromptAnswer::Refused(e),
+            })
+            .err();
         (ask.prompt.clone(), withdrawn, holds.join().expect("holds"))
     })
 }

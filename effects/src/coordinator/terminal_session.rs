@@ -860,9 +860,12 @@ impl Driver {
             } else if self.machine.route() != TerminalRoute::Prompt {
                 // The release took the route: the prompt ends with it, and
                 // the client hears so before the output drained after it.
-                ask.answer(PromptAnswer::Closed);
+                let closing = ask
+                    .answer(PromptAnswer::Closed)
+                    .err()
+                    .unwrap_or(PromptClosing::Withdrawn);
                 let request_id = ask.prompt.request_id;
-                self.close_prompt(request_id, PromptClosing::Withdrawn);
+                self.close_prompt(request_id, closing);
                 self.prompt = PromptState::None;
             }
         }
@@ -892,8 +895,10 @@ impl Driver {
             self.feed(Input::Route(TerminalRoute::Prompt), work);
         }
         if !open || self.machine.route() != TerminalRoute::Prompt {
-            // Not admitted yet, or closing: no prompt on this terminal.
-            ask.answer(PromptAnswer::Closed);
+            // Not admitted yet, or closing: no prompt on this terminal
+            // (and none was shown, so whichever ending won is the
+            // service's alone).
+            let _ = ask.answer(PromptAnswer::Closed);
             return;
         }
         tracing::info!(request = %ask.prompt.request_id, "RouteToPrompt");
@@ -904,7 +909,9 @@ impl Driver {
 
     /// The client's answer to the open prompt: the service gets the
     /// checked decision (or why it is not one: denied) and the prompt
-    /// closes.
+    /// closes. A prompt the service withdrew first (timed out, cancelled)
+    /// closes as withdrawn: the client never hears a decision the request
+    /// did not follow.
     fn decide(&mut self, decision: &SessionDecision) {
         let PromptState::Open(ask) = &self.prompt else {
             tracing::warn!("a developer decision without an open prompt is ignored");
@@ -925,7 +932,7 @@ impl Driver {
             _ => PromptClosing::Denied,
         };
         let request_id = ask.prompt.request_id;
-        ask.answer(answer);
+        let closing = ask.answer(answer).err().unwrap_or(closing);
         self.close_prompt(request_id, closing);
     }
 

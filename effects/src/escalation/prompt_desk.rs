@@ -20,7 +20,7 @@
 //! that is dropped while it holds the terminal gives it back.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,31 +43,131 @@ pub enum PromptAnswer {
     Closed,
 }
 
+/// How a prompt stands between its service and its terminal loop. An
+/// answer and a withdrawal exclude each other: whichever comes first is
+/// the prompt's ending, so the `PromptClosed` the client hears and the
+/// outcome the service records always agree.
+#[derive(Debug)]
+enum Ending {
+    Open,
+    /// The terminal loop answered; the service has not taken it yet.
+    Answered(PromptAnswer),
+    /// The service took the answer.
+    Taken,
+    /// The service withdrew the prompt first.
+    Withdrawn(PromptClosing),
+}
+
+/// One prompt's ending, shared by its ask and its pending side.
+#[derive(Debug)]
+struct Exchange {
+    ending: Mutex<Ending>,
+    changed: Condvar,
+}
+
+impl Exchange {
+    fn new() -> Self {
+        Self {
+            ending: Mutex::new(Ending::Open),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// The terminal loop's answer; `Err` with the withdrawal that came
+    /// first. A second answer is dropped.
+    fn answer(&self, answer: PromptAnswer) -> Result<(), PromptClosing> {
+        let Ok(mut ending) = self.ending.lock() else {
+            return Err(PromptClosing::Withdrawn);
+        };
+        match *ending {
+            Ending::Open => {
+                *ending = Ending::Answered(answer);
+                drop(ending);
+                self.changed.notify_all();
+                Ok(())
+            }
+            Ending::Withdrawn(closing) => Err(closing),
+            Ending::Answered(_) | Ending::Taken => Ok(()),
+        }
+    }
+
+    fn withdrawn(&self) -> Option<PromptClosing> {
+        match *self.ending.lock().ok()? {
+            Ending::Withdrawn(closing) => Some(closing),
+            Ending::Open | Ending::Answered(_) | Ending::Taken => None,
+        }
+    }
+
+    /// Takes the answer once one came, waiting at most `limit`.
+    fn wait(&self, limit: Duration) -> Option<PromptAnswer> {
+        let deadline = Instant::now() + limit;
+        let mut ending = self.ending.lock().ok()?;
+        // Bounded by the deadline: every wait ends by it.
+        loop {
+            match std::mem::replace(&mut *ending, Ending::Taken) {
+                Ending::Answered(answer) => return Some(answer),
+                Ending::Open => *ending = Ending::Open,
+                done @ (Ending::Taken | Ending::Withdrawn(_)) => {
+                    *ending = done;
+                    return None;
+                }
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            ending = self.changed.wait_timeout(ending, left).ok()?.0;
+        }
+    }
+
+    /// Withdraws an open prompt; an answer that came first is taken and
+    /// returned instead.
+    fn withdraw(&self, closing: PromptClosing) -> Option<PromptAnswer> {
+        let mut ending = self.ending.lock().ok()?;
+        match std::mem::replace(&mut *ending, Ending::Taken) {
+            Ending::Open => {
+                *ending = Ending::Withdrawn(closing);
+                None
+            }
+            Ending::Answered(answer) => Some(answer),
+            done @ (Ending::Taken | Ending::Withdrawn(_)) => {
+                *ending = done;
+                None
+            }
+        }
+    }
+}
+
 /// One prompt as the terminal loop holds it.
 #[derive(Debug)]
 pub struct PromptAsk {
     pub prompt: EscalationPrompt,
     pub expect: PromptExpectation,
-    reply: SyncSender<PromptAnswer>,
-    withdrawn: Arc<Mutex<Option<PromptClosing>>>,
+    exchange: Arc<Exchange>,
 }
 
 impl PromptAsk {
-    /// Answers the service (once; a later answer is dropped).
-    pub fn answer(&self, answer: PromptAnswer) {
-        let _ = self.reply.try_send(answer);
+    /// Answers the service, unless it withdrew the prompt first: then
+    /// the withdrawal is how the prompt closed, and the answer is dropped.
+    /// A second answer is dropped too.
+    pub fn answer(&self, answer: PromptAnswer) -> Result<(), PromptClosing> {
+        self.exchange.answer(answer)
     }
 
     /// Whether the service withdrew the prompt, and how it closed.
     pub fn withdrawn(&self) -> Option<PromptClosing> {
-        self.withdrawn.lock().map(|w| *w).unwrap_or(None)
+        self.exchange.withdrawn()
+    }
+}
+
+/// A prompt whose terminal loop let go of it without answering (the loop
+/// ended, or the ask never reached it) is [`PromptAnswer::Closed`].
+impl Drop for PromptAsk {
+    fn drop(&mut self) {
+        let _ = self.answer(PromptAnswer::Closed);
     }
 }
 
 /// The service's side of an open prompt.
 pub struct PendingPrompt {
-    reply: Receiver<PromptAnswer>,
-    withdrawn: Arc<Mutex<Option<PromptClosing>>>,
+    exchange: Arc<Exchange>,
     wake: Wake,
 }
 
@@ -81,10 +181,7 @@ impl std::fmt::Debug for PendingPrompt {
 /// panicked) is withdrawn, so the terminal never stays on the prompt.
 impl Drop for PendingPrompt {
     fn drop(&mut self) {
-        if let Ok(mut w) = self.withdrawn.lock() {
-            w.get_or_insert(PromptClosing::Withdrawn);
-        }
-        (self.wake)();
+        let _ = self.withdraw(PromptClosing::Withdrawn);
     }
 }
 
@@ -92,20 +189,18 @@ impl PendingPrompt {
     /// The answer, if one came within `limit`; a terminal loop that ended
     /// without answering is [`PromptAnswer::Closed`].
     pub fn wait(&self, limit: Duration) -> Option<PromptAnswer> {
-        match self.reply.recv_timeout(limit) {
-            Ok(answer) => Some(answer),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => Some(PromptAnswer::Closed),
-        }
+        self.exchange.wait(limit)
     }
 
     /// Withdraws the prompt (`closing` says why); the terminal loop closes
-    /// it and gives the terminal back to the sandbox.
-    pub fn withdraw(&self, closing: PromptClosing) {
-        if let Ok(mut w) = self.withdrawn.lock() {
-            *w = Some(closing);
-        }
+    /// it and gives the terminal back to the sandbox. When the terminal
+    /// loop answered first, nothing is withdrawn: the answer is returned,
+    /// and it is how the prompt closed for the client.
+    #[must_use = "an answer that came first is how the prompt closed"]
+    pub fn withdraw(&self, closing: PromptClosing) -> Option<PromptAnswer> {
+        let taken = self.exchange.withdraw(closing);
         (self.wake)();
+        taken
     }
 }
 
@@ -366,20 +461,17 @@ impl PromptDesk {
     ) -> Option<PendingPrompt> {
         let lines = self.lines.lock().ok()?;
         let line = lines.get(&prompt.session_id)?;
-        let (reply, answers) = mpsc::sync_channel(1);
-        let withdrawn = Arc::new(Mutex::new(None));
+        let exchange = Arc::new(Exchange::new());
         line.asks
             .try_send(PromptAsk {
                 prompt,
                 expect,
-                reply,
-                withdrawn: Arc::clone(&withdrawn),
+                exchange: Arc::clone(&exchange),
             })
             .ok()?;
         (line.wake)();
         Some(PendingPrompt {
-            reply: answers,
-            withdrawn,
+            exchange,
             wake: Arc::clone(&line.wake),
         })
     }
@@ -391,6 +483,51 @@ mod tests {
     use std::time::Instant;
 
     const LONG: Duration = Duration::from_secs(10);
+
+    /// An answer and a withdrawal exclude each other: the terminal loop
+    /// learns a withdrawal that came first (and tells the client that),
+    /// the service takes an answer that came first instead of withdrawing.
+    #[test]
+    fn a_prompt_ends_by_its_answer_or_its_withdrawal_never_both() {
+        let refused = || PromptAnswer::Refused(DecisionRefusal::OtherSession);
+        // Withdrawn first: the answer is dropped and the service waits
+        // for nothing.
+        let x = Exchange::new();
+        assert!(x.withdraw(PromptClosing::TimedOut).is_none());
+        assert_eq!(x.withdrawn(), Some(PromptClosing::TimedOut));
+        assert_eq!(x.answer(refused()), Err(PromptClosing::TimedOut));
+        assert!(x.wait(Duration::ZERO).is_none());
+        // Answered first: the withdrawal takes the answer, and the loop
+        // never sees a withdrawal.
+        let x = Exchange::new();
+        assert_eq!(x.answer(refused()), Ok(()));
+        assert!(matches!(
+            x.withdraw(PromptClosing::TimedOut),
+            Some(PromptAnswer::Refused(DecisionRefusal::OtherSession))
+        ));
+        assert_eq!(x.withdrawn(), None);
+        assert!(x.wait(Duration::ZERO).is_none(), "taken once");
+        assert!(x.withdraw(PromptClosing::Withdrawn).is_none());
+        assert_eq!(x.withdrawn(), None);
+        // A second answer is dropped; the first is the one taken.
+        let x = Exchange::new();
+        assert_eq!(x.answer(PromptAnswer::Closed), Ok(()));
+        assert_eq!(x.answer(refused()), Ok(()));
+        assert!(matches!(x.wait(Duration::ZERO), Some(PromptAnswer::Closed)));
+        // The service waits for an answer from another thread, within its
+        // limit, and not past it.
+        let x = Arc::new(Exchange::new());
+        let t = Instant::now();
+        assert!(x.wait(Duration::from_millis(50)).is_none());
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        let loop_side = Arc::clone(&x);
+        let answering = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            loop_side.answer(refused())
+        });
+        assert!(matches!(x.wait(LONG), Some(PromptAnswer::Refused(_))));
+        assert_eq!(answering.join().expect("the loop"), Ok(()));
+    }
 
     /// A lease waits for its terminal loop to apply what it asks, gives
     /// up at once when its session is no longer served or its terminal

@@ -811,13 +811,27 @@ impl Service<'_> {
             return refused("the session's terminal cannot take a prompt");
         };
         if !steps.take(S::RouteToPrompt) {
-            pending.withdraw(PromptClosing::Withdrawn);
+            // The request ended under its prompt; an answer that came
+            // first has nothing left to decide.
+            let _ = pending.withdraw(PromptClosing::Withdrawn);
             return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
         }
         let started = Instant::now();
         // Bounded by the prompt limit: every turn waits at most `poll`.
         loop {
-            if let Some(answer) = pending.wait(self.limits.poll.max(PROMPT_POLL)) {
+            let mut answered = pending.wait(self.limits.poll.max(PROMPT_POLL));
+            if answered.is_none() && started.elapsed() > self.limits.prompt {
+                // An answer that reached the terminal before the
+                // withdrawal is the prompt's ending: the client was told
+                // it (the model's PromptTimeout: the developer did not
+                // answer within the deadline).
+                answered = pending.withdraw(PromptClosing::TimedOut);
+                if answered.is_none() {
+                    steps.take(S::PromptTimeout);
+                    return Ok(Prompted::Ended(EscalationOutcome::TimedOut));
+                }
+            }
+            if let Some(answer) = answered {
                 return Ok(match answer {
                     PromptAnswer::Decided(d) if d.decision == DeveloperDecisionKind::Approve => {
                         if d.approved_command_argv != request.command_argv {
@@ -856,18 +870,17 @@ impl Service<'_> {
                     }
                 });
             }
-            if started.elapsed() > self.limits.prompt {
-                pending.withdraw(PromptClosing::TimedOut);
-                steps.take(S::PromptTimeout);
-                return Ok(Prompted::Ended(EscalationOutcome::TimedOut));
-            }
             if !registered(binding) {
-                pending.withdraw(PromptClosing::Withdrawn);
+                // Its session is gone: nobody is left to run for.
+                let _ = pending.withdraw(PromptClosing::Withdrawn);
                 steps.outside_the_model();
                 return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
             }
             if let Inbound::Cancelled = self.inbound(admitted, window, steps)? {
-                pending.withdraw(PromptClosing::Withdrawn);
+                // The sandbox withdrew the request; a decision that met
+                // the cancellation on the way is not followed (its
+                // terminal heard it, the request is cancelled).
+                let _ = pending.withdraw(PromptClosing::Withdrawn);
                 if steps.take(S::RequestCancellation) {
                     steps.take(S::ApplyCancellation);
                 }
