@@ -40,9 +40,9 @@ use crate::fuse_passthrough::{
 use extended::Xattr;
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use lazaret_runtime::git_sentry::{Change, Origin};
 use lazaret_runtime::workspace_routing::index_admission::ObjectKind;
@@ -691,6 +691,27 @@ impl RouterFs {
         Ok(ino)
     }
 
+    /// The kernel dropped `nlookup` of its lookups of `ino`; a node it no
+    /// longer knows is gone (and its directory no longer watched).
+    fn forget_lookups(&self, ino: INodeNo, nlookup: u64) {
+        let mut t = lock(&self.inodes);
+        let gone = match t.by_ino.get_mut(&ino.0) {
+            Some(i) => {
+                i.lookups = i.lookups.saturating_sub(nlookup);
+                i.lookups == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some(i) = t.by_ino.remove(&ino.0) {
+                t.by_id.remove(&i.id);
+                if i.watched {
+                    lock(&self.cache.watches).unwatch(i.id);
+                }
+            }
+        }
+    }
+
     fn entry_of(
         &self,
         snap: &ClassificationSnapshot,
@@ -698,7 +719,17 @@ impl RouterFs {
         name: &OsStr,
     ) -> Result<FileAttr, Errno> {
         let p = self.node(parent)?;
-        let (backing, fd, st) = self.resolve(snap, &p, name)?;
+        self.entry_in(snap, (parent, &p), name)
+    }
+
+    /// [`Self::entry_of`] with the parent's node already opened.
+    fn entry_in(
+        &self,
+        snap: &ClassificationSnapshot,
+        (parent, p): (INodeNo, &Node),
+        name: &OsStr,
+    ) -> Result<FileAttr, Errno> {
+        let (backing, fd, st) = self.resolve(snap, p, name)?;
         let ino = self.remember(parent.0, &fd, &st, backing, child_path(&p.path, name))?;
         Ok(shown(ino, &st))
     }
@@ -1347,7 +1378,18 @@ macro_rules! reply {
 }
 
 impl Filesystem for RouterFs {
-    fn init(&mut self, _req: &Request, _config: &mut KernelConfig) -> std::io::Result<()> {
+    /// Listings answer with each entry's attributes where the kernel
+    /// finds that useful (`READDIRPLUS_AUTO`: the first listing of a
+    /// directory, and those followed by lookups): a directory walk (`find`,
+    /// Git's untracked scan, runsc numbering what it lists) then costs a
+    /// round trip per listing, not one per entry. A kernel without it gets
+    /// plain listings.
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(missing) = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO)
+        {
+            tracing::info!(?missing, "the kernel lists without attributes");
+        }
         Ok(())
     }
 
@@ -1362,22 +1404,7 @@ impl Filesystem for RouterFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        let mut t = lock(&self.inodes);
-        let gone = match t.by_ino.get_mut(&ino.0) {
-            Some(i) => {
-                i.lookups = i.lookups.saturating_sub(nlookup);
-                i.lookups == 0
-            }
-            None => false,
-        };
-        if gone {
-            if let Some(i) = t.by_ino.remove(&ino.0) {
-                t.by_id.remove(&i.id);
-                if i.watched {
-                    lock(&self.cache.watches).unwatch(i.id);
-                }
-            }
-        }
+        self.forget_lookups(ino, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -1708,6 +1735,72 @@ impl Filesystem for RouterFs {
             }
         };
         reply_entries(&entries, offset, reply);
+    }
+
+    /// Each entry as [`Self::lookup`] would answer it, and counted as a
+    /// lookup (the kernel forgets it like one); `.` and `..` are only
+    /// listed (the kernel takes no lookup of them). An entry gone since
+    /// the listing was taken is left out; an entry that cannot be looked
+    /// up ends the reply before it (the kernel asks again from there, and
+    /// an entry that still fails is the reply's error).
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::Dir(entries)) => Arc::clone(entries),
+            _ => {
+                reply.error(Errno::EBADF);
+                return;
+            }
+        };
+        // Held until the reply is sent, as a lookup's (see
+        // `PublishedSnapshot::pinned`).
+        let (_pin, snap) = self.snapshot.pinned();
+        // Opened once for the whole reply, not again for each entry.
+        let dir = match self.node(ino) {
+            Ok(dir) => dir,
+            Err(e) => {
+                reply.error(e);
+                return;
+            }
+        };
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let mut added = false;
+        // Bounded by the listing (at most MAX_DIR_ENTRIES) and the
+        // kernel's buffer.
+        for (i, (name, _, _)) in entries.iter().enumerate().skip(start) {
+            let next = u64::try_from(i).unwrap_or(u64::MAX).saturating_add(1);
+            let dots = name == "." || name == "..";
+            let found = if dots {
+                stat_fd(&dir.fd).map(|st| shown(ino.0, &st))
+            } else {
+                self.entry_in(&snap, (ino, &dir), name)
+            };
+            let a = match found {
+                Ok(a) => a,
+                Err(e) if e == Errno::ENOENT => continue,
+                Err(e) if !added => {
+                    reply.error(e);
+                    return;
+                }
+                Err(_) => break,
+            };
+            let ttl = if dots { UNCACHED } else { self.ttl(a.ino.0) };
+            if reply.add(a.ino, next, name, &ttl, &a, Generation(0)) {
+                // Not sent: the lookup it counted is given back.
+                if !dots {
+                    self.forget_lookups(a.ino, 1);
+                }
+                break;
+            }
+            added = true;
+        }
+        reply.ok();
     }
 
     fn releasedir(
