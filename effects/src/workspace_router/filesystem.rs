@@ -618,20 +618,22 @@ impl RouterFs {
         Err(Errno::ENOENT)
     }
 
-    /// Records the object `fd` (`st`) in `backing` at `path`, reached
-    /// from directory node `parent`: its node id. A host directory is
-    /// watched; the kernel may cache the object where every change to it
-    /// is heard of ([`super::invalidation`]).
+    /// Records the object `st` (opened as `fd`) in `backing` at `path`,
+    /// reached from directory node `parent`: its node id. A host directory
+    /// is watched (through `fd`: a directory always comes with one); the
+    /// kernel may cache the object where every change to it is heard of
+    /// ([`super::invalidation`]).
     fn remember(
         &self,
         parent: u64,
-        fd: &OwnedFd,
+        fd: Option<&OwnedFd>,
         st: &Stat,
         backing: Backing,
         path: Vec<u8>,
     ) -> Result<u64, Errno> {
         let id = (st.st_dev, st.st_ino);
         let dir = is_dir(st);
+        debug_assert!(fd.is_some() || !dir, "a directory is remembered opened");
         let mut t = lock(&self.inodes);
         let parent_watched = if parent == INodeNo::ROOT.0 {
             self.cache.root.1
@@ -646,7 +648,9 @@ impl RouterFs {
         };
         // Under the inodes lock (the lock order), so that a concurrent
         // forget cannot end the watch of a directory recorded as watched.
-        let watched = backing == Backing::Host && dir && lock(&self.cache.watches).watch(fd, id);
+        let watched = backing == Backing::Host
+            && dir
+            && fd.is_some_and(|fd| lock(&self.cache.watches).watch(fd, id));
         if let Some(&ino) = t.by_id.get(&id) {
             if let Some(i) = t.by_ino.get_mut(&ino) {
                 i.lookups = i.lookups.saturating_add(1);
@@ -730,8 +734,37 @@ impl RouterFs {
         name: &OsStr,
     ) -> Result<FileAttr, Errno> {
         let (backing, fd, st) = self.resolve(snap, p, name)?;
-        let ino = self.remember(parent.0, &fd, &st, backing, child_path(&p.path, name))?;
+        let ino = self.remember(parent.0, Some(&fd), &st, backing, child_path(&p.path, name))?;
         Ok(shown(ino, &st))
+    }
+
+    /// A listed entry of `parent`, as [`Self::entry_in`] finds it: a host
+    /// object that is not a directory and routes to the host is taken by
+    /// its `stat` alone (only a directory is opened, for its watch), the
+    /// rest by a full lookup. `host` is `parent`'s host directory.
+    fn listed(
+        &self,
+        snap: &ClassificationSnapshot,
+        (parent, p): (INodeNo, &Node),
+        host: Option<&OwnedFd>,
+        name: &OsStr,
+    ) -> Result<FileAttr, Errno> {
+        if let Some(host) = host {
+            let name = component(name)?;
+            match rustix::fs::statat(host, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if !is_dir(&st) => {
+                    let path = child_path(&p.path, name);
+                    if Self::route(snap, &path, false)? == Backing::Host {
+                        let ino = self.remember(parent.0, None, &st, Backing::Host, path)?;
+                        return Ok(shown(ino, &st));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e == rustix::io::Errno::NOENT => {}
+                Err(e) => return Err(errno(e)),
+            }
+        }
+        self.entry_in(snap, (parent, p), name)
     }
 
     /// Where a new object `name` of `parent` goes: the backing its path
@@ -773,7 +806,7 @@ impl RouterFs {
         self.changed(name.as_bytes());
         let ino = self.remember(
             parent_ino.0,
-            &fd,
+            Some(&fd),
             &st,
             backing,
             child_path(&parent.path, name),
@@ -1762,8 +1795,11 @@ impl Filesystem for RouterFs {
         // `PublishedSnapshot::pinned`).
         let (_pin, snap) = self.snapshot.pinned();
         // Opened once for the whole reply, not again for each entry.
-        let dir = match self.node(ino) {
-            Ok(dir) => dir,
+        let (dir, host) = match self
+            .node(ino)
+            .and_then(|dir| Ok((self.dir_in(&dir, Backing::Host, false)?, dir)))
+        {
+            Ok((host, dir)) => (dir, host),
             Err(e) => {
                 reply.error(e);
                 return;
@@ -1779,7 +1815,7 @@ impl Filesystem for RouterFs {
             let found = if dots {
                 stat_fd(&dir.fd).map(|st| shown(ino.0, &st))
             } else {
-                self.entry_in(&snap, (ino, &dir), name)
+                self.listed(&snap, (ino, &dir), host.as_deref(), name)
             };
             let a = match found {
                 Ok(a) => a,
