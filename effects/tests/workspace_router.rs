@@ -930,7 +930,7 @@ fn a_large_tree_is_served_within_a_small_descriptor_budget() -> Result<(), Strin
     .map_err(|e| format!("setrlimit: {e}"))?;
     let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
 
-    // Listed with attributes (the kernel's buffer takes a few dozen
+    // Listed with attributes (the kernel's buffer takes about two hundred
     // entries a reply): every entry once, each the host's object. A file
     // the host removes after the listing began is left out or listed,
     // never an error.
@@ -1006,6 +1006,74 @@ fn a_large_tree_is_served_within_a_small_descriptor_budget() -> Result<(), Strin
     eventually("the host's replacement", || {
         fs::read_to_string(mnt.join("src/moved/2")).is_ok_and(|t| t == "replaced\n")
     })?;
+    router.unmount().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A listing goes on after the host moves its directory: the entries
+/// still to come (with their attributes, since a lookup in the directory
+/// came between) are looked up in the directory as it was opened, and
+/// every entry is listed once.
+#[test]
+fn a_listing_goes_on_after_the_host_moves_its_directory() -> Result<(), String> {
+    if std::env::var_os(INNER).is_none() {
+        return outer("a_listing_goes_on_after_the_host_moves_its_directory");
+    }
+    const FILES: usize = 1_000;
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (ws, iso, mnt) = fixture_dirs(tmp.path())?;
+    io("mkdir", fs::create_dir(ws.join("src/list")))?;
+    for i in 0..FILES {
+        io(
+            "file",
+            fs::write(ws.join(format!("src/list/{i}")), format!("{i}\n")),
+        )?;
+    }
+    let router = mount(&ws, &iso, &mnt).map_err(|e| e.to_string())?;
+    let dir = io("open", fs::File::open(mnt.join("src/list")))?;
+    let mut listing = rustix::fs::Dir::read_from(&dir).map_err(|e| format!("opendir: {e}"))?;
+    let mut listed = std::collections::BTreeSet::new();
+    let mut next = |listed: &mut std::collections::BTreeSet<String>| -> Result<bool, String> {
+        match listing.read() {
+            None => Ok(false),
+            Some(Err(e)) => Err(format!("readdir: {e}")),
+            Some(Ok(entry)) => {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                assert!(listed.insert(name.clone()), "{name} listed twice");
+                Ok(true)
+            }
+        }
+    };
+    // The first part of the listing (a reply holds about two hundred).
+    assert!(next(&mut listed)?, "an empty listing");
+    // A lookup in the directory (of a file made after the listing was
+    // taken, so the kernel cannot know it): the kernel asks the rest with
+    // attributes.
+    io("host file", fs::write(ws.join("src/list/later"), "later\n"))?;
+    io(
+        "lookup",
+        rustix::fs::statat(&dir, "later", rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(std::io::Error::from),
+    )?;
+    io(
+        "host move",
+        fs::rename(ws.join("src/list"), ws.join("src/moved")),
+    )?;
+    eventually("the host's move", || {
+        fs::metadata(mnt.join("src/list")).is_err()
+    })?;
+    // Bounded by the listing's size.
+    for _ in 0..=FILES + 2 {
+        if !next(&mut listed)? {
+            break;
+        }
+    }
+    listed.remove(".");
+    listed.remove("..");
+    let expected: std::collections::BTreeSet<String> = (0..FILES).map(|i| i.to_string()).collect();
+    assert_eq!(listed, expected);
+    drop(listing);
+    drop(dir);
     router.unmount().map_err(|e| e.to_string())?;
     Ok(())
 }

@@ -910,8 +910,10 @@ impl Driver {
     /// The client's answer to the open prompt: the service gets the
     /// checked decision (or why it is not one: denied) and the prompt
     /// closes. A prompt the service withdrew first (timed out, cancelled)
-    /// closes as withdrawn: the client never hears a decision the request
-    /// did not follow.
+    /// closes as the withdrawal says, not as the decision: a late answer
+    /// is never shown as taken. (A decision that reached the service as
+    /// the request ended otherwise, by the sandbox's cancellation or its
+    /// session's end, is shown and not followed.)
     fn decide(&mut self, decision: &SessionDecision) {
         let PromptState::Open(ask) = &self.prompt else {
             tracing::warn!("a developer decision without an open prompt is ignored");

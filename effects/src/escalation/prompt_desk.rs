@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use lazaret_runtime::escalation::prompt::{DecisionRefusal, PromptExpectation};
@@ -73,12 +73,16 @@ impl Exchange {
         }
     }
 
+    /// The ending; every change to it is one assignment, so a holder that
+    /// panicked left it whole.
+    fn ending(&self) -> MutexGuard<'_, Ending> {
+        self.ending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The terminal loop's answer; `Err` with the withdrawal that came
     /// first. A second answer is dropped.
     fn answer(&self, answer: PromptAnswer) -> Result<(), PromptClosing> {
-        let Ok(mut ending) = self.ending.lock() else {
-            return Err(PromptClosing::Withdrawn);
-        };
+        let mut ending = self.ending();
         match *ending {
             Ending::Open => {
                 *ending = Ending::Answered(answer);
@@ -92,7 +96,7 @@ impl Exchange {
     }
 
     fn withdrawn(&self) -> Option<PromptClosing> {
-        match *self.ending.lock().ok()? {
+        match *self.ending() {
             Ending::Withdrawn(closing) => Some(closing),
             Ending::Open | Ending::Answered(_) | Ending::Taken => None,
         }
@@ -101,7 +105,7 @@ impl Exchange {
     /// Takes the answer once one came, waiting at most `limit`.
     fn wait(&self, limit: Duration) -> Option<PromptAnswer> {
         let deadline = Instant::now() + limit;
-        let mut ending = self.ending.lock().ok()?;
+        let mut ending = self.ending();
         // Bounded by the deadline: every wait ends by it.
         loop {
             match std::mem::replace(&mut *ending, Ending::Taken) {
@@ -113,14 +117,18 @@ impl Exchange {
                 }
             }
             let left = deadline.checked_duration_since(Instant::now())?;
-            ending = self.changed.wait_timeout(ending, left).ok()?.0;
+            ending = self
+                .changed
+                .wait_timeout(ending, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
     /// Withdraws an open prompt; an answer that came first is taken and
     /// returned instead.
     fn withdraw(&self, closing: PromptClosing) -> Option<PromptAnswer> {
-        let mut ending = self.ending.lock().ok()?;
+        let mut ending = self.ending();
         match std::mem::replace(&mut *ending, Ending::Taken) {
             Ending::Open => {
                 *ending = Ending::Withdrawn(closing);

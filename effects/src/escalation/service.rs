@@ -175,6 +175,21 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// session's end and its deadline (an answer is taken at once).
 const PROMPT_POLL: Duration = Duration::from_millis(20);
 
+/// A decision that reached the prompt just before the request ended
+/// otherwise (its session ended, the sandbox cancelled it, the model no
+/// longer had it open): its terminal showed it, the request does not
+/// follow it.
+fn not_followed(answer: Option<PromptAnswer>) {
+    if let Some(answer) = answer {
+        let answer = match answer {
+            PromptAnswer::Decided(d) if d.decision == DeveloperDecisionKind::Approve => "approved",
+            PromptAnswer::Decided(_) | PromptAnswer::Refused(_) => "denied",
+            PromptAnswer::Closed => "closed",
+        };
+        tracing::info!(answer, "a decision crossed its request's end: not followed");
+    }
+}
+
 /// What is left to do when the host process's output is all written.
 enum Ending {
     Exited(Option<i32>),
@@ -813,7 +828,7 @@ impl Service<'_> {
         if !steps.take(S::RouteToPrompt) {
             // The request ended under its prompt; an answer that came
             // first has nothing left to decide.
-            let _ = pending.withdraw(PromptClosing::Withdrawn);
+            not_followed(pending.withdraw(PromptClosing::Withdrawn));
             return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
         }
         let started = Instant::now();
@@ -872,7 +887,7 @@ impl Service<'_> {
             }
             if !registered(binding) {
                 // Its session is gone: nobody is left to run for.
-                let _ = pending.withdraw(PromptClosing::Withdrawn);
+                not_followed(pending.withdraw(PromptClosing::Withdrawn));
                 steps.outside_the_model();
                 return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
             }
@@ -880,7 +895,7 @@ impl Service<'_> {
                 // The sandbox withdrew the request; a decision that met
                 // the cancellation on the way is not followed (its
                 // terminal heard it, the request is cancelled).
-                let _ = pending.withdraw(PromptClosing::Withdrawn);
+                not_followed(pending.withdraw(PromptClosing::Withdrawn));
                 if steps.take(S::RequestCancellation) {
                     steps.take(S::ApplyCancellation);
                 }

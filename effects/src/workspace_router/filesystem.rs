@@ -115,7 +115,16 @@ enum Handle {
     /// An open file, its node id, and whether closing it may have changed
     /// an ignore file (opened for writing at a `.gitignore` name).
     File(Arc<std::fs::File>, u64, bool),
-    Dir(Arc<Vec<(OsString, u64, FileType)>>),
+    Dir(Arc<Listing>),
+}
+
+/// An open directory: the entries taken when it was opened, and the
+/// directory itself as it was then (a listing with attributes looks its
+/// entries up in it, wherever the host has moved it since).
+#[derive(Debug)]
+struct Listing {
+    dir: Node,
+    entries: Vec<(OsString, u64, FileType)>,
 }
 
 /// The classification snapshot in force (spec 3.5: "Publication of a changed
@@ -1204,7 +1213,7 @@ impl RouterFs {
     }
 
     /// The entries of directory `ino` the snapshot selects, host first.
-    fn listing(&self, ino: INodeNo) -> Result<Vec<(OsString, u64, FileType)>, Errno> {
+    fn listing(&self, ino: INodeNo) -> Result<Listing, Errno> {
         let snap = self.snapshot.current();
         let node = self.node(ino)?;
         let mut out: Vec<(OsString, u64, FileType)> = vec![
@@ -1242,7 +1251,10 @@ impl RouterFs {
                 }
             }
         }
-        Ok(out)
+        Ok(Listing {
+            dir: node,
+            entries: out,
+        })
     }
 }
 
@@ -1412,8 +1424,8 @@ macro_rules! reply {
 
 impl Filesystem for RouterFs {
     /// Listings answer with each entry's attributes where the kernel
-    /// finds that useful (`READDIRPLUS_AUTO`: the first listing of a
-    /// directory, and those followed by lookups): a directory walk (`find`,
+    /// finds that useful (`READDIRPLUS_AUTO`: every listing from a
+    /// directory's start, and continuations after a lookup): a directory walk (`find`,
     /// Git's untracked scan, runsc numbering what it lists) then costs a
     /// round trip per listing, not one per entry. A kernel without it gets
     /// plain listings.
@@ -1747,7 +1759,7 @@ impl Filesystem for RouterFs {
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let r = self
             .listing(ino)
-            .and_then(|entries| self.add_handle(Handle::Dir(Arc::new(entries))));
+            .and_then(|listing| self.add_handle(Handle::Dir(Arc::new(listing))));
         reply!(reply, r, |fh| reply
             .opened(FileHandle(fh), FopenFlags::empty()));
     }
@@ -1760,22 +1772,23 @@ impl Filesystem for RouterFs {
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        let entries = match lock(&self.handles).open.get(&fh.0) {
-            Some(Handle::Dir(entries)) => Arc::clone(entries),
+        let listing = match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::Dir(listing)) => Arc::clone(listing),
             _ => {
                 reply.error(Errno::EBADF);
                 return;
             }
         };
-        reply_entries(&entries, offset, reply);
+        reply_entries(&listing.entries, offset, reply);
     }
 
     /// Each entry as [`Self::lookup`] would answer it, and counted as a
     /// lookup (the kernel forgets it like one); `.` and `..` are only
-    /// listed (the kernel takes no lookup of them). An entry gone since
-    /// the listing was taken is left out; an entry that cannot be looked
-    /// up ends the reply before it (the kernel asks again from there, and
-    /// an entry that still fails is the reply's error).
+    /// listed (the kernel takes no lookup of them). Entries are looked up
+    /// in the directory as it was opened. An entry gone since the listing
+    /// was taken is left out, and so is one that cannot be looked up now
+    /// (the rest of the listing still comes; a lookup of it by name
+    /// reports its error).
     fn readdirplus(
         &self,
         _req: &Request,
@@ -1784,8 +1797,8 @@ impl Filesystem for RouterFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let entries = match lock(&self.handles).open.get(&fh.0) {
-            Some(Handle::Dir(entries)) => Arc::clone(entries),
+        let listing = match lock(&self.handles).open.get(&fh.0) {
+            Some(Handle::Dir(listing)) => Arc::clone(listing),
             _ => {
                 reply.error(Errno::EBADF);
                 return;
@@ -1794,37 +1807,34 @@ impl Filesystem for RouterFs {
         // Held until the reply is sent, as a lookup's (see
         // `PublishedSnapshot::pinned`).
         let (_pin, snap) = self.snapshot.pinned();
-        // Opened once for the whole reply, not again for each entry.
-        let (dir, host) = match self
-            .node(ino)
-            .and_then(|dir| Ok((self.dir_in(&dir, Backing::Host, false)?, dir)))
-        {
-            Ok((host, dir)) => (dir, host),
+        let dir = &listing.dir;
+        let host = match self.dir_in(dir, Backing::Host, false) {
+            Ok(host) => host,
             Err(e) => {
                 reply.error(e);
                 return;
             }
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        let mut added = false;
+        let mut left_out: Option<(usize, Errno)> = None;
         // Bounded by the listing (at most MAX_DIR_ENTRIES) and the
         // kernel's buffer.
-        for (i, (name, _, _)) in entries.iter().enumerate().skip(start) {
+        for (i, (name, _, _)) in listing.entries.iter().enumerate().skip(start) {
             let next = u64::try_from(i).unwrap_or(u64::MAX).saturating_add(1);
             let dots = name == "." || name == "..";
             let found = if dots {
                 stat_fd(&dir.fd).map(|st| shown(ino.0, &st))
             } else {
-                self.listed(&snap, (ino, &dir), host.as_deref(), name)
+                self.listed(&snap, (ino, dir), host.as_deref(), name)
             };
             let a = match found {
                 Ok(a) => a,
                 Err(e) if e == Errno::ENOENT => continue,
-                Err(e) if !added => {
-                    reply.error(e);
-                    return;
+                Err(e) => {
+                    let (n, _) = left_out.get_or_insert((0, e));
+                    *n += 1;
+                    continue;
                 }
-                Err(_) => break,
             };
             let ttl = if dots { UNCACHED } else { self.ttl(a.ino.0) };
             if reply.add(a.ino, next, name, &ttl, &a, Generation(0)) {
@@ -1834,7 +1844,14 @@ impl Filesystem for RouterFs {
                 }
                 break;
             }
-            added = true;
+        }
+        if let Some((entries, first)) = left_out {
+            tracing::warn!(
+                path = %String::from_utf8_lossy(&dir.path),
+                entries,
+                error = ?first,
+                "entries left out of a listing: they cannot be looked up"
+            );
         }
         reply.ok();
     }
