@@ -1072,6 +1072,21 @@ fn a_listing_goes_on_after_the_host_moves_its_directory() -> Result<(), String> 
     listed.remove("..");
     let expected: std::collections::BTreeSet<String> = (0..FILES).map(|i| i.to_string()).collect();
     assert_eq!(listed, expected);
+    // The entries are known where they are now: each reads at its new
+    // path, and so does the directory's own later one.
+    for i in [0, FILES / 2, FILES - 1] {
+        assert_eq!(
+            io(
+                "read",
+                fs::read_to_string(mnt.join(format!("src/moved/{i}")))
+            )?,
+            format!("{i}\n")
+        );
+    }
+    assert_eq!(
+        io("read", fs::read_to_string(mnt.join("src/moved/later")))?,
+        "later\n"
+    );
     drop(listing);
     drop(dir);
     router.unmount().map_err(|e| e.to_string())?;

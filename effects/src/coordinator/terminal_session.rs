@@ -912,8 +912,9 @@ impl Driver {
     /// closes. A prompt the service withdrew first (timed out, cancelled)
     /// closes as the withdrawal says, not as the decision: a late answer
     /// is never shown as taken. (A decision that reached the service as
-    /// the request ended otherwise, by the sandbox's cancellation or its
-    /// session's end, is shown and not followed.)
+    /// the request ended otherwise, by the sandbox's cancellation, its
+    /// session's end or the model no longer holding it open, is shown and
+    /// not followed.)
     fn decide(&mut self, decision: &SessionDecision) {
         let PromptState::Open(ask) = &self.prompt else {
             tracing::warn!("a developer decision without an open prompt is ignored");

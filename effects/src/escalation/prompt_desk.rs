@@ -73,8 +73,8 @@ impl Exchange {
         }
     }
 
-    /// The ending; every change to it is one assignment, so a holder that
-    /// panicked left it whole.
+    /// The ending; no code that can panic runs while it is being changed,
+    /// so a holder that panicked left it whole.
     fn ending(&self) -> MutexGuard<'_, Ending> {
         self.ending.lock().unwrap_or_else(PoisonError::into_inner)
     }

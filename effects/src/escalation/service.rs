@@ -180,14 +180,15 @@ const PROMPT_POLL: Duration = Duration::from_millis(20);
 /// longer had it open): its terminal showed it, the request does not
 /// follow it.
 fn not_followed(answer: Option<PromptAnswer>) {
-    if let Some(answer) = answer {
-        let answer = match answer {
-            PromptAnswer::Decided(d) if d.decision == DeveloperDecisionKind::Approve => "approved",
-            PromptAnswer::Decided(_) | PromptAnswer::Refused(_) => "denied",
-            PromptAnswer::Closed => "closed",
-        };
-        tracing::info!(answer, "a decision crossed its request's end: not followed");
-    }
+    let answer = match answer {
+        Some(PromptAnswer::Decided(d)) if d.decision == DeveloperDecisionKind::Approve => {
+            "approved"
+        }
+        Some(PromptAnswer::Decided(_) | PromptAnswer::Refused(_)) => "denied",
+        // A terminal that closed decided nothing.
+        Some(PromptAnswer::Closed) | None => return,
+    };
+    tracing::info!(answer, "a decision crossed its request's end: not followed");
 }
 
 /// What is left to do when the host process's output is all written.
@@ -858,6 +859,10 @@ impl Service<'_> {
                             );
                         }
                         if !steps.take(S::ApproveEscalation) {
+                            tracing::info!(
+                                answer = "approved",
+                                "a decision crossed its request's end: not followed"
+                            );
                             return Ok(Prompted::Ended(EscalationOutcome::Cancelled));
                         }
                         Prompted::Approved(d.approved_command_argv)

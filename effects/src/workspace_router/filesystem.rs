@@ -22,9 +22,10 @@
 //!
 //! It is a passthrough over `O_PATH` descriptors opened without following
 //! any symbolic link and never above a backing's root. An inode holds no
-//! descriptor: each operation opens its object again by path and checks
-//! that it is still the same (device, inode), else `ESTALE`; an object
-//! unlinked while open is reached through its open handle. The kernel
+//! descriptor (an open handle, of a file or a directory, holds one): each
+//! operation opens its object again by path and checks that it is still
+//! the same (device, inode), else `ESTALE`; an object unlinked while open
+//! is reached through its open handle. The kernel
 //! caches entries and attributes for [`CACHE_TTL`] only where the router
 //! hears of every change, and drops them when one happens
 //! ([`super::invalidation`]); elsewhere timeouts are zero. Bounded: at most [`MAX_INODES`] inodes, [`MAX_HANDLES`] open
@@ -119,8 +120,8 @@ enum Handle {
 }
 
 /// An open directory: the entries taken when it was opened, and the
-/// directory itself as it was then (a listing with attributes looks its
-/// entries up in it, wherever the host has moved it since).
+/// directory itself (a listing with attributes finds it again through
+/// this descriptor where the host has moved it since).
 #[derive(Debug)]
 struct Listing {
     dir: Node,
@@ -467,6 +468,38 @@ impl RouterFs {
         Ok(Node {
             fd: Arc::new(fd),
             backing,
+            path,
+        })
+    }
+
+    /// Directory node `ino` of an open listing (`opened`) as it is now: by
+    /// its recorded path (the sandbox's renames keep it current), else,
+    /// where the host moved it, by where its descriptor is now, which
+    /// becomes its recorded path. `None` when it is no longer in the
+    /// workspace (removed, or moved out).
+    fn listed_dir(&self, ino: INodeNo, opened: &Node) -> Option<Node> {
+        if let Ok(node) = self.node(ino) {
+            return Some(node);
+        }
+        if opened.backing != Backing::Host {
+            // Only the router changes isolated state: its record is current.
+            return None;
+        }
+        let now = std::fs::read_link(proc_path(&opened.fd)).ok()?;
+        let root = std::fs::read_link(proc_path(&self.host_root)).ok()?;
+        let path = now
+            .strip_prefix(&root)
+            .ok()?
+            .as_os_str()
+            .as_bytes()
+            .to_vec();
+        let mut t = lock(&self.inodes);
+        let i = t.by_ino.get_mut(&ino.0)?;
+        let fd = reopen(&self.host_root, &path, i.id).ok()?;
+        i.path.clone_from(&path);
+        Some(Node {
+            fd: Arc::new(fd),
+            backing: Backing::Host,
             path,
         })
     }
@@ -1785,10 +1818,11 @@ impl Filesystem for RouterFs {
     /// Each entry as [`Self::lookup`] would answer it, and counted as a
     /// lookup (the kernel forgets it like one); `.` and `..` are only
     /// listed (the kernel takes no lookup of them). Entries are looked up
-    /// in the directory as it was opened. An entry gone since the listing
-    /// was taken is left out, and so is one that cannot be looked up now
-    /// (the rest of the listing still comes; a lookup of it by name
-    /// reports its error).
+    /// in the directory where it is now ([`Self::listed_dir`]). An entry
+    /// gone since the listing was taken is left out, and so is one that
+    /// cannot be looked up now (the rest of the listing still comes; a
+    /// lookup of it by name reports its error); running out of inodes,
+    /// descriptors or memory ends the reply instead.
     fn readdirplus(
         &self,
         _req: &Request,
@@ -1807,7 +1841,12 @@ impl Filesystem for RouterFs {
         // Held until the reply is sent, as a lookup's (see
         // `PublishedSnapshot::pinned`).
         let (_pin, snap) = self.snapshot.pinned();
-        let dir = &listing.dir;
+        let Some(dir) = self.listed_dir(ino, &listing.dir) else {
+            // Gone from the workspace: nothing more to list.
+            reply.ok();
+            return;
+        };
+        let dir = &dir;
         let host = match self.dir_in(dir, Backing::Host, false) {
             Ok(host) => host,
             Err(e) => {
@@ -1817,6 +1856,7 @@ impl Filesystem for RouterFs {
         };
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         let mut left_out: Option<(usize, Errno)> = None;
+        let mut added = false;
         // Bounded by the listing (at most MAX_DIR_ENTRIES) and the
         // kernel's buffer.
         for (i, (name, _, _)) in listing.entries.iter().enumerate().skip(start) {
@@ -1830,6 +1870,16 @@ impl Filesystem for RouterFs {
             let a = match found {
                 Ok(a) => a,
                 Err(e) if e == Errno::ENOENT => continue,
+                // Out of a resource, not a fault of the entry: the reply
+                // ends before it (the kernel asks again from there), or,
+                // first, is the error.
+                Err(e) if [Errno::ENFILE, Errno::EMFILE, Errno::ENOMEM].contains(&e) => {
+                    if !added {
+                        reply.error(e);
+                        return;
+                    }
+                    break;
+                }
                 Err(e) => {
                     let (n, _) = left_out.get_or_insert((0, e));
                     *n += 1;
@@ -1844,6 +1894,7 @@ impl Filesystem for RouterFs {
                 }
                 break;
             }
+            added = true;
         }
         if let Some((entries, first)) = left_out {
             tracing::warn!(
